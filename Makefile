@@ -1,0 +1,32 @@
+# make run / make test bootstrap .venv idempotently (re-installed only when
+# pyproject.toml or constraints.txt change) and do all set-up.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export GNNTRAIN_CACHE_DIR ?= $(CURDIR)/.cache/gnntrain
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: run test test-all bench clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/gnntrain run
+
+test: $(STAMP)
+	GNNTRAIN_OFFLINE=1 $(BIN)/python -m pytest -q
+
+test-all: $(STAMP)
+	GNNTRAIN_OFFLINE=1 $(BIN)/python -m pytest -q -m ''
+
+bench: $(STAMP)
+	$(BIN)/python scripts/bench.py
+
+clean:
+	rm -rf $(VENV) .cache outputs multirun .pytest_cache

@@ -1,0 +1,5 @@
+import sys
+
+from gnntrain.cli import main
+
+sys.exit(main())

@@ -1,0 +1,180 @@
+"""The ``gnntrain`` console script.
+
+``run``, ``plan`` and ``partition`` are Hydra apps over ``configs/`` (so
+overrides, ``-m`` sweeps, ``hydra/launcher=...`` and ``--cfg job`` work);
+``datasets`` and ``report`` are plain commands. Heavy imports (torch, DGL)
+happen inside the commands, so ``gnntrain --help`` starts fast.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+USAGE = """usage: gnntrain COMMAND [overrides...]
+
+commands:
+  run [overrides]        compose the config, resolve the plan, launch the ranks and train
+                         (-m/--multirun sweeps; hydra/launcher=... picks local or SLURM; --cfg job prints the config)
+  plan [overrides]       resolve, validate and print the run plan; write plan.yaml; train nothing
+  partition [overrides]  build (or reuse from the cache) the plan's partitioning and print its metrics
+  report DIR...          gather every summary.json under DIR into a table and plots
+  datasets               list the datasets with their sizes and sources
+
+examples:
+  gnntrain run                                   # GCN on the generated csbm graph, 2 local ranks
+  gnntrain run dataset=cora data_dir=../shared/datasets/dgl mode=single
+  gnntrain run -m mode=single,partition dataset=csbm,rmat
+  gnntrain plan hardware.ranks_per_node=4 mode.replication=2
+"""
+
+
+def config_dir() -> str:
+    env = os.environ.get("GNNTRAIN_CONFIG_DIR")
+    if env:
+        return str(Path(env).resolve())
+    return str(Path(__file__).resolve().parents[1] / "configs")
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _error(message: str) -> None:
+    from rich.markup import escape
+
+    _console().print(f"[bold red]error:[/bold red] {escape(message)}")
+
+
+def _is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    try:
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except Exception:
+        return False
+
+
+def _output_dir() -> Path:
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+# ----------------------------------------------------------- hydra tasks
+def _plan_or_exit(cfg, run_dir: Path):
+    from gnntrain.errors import GnnTrainError
+    from gnntrain.metrics import failed_summary, write_json_atomic
+    from gnntrain.plan import build_plan
+
+    try:
+        return build_plan(cfg)
+    except GnnTrainError as exc:
+        _error(f"invalid plan: {exc}")
+        write_json_atomic(run_dir / "summary.json", failed_summary(None, f"invalid plan: {exc}"))
+        if _is_multirun():
+            return None
+        sys.exit(1)
+
+
+def run_task(cfg) -> Optional[dict]:
+    from gnntrain.errors import GnnTrainError
+    from gnntrain.launch import run_training
+    from gnntrain.metrics.report import print_plan
+
+    run_dir = _output_dir()
+    plan = _plan_or_exit(cfg, run_dir)
+    if plan is None:
+        return None
+    plan.write_yaml(run_dir / "plan.yaml")
+    print_plan(plan, brief=True)
+    try:
+        summary = run_training(plan, run_dir)
+    except GnnTrainError as exc:
+        _error(str(exc))
+        _console().print(f"[dim]summary: {run_dir / 'summary.json'}[/dim]")
+        if _is_multirun():
+            return {"status": "failed", "error": str(exc)}
+        sys.exit(1)
+    _console().print(f"[dim]outputs: {run_dir}[/dim]")
+    return summary
+
+
+def plan_task(cfg) -> None:
+    from gnntrain.metrics.report import print_plan
+
+    run_dir = _output_dir()
+    plan = _plan_or_exit(cfg, run_dir)
+    if plan is None:
+        return None
+    path = plan.write_yaml(run_dir / "plan.yaml")
+    print_plan(plan)
+    _console().print(f"[dim]plan written to {path}[/dim]")
+    return None
+
+
+def partition_task(cfg) -> None:
+    from gnntrain.data import load_dataset, resolve_cache_dir
+    from gnntrain.errors import GnnTrainError
+    from gnntrain.partition import partition_graph
+    from gnntrain.metrics.report import print_partition
+
+    run_dir = _output_dir()
+    plan = _plan_or_exit(cfg, run_dir)
+    if plan is None:
+        return None
+    try:
+        data = load_dataset(cfg)
+        part, hit = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.num_parts,
+                                    cfg.partitioner, data.content_hash, resolve_cache_dir(cfg))
+    except GnnTrainError as exc:
+        _error(str(exc))
+        sys.exit(1)
+    print_partition(data, cfg.partitioner, part, hit)
+    return None
+
+
+def _hydra(task, args: List[str], prog: str) -> int:
+    import hydra
+
+    from gnntrain.config.schema import register_configs
+
+    register_configs()
+    sys.argv = [prog] + list(args)
+    hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)()
+    return 0
+
+
+# ------------------------------------------------------------------ main
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "run":
+        return _hydra(run_task, rest, "gnntrain run")
+    if command == "plan":
+        return _hydra(plan_task, rest, "gnntrain plan")
+    if command == "partition":
+        return _hydra(partition_task, rest, "gnntrain partition")
+    if command == "datasets":
+        from gnntrain.metrics.report import print_datasets
+
+        print_datasets(Path(config_dir()) / "dataset")
+        return 0
+    if command == "report":
+        from gnntrain.metrics.report import report_command
+
+        return report_command(rest)
+    _error(f"unknown command '{command}'. Use one of: run, plan, partition, report, datasets "
+           "(gnntrain --help).")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Byte accounting for collectives.
+
+Conventions (one definition for every mode, documented in the README):
+
+* **Point-to-point style collectives** (``all_to_all_single``, all-gather,
+  broadcast): *sent* is the payload this rank hands over for other ranks, one
+  count per destination; the chunk a rank keeps for itself is not counted.
+  This is the closed form the papers use (e.g. f·Σ_{j≠i}|NnzCols(A_ij)|).
+* **All-reduce**: *sent* and *received* are the size of the buffer handed to
+  the collective on each rank of a group larger than one (the wire bytes of a
+  ring all-reduce are 2(p−1)/p of that).
+* Quantized payloads are counted packed, with their parameters under their
+  own kind.
+
+Counts are kept per (phase, kind). Only the ``train`` phase makes up
+``comm_bytes.per_epoch``; ``setup`` (one-time preprocessing) and ``eval``
+(evaluation forwards) are reported separately. ``reused`` bytes (traffic that
+was avoided) are recorded but never added to a total.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Dict, Iterator, Tuple
+
+
+class Phase(str, Enum):
+    setup = "setup"
+    train = "train"
+    eval = "eval"
+
+
+NOT_TRAFFIC = frozenset({"reused"})
+
+
+# Every kind a mode may record (CONTRACT.md plus extensions), in report order.
+KINDS = ("allreduce", "allgather", "reduce_scatter", "halo_fwd", "halo_bwd", "quant_params", "row_allreduce",
+         "all_to_all_fwd", "all_to_all_bwd", "h2d", "d2h", "peer", "reused", "setup")
+
+
+@dataclass
+class Counter:
+    sent: int = 0
+    received: int = 0
+    calls: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class CommLedger:
+    """Bytes sent/received per (phase, kind) on one rank."""
+
+    phase: Phase = Phase.setup
+    counters: Dict[Tuple[Phase, str], Counter] = field(default_factory=lambda: defaultdict(Counter))
+
+    @contextmanager
+    def in_phase(self, phase: Phase) -> Iterator[None]:
+        previous, self.phase = self.phase, phase
+        try:
+            yield
+        finally:
+            self.phase = previous
+
+    def record(self, kind: str, sent: int, received: int, seconds: float = 0.0) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown communication kind {kind!r}; add it to accounting.KINDS")
+        c = self.counters[(self.phase, kind)]
+        c.sent += int(sent)
+        c.received += int(received)
+        c.calls += 1
+        c.seconds += float(seconds)
+
+    def seconds(self, phase: Phase) -> float:
+        return sum(c.seconds for (p, _), c in self.counters.items() if p == phase)
+
+    def sent_vector(self, phase: Phase) -> list:
+        """Bytes sent per kind in :data:`KINDS` order (for cross-rank reduction)."""
+        by_kind = self.sent_by_kind(phase)
+        return [float(by_kind.get(k, 0)) for k in KINDS]
+
+    def sent_by_kind(self, phase: Phase) -> Dict[str, int]:
+        return {k: c.sent for (p, k), c in self.counters.items() if p == phase}
+
+    def received_by_kind(self, phase: Phase) -> Dict[str, int]:
+        return {k: c.received for (p, k), c in self.counters.items() if p == phase}
+
+    def total_sent(self, phase: Phase) -> int:
+        return sum(v for k, v in self.sent_by_kind(phase).items() if k not in NOT_TRAFFIC)
+
+    def reset(self, phase: Phase) -> None:
+        for key in [key for key in self.counters if key[0] == phase]:
+            del self.counters[key]

@@ -1,0 +1,119 @@
+"""Thin wrapper over torch.distributed that accounts every byte it moves.
+
+Modes never call ``torch.distributed`` directly for training traffic; they
+call these methods with a ``kind`` from the contract (``allreduce``,
+``allgather``, ``halo_fwd``, ...). ``world_size == 1`` makes every call a
+local no-op, so ``mode=single`` runs the same code without a process group.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import List, Optional, Sequence
+
+import torch
+
+from gnntrain.comm.accounting import CommLedger
+
+
+class Communicator:
+    def __init__(self, rank: int, world_size: int, ledger: Optional[CommLedger] = None):
+        self.rank = rank
+        self.world_size = world_size
+        self.ledger = ledger if ledger is not None else CommLedger()
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    # ---------------------------------------------------------------- groups
+    def new_group(self, ranks: Sequence[int]):
+        """Create a sub-group; every rank must call this for every group, in order."""
+        if not self.distributed:
+            return None
+        import torch.distributed as dist
+
+        return dist.new_group(ranks=list(ranks))
+
+    # ------------------------------------------------------------ collectives
+    def all_reduce(self, tensor: torch.Tensor, kind: str, group=None, group_size: Optional[int] = None,
+                   op: str = "sum") -> torch.Tensor:
+        """In-place all-reduce; counts the buffer size once per rank (see accounting.py)."""
+        size = self.world_size if group is None else (group_size or 0)
+        if size <= 1:
+            return tensor
+        import torch.distributed as dist
+
+        reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
+        start = time.perf_counter()
+        dist.all_reduce(tensor, op=reduce_op, group=group)
+        nbytes = tensor.numel() * tensor.element_size()
+        self.ledger.record(kind, nbytes, nbytes, time.perf_counter() - start)
+        return tensor
+
+    def all_to_all(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int],
+                   kind: str) -> torch.Tensor:
+        """``all_to_all_single`` with uneven splits along dim 0 (rows).
+
+        ``send`` holds the rows for rank 0, then rank 1, ...; the result holds
+        the rows from rank 0, then rank 1, .... The chunk for this rank itself
+        is copied locally and not counted.
+        """
+        row_shape = tuple(send.shape[1:])
+        if not self.distributed:
+            return send.clone()
+        import torch.distributed as dist
+
+        recv = send.new_empty((int(sum(recv_counts)),) + row_shape)
+        start = time.perf_counter()
+        dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=list(map(int, recv_counts)),
+                               input_split_sizes=list(map(int, send_counts)))
+        row_bytes = send.element_size() * math.prod(row_shape)
+        me = self.rank
+        sent = sum(int(c) for j, c in enumerate(send_counts) if j != me) * row_bytes
+        received = sum(int(c) for j, c in enumerate(recv_counts) if j != me) * row_bytes
+        self.ledger.record(kind, sent, received, time.perf_counter() - start)
+        return recv
+
+    def exchange_counts(self, counts: Sequence[int], kind: str = "setup") -> List[int]:
+        """Tell every peer how many items this rank will send it; learn theirs."""
+        if not self.distributed:
+            return list(counts)
+        send = torch.tensor(list(counts), dtype=torch.int64)
+        recv = self.all_to_all(send, [1] * self.world_size, [1] * self.world_size, kind)
+        return recv.tolist()
+
+    def broadcast(self, tensor: torch.Tensor, src: int, kind: str) -> torch.Tensor:
+        if not self.distributed:
+            return tensor
+        import torch.distributed as dist
+
+        start = time.perf_counter()
+        dist.broadcast(tensor, src=src)
+        elapsed = time.perf_counter() - start
+        nbytes = tensor.numel() * tensor.element_size()
+        if self.rank == src:
+            self.ledger.record(kind, nbytes * (self.world_size - 1), 0, elapsed)
+        else:
+            self.ledger.record(kind, 0, nbytes, elapsed)
+        return tensor
+
+    def barrier(self) -> None:
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    # ------------------------------------------------------- metrics traffic
+    def reduce_stats(self, values: Sequence[float], op: str = "sum") -> List[float]:  # noqa: D401
+        """All-reduce a few float64 statistics (losses, counts, byte counters).
+
+        Bookkeeping, not training traffic: it is not recorded in the ledger.
+        """
+        t = torch.tensor(list(values), dtype=torch.float64)
+        if self.distributed:
+            import torch.distributed as dist
+
+            reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op]
+            dist.all_reduce(t, op=reduce_op)
+        return t.tolist()

@@ -1,0 +1,173 @@
+"""Structured-config schema for gnntrain (registered in Hydra's ConfigStore).
+
+Every YAML file under ``configs/`` names one of these dataclasses as its
+schema (``defaults: [<group>_schema/<name>]`` or via the group default), so a
+misspelled key or a wrong type fails at composition with Hydra's own message.
+
+Mode options are owned by the mode modules (``gnntrain/modes/<name>.py``):
+each defines a ``ModeConfig`` subclass that :func:`register_configs` stores
+under ``mode/<name>_schema``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, List, Optional
+
+from omegaconf import MISSING
+
+
+class DType(str, Enum):
+    float32 = "float32"
+    float64 = "float64"
+
+
+class Kernel(str, Enum):
+    """Sparse kernel path: DGL's message passing (CPU default) or torch-native CSR."""
+
+    auto = "auto"
+    dgl = "dgl"
+    torch = "torch"
+
+
+class DeviceKind(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+# --------------------------------------------------------------------- dataset
+@dataclass
+class DatasetConfig:
+    """One schema for every dataset; ``source`` says which loader reads it.
+
+    ``num_nodes``/``num_edges``/``feat_dim``/``num_classes`` are the generator
+    parameters for generated graphs and the published sizes (used by the plan's
+    memory estimate before loading) for file-backed ones.
+    """
+
+    name: str = MISSING
+    source: str = MISSING  # generated | dgl | ogb
+    num_nodes: int = 2708
+    num_edges: int = 10556  # directed edge count (rmat: generated edges before symmetrising)
+    feat_dim: int = 1433
+    num_classes: int = 7
+    seed: int = 0
+    # csbm
+    avg_degree: float = 4.0
+    intra_ratio: float = 0.9  # fraction of edges that stay inside a class
+    feature_snr: float = 1.0  # distance of class means in units of the noise std
+    # rmat
+    rmat_abcd: List[float] = field(default_factory=lambda: [0.57, 0.19, 0.19, 0.05])
+    symmetrize: bool = True
+    # generated splits (fractions of nodes); file-backed datasets keep their own
+    train_fraction: float = 0.05
+    val_fraction: float = 0.2
+    test_fraction: float = 0.4
+    description: str = ""
+
+
+# ----------------------------------------------------------------------- model
+@dataclass
+class ModelConfig:
+    name: str = MISSING  # gcn | sage | gin | gat
+    layers: int = 2
+    hidden: int = 16
+    dropout: float = 0.5
+    self_loop: bool = True  # add self-loops to the graph (GCN's A+I)
+    gin_eps_learnable: bool = True
+    gat_heads: int = 1
+
+
+# ------------------------------------------------------------------------ mode
+@dataclass
+class ModeConfig:
+    """Base of every mode's options; each mode module subclasses it."""
+
+    name: str = MISSING
+
+
+# ----------------------------------------------------------------- partitioner
+@dataclass
+class PartitionerConfig:
+    name: str = MISSING  # metis | random | range | volume
+    seed: int = 0
+    num_parts: int = 0  # 0 = what the mode needs at this world size; otherwise must match it
+    vertex_weights: str = "nnz"  # nnz | uniform  (metis/volume)
+    reorder: Optional[str] = None  # null | rcm
+    # volume refinement (GVB approximation)
+    imbalance_eps: float = 0.05  # max allowed (max-avg)/avg of nnz per part
+    max_volume_growth: float = 0.05  # total volume may grow at most this fraction
+    refine_rounds: int = 50
+
+
+# -------------------------------------------------------------------- hardware
+@dataclass
+class HardwareConfig:
+    name: str = MISSING
+    nodes: int = 1
+    ranks_per_node: int = 2
+    device: DeviceKind = DeviceKind.cpu
+    cores_per_node: int = 0  # 0 = detect on this host
+    host_memory_gb: float = 0.0  # 0 = detect on this host
+    device_memory_gb: float = 0.0  # per device (GPU); 0 when device is cpu
+    oversubscribe: float = 2.0  # warn when ranks exceed cores x this
+    # bandwidths for the cost models, GB/s
+    intra_node_gbps: float = 10.0
+    inter_node_gbps: float = 1.25
+    h2d_gbps: float = 10.0
+    d2d_gbps: float = 10.0
+    # SLURM mapping (issue #9)
+    gpus_per_node: int = 0
+    mem_gb: int = 0
+    timeout_min: int = 60
+    partition: Optional[str] = None
+    account: Optional[str] = None
+
+
+# ----------------------------------------------------------------------- train
+@dataclass
+class TrainConfig:
+    epochs: int = 50
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    seed: int = 0
+    dtype: DType = DType.float32
+    eval_every: int = 1
+    checkpoint_every: int = 0
+    resume: bool = False
+    progress: bool = True  # rank 0 shows a rich progress bar
+
+
+# ------------------------------------------------------------------------ root
+@dataclass
+class RunConfig:
+    """The root schema; ``configs/config.yaml`` picks the group defaults."""
+
+    dataset: DatasetConfig = MISSING
+    model: ModelConfig = MISSING
+    mode: Any = MISSING  # a ModeConfig subclass, chosen by the mode's YAML
+    partitioner: PartitionerConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data_dir: Optional[str] = None  # raw dataset files (env GNNTRAIN_DATA_DIR)
+    cache_dir: Optional[str] = None  # processed data + partitions (env GNNTRAIN_CACHE_DIR)
+    allow_download: bool = True  # let DGL/OGB download missing files (never when GNNTRAIN_OFFLINE=1)
+    kernel: Kernel = Kernel.auto
+    port: int = 0  # rendezvous port for local launches; 0 = pick a free one
+    comm_timeout_s: float = 120.0  # finite timeout for every collective
+
+
+def register_configs() -> None:
+    """Register the root schema, the group schemas and every mode's schema."""
+    from hydra.core.config_store import ConfigStore
+
+    from gnntrain.modes import MODE_REGISTRY
+
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+    cs.store(group="dataset", name="dataset_schema", node=DatasetConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="partitioner", name="partitioner_schema", node=PartitionerConfig)
+    cs.store(group="hardware", name="hardware_schema", node=HardwareConfig)
+    for name, mode_cls in MODE_REGISTRY.items():
+        cs.store(group="mode", name=f"{name}_schema", node=mode_cls.config_class)

@@ -1,0 +1,108 @@
+"""The one object every dataset loader yields."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import torch
+
+
+@dataclass
+class GraphData:
+    """A node-classification graph as plain tensors, plus its DGL view.
+
+    ``src``/``dst`` hold the directed edges src→dst without self-loops
+    (symmetrised when the dataset config asks); :meth:`edges` adds self-loops
+    when the model wants them. ``content_hash`` keys every cache built from it.
+    """
+
+    name: str
+    num_nodes: int
+    src: torch.Tensor
+    dst: torch.Tensor
+    features: torch.Tensor
+    labels: torch.Tensor
+    train_mask: torch.Tensor
+    val_mask: torch.Tensor
+    test_mask: torch.Tensor
+    num_classes: int
+    content_hash: str
+    origin: str = ""
+    _dgl_cache: Dict[bool, object] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.src.numel())
+
+    @property
+    def feat_dim(self) -> int:
+        return int(self.features.shape[1])
+
+    @property
+    def masks(self) -> Dict[str, torch.Tensor]:
+        return {"train": self.train_mask, "val": self.val_mask, "test": self.test_mask}
+
+    def edges(self, self_loop: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+        if not self_loop:
+            return self.src, self.dst
+        loops = torch.arange(self.num_nodes, dtype=self.src.dtype)
+        return torch.cat([self.src, loops]), torch.cat([self.dst, loops])
+
+    def graph(self, self_loop: bool = False):
+        """The DGL graph, with node data ``feat``, ``label`` and the three masks."""
+        if self_loop not in self._dgl_cache:
+            import dgl
+
+            src, dst = self.edges(self_loop)
+            g = dgl.graph((src, dst), num_nodes=self.num_nodes)
+            g.ndata["feat"] = self.features
+            g.ndata["label"] = self.labels
+            for split, mask in self.masks.items():
+                g.ndata[f"{split}_mask"] = mask
+            self._dgl_cache[self_loop] = g
+        return self._dgl_cache[self_loop]
+
+    def summary(self) -> Dict[str, object]:
+        return {
+            "name": self.name, "nodes": self.num_nodes, "edges": self.num_edges,
+            "features": self.feat_dim, "classes": self.num_classes,
+            "train": int(self.train_mask.sum()), "val": int(self.val_mask.sum()),
+            "test": int(self.test_mask.sum()), "hash": self.content_hash, "origin": self.origin,
+        }
+
+
+def hash_tensors(*tensors: torch.Tensor, extra: str = "") -> str:
+    h = hashlib.sha1(extra.encode())
+    for t in tensors:
+        arr = np.ascontiguousarray(t.detach().cpu().numpy())
+        h.update(str(arr.dtype).encode() + str(arr.shape).encode())
+        h.update(memoryview(arr).cast("B"))
+    return h.hexdigest()[:16]
+
+
+def clean_edges(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, symmetrize: bool
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Drop self-loops and duplicate edges; add reverse edges when asked. Sorted by (dst, src)."""
+    src, dst = src.to(torch.int64), dst.to(torch.int64)
+    if symmetrize:
+        src, dst = torch.cat([src, dst]), torch.cat([dst, src])
+    keep = src != dst
+    key = torch.unique(dst[keep] * num_nodes + src[keep])
+    return key % num_nodes, key // num_nodes
+
+
+def split_masks(num_nodes: int, fractions: Tuple[float, float, float], seed: int
+                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed + 7919)
+    order = torch.randperm(num_nodes, generator=gen)
+    sizes = [int(round(f * num_nodes)) for f in fractions]
+    masks = []
+    start = 0
+    for size in sizes:
+        m = torch.zeros(num_nodes, dtype=torch.bool)
+        m[order[start:start + size]] = True
+        masks.append(m)
+        start += size
+    return masks[0], masks[1], masks[2]

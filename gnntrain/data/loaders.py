@@ -1,0 +1,163 @@
+"""File-backed datasets through DGL's own dataset classes and OGB's loader.
+
+``data_dir`` is where raw files are looked for, in each library's own layout
+(so files placed there are used without a download). Both libraries write
+their processed caches beside the raw files; to keep a read-only
+``data_dir`` untouched we build a *link farm* under ``cache_dir``: a folder of
+symbolic links to the raw files, which the library then reads and writes its
+processed files into.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+from gnntrain.data.graph import GraphData, clean_edges, hash_tensors
+from gnntrain.errors import DatasetError
+
+
+@dataclass(frozen=True)
+class DGLSource:
+    dgl_class: str  # attribute of dgl.data
+    folder_name: str  # DGLDataset.name
+    url_path: str  # relative download path (DGL hashes the full URL into the folder suffix)
+    files: List[str]
+    kwargs: Optional[Dict[str, object]] = None
+
+    def folder(self) -> str:
+        import hashlib
+
+        from dgl.data.utils import _get_dgl_url
+
+        return self.folder_name + "_" + hashlib.sha1(_get_dgl_url(self.url_path).encode()).hexdigest()[:8]
+
+
+def _planetoid(prefix: str) -> List[str]:
+    return [f"ind.{prefix}.{part}" for part in ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")]
+
+
+DGL_SOURCES: Dict[str, DGLSource] = {
+    "cora": DGLSource("CoraGraphDataset", "cora_v2", "dataset/cora_v2.zip", _planetoid("cora_v2")),
+    "citeseer": DGLSource("CiteseerGraphDataset", "citeseer", "dataset/citeseer.zip", _planetoid("citeseer")),
+    "pubmed": DGLSource("PubmedGraphDataset", "pubmed", "dataset/pubmed.zip", _planetoid("pubmed")),
+    "reddit": DGLSource("RedditDataset", "reddit", "dataset/reddit.zip",
+                        ["reddit_data.npz", "reddit_graph.npz"], {"self_loop": False}),
+}
+
+OGB_REQUIRED = ["raw/edge.csv.gz", "raw/num-node-list.csv.gz", "raw/num-edge-list.csv.gz",
+                "raw/node-feat.csv.gz", "raw/node-label.csv.gz"]
+OGB_SPLITS = {"ogbn-arxiv": "time", "ogbn-products": "sales_ranking"}
+
+
+def offline() -> bool:
+    return os.environ.get("GNNTRAIN_OFFLINE", "") not in ("", "0", "false")
+
+
+def _link_farm(source_dir: Path, farm_dir: Path) -> None:
+    """Mirror ``source_dir``'s entries as symlinks in ``farm_dir`` (idempotent)."""
+    farm_dir.mkdir(parents=True, exist_ok=True)
+    for entry in source_dir.iterdir():
+        link = farm_dir / entry.name
+        if entry.name == "processed" or link.exists() or link.is_symlink():
+            continue
+        link.symlink_to(entry.resolve())
+
+
+def _quiet(fn: Callable[[], object]) -> object:
+    with contextlib.redirect_stdout(io.StringIO()):
+        return fn()
+
+
+def _from_dgl_graph(name: str, g, masks, num_classes: int, symmetrize: bool, origin: str) -> GraphData:
+    src, dst = g.edges()
+    n = g.num_nodes()
+    src, dst = clean_edges(src, dst, n, symmetrize=symmetrize)
+    features = g.ndata["feat"].to(torch.float32)
+    labels = g.ndata["label"].reshape(n, -1)[:, 0].to(torch.int64) if "label" in g.ndata else None
+    return GraphData(
+        name=name, num_nodes=n, src=src, dst=dst, features=features, labels=labels,
+        train_mask=masks[0], val_mask=masks[1], test_mask=masks[2], num_classes=int(num_classes),
+        content_hash=f"{name}-" + hash_tensors(src, dst, features, labels, *masks), origin=origin,
+    )
+
+
+def load_dgl_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_download: bool) -> GraphData:
+    name = cfg.name
+    source = DGL_SOURCES[name]
+    import dgl.data
+
+    folder = source.folder()
+    farm_root = cache_dir / "dgl"
+    found = Path(data_dir) / folder if data_dir else None
+    if found is not None and all((found / f).exists() for f in source.files):
+        _link_farm(found, farm_root / folder)
+        origin = str(found)
+    elif allow_download and not offline():
+        origin = f"downloaded by DGL into {farm_root / folder}"
+    else:
+        searched = str(found) if found is not None else "(no data_dir set)"
+        raise DatasetError(
+            f"dataset '{name}': raw files not found at {searched}, and downloading is "
+            f"{'disabled (GNNTRAIN_OFFLINE)' if offline() else 'off'}. Expected DGL's layout: "
+            f"<data_dir>/{folder}/{{{', '.join(source.files)}}}. Set data_dir=DIR (or GNNTRAIN_DATA_DIR) "
+            "to the folder holding it, or run online to let DGL download it."
+        )
+    cls = getattr(dgl.data, source.dgl_class)
+    try:
+        ds = _quiet(lambda: cls(raw_dir=str(farm_root), verbose=False, **(source.kwargs or {})))
+    except Exception as exc:  # corrupt files, failed download, ...
+        raise DatasetError(
+            f"dataset '{name}': DGL could not read {origin}: {type(exc).__name__}: {exc}. "
+            f"Check the files in {found or farm_root / folder} (DGL layout <data_dir>/{folder}/...), "
+            f"or delete {farm_root / folder} to rebuild DGL's processed cache."
+        ) from exc
+    g = ds[0]
+    masks = tuple(g.ndata[f"{s}_mask"].to(torch.bool) for s in ("train", "val", "test"))
+    return _from_dgl_graph(name, g, masks, ds.num_classes, bool(cfg.symmetrize), origin)
+
+
+def load_ogb_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_download: bool) -> GraphData:
+    name = cfg.name
+    folder = name.replace("-", "_")
+    found = Path(data_dir) / folder if data_dir else None
+    farm_root = cache_dir / "ogb"
+    has_files = found is not None and all((found / f).exists() for f in OGB_REQUIRED) and any(
+        found.glob("RELEASE_v*.txt"))
+    if has_files:
+        _link_farm(found, farm_root / folder)
+        origin = str(found)
+    elif allow_download and not offline():
+        origin = f"downloaded by OGB into {farm_root / folder}"
+    else:
+        searched = str(found) if found is not None else "(no data_dir set)"
+        raise DatasetError(
+            f"dataset '{name}': raw files not found at {searched}, and downloading is "
+            f"{'disabled (GNNTRAIN_OFFLINE)' if offline() else 'off'}. Expected OGB's layout: "
+            f"<data_dir>/{folder}/{{RELEASE_v1.txt, {', '.join(OGB_REQUIRED)}, split/{OGB_SPLITS[name]}/"
+            "{train,valid,test}.csv.gz}. Set data_dir=DIR (or GNNTRAIN_DATA_DIR) to the folder holding it."
+        )
+    try:
+        from ogb.nodeproppred import DglNodePropPredDataset
+
+        ds = _quiet(lambda: DglNodePropPredDataset(name=name, root=str(farm_root)))
+        g, labels = ds[0]
+        split = ds.get_idx_split()
+    except Exception as exc:
+        raise DatasetError(
+            f"dataset '{name}': OGB could not read {origin}: {type(exc).__name__}: {exc}. "
+            f"Check the files (OGB layout <data_dir>/{folder}/raw, split/), or delete {farm_root / folder}."
+        ) from exc
+    n = g.num_nodes()
+    g.ndata["label"] = labels.reshape(n, -1)[:, 0].to(torch.int64)
+    masks = []
+    for key in ("train", "valid", "test"):
+        m = torch.zeros(n, dtype=torch.bool)
+        m[torch.as_tensor(split[key], dtype=torch.int64)] = True
+        masks.append(m)
+    return _from_dgl_graph(name, g, tuple(masks), ds.num_classes, bool(cfg.symmetrize), origin)

@@ -1,0 +1,233 @@
+"""Run a plan: prepare the shards, start the ranks, watch them, write the summary.
+
+Ranks come from one of three places, all ending in :func:`rank_main`:
+
+* ``gnntrain run`` on a laptop or a single node: ``world_size`` processes
+  spawned here with torch.multiprocessing, on a free port;
+* ``torchrun``: ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``;
+* SLURM ``srun`` (or hydra-submitit): ``SLURM_PROCID``/``SLURM_NTASKS``, with
+  the master address from the first host of the job's node list.
+
+The launcher watches its children: if any rank raises, is killed, or stops
+answering (collectives carry a finite timeout), the others are terminated,
+the failing rank and its traceback or signal are reported, and summary.json
+says ``status: failed``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from gnntrain.errors import GnnTrainError, RankFailure
+from gnntrain.metrics import RunRecorder, build_summary, failed_summary, write_json_atomic
+
+
+def find_free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class RankIdentity:
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+    source: str  # torchrun | slurm
+
+
+def expand_nodelist(nodelist: str) -> List[str]:
+    """Expand a SLURM node list such as ``node[01-03,07],login``."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.split()
+        if out:
+            return out
+    except Exception:
+        pass
+    hosts: List[str] = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,]+)", nodelist):
+        if plain:
+            hosts.append(plain)
+            continue
+        for part in ranges.split(","):
+            if "-" in part:
+                lo, hi = part.split("-")
+                hosts.extend(f"{prefix}{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1))
+            else:
+                hosts.append(prefix + part)
+    return hosts
+
+
+def external_identity(env: Optional[Dict[str, str]] = None) -> Optional[RankIdentity]:
+    """This process's rank when an external launcher started several ranks."""
+    env = dict(os.environ) if env is None else env
+    if "RANK" in env and "WORLD_SIZE" in env and int(env["WORLD_SIZE"]) > 1:
+        return RankIdentity(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
+                            env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", 29500)), "torchrun")
+    if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+        nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "127.0.0.1"
+        master = env.get("MASTER_ADDR") or expand_nodelist(nodelist)[0]
+        port = int(env.get("MASTER_PORT") or 20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
+        return RankIdentity(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0)),
+                            master, port, "slurm")
+    return None
+
+
+def _set_threads(threads: int) -> None:
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["MKL_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, port: int,
+              partition: Dict[str, Any], preprocess_s: float) -> Optional[Dict[str, Any]]:
+    """Entry point of one rank, whoever started it."""
+    _set_threads(plan.threads_per_rank)
+    import torch
+
+    from gnntrain.comm import Communicator
+    from gnntrain.modes import get_mode
+    from gnntrain.runtime import RankContext
+
+    distributed = plan.world_size > 1
+    if distributed:
+        import torch.distributed as dist
+
+        dist.init_process_group(plan.backend, init_method=f"tcp://{master_addr}:{port}", rank=rank,
+                                world_size=plan.world_size,
+                                timeout=timedelta(seconds=float(plan.config["comm_timeout_s"])))
+    device = torch.device(plan.rank_devices[rank])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    recorder = None
+    if rank == 0 and run_dir is not None:
+        recorder = RunRecorder(Path(run_dir), plan, progress=bool(plan.config["train"]["progress"]))
+    ctx = RankContext(plan=plan, comm=Communicator(rank, plan.world_size), device=device,
+                      run_dir=Path(run_dir) if run_dir else None, recorder=recorder, preprocess_s=preprocess_s)
+    mode = get_mode(plan.mode)(plan.config_obj)
+    try:
+        result = mode.train_rank(shard, ctx)
+    finally:
+        if recorder is not None:
+            recorder.stop()
+    summary = None
+    if rank == 0:
+        summary = build_summary(plan, result, partition)
+        if recorder is not None:
+            recorder.finish(summary)
+    if distributed:
+        ctx.comm.barrier()  # leave together: gloo's teardown can block if a peer is already gone
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    return summary
+
+
+def _spawned_rank(rank: int, plan, shards, *args) -> None:
+    rank_main(rank, plan, shards[rank], *args)
+
+
+def prepare(plan, ranks=None):
+    from gnntrain.data import load_dataset
+    from gnntrain.modes import get_mode
+
+    cfg = plan.config_obj
+    start = time.perf_counter()
+    data = load_dataset(cfg)
+    load_s = time.perf_counter() - start
+    prepared = get_mode(plan.mode)(cfg).prepare(data, plan, ranks)
+    prepared.preprocess_s += load_s
+    return prepared
+
+
+def run_training(plan, run_dir: Path) -> Dict[str, Any]:
+    """Train ``plan``; returns the summary (raises GnnTrainError on failure after writing it)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    identity = external_identity()
+    if identity is not None:
+        return _run_external(plan, run_dir, identity)
+    try:
+        prepared = prepare(plan)
+        if plan.world_size == 1:
+            summary = rank_main(0, plan, prepared.shards[0], str(run_dir), "127.0.0.1", 0, prepared.partition,
+                                prepared.preprocess_s)
+            return summary
+        port = int(plan.config.get("port") or 0) or find_free_port()
+        _spawn_and_watch(plan, prepared, run_dir, port)
+    except GnnTrainError as exc:
+        write_json_atomic(run_dir / "summary.json", failed_summary(plan, str(exc)))
+        raise
+    except Exception as exc:
+        write_json_atomic(run_dir / "summary.json",
+                          failed_summary(plan, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        raise
+    import json
+
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def _spawn_and_watch(plan, prepared, run_dir: Path, port: int) -> None:
+    import torch.multiprocessing as mp
+
+    os.environ["OMP_NUM_THREADS"] = str(plan.threads_per_rank)
+    args = (plan, prepared.shards, str(run_dir), "127.0.0.1", port, prepared.partition, prepared.preprocess_s)
+    context = mp.start_processes(_spawned_rank, args=args, nprocs=plan.world_size, join=False,
+                                 start_method="spawn")
+    try:
+        while not context.join(timeout=0.5):
+            pass
+    except mp.ProcessRaisedException as exc:
+        raise RankFailure(_describe_failure(exc.error_index, str(exc))) from None
+    except mp.ProcessExitedException as exc:
+        raise RankFailure(f"rank {exc.error_index} died ({_signal_text(exc)}); the other ranks were stopped. "
+                          "Check the host's memory (an out-of-memory kill shows as SIGKILL).") from None
+    finally:
+        for proc in context.processes:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in context.processes:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+
+
+def _signal_text(exc) -> str:
+    if getattr(exc, "signal_name", None):
+        return f"signal {exc.signal_name}"
+    return f"exit code {exc.exit_code}"
+
+
+def _describe_failure(rank: int, message: str) -> str:
+    lines = [line for line in message.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else "unknown error"
+    tail = "\n".join(lines[-12:])
+    return f"rank {rank} failed: {last}\n--- rank {rank} traceback (last lines) ---\n{tail}"
+
+
+def _run_external(plan, run_dir: Path, identity: RankIdentity) -> Dict[str, Any]:
+    if identity.world_size != plan.world_size:
+        raise RankFailure(f"the launcher started {identity.world_size} ranks ({identity.source}) but the plan "
+                          f"needs {plan.world_size}; set hardware.nodes/ranks_per_node to match")
+    try:
+        prepared = prepare(plan, ranks=[identity.rank])
+        summary = rank_main(identity.rank, plan, prepared.shards[0], str(run_dir), identity.master_addr,
+                            identity.master_port, prepared.partition, prepared.preprocess_s)
+        return summary or {"status": "completed", "rank": identity.rank}
+    except Exception as exc:
+        if identity.rank == 0:
+            write_json_atomic(run_dir / "summary.json", failed_summary(plan, f"{type(exc).__name__}: {exc}"))
+        raise

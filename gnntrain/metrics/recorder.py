@@ -1,0 +1,161 @@
+"""What a run writes: ``metrics.jsonl`` per epoch and ``summary.json`` at the
+end (also on failure), exactly as in CONTRACT.md; plus rank 0's progress bar
+and final table."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+SUMMARY_FIELDS = ("status", "mode", "dataset", "model", "world_size", "epochs", "dtype", "losses", "accuracy",
+                  "epoch_time_s", "epoch_time_median_s", "time_breakdown_s", "comm_bytes", "peak_memory_bytes",
+                  "partition")
+
+
+def write_json_atomic(path: Path, payload: Dict[str, Any]) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _identity(plan) -> Dict[str, Any]:
+    return {"mode": plan.mode, "dataset": plan.dataset, "model": plan.model, "world_size": plan.world_size,
+            "epochs": plan.epochs, "dtype": plan.dtype}
+
+
+def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Dict[str, Any]:
+    """summary.json for a completed run, from rank 0's result."""
+    history: List[Dict[str, Any]] = result["history"]
+    times = [h["epoch_time_s"] for h in history]
+    median_time = statistics.median(times)
+    # the epoch whose time is the (lower) median gives the per-epoch figures
+    med = history[times.index(statistics.median_low(times))]
+    breakdown = {
+        "compute": statistics.median(h["time_breakdown_s"]["compute"] for h in history),
+        "comm": statistics.median(h["time_breakdown_s"]["comm"] for h in history),
+        "preprocess": result.get("setup", {}).get("preprocess_s", 0.0),
+    }
+    return {
+        "status": "completed", **_identity(plan),
+        "losses": [h["loss"] for h in history],
+        "accuracy": result["accuracy"],
+        "epoch_time_s": times, "epoch_time_median_s": median_time,
+        "time_breakdown_s": breakdown,
+        "comm_bytes": {"per_epoch": med["comm_bytes"], "by_kind": med["comm_by_kind"],
+                       "max_rank_send": med["max_rank_send"],
+                       "setup": result.get("setup", {}).get("setup_comm_bytes", 0)},
+        "peak_memory_bytes": result["peak_memory_bytes"],
+        "partition": partition,
+        "plan_hash": plan.plan_hash,
+        "kernel": plan.kernel,
+    }
+
+
+def failed_summary(plan, error: str, partial: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    summary = {"status": "failed", "error": error}
+    if plan is not None:
+        summary.update(_identity(plan))
+    for key in SUMMARY_FIELDS:
+        summary.setdefault(key, None)
+    summary.update(partial or {})
+    summary["status"], summary["error"] = "failed", error
+    return summary
+
+
+class RunRecorder:
+    """Rank 0's writer: appends metrics.jsonl, shows progress, writes summary.json."""
+
+    def __init__(self, run_dir: Path, plan, progress: bool = True, console: Optional[Console] = None):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.plan = plan
+        self.console = console or Console(stderr=False)
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.metrics_path.write_text("")
+        self.show_progress = progress
+        self._progress: Optional[Progress] = None
+        self._task = None
+
+    def start(self, epochs: int, comm_widths: Optional[List[int]] = None) -> None:
+        if comm_widths is not None:
+            self.console.print(f"[dim]feature widths communicated per layer: {comm_widths}[/dim]")
+        if self.show_progress:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                TextColumn("loss {task.fields[loss]}"), TextColumn("val {task.fields[val]}"),
+                TextColumn("{task.fields[dt]}"), TimeElapsedColumn(), console=self.console, transient=False)
+            self._progress.start()
+            self._task = self._progress.add_task(f"{self.plan.mode}/{self.plan.dataset}", total=epochs,
+                                                 loss="-", val="-", dt="-")
+
+    def epoch(self, record: Dict[str, Any]) -> None:
+        with open(self.metrics_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._progress is not None:
+            val = f"{record['val_acc']:.3f}" if "val_acc" in record else "-"
+            self._progress.update(self._task, advance=1, loss=f"{record['loss']:.4f}", val=val,
+                                  dt=f"{record['epoch_time_s'] * 1000:.1f} ms/epoch")
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def finish(self, summary: Dict[str, Any]) -> None:
+        self.stop()
+        write_json_atomic(self.run_dir / "summary.json", summary)
+        self.console.print(summary_table(summary))
+
+
+def _fmt_bytes(n: Optional[float]) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def summary_table(summary: Dict[str, Any]) -> Table:
+    table = Table(title=f"gnntrain {summary.get('mode')} on {summary.get('dataset')}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    acc = summary.get("accuracy") or {}
+    rows = [
+        ("status", summary.get("status")),
+        ("model / ranks / dtype", f"{summary.get('model')} / {summary.get('world_size')} / {summary.get('dtype')}"),
+        ("final loss", f"{summary['losses'][-1]:.6f}" if summary.get("losses") else "-"),
+        ("accuracy train/val/test", " / ".join(f"{acc.get(s, float('nan')):.4f}" for s in ("train", "val", "test"))),
+        ("median epoch time", f"{summary.get('epoch_time_median_s', 0) * 1000:.2f} ms"),
+    ]
+    tb = summary.get("time_breakdown_s") or {}
+    rows.append(("compute / comm / preprocess", " / ".join(f"{tb.get(k, 0):.4f} s"
+                                                            for k in ("compute", "comm", "preprocess"))))
+    cb = summary.get("comm_bytes") or {}
+    rows.append(("comm per epoch (all ranks)", _fmt_bytes(cb.get("per_epoch"))))
+    for kind, value in sorted((cb.get("by_kind") or {}).items()):
+        rows.append((f"  {kind}", _fmt_bytes(value)))
+    rows.append(("max rank send per epoch", _fmt_bytes(cb.get("max_rank_send"))))
+    pm = summary.get("peak_memory_bytes") or {}
+    rows.append(("peak host memory (max rank)", _fmt_bytes(pm.get("host_max_rank"))))
+    if pm.get("device_max_rank") is not None:
+        rows.append(("peak device memory (max rank)", _fmt_bytes(pm.get("device_max_rank"))))
+    part = summary.get("partition") or {}
+    if part.get("num_parts", 1) > 1:
+        rows.append(("partition", f"{part.get('num_parts')} parts, cut {part.get('edge_cut')}, "
+                                  f"volume {part.get('total_volume')}, max send {part.get('max_send_volume')}"))
+    for k, v in rows:
+        table.add_row(k, str(v))
+    return table

@@ -1,0 +1,166 @@
+"""GCN, GraphSAGE-mean and GIN in aggregate → update form.
+
+Each layer splits into
+
+* ``aggregate(h, agg)``: the neighbourhood part, ``agg`` being a callable
+  that maps the rows this process holds to their aggregated rows (a local
+  SpMM in ``single``; halo exchange + SpMM in ``partition``; ...), and
+* ``update(h, z)``: the dense per-row part.
+
+Modes differ only in the ``agg`` they pass, so every mode trains the same
+network with the same parameters (the exactness tests rely on it). Dropout is
+drawn for the *global* tensor from a shared seed and sliced to the rows a
+process holds (notes/exactness.md), so it also matches across modes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+import torch
+from torch import nn
+
+Aggregate = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str  # gcn | sage | gin
+    in_dim: int
+    hidden: int
+    out_dim: int
+    layers: int
+    dropout: float
+    aggregate_first: Optional[bool] = None  # GCN only; None = DGL's rule (aggregate when not widening)
+    gin_eps_learnable: bool = True
+
+    @property
+    def dims(self) -> List[int]:
+        return [self.in_dim] + [self.hidden] * (self.layers - 1) + [self.out_dim]
+
+
+class GCNLayer(nn.Module):
+    """h' = Â·h·W + b (Kipf & Welling); order of Â and W chosen per layer."""
+
+    def __init__(self, d_in: int, d_out: int, aggregate_first: Optional[bool]):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(d_in, d_out))
+        self.bias = nn.Parameter(torch.zeros(d_out))
+        nn.init.xavier_uniform_(self.weight)
+        self.aggregate_first = (d_in <= d_out) if aggregate_first is None else aggregate_first
+
+    def comm_width(self) -> int:
+        return self.weight.shape[0] if self.aggregate_first else self.weight.shape[1]
+
+    def aggregate(self, h: torch.Tensor, agg: Aggregate) -> torch.Tensor:
+        return agg(h) if self.aggregate_first else agg(h @ self.weight)
+
+    def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return (z @ self.weight if self.aggregate_first else z) + self.bias
+
+
+class SAGELayer(nn.Module):
+    """h' = h·W_self + mean_{u∈N(v)} h_u · W_neigh + b (Hamilton et al., mean aggregator)."""
+
+    def __init__(self, d_in: int, d_out: int):
+        super().__init__()
+        self.fc_self = nn.Linear(d_in, d_out, bias=False)
+        self.fc_neigh = nn.Linear(d_in, d_out, bias=False)
+        self.bias = nn.Parameter(torch.zeros(d_out))
+        gain = nn.init.calculate_gain("relu")
+        nn.init.xavier_uniform_(self.fc_self.weight, gain=gain)
+        nn.init.xavier_uniform_(self.fc_neigh.weight, gain=gain)
+
+    def comm_width(self) -> int:
+        return self.fc_self.weight.shape[1]
+
+    def aggregate(self, h: torch.Tensor, agg: Aggregate) -> torch.Tensor:
+        return agg(h)
+
+    def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return self.fc_self(h) + self.fc_neigh(z) + self.bias
+
+
+class GINLayer(nn.Module):
+    """h' = MLP((1+ε)·h + Σ_{u∈N(v)} h_u) (Xu et al.); ε lives on the aggregation side."""
+
+    def __init__(self, d_in: int, d_out: int, eps_learnable: bool):
+        super().__init__()
+        eps = torch.zeros(1)
+        if eps_learnable:
+            self.eps = nn.Parameter(eps)
+        else:
+            self.register_buffer("eps", eps)
+        self.mlp = nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU(), nn.Linear(d_out, d_out))
+
+    def comm_width(self) -> int:
+        return self.mlp[0].weight.shape[1]
+
+    def aggregate(self, h: torch.Tensor, agg: Aggregate) -> torch.Tensor:
+        return (1 + self.eps) * h + agg(h)
+
+    def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return self.mlp(z)
+
+
+class GlobalDropout:
+    """Dropout whose mask is drawn for the global (num_nodes × d) tensor.
+
+    The generator is seeded from (seed, epoch, layer); each process takes the
+    rows it holds (``global_ids``), so single and distributed runs drop the
+    same entries.
+    """
+
+    def __init__(self, p: float, seed: int, num_global_nodes: int, global_ids: Optional[torch.Tensor]):
+        self.p, self.seed, self.num_global_nodes, self.global_ids = p, seed, num_global_nodes, global_ids
+        self.epoch = 0
+
+    def __call__(self, h: torch.Tensor, layer: int) -> torch.Tensor:
+        if self.p <= 0:
+            return h
+        gen = torch.Generator().manual_seed(hash((self.seed, self.epoch, layer)) & 0x7FFF_FFFF_FFFF)
+        keep = torch.rand((self.num_global_nodes, h.shape[1]), generator=gen) >= self.p
+        if self.global_ids is not None:
+            keep = keep[self.global_ids]
+        return h * keep.to(device=h.device, dtype=h.dtype) / (1.0 - self.p)
+
+
+class GNN(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.spec = spec
+        dims = spec.dims
+        layers: List[nn.Module] = []
+        for d_in, d_out in zip(dims[:-1], dims[1:]):
+            if spec.name == "gcn":
+                layers.append(GCNLayer(d_in, d_out, spec.aggregate_first))
+            elif spec.name == "sage":
+                layers.append(SAGELayer(d_in, d_out))
+            elif spec.name == "gin":
+                layers.append(GINLayer(d_in, d_out, spec.gin_eps_learnable))
+            else:
+                raise ValueError(f"model {spec.name!r} is not available in aggregate/update form")
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x: torch.Tensor, agg: Aggregate, dropout: Optional[GlobalDropout] = None) -> torch.Tensor:
+        h = x
+        for i, layer in enumerate(self.layers):
+            if i > 0:
+                h = torch.relu(h)
+                if dropout is not None and self.training:
+                    h = dropout(h, i)
+            h = layer.update(h, layer.aggregate(h, agg))
+        return h
+
+    def comm_widths(self) -> List[int]:
+        """Feature width each layer hands to its aggregation (what a halo carries)."""
+        return [layer.comm_width() for layer in self.layers]
+
+
+def build_model(spec: ModelSpec, seed: int, dtype: torch.dtype) -> GNN:
+    """Identical initial weights on every process: one seeded generator."""
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    model = GNN(spec).to(dtype)
+    torch.random.set_rng_state(state)
+    return model

@@ -1,0 +1,109 @@
+"""The small protocol every parallelism mode implements.
+
+A mode is one module in ``gnntrain/modes/`` that defines a ``Mode`` subclass
+(decorated with :func:`register_mode`) and its options dataclass, plus one
+YAML file in ``configs/mode/``. It takes part in three stages:
+
+1. **plan** (no processes yet): :meth:`Mode.world_size`, :meth:`Mode.validate`
+   and :meth:`Mode.estimate_comm` see only sizes from the config;
+2. **prepare** (launcher process, or each rank under torchrun/srun):
+   :meth:`Mode.prepare` turns the loaded :class:`GraphData` into one
+   :class:`RankShard` of plain tensors per rank;
+3. **train** (in each rank): :meth:`Mode.train_rank`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Type
+
+import torch
+
+from gnntrain.config.schema import ModeConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gnntrain.data.graph import GraphData
+    from gnntrain.plan import PlanContext, RunPlan
+    from gnntrain.runtime import RankContext
+
+MODE_REGISTRY: Dict[str, Type["Mode"]] = {}
+
+
+def register_mode(cls: Type["Mode"]) -> Type["Mode"]:
+    MODE_REGISTRY[cls.name] = cls
+    return cls
+
+
+@dataclass
+class RankShard:
+    """What one rank holds, as plain tensors: no DGL needed to train from it.
+
+    ``count_masks`` select the held rows whose loss/accuracy this rank
+    counts (replicas of a row count it once). ``edges`` are (dst, src,
+    weight) in an index space the mode defines; ``info`` carries the mode's
+    own layout data.
+    """
+
+    rank: int
+    world_size: int
+    num_global_nodes: int
+    num_classes: int
+    features: torch.Tensor
+    labels: torch.Tensor
+    count_masks: Dict[str, torch.Tensor]
+    global_counts: Dict[str, int]
+    global_ids: torch.Tensor
+    edges: Sequence[torch.Tensor]
+    info: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Prepared:
+    shards: List[RankShard]
+    partition: Dict[str, Any]  # summary.json "partition" block
+    preprocess_s: float = 0.0
+    notes: List[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CommEstimate:
+    per_epoch_bytes: Optional[int]
+    by_kind: Dict[str, int]
+    formula: str
+
+
+class Mode:
+    name: ClassVar[str]
+    config_class: ClassVar[Type[ModeConfig]]
+    implemented: ClassVar[bool] = True
+    issue: ClassVar[str] = ""  # the issue that implements it, for "not implemented yet"
+    exact: ClassVar[bool] = True  # reproduces mode=single (notes/exactness.md)
+    models: ClassVar[Sequence[str]] = ("gcn", "sage", "gin")
+
+    def __init__(self, cfg):
+        self.cfg = cfg  # the whole composed run config
+        self.options = cfg.mode
+
+    # ------------------------------------------------------------- planning
+    def world_size(self, hardware_world_size: int) -> int:
+        return hardware_world_size
+
+    def num_parts(self, world_size: int) -> int:
+        return world_size
+
+    def validate(self, ctx: "PlanContext") -> List[str]:
+        """Raise PlanError for impossible plans; return warnings."""
+        return []
+
+    def estimate_comm(self, ctx: "PlanContext") -> Optional[CommEstimate]:
+        return None
+
+    def details(self, ctx: "PlanContext") -> Dict[str, Any]:
+        """Mode-specific lines for the printed plan."""
+        return {}
+
+    # ---------------------------------------------------------- prepare/train
+    def prepare(self, data: "GraphData", plan: "RunPlan", ranks: Optional[Sequence[int]] = None) -> Prepared:
+        raise NotImplementedError
+
+    def train_rank(self, shard: RankShard, ctx: "RankContext") -> Dict[str, Any]:
+        raise NotImplementedError

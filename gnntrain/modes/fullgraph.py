@@ -1,0 +1,133 @@
+"""The full-graph training loop shared by the exact modes.
+
+A mode hands it the rank's shard and an aggregation callable; the loop is
+the same everywhere (notes/exactness.md):
+
+* loss = Σ CE over the train rows this rank counts / global train count;
+* parameter gradients all-reduced with SUM (never AVG) over all ranks;
+* identical initial weights from one seeded generator;
+* dropout drawn for the global tensor and sliced to the held rows.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from gnntrain.comm.accounting import KINDS, Phase
+from gnntrain.models import GlobalDropout, ModelSpec, build_model
+from gnntrain.modes.base import RankShard
+from gnntrain.runtime import RankContext, peak_device_bytes, peak_host_bytes
+
+SPLITS = ("train", "val", "test")
+
+
+def model_spec(cfg, in_dim: int, num_classes: int, aggregate_first: Optional[bool] = None) -> ModelSpec:
+    m = cfg.model
+    return ModelSpec(name=m.name, in_dim=in_dim, hidden=m.hidden, out_dim=num_classes, layers=m.layers,
+                     dropout=m.dropout, aggregate_first=aggregate_first, gin_eps_learnable=m.gin_eps_learnable)
+
+
+def sync_gradients(params: List[torch.nn.Parameter], comm) -> None:
+    """One flat SUM all-reduce of every parameter gradient (kind ``allreduce``)."""
+    if not comm.distributed:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = _flatten_dense_tensors(grads)
+    comm.all_reduce(flat, "allreduce")
+    for p, g in zip(params, _unflatten_dense_tensors(flat, grads)):
+        if p.grad is None:
+            p.grad = g.clone()
+        else:
+            p.grad.copy_(g)
+
+
+def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[torch.Tensor], torch.Tensor],
+                     aggregate_first: Optional[bool] = None, setup_s: float = 0.0) -> Dict[str, Any]:
+    cfg = ctx.plan.config_obj
+    comm, ledger = ctx.comm, ctx.comm.ledger
+    dtype, device = ctx.dtype, ctx.device
+    train_cfg = cfg.train
+
+    x = shard.features.to(device=device, dtype=dtype)
+    labels = shard.labels.to(device)
+    masks = {s: shard.count_masks[s].to(device) for s in SPLITS}
+    spec = model_spec(cfg, x.shape[1], shard.num_classes, aggregate_first)
+    model = build_model(spec, int(train_cfg.seed), dtype).to(device)
+    params = [p for p in model.parameters()]
+    optimizer = torch.optim.Adam(params, lr=float(train_cfg.lr), weight_decay=float(train_cfg.weight_decay))
+    dropout = GlobalDropout(spec.dropout, int(train_cfg.seed), shard.num_global_nodes,
+                            None if shard.num_global_nodes == x.shape[0] and shard.world_size == 1
+                            else shard.global_ids)
+    n_train = max(1, shard.global_counts["train"])
+    recorder = ctx.recorder
+    if recorder is not None:
+        recorder.start(int(train_cfg.epochs), comm_widths=model.comm_widths())
+
+    history: List[Dict[str, Any]] = []
+    accuracy: Dict[str, float] = {}
+    for epoch in range(int(train_cfg.epochs)):
+        ledger.reset(Phase.train)
+        model.train()
+        dropout.epoch = epoch
+        start = time.perf_counter()
+        with ledger.in_phase(Phase.train):
+            logits = model(x, aggregate, dropout)
+            train_mask = masks["train"]
+            loss = F.cross_entropy(logits[train_mask], labels[train_mask], reduction="sum") / n_train
+            optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+            sync_gradients(params, comm)
+            optimizer.step()
+        epoch_time = time.perf_counter() - start
+        comm_time = ledger.seconds(Phase.train)
+
+        stats = [float(loss.detach())]
+        evaluate = (epoch + 1) % int(train_cfg.eval_every) == 0 or epoch + 1 == int(train_cfg.epochs)
+        if evaluate:
+            with ledger.in_phase(Phase.eval), torch.no_grad():
+                model.eval()
+                pred = model(x, aggregate).argmax(dim=1)
+                stats += [float(((pred == labels) & masks[s]).sum()) for s in SPLITS]
+        sent = ledger.sent_vector(Phase.train)
+        totals = comm.reduce_stats(stats + sent + [epoch_time, comm_time])
+        maxima = comm.reduce_stats([float(sum(s for k, s in zip(KINDS, sent) if k != "reused")),
+                                    epoch_time, comm_time], op="max")
+        global_loss = totals[0]
+        if evaluate:
+            accuracy = {s: totals[1 + i] / max(1, shard.global_counts[s]) for i, s in enumerate(SPLITS)}
+        offset = 1 + (3 if evaluate else 0)
+        by_kind = {k: int(v) for k, v in zip(KINDS, totals[offset:offset + len(KINDS)]) if v}
+        record = {
+            "epoch": epoch, "loss": global_loss,
+            "epoch_time_s": maxima[1],  # the slowest rank sets the pace
+            "comm_bytes": int(sum(v for k, v in by_kind.items() if k != "reused")),
+            "comm_by_kind": by_kind, "max_rank_send": int(maxima[0]),
+            "time_breakdown_s": {"compute": max(0.0, maxima[1] - maxima[2]), "comm": maxima[2]},
+        }
+        if evaluate:
+            record.update({f"{s}_acc": accuracy[s] for s in SPLITS})
+        history.append(record)
+        if recorder is not None:
+            recorder.epoch(record)
+
+    peaks = comm.reduce_stats([float(peak_host_bytes()), float(peak_device_bytes(device) or -1)], op="max")
+    setup_bytes = comm.reduce_stats([float(ledger.total_sent(Phase.setup))])[0]
+    return {
+        "history": history, "accuracy": accuracy,
+        "peak_memory_bytes": {"host_max_rank": int(peaks[0]),
+                              "device_max_rank": int(peaks[1]) if peaks[1] >= 0 else None},
+        "setup": {"preprocess_s": ctx.preprocess_s + setup_s, "setup_comm_bytes": int(setup_bytes)},
+        "model": model,
+    }
+
+
+def median_epoch(history: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The epoch record whose time is the median (for summary figures)."""
+    times = [h["epoch_time_s"] for h in history]
+    med = statistics.median_low(times)
+    return history[times.index(med)]

@@ -1,0 +1,134 @@
+"""Halo exchange shared by the partition-parallel modes (partition, supergcn).
+
+Sparsity-aware preprocessing (notes/sparsity-aware.md, "Sparsity-aware"):
+each process finds NnzCols(A_ij), the distinct source rows of every
+off-diagonal block, exchanges the counts and then the index lists, so each
+owner knows exactly which of its rows every peer needs. Per aggregation,
+one ``all_to_all_single`` with split sizes moves them; backward sends the
+halo gradients back to their owners, which sum them (so directed graphs need
+nothing extra). The oblivious baseline is the same machinery with *every*
+row of each block requested, i.e. CAGNET's all-gather.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import torch
+
+from gnntrain.comm import Communicator, Phase
+
+
+@dataclass
+class HaloPlan:
+    """Who sends which rows to whom, from this rank's point of view."""
+
+    send_index: torch.Tensor  # local rows to send, grouped by destination rank (ascending)
+    send_counts: List[int]  # rows to each rank
+    recv_counts: List[int]  # rows from each rank
+    needed: List[Optional[torch.Tensor]]  # per source block: local indices (in that block) received
+    kind_fwd: str
+    kind_bwd: str
+
+    @property
+    def halo_rows(self) -> int:
+        return int(sum(self.recv_counts))
+
+
+def build_halo_plan(comm: Communicator, src_global: torch.Tensor, offsets: torch.Tensor, own_block: int,
+                    group_blocks: Sequence[int], block_rank: Sequence[int], sparse: bool,
+                    kinds=("halo_fwd", "halo_bwd")) -> HaloPlan:
+    """Exchange NnzCols counts and index lists (setup phase of the ledger).
+
+    ``src_global`` are the (relabelled) source ids of this rank's edges;
+    ``group_blocks`` the blocks this rank aggregates from; ``block_rank[j]``
+    the rank that sends block j to this rank.
+    """
+    p = comm.world_size
+    request_counts = [0] * p
+    needed: List[Optional[torch.Tensor]] = [None] * (offsets.numel() - 1)
+    for j in group_blocks:
+        if j == own_block:
+            continue
+        lo, hi = int(offsets[j]), int(offsets[j + 1])
+        if sparse:
+            in_block = src_global[(src_global >= lo) & (src_global < hi)]
+            rows = torch.unique(in_block) - lo
+        else:
+            rows = torch.arange(hi - lo, dtype=torch.int64)
+        needed[j] = rows
+        request_counts[block_rank[j]] = int(rows.numel())
+    # requests go out in rank order
+    order = sorted((block_rank[j], j) for j in group_blocks if j != own_block)
+    requests = [needed[j] for _, j in order]
+    with comm.ledger.in_phase(Phase.setup):
+        send_counts = comm.exchange_counts(request_counts, kind="setup")
+        flat = torch.cat(requests) if requests else torch.zeros(0, dtype=torch.int64)
+        send_index = comm.all_to_all(flat, request_counts, send_counts, kind="setup")
+    return HaloPlan(send_index=send_index.to(torch.int64), send_counts=send_counts, recv_counts=request_counts,
+                    needed=needed, kind_fwd=kinds[0], kind_bwd=kinds[1])
+
+
+def local_source_index(src_global: torch.Tensor, offsets: torch.Tensor, own_block: int,
+                       own_included: bool, plan: HaloPlan, block_rank: Sequence[int]) -> torch.Tensor:
+    """Map global source ids to columns of [own rows | halo rows (by sender rank)]."""
+    out = torch.full_like(src_global, -1)
+    base = int(offsets[own_block + 1] - offsets[own_block]) if own_included else 0
+    if own_included:
+        lo, hi = int(offsets[own_block]), int(offsets[own_block + 1])
+        mask = (src_global >= lo) & (src_global < hi)
+        out[mask] = src_global[mask] - lo
+    start = base
+    for j in sorted(range(len(plan.needed)), key=lambda b: block_rank[b] if plan.needed[b] is not None else -1):
+        rows = plan.needed[j]
+        if rows is None:
+            continue
+        lo, hi = int(offsets[j]), int(offsets[j + 1])
+        mask = (src_global >= lo) & (src_global < hi)
+        out[mask] = start + torch.searchsorted(rows, src_global[mask] - lo)
+        start += int(rows.numel())
+    if bool((out < 0).any()):
+        raise RuntimeError("an edge's source row is neither owned nor in the halo plan")
+    return out
+
+
+class _HaloExchange(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, plan: HaloPlan, comm: Communicator) -> torch.Tensor:  # type: ignore[override]
+        ctx.plan, ctx.comm, ctx.num_rows = plan, comm, h.shape[0]
+        send = h.index_select(0, plan.send_index)
+        return comm.all_to_all(send, plan.send_counts, plan.recv_counts, plan.kind_fwd)
+
+    @staticmethod
+    def backward(ctx, grad_halo: torch.Tensor):  # type: ignore[override]
+        plan, comm = ctx.plan, ctx.comm
+        back = comm.all_to_all(grad_halo.contiguous(), plan.recv_counts, plan.send_counts, plan.kind_bwd)
+        grad = grad_halo.new_zeros((ctx.num_rows,) + tuple(grad_halo.shape[1:]))
+        grad.index_add_(0, plan.send_index, back)
+        return grad, None, None
+
+
+def halo_exchange(h: torch.Tensor, plan: HaloPlan, comm: Communicator) -> torch.Tensor:
+    """Rows of other ranks this rank needs, ordered by sender rank (autograd-aware)."""
+    return _HaloExchange.apply(h, plan, comm)
+
+
+class _GroupAllReduce(torch.autograd.Function):
+    """Sum of partial results over a process group, with the sum again in backward."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, comm: Communicator, group, size: int, kind: str):  # type: ignore[override]
+        ctx.comm, ctx.group, ctx.size, ctx.kind = comm, group, size, kind
+        out = z.clone()
+        return comm.all_reduce(out, kind, group=group, group_size=size)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        g = grad.clone()
+        ctx.comm.all_reduce(g, ctx.kind, group=ctx.group, group_size=ctx.size)
+        return g, None, None, None, None
+
+
+def group_all_reduce(z: torch.Tensor, comm: Communicator, group, size: int, kind: str) -> torch.Tensor:
+    return _GroupAllReduce.apply(z, comm, group, size, kind)
+

@@ -1,0 +1,203 @@
+"""``mode=partition``: 1D / 1.5D partition parallelism with sparsity-aware
+halo exchange, and the sparsity-oblivious (CAGNET all-gather) baseline
+(papers/sparsity-aware-comm.txt; notes/sparsity-aware.md).
+
+Layout. The graph is partitioned into q = p/c parts, relabelled so part i
+is the contiguous block row i. Ranks form a q×c grid, rank = i·c + k; block
+row i is replicated on the c ranks of grid row i, and rank (i, k) aggregates
+only from the block columns of column group k, [k·q/c, (k+1)·q/c). Partial
+sums are then all-reduced within grid row i. c = 1 is plain 1D: the same
+code with one column group and no row all-reduce.
+
+Gradients. Every replica computes the update on its own copy of block i,
+whose consumers differ (its column group), so summing weight gradients over
+all p ranks is exact as long as the loss is counted by one replica only
+(k = 0). Edge weights come from global degrees, computed before splitting.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from gnntrain.config.schema import ModeConfig
+from gnntrain.data import resolve_cache_dir
+from gnntrain.errors import PlanError
+from gnntrain.models import SparseAdjacency
+from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.fullgraph import SPLITS, train_full_graph
+from gnntrain.modes.halo import build_halo_plan, group_all_reduce, halo_exchange, local_source_index
+from gnntrain.modes.single import graph_tensors
+from gnntrain.partition import partition_graph
+
+
+class CommKind(str, Enum):
+    oblivious = "oblivious"
+    sparse = "sparse"
+
+
+@dataclass
+class PartitionConfig(ModeConfig):
+    name: str = "partition"
+    comm: CommKind = CommKind.sparse
+    replication: int = 1  # c of the 1.5D grid; 1 = 1D
+    aggregate_first: Optional[bool] = None  # (A·H)·W if true, A·(H·W) if false; null = per layer by width
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The (p/c)×c process grid of 1.5D partitioning; c = 1 is 1D."""
+
+    world_size: int
+    c: int
+
+    @property
+    def rows(self) -> int:
+        return self.world_size // self.c
+
+    def position(self, rank: int):
+        return divmod(rank, self.c)  # (block row i, column group k)
+
+    def group_blocks(self, k: int) -> List[int]:
+        width = self.rows // self.c
+        return list(range(k * width, (k + 1) * width))
+
+    def sender(self, block: int, k: int) -> int:
+        """The rank that sends block ``block`` within column group k."""
+        return block * self.c + k
+
+
+@register_mode
+class PartitionMode(Mode):
+    name = "partition"
+    config_class = PartitionConfig
+
+    @property
+    def c(self) -> int:
+        return int(self.options.replication)
+
+    def num_parts(self, world_size: int) -> int:
+        return world_size // max(1, self.c)
+
+    def validate(self, ctx) -> List[str]:
+        p, c = ctx.world_size, self.c
+        if c < 1:
+            raise PlanError("mode.replication", f"replication c={c} must be at least 1.", "use c >= 1")
+        if p % c:
+            raise PlanError("mode.replication", f"world size p={p} is not divisible by replication c={c}.",
+                            "choose c dividing p (1.5D grid is (p/c) x c)")
+        if (p // c) % c:
+            raise PlanError("mode.replication", f"c^2={c * c} does not divide world size p={p}: each column "
+                            f"group must hold p/c^2 whole block columns.", "choose c with c^2 dividing p")
+        if self.num_parts(p) > ctx.num_nodes:
+            raise PlanError("world size", f"{self.num_parts(p)} parts for a graph of {ctx.num_nodes} nodes.",
+                            "use fewer ranks than nodes")
+        return []
+
+    def estimate_comm(self, ctx) -> Optional[CommEstimate]:
+        widths = ctx.comm_widths
+        b = ctx.dtype_bytes
+        n, q, c = ctx.num_nodes, self.num_parts(ctx.world_size), self.c
+        by_kind: Dict[str, int] = {"allreduce": ctx.world_size * ctx.param_bytes} if ctx.world_size > 1 else {}
+        if c > 1:
+            by_kind["row_allreduce"] = 2 * c * n * sum(ctx.agg_out_widths) * b
+        if self.options.comm == CommKind.oblivious:
+            per = (q - 1) * n * sum(widths) * b
+            by_kind.update({"allgather": per, "reduce_scatter": per})
+            formula = "allgather = reduce_scatter = (p/c - 1) * N * sum_l f_l * bytes"
+            return CommEstimate(sum(by_kind.values()), by_kind, formula)
+        return CommEstimate(None, by_kind, "halo = f * sum_i sum_{j!=i} |NnzCols(A_ij)| * bytes per layer "
+                            "and direction; known after partitioning (gnntrain partition)")
+
+    def details(self, ctx) -> Dict[str, Any]:
+        grid = Grid(ctx.world_size, self.c)
+        return {"grid": f"{grid.rows} x {grid.c} (block rows x replicas)", "comm": self.options.comm.value
+                if isinstance(self.options.comm, Enum) else str(self.options.comm),
+                "aggregate_first": self.options.aggregate_first, "widths communicated": ctx.comm_widths}
+
+    # ------------------------------------------------------------- prepare
+    def prepare(self, data, plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
+        start = time.perf_counter()
+        cfg = self.cfg
+        grid = Grid(plan.world_size, self.c)
+        q = grid.rows
+        part, hit = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, q, cfg.partitioner,
+                                    data.content_hash, resolve_cache_dir(cfg))
+        src, dst, w = graph_tensors(data, cfg)
+        inverse = torch.from_numpy(part.inverse)
+        perm = torch.from_numpy(part.perm)
+        offsets = torch.from_numpy(part.offsets)
+        src_n, dst_n = inverse[src], inverse[dst]
+        order = torch.argsort(dst_n, stable=True)
+        src_n, dst_n, w = src_n[order], dst_n[order], w[order]
+        masks = data.masks
+        counts = {s: int(masks[s].sum()) for s in SPLITS}
+
+        shards = []
+        for rank in (range(plan.world_size) if ranks is None else ranks):
+            i, k = grid.position(rank)
+            lo, hi = int(offsets[i]), int(offsets[i + 1])
+            blocks = grid.group_blocks(k)
+            col_lo, col_hi = int(offsets[blocks[0]]), int(offsets[blocks[-1] + 1])
+            e_lo, e_hi = (int(x) for x in torch.searchsorted(dst_n, torch.tensor([lo, hi])))
+            s, d, ww = src_n[e_lo:e_hi], dst_n[e_lo:e_hi], w[e_lo:e_hi]
+            keep = (s >= col_lo) & (s < col_hi)
+            rows = perm[lo:hi]
+            count = k == 0  # one replica counts each row's loss and accuracy
+            shards.append(RankShard(
+                rank=rank, world_size=plan.world_size, num_global_nodes=data.num_nodes,
+                num_classes=data.num_classes, features=data.features[rows], labels=data.labels[rows],
+                count_masks={sp: (masks[sp][rows] if count else torch.zeros(hi - lo, dtype=torch.bool))
+                             for sp in SPLITS},
+                global_counts=counts, global_ids=rows, edges=(d[keep] - lo, s[keep], ww[keep]),
+                info={"offsets": offsets, "c": grid.c},
+            ))
+        m = part.metrics
+        summary = {"num_parts": q, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
+                   "max_send_volume": m.max_send_volume, "partitioner": cfg.partitioner.name,
+                   "send_imbalance": m.send_imbalance, "nnz_balance": m.nnz_balance, "cache_hit": hit}
+        return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start,
+                        notes=["partition cache hit" if hit else "partition built and cached"])
+
+    # ---------------------------------------------------------------- train
+    def train_rank(self, shard: RankShard, ctx) -> Dict[str, Any]:
+        start = time.perf_counter()
+        comm = ctx.comm
+        grid = Grid(shard.world_size, int(shard.info["c"]))
+        offsets = shard.info["offsets"]
+        i, k = grid.position(shard.rank)
+        blocks = grid.group_blocks(k)
+        block_rank = [grid.sender(j, k) for j in range(grid.rows)]
+        dst, src, w = shard.edges
+        sparse = CommKind(self.options.comm) == CommKind.sparse
+        kinds = ("halo_fwd", "halo_bwd") if sparse else ("allgather", "reduce_scatter")
+        plan = build_halo_plan(comm, src, offsets, i, blocks, block_rank, sparse, kinds)
+        own_included = i in blocks
+        cols = local_source_index(src, offsets, i, own_included, plan, block_rank)
+        n_own = shard.features.shape[0]
+        adj = SparseAdjacency(dst, cols, w, n_own, (n_own if own_included else 0) + plan.halo_rows,
+                              kernel=ctx.plan.kernel, device=ctx.device)
+        # grid rows all-reduce their partial sums (1.5D); every rank creates every group
+        row_group = None
+        if grid.c > 1:
+            for row in range(grid.rows):
+                g = comm.new_group([row * grid.c + kk for kk in range(grid.c)])
+                if row == i:
+                    row_group = g
+        send_index = plan.send_index.to(ctx.device)
+        plan.send_index = send_index
+
+        def aggregate(h: torch.Tensor) -> torch.Tensor:
+            halo = halo_exchange(h, plan, comm)
+            sources = torch.cat([h, halo]) if own_included else halo
+            z = adj.spmm(sources)
+            if grid.c > 1:
+                z = group_all_reduce(z, comm, row_group, grid.c, "row_allreduce")
+            return z
+
+        return train_full_graph(shard, ctx, aggregate, aggregate_first=self.options.aggregate_first,
+                                setup_s=time.perf_counter() - start)

@@ -1,0 +1,88 @@
+"""On-disk cache of partitionings, keyed by (dataset hash, partitioner, k, options).
+
+Entries are plain ``.npz`` arrays (never pickles) written to a temp file and
+renamed, so a killed run never leaves a half-written entry. Each entry stores
+its key and a SHA-1 of its arrays; a corrupt or foreign file is detected,
+reported with a warning and rebuilt.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Callable, Dict, Optional, Tuple
+
+import numpy as np
+
+ARRAYS = ("parts", "perm", "inverse", "offsets")
+
+
+def cache_key(dataset_hash: str, partitioner: Dict[str, object], k: int) -> str:
+    payload = json.dumps({"dataset": dataset_hash, "partitioner": partitioner, "k": int(k), "v": 1},
+                         sort_keys=True)
+    return hashlib.sha1(payload.encode()).hexdigest()[:20]
+
+
+def _checksum(arrays: Dict[str, np.ndarray]) -> str:
+    h = hashlib.sha1()
+    for name in ARRAYS:
+        a = np.ascontiguousarray(arrays[name])
+        h.update(name.encode() + str(a.dtype).encode() + str(a.shape).encode())
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
+
+
+class PartitionCache:
+    def __init__(self, root: Path):
+        self.root = Path(root) / "partitions"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, key: str) -> Path:
+        return self.root / f"{key}.npz"
+
+    def load(self, key: str) -> Optional[Tuple[Dict[str, np.ndarray], Dict[str, object]]]:
+        """The cached arrays and metadata, or None (missing, corrupt or foreign: then warn)."""
+        path = self.path(key)
+        if not path.exists():
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {name: z[name] for name in ARRAYS}
+                meta = json.loads(bytes(z["meta"]).decode())
+        except Exception as exc:  # truncated zip, bad header, missing member ...
+            warnings.warn(f"partition cache entry {path} is unreadable ({type(exc).__name__}); rebuilding it")
+            return None
+        if meta.get("key") != key or meta.get("checksum") != _checksum(arrays):
+            warnings.warn(f"partition cache entry {path} failed its checksum or belongs to another "
+                          "partitioning; rebuilding it")
+            return None
+        return arrays, meta
+
+    def store(self, key: str, arrays: Dict[str, np.ndarray], meta: Dict[str, object]) -> Path:
+        meta = dict(meta, key=key, checksum=_checksum(arrays))
+        path = self.path(key)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{key}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+                         **{name: arrays[name] for name in ARRAYS})
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return path
+
+    def get_or_build(self, key: str, build: Callable[[], Tuple[Dict[str, np.ndarray], Dict[str, object]]]
+                     ) -> Tuple[Dict[str, np.ndarray], Dict[str, object], bool]:
+        """(arrays, meta, hit)."""
+        cached = self.load(key)
+        if cached is not None:
+            return cached[0], cached[1], True
+        arrays, meta = build()
+        self.store(key, arrays, meta)
+        return arrays, meta, False

@@ -1,0 +1,211 @@
+"""Partitioners: metis (pymetis k-way), random, range, and volume (METIS +
+greedy max-send-volume refinement, an approximation of the GVB partitioner of
+notes/sparsity-aware.md). Optional Reverse Cuthill–McKee reordering inside
+parts. All return a part id per node; :mod:`layout` turns that into a
+relabelling with contiguous parts.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import scipy.sparse as sp
+
+from gnntrain.errors import PlanError
+
+PARTITIONERS = ("metis", "random", "range", "volume")
+
+
+def symmetric_csr(src: np.ndarray, dst: np.ndarray, n: int) -> sp.csr_matrix:
+    """Unweighted symmetric adjacency without self-loops (what METIS wants)."""
+    keep = src != dst
+    rows = np.concatenate([src[keep], dst[keep]])
+    cols = np.concatenate([dst[keep], src[keep]])
+    a = sp.csr_matrix((np.ones(rows.size, dtype=np.int8), (rows, cols)), shape=(n, n))
+    a.sum_duplicates()
+    a.data[:] = 1
+    return a
+
+
+def in_degree(dst: np.ndarray, n: int) -> np.ndarray:
+    return np.bincount(dst, minlength=n)
+
+
+def metis_parts(src: np.ndarray, dst: np.ndarray, n: int, k: int, seed: int, vertex_weights: str) -> np.ndarray:
+    import pymetis
+
+    if k == 1:
+        return np.zeros(n, dtype=np.int64)
+    a = symmetric_csr(src, dst, n)
+    vweights = None
+    if vertex_weights == "nnz":
+        # SpMM work of a row = its nnz (in-edges, +1 for the self-loop / own row).
+        vweights = (in_degree(dst, n) + 1).astype(np.int64)
+    opts = pymetis.Options(seed=int(seed))
+    _, membership = pymetis.part_graph(k, xadj=a.indptr, adjncy=a.indices, vweights=vweights, options=opts)
+    parts = np.asarray(membership, dtype=np.int64)
+    # METIS may leave a part empty on tiny graphs; every rank must own rows.
+    if np.bincount(parts, minlength=k).min() == 0:
+        raise PlanError("partitioner", f"METIS left a part empty for k={k} on a {n}-node graph.",
+                        "use fewer ranks or partitioner=range")
+    return parts
+
+
+def random_parts(n: int, k: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    parts = np.arange(n, dtype=np.int64) % k  # balanced sizes
+    rng.shuffle(parts)
+    return parts
+
+
+def range_parts(n: int, k: int) -> np.ndarray:
+    bounds = np.linspace(0, n, k + 1).round().astype(np.int64)
+    return np.repeat(np.arange(k, dtype=np.int64), np.diff(bounds))
+
+
+def partition_nodes(src: np.ndarray, dst: np.ndarray, n: int, k: int, cfg) -> np.ndarray:
+    """Part id per node for the partitioner config ``cfg``."""
+    if k > n:
+        raise PlanError("world size", f"{k} parts requested for a graph of {n} nodes.",
+                        "use at most as many parts as nodes")
+    name = cfg.name
+    if name == "metis":
+        return metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights)
+    if name == "random":
+        return random_parts(n, k, cfg.seed)
+    if name == "range":
+        return range_parts(n, k)
+    if name == "volume":
+        parts = metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights)
+        return refine_max_send(src, dst, n, parts, k, cfg.imbalance_eps, cfg.max_volume_growth,
+                               max_moves=max(1, cfg.refine_rounds) * k * 4)
+    raise PlanError("partitioner", f"unknown partitioner '{name}'.", f"use one of {', '.join(PARTITIONERS)}")
+
+
+def refine_max_send(src: np.ndarray, dst: np.ndarray, n: int, parts: np.ndarray, k: int, eps: float,
+                    max_growth: float, max_moves: int, candidates: int = 48) -> np.ndarray:
+    """Greedy refinement that lowers the maximum send volume.
+
+    Send volume of part p = Σ_{u∈p} D(u), D(u) = number of other parts that
+    hold an out-neighbour of u (u's row must be sent to each of them). Each
+    step takes the heaviest sender s, evaluates moving boundary vertices u∈s
+    to the part t where most of u's out-neighbours live, and applies the move
+    that lowers max send the most, subject to
+
+    * nnz balance: (max−avg)/avg of per-part nnz stays ≤ max(eps, initial);
+    * total volume grows by at most ``max_growth`` of its initial value.
+
+    Out-neighbours are read from the graph's edges src→dst; in-neighbours w→u
+    are needed for the effect on other senders, so both are kept.
+    """
+    if k < 2:
+        return parts
+    parts = parts.copy()
+    ones = np.ones(src.size, dtype=np.int32)
+    out_adj = sp.csr_matrix((ones, (src, dst)), shape=(n, n))
+    out_adj.sum_duplicates()
+    in_adj = out_adj.T.tocsr()
+    onehot = sp.csr_matrix((np.ones(n, dtype=np.int32), (np.arange(n), parts)), shape=(n, k))
+    counts = np.asarray((out_adj @ onehot).todense(), dtype=np.int64)  # counts[u, p]: out-neighbours of u in p
+    remote = counts > 0
+    remote[np.arange(n), parts] = False
+    d = remote.sum(axis=1)
+    del remote
+    send = np.bincount(parts, weights=d, minlength=k).astype(np.int64)
+    row_nnz = in_degree(dst, n) + 1
+    nnz = np.bincount(parts, weights=row_nnz, minlength=k).astype(np.int64)
+    nnz_avg = nnz.sum() / k
+    nnz_cap = nnz_avg * (1 + max(eps, nnz.max() / nnz_avg - 1))
+    total0 = int(send.sum())
+    volume_cap = total0 * (1 + max_growth)
+
+    for _ in range(max_moves):
+        s = int(np.argmax(send))
+        members = np.flatnonzero((parts == s) & (d > 0))
+        if members.size == 0:
+            break
+        # cheapest-looking first: many remote parts, few neighbours at home
+        score = d[members] * 1000 - counts[members, s]
+        members = members[np.argsort(-score, kind="stable")[:candidates]]
+        best = None
+        current_max = int(send.max())
+        for u in members:
+            row = counts[u].copy()
+            row[s] = -1
+            t = int(np.argmax(row))
+            delta = _move_delta(u, s, t, parts, counts, in_adj, k)
+            new_send = send + delta
+            # progress: max send drops, or stays while the heaviest sender s sheds load
+            if new_send.max() > current_max or (new_send.max() == current_max and new_send[s] >= send[s]):
+                continue
+            if nnz[t] + row_nnz[u] > nnz_cap:
+                continue
+            if new_send.sum() > volume_cap:
+                continue
+            key = (int(new_send.max()), int(new_send.sum()))
+            if best is None or key < best[0]:
+                best = (key, u, t)
+        if best is None:
+            break
+        _, u, t = best
+        _apply_move(u, s, t, parts, counts, d, send, in_adj)
+        nnz[s] -= row_nnz[u]
+        nnz[t] += row_nnz[u]
+    return parts
+
+
+def _move_delta(u: int, s: int, t: int, parts: np.ndarray, counts: np.ndarray, in_adj: sp.csr_matrix,
+                k: int) -> np.ndarray:
+    """Change of every part's send volume if u moves from s to t."""
+    delta = np.zeros(k, dtype=np.int64)
+    old_d = int(((counts[u] > 0) & (np.arange(k) != s)).sum())
+    new_d = int(((counts[u] > 0) & (np.arange(k) != t)).sum())
+    delta[s] -= old_d
+    delta[t] += new_d
+    start, end = in_adj.indptr[u], in_adj.indptr[u + 1]
+    w, mult = in_adj.indices[start:end], in_adj.data[start:end]
+    keep = w != u
+    w, mult = w[keep], mult[keep]
+    if w.size:
+        pw = parts[w]
+        loses_s = (counts[w, s] == mult) & (pw != s)  # u was w's last out-neighbour in s
+        gains_t = (counts[w, t] == 0) & (pw != t)  # w had none in t
+        np.add.at(delta, pw[loses_s], -1)
+        np.add.at(delta, pw[gains_t], 1)
+    return delta
+
+
+def _apply_move(u, s, t, parts, counts, d, send, in_adj) -> None:
+    start, end = in_adj.indptr[u], in_adj.indptr[u + 1]
+    w, mult = in_adj.indices[start:end], in_adj.data[start:end]
+    keep = w != u
+    w, mult = w[keep], mult[keep]
+    counts[w, s] -= mult
+    counts[w, t] += mult
+    parts[u] = t
+    for v in np.concatenate([w, [u]]):
+        r = counts[v] > 0
+        r[parts[v]] = False
+        new_dv = int(r.sum())
+        if v == u:
+            send[s] -= d[u]
+            send[t] += new_dv
+        else:
+            send[parts[v]] += new_dv - d[v]
+        d[v] = new_dv
+
+
+def rcm_order(src: np.ndarray, dst: np.ndarray, n: int, nodes: np.ndarray) -> np.ndarray:
+    """Reverse Cuthill–McKee order of ``nodes`` (their induced subgraph)."""
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    local = -np.ones(n, dtype=np.int64)
+    local[nodes] = np.arange(nodes.size)
+    keep = (local[src] >= 0) & (local[dst] >= 0)
+    sub = symmetric_csr(local[src[keep]], local[dst[keep]], nodes.size)
+    return nodes[np.asarray(reverse_cuthill_mckee(sub, symmetric_mode=True), dtype=np.int64)]
+
+
+def bandwidth(src: np.ndarray, dst: np.ndarray) -> int:
+    """Matrix bandwidth max |row − col| of an edge list (after relabelling)."""
+    return int(np.abs(src - dst).max()) if src.size else 0
