@@ -1,0 +1,68 @@
+"""Shared fixtures: compose configs with Hydra's compose API and train in-process."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = str(ROOT / "configs")
+SHARED_DGL = ROOT.parent / "shared" / "datasets" / "dgl"
+CORA = [f"dataset=cora", f"data_dir={SHARED_DGL}"]
+
+os.environ.setdefault("GNNTRAIN_OFFLINE", "1")
+
+
+def compose(overrides: List[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from gnntrain.config.schema import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("gnntrain-cache")
+    return path
+
+
+@pytest.fixture
+def train(tmp_path, cache_dir):
+    """train(overrides) -> summary dict, run in-process through the real launcher."""
+    from gnntrain.launch import run_training
+    from gnntrain.plan import build_plan
+
+    counter = {"n": 0}
+
+    def _train(overrides: List[str]) -> Dict:
+        counter["n"] += 1
+        cfg = compose([f"cache_dir={cache_dir}", "train.progress=false"] + list(overrides))
+        plan = build_plan(cfg)
+        return run_training(plan, tmp_path / f"run{counter['n']}")
+
+    return _train
+
+
+def run_cli(args: List[str], cwd: Path, timeout: float = 240, env_extra: Dict[str, str] = None
+            ) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    exe = Path(sys.executable).parent / "gnntrain"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "gnntrain"]
+    return subprocess.run(cmd + list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def read_summary(run_dir: Path) -> Dict:
+    return json.loads((Path(run_dir) / "summary.json").read_text())
+
+
+requires_shared = pytest.mark.skipif(not SHARED_DGL.exists(), reason=f"{SHARED_DGL} (../shared) is not present")
