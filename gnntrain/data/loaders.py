@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -53,15 +55,38 @@ DGL_SOURCES: Dict[str, DGLSource] = {
 OGB_REQUIRED = ["raw/edge.csv.gz", "raw/num-node-list.csv.gz", "raw/num-edge-list.csv.gz",
                 "raw/node-feat.csv.gz", "raw/node-label.csv.gz"]
 OGB_SPLITS = {"ogbn-arxiv": "time", "ogbn-products": "sales_ranking"}
+OGB_RELEASE = {"ogbn-arxiv": "RELEASE_v1.txt", "ogbn-products": "RELEASE_v1.txt"}  # ogb master.csv versions
+OGB_EXTRA = {"ogbn-arxiv": ["raw/node_year.csv.gz"]}  # additional node files OGB reads
 
 
 def offline() -> bool:
     return os.environ.get("GNNTRAIN_OFFLINE", "") not in ("", "0", "false")
 
 
+def _source_stamp(source_dir: Path) -> str:
+    """The source folder and the path, size and mtime of every raw file under it."""
+    lines = [str(source_dir.resolve())]
+    for path in sorted(source_dir.rglob("*")):
+        rel = path.relative_to(source_dir)
+        if rel.parts[0] != "processed" and path.is_file():
+            st = path.stat()
+            lines.append(f"{rel}\t{st.st_size}\t{st.st_mtime_ns}")
+    return "\n".join(lines) + "\n"
+
+
 def _link_farm(source_dir: Path, farm_dir: Path) -> None:
-    """Mirror ``source_dir``'s entries as symlinks in ``farm_dir`` (idempotent)."""
+    """Mirror ``source_dir``'s entries as symlinks in ``farm_dir`` (idempotent).
+
+    The library's processed files live in ``farm_dir`` too, so when the source
+    (another data_dir, or changed raw files) differs from the one the farm was
+    built from, the farm is rebuilt rather than serving stale data.
+    """
+    stamp_file = farm_dir / ".gnntrain-source"
+    stamp = _source_stamp(source_dir)
+    if farm_dir.exists() and (not stamp_file.exists() or stamp_file.read_text() != stamp):
+        shutil.rmtree(farm_dir)  # symlinks are unlinked, never followed
     farm_dir.mkdir(parents=True, exist_ok=True)
+    stamp_file.write_text(stamp)
     for entry in source_dir.iterdir():
         link = farm_dir / entry.name
         if entry.name == "processed" or link.exists() or link.is_symlink():
@@ -127,8 +152,9 @@ def load_ogb_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_downlo
     folder = name.replace("-", "_")
     found = Path(data_dir) / folder if data_dir else None
     farm_root = cache_dir / "ogb"
-    has_files = found is not None and all((found / f).exists() for f in OGB_REQUIRED) and any(
-        found.glob("RELEASE_v*.txt"))
+    required = [OGB_RELEASE[name]] + OGB_REQUIRED + OGB_EXTRA.get(name, []) + [
+        f"split/{OGB_SPLITS[name]}/{part}.csv.gz" for part in ("train", "valid", "test")]
+    has_files = found is not None and all((found / f).exists() for f in required)
     if has_files:
         _link_farm(found, farm_root / folder)
         origin = str(found)
@@ -139,13 +165,20 @@ def load_ogb_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_downlo
         raise DatasetError(
             f"dataset '{name}': raw files not found at {searched}, and downloading is "
             f"{'disabled (GNNTRAIN_OFFLINE)' if offline() else 'off'}. Expected OGB's layout: "
-            f"<data_dir>/{folder}/{{RELEASE_v1.txt, {', '.join(OGB_REQUIRED)}, split/{OGB_SPLITS[name]}/"
-            "{train,valid,test}.csv.gz}. Set data_dir=DIR (or GNNTRAIN_DATA_DIR) to the folder holding it."
+            f"<data_dir>/{folder}/{{{', '.join(required)}}}. "
+            "Set data_dir=DIR (or GNNTRAIN_DATA_DIR) to the folder holding it."
         )
+    os.environ.setdefault("OUTDATED_IGNORE", "1")  # OGB's import would query PyPI for a newer version
     try:
         from ogb.nodeproppred import DglNodePropPredDataset
 
-        ds = _quiet(lambda: DglNodePropPredDataset(name=name, root=str(farm_root)))
+        # OGB asks on stdin before replacing a folder of another release: never wait for an answer
+        with open(os.devnull) as devnull, contextlib.redirect_stdout(io.StringIO()):
+            stdin, sys.stdin = sys.stdin, devnull
+            try:
+                ds = DglNodePropPredDataset(name=name, root=str(farm_root))
+            finally:
+                sys.stdin = stdin
         g, labels = ds[0]
         split = ds.get_idx_split()
     except Exception as exc:

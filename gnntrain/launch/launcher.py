@@ -106,7 +106,9 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
     if distributed:
         import torch.distributed as dist
 
-        dist.init_process_group(plan.backend, init_method=f"tcp://{master_addr}:{port}", rank=rank,
+        # under torchrun the agent already serves the rendezvous store at MASTER_ADDR:MASTER_PORT
+        init = "env://" if os.environ.get("TORCHELASTIC_RUN_ID") else f"tcp://{master_addr}:{port}"
+        dist.init_process_group(plan.backend, init_method=init, rank=rank,
                                 world_size=plan.world_size,
                                 timeout=timedelta(seconds=float(plan.config["comm_timeout_s"])))
     device = torch.device(plan.rank_devices[rank])
@@ -129,10 +131,10 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
         if recorder is not None:
             recorder.finish(summary)
     if distributed:
-        ctx.comm.barrier()  # leave together: gloo's teardown can block if a peer is already gone
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
+        # Leave together, then let process exit release the group: gloo's
+        # destroy_process_group (torch 2.2) can block forever when a peer has
+        # already torn down its side.
+        ctx.comm.barrier()
     return summary
 
 

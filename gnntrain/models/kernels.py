@@ -11,6 +11,7 @@ DGL is imported lazily, only when the ``dgl`` path is used.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import torch
@@ -35,7 +36,9 @@ def _csr(rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, shape) -> t
     rows, cols, vals = rows[order], cols[order], vals[order]
     crow = torch.zeros(shape[0] + 1, dtype=torch.int64, device=rows.device)
     crow[1:] = torch.cumsum(torch.bincount(rows, minlength=shape[0]), 0)
-    return torch.sparse_csr_tensor(crow, cols, vals, size=shape)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(crow, cols, vals, size=shape)
 
 
 class _CsrSpmm(torch.autograd.Function):

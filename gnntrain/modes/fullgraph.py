@@ -10,6 +10,8 @@ the same everywhere (notes/exactness.md):
 """
 from __future__ import annotations
 
+import os
+import signal
 import statistics
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -46,6 +48,26 @@ def sync_gradients(params: List[torch.nn.Parameter], comm) -> None:
             p.grad.copy_(g)
 
 
+def inject_fault(rank: int, epoch: int) -> None:
+    """Failure-test hook: ``GNNTRAIN_INJECT_FAULT=rank:epoch:raise|kill|hang``.
+
+    Lets the reliability tests make one rank fail mid-run the way real ranks
+    do (an exception, a SIGKILL, a silent stall); unset in normal runs.
+    """
+    spec = os.environ.get("GNNTRAIN_INJECT_FAULT")
+    if not spec:
+        return
+    fault_rank, fault_epoch, action = spec.split(":")
+    if int(fault_rank) != rank or int(fault_epoch) != epoch:
+        return
+    if action == "raise":
+        raise RuntimeError(f"injected fault on rank {rank} at epoch {epoch}")
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "hang":
+        time.sleep(3600)
+
+
 def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[torch.Tensor], torch.Tensor],
                      aggregate_first: Optional[bool] = None, setup_s: float = 0.0) -> Dict[str, Any]:
     cfg = ctx.plan.config_obj
@@ -72,6 +94,7 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
     accuracy: Dict[str, float] = {}
     for epoch in range(int(train_cfg.epochs)):
         ledger.reset(Phase.train)
+        inject_fault(comm.rank, epoch)
         model.train()
         dropout.epoch = epoch
         start = time.perf_counter()

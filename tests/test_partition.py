@@ -1,0 +1,139 @@
+"""Partitioners, their volume metrics against brute force, the relabelling,
+HongTu's chunks, and the partition cache (hit, miss, corruption)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import compose
+from gnntrain.data import load_dataset
+from gnntrain.partition import compute_metrics, partition_graph, relabel, split_chunks
+from gnntrain.partition.cache import PartitionCache
+
+
+def _pcfg(name="metis", **kw):
+    base = {"name": name, "seed": 0, "vertex_weights": "nnz", "reorder": None, "imbalance_eps": 0.05,
+            "max_volume_growth": 0.05, "refine_rounds": 50, "num_parts": 0}
+    base.update(kw)
+    return OmegaConf.create(base)
+
+
+def _random_graph(n, e, seed):
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    keep = src != dst
+    return src[keep], dst[keep]
+
+
+def _brute_force(src, dst, parts, k):
+    recv = [set() for _ in range(k)]  # (u) rows part i needs
+    send = [set() for _ in range(k)]  # (u, i) pairs part j sends
+    cut = 0
+    for u, v in zip(src.tolist(), dst.tolist()):
+        if parts[u] != parts[v]:
+            cut += 1
+            recv[parts[v]].add(u)
+            send[parts[u]].add((u, parts[v]))
+    return cut, [len(r) for r in recv], [len(s) for s in send]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_metrics_equal_brute_force(seed, k):
+    src, dst = _random_graph(40, 150, seed)
+    parts = np.random.default_rng(seed + 100).integers(0, k, 40)
+    parts[:k] = np.arange(k)
+    m = compute_metrics(src, dst, parts, k)
+    cut, recv, send = _brute_force(src, dst, parts, k)
+    assert m.edge_cut == cut and list(m.recv_volume) == recv and list(m.send_volume) == send
+    assert m.total_volume == sum(recv) == sum(send)
+    assert m.max_send_volume == max(send) and m.max_recv_volume == max(recv)
+    avg = sum(send) / k
+    assert m.send_imbalance == pytest.approx((max(send) - avg) / avg)
+
+
+@pytest.mark.parametrize("name", ["metis", "random", "range", "volume"])
+def test_partitioners_relabel_into_contiguous_parts(name):
+    src, dst = _random_graph(200, 1200, 1)
+    part, hit = partition_graph(src, dst, 200, 4, _pcfg(name), "g")
+    assert not hit and part.num_parts == 4
+    # the permutation round-trips and makes every part a contiguous block of new ids
+    assert np.array_equal(part.perm[part.inverse], np.arange(200))
+    assert np.array_equal(part.inverse[part.perm], np.arange(200))
+    new_parts = part.parts[part.perm]
+    assert np.all(np.diff(new_parts) >= 0)
+    assert np.array_equal(np.searchsorted(new_parts, np.arange(5)), part.offsets)
+
+
+def test_rcm_reorders_within_parts_and_lowers_bandwidth():
+    src, dst = _random_graph(300, 900, 2)
+    plain, _ = partition_graph(src, dst, 300, 1, _pcfg("range"), "g")
+    rcm, _ = partition_graph(src, dst, 300, 1, _pcfg("range", reorder="rcm"), "g")
+    assert rcm.bandwidth is not None
+    inv = plain.inverse
+    assert rcm.bandwidth <= int(np.abs(inv[src] - inv[dst]).max())
+
+
+def test_volume_lowers_max_send_on_power_law_graph():
+    data = load_dataset(compose(["dataset=rmat", "dataset.num_nodes=20000", "dataset.num_edges=160000",
+                                 "dataset.feat_dim=4"]))
+    src, dst = data.src.numpy(), data.dst.numpy()
+    metis, _ = partition_graph(src, dst, data.num_nodes, 8, _pcfg("metis"), data.content_hash)
+    volume, _ = partition_graph(src, dst, data.num_nodes, 8, _pcfg("volume"), data.content_hash)
+    assert volume.metrics.max_send_volume < metis.metrics.max_send_volume
+    assert volume.metrics.total_volume <= metis.metrics.total_volume * 1.05
+    # nnz balance stays within max(eps, METIS's own imbalance)
+    assert volume.metrics.nnz_balance - 1 <= max(0.05, metis.metrics.nnz_balance - 1) + 1e-9
+
+
+def test_chunks_are_contiguous_and_edge_balanced():
+    src, dst = _random_graph(400, 4000, 3)
+    part, _ = partition_graph(src, dst, 400, 2, _pcfg("metis"), "g")
+    dst_new = part.inverse[dst]
+    bounds = split_chunks(part.offsets, dst_new, 4)
+    assert bounds.size == 2 * 4 + 1 and np.all(np.diff(bounds) > 0)
+    assert set(part.offsets.tolist()) <= set(bounds.tolist())
+    work = np.bincount(dst_new, minlength=400) + 1
+    per_chunk = np.add.reduceat(work, bounds[:-1])
+    assert per_chunk.max() / per_chunk.mean() < 1.3
+
+
+def test_cache_hit_miss_and_corruption(tmp_path):
+    src, dst = _random_graph(100, 500, 4)
+    cfg = _pcfg("metis")
+    first, hit1 = partition_graph(src, dst, 100, 2, cfg, "h1", tmp_path)
+    second, hit2 = partition_graph(src, dst, 100, 2, cfg, "h1", tmp_path)
+    assert (hit1, hit2) == (False, True) and np.array_equal(first.perm, second.perm)
+    other, hit3 = partition_graph(src, dst, 100, 3, cfg, "h1", tmp_path)  # another k: another key
+    assert not hit3 and other.num_parts == 3
+    entries = sorted(PartitionCache(tmp_path).root.glob("*.npz"))
+    assert len(entries) == 2 and not list(PartitionCache(tmp_path).root.glob("*.tmp"))
+    # truncate one entry: detected, warned about, rebuilt
+    target = PartitionCache(tmp_path).path(__import__("gnntrain.partition.cache", fromlist=["x"]).cache_key(
+        "h1", {"name": "metis", "seed": 0, "vertex_weights": "nnz", "reorder": None}, 2))
+    data = target.read_bytes()
+    target.write_bytes(data[: len(data) // 2])
+    with pytest.warns(UserWarning, match="unreadable|checksum"):
+        rebuilt, hit4 = partition_graph(src, dst, 100, 2, cfg, "h1", tmp_path)
+    assert not hit4 and np.array_equal(rebuilt.perm, first.perm)
+    # a foreign file under the right name fails the key/checksum test
+    other_key = sorted(PartitionCache(tmp_path).root.glob("*.npz"))
+    foreign = [p for p in other_key if p != target][0]
+    target.write_bytes(foreign.read_bytes())
+    with pytest.warns(UserWarning, match="checksum|another"):
+        _, hit5 = partition_graph(src, dst, 100, 2, cfg, "h1", tmp_path)
+    assert not hit5
+    # and after the rebuild it is a hit again
+    _, hit6 = partition_graph(src, dst, 100, 2, cfg, "h1", tmp_path)
+    assert hit6
+
+
+def test_cache_never_unpickles(tmp_path):
+    """Entries are read with allow_pickle=False: an object array is refused, not executed."""
+    cache = PartitionCache(tmp_path)
+    np.savez(cache.path("k"), parts=np.array([object()], dtype=object), perm=np.zeros(1), inverse=np.zeros(1),
+             offsets=np.zeros(2), meta=np.zeros(1, dtype=np.uint8))
+    with pytest.warns(UserWarning):
+        assert cache.load("k") is None

@@ -1,0 +1,100 @@
+"""The run plan resolves sizes and estimates, and rejects impossible plans
+with one message naming the option -- through the API and the CLI."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from conftest import compose, run_cli
+from gnntrain.errors import PlanError
+from gnntrain.plan import build_plan
+
+
+def test_default_plan_fields():
+    plan = build_plan(compose([]))
+    assert plan.world_size == 2 and plan.backend == "gloo" and plan.device == "cpu"
+    assert plan.rank_devices == ("cpu", "cpu") and plan.threads_per_rank >= 1
+    assert plan.memory_per_rank.total_bytes > plan.memory_per_rank.feature_bytes > 0
+    assert plan.num_parts == 2 and plan.kernel in ("dgl", "torch")
+
+
+def test_oblivious_comm_estimate_matches_closed_form():
+    plan = build_plan(compose(["mode.comm=oblivious", "hardware.ranks_per_node=3", "train.dtype=float64"]))
+    n = plan.config["dataset"]["num_nodes"]
+    widths = plan.mode_details["widths communicated"]
+    assert plan.comm_per_epoch["by_kind"]["allgather"] == (3 - 1) * n * sum(widths) * 8
+
+
+def test_single_always_runs_one_process():
+    plan = build_plan(compose(["mode=single", "hardware.ranks_per_node=4"]))
+    assert plan.world_size == 1 and plan.num_parts == 1
+
+
+@pytest.mark.parametrize("overrides,option", [
+    (["train.epochs=-1"], "train.epochs"),
+    (["train.epochs=0"], "train.epochs"),
+    (["train.lr=0"], "train.lr"),
+    (["hardware.ranks_per_node=0"], "hardware"),
+    (["hardware.ranks_per_node=3", "mode.replication=2"], "mode.replication"),  # p % c
+    (["hardware.ranks_per_node=6", "mode.replication=2"], "mode.replication"),  # c^2 does not divide p
+    (["hardware.ranks_per_node=8", "dataset.num_nodes=5"], "world size"),  # more ranks than nodes
+    (["partitioner.num_parts=3"], "partitioner.num_parts"),  # world size != partition count
+    (["port=70000"], "port"),
+    (["mode=mop"], "mode"),  # schema only so far: says "not implemented yet"
+    (["hardware=gpu-1"], "hardware.device"),  # CUDA profile on a host without CUDA
+    (["dataset=reddit", "hardware.host_memory_gb=0.5"], "dataset/hardware"),  # does not fit memory
+    (["model.dropout=1.0"], "model.dropout"),
+])
+def test_invalid_plans_name_the_option(overrides, option):
+    import torch
+
+    if "hardware=gpu-1" in overrides and torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    with pytest.raises(PlanError) as info:
+        build_plan(compose(overrides))
+    assert info.value.option.startswith(option)
+
+
+def test_not_implemented_mode_says_so():
+    with pytest.raises(PlanError, match="not implemented yet"):
+        build_plan(compose(["mode=hongtu"]))
+
+
+def test_port_in_use_is_refused():
+    with socket.socket() as s:
+        s.bind(("", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        with pytest.raises(PlanError, match="already in use"):
+            build_plan(compose([f"port={port}"]))
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["train.epochs=-3"], "train.epochs"),
+    (["hardware.ranks_per_node=6", "mode.replication=2"], "c^2"),
+    (["dataset.num_nodes=3", "hardware.ranks_per_node=4"], "world size"),
+    (["mode=supergcn"], "not implemented yet"),
+])
+def test_plan_cli_rejects_with_one_message(tmp_path, args, needle):
+    proc = run_cli(["plan", f"hydra.run.dir={tmp_path}"] + args, cwd=tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert needle in out and "Traceback" not in out
+
+
+def test_plan_cli_writes_plan_yaml(tmp_path):
+    proc = run_cli(["plan", f"hydra.run.dir={tmp_path}", "mode.comm=oblivious"], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (tmp_path / "plan.yaml").read_text()
+    assert "world_size: 2" in text and "memory_per_rank" in text and "allgather" in text
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["mode=nosuchmode"], "nosuchmode"),
+    (["train.epochz=1"], "epochz"),
+])
+def test_cli_composition_errors_are_one_message(tmp_path, args, needle):
+    proc = run_cli(["plan", f"hydra.run.dir={tmp_path}"] + args, cwd=tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and needle in out and "Traceback" not in out
