@@ -2,6 +2,7 @@
 learnable (a GCN clearly beats an MLP on csbm)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from conftest import CORA, compose, requires_shared
@@ -73,3 +74,16 @@ def test_cora_has_dgl_standard_shape(cache_dir):
     assert [int(m.sum()) for m in (data.train_mask, data.val_mask, data.test_mask)] == [140, 500, 1000]
     g = data.graph(self_loop=True)
     assert g.num_edges() == 10556 + 2708 and "feat" in g.ndata
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset,extra", [("rmat", "dataset.num_edges=10000000"),
+                                           ("csbm", "dataset.avg_degree=20")])
+def test_one_million_nodes_twenty_million_edges_under_a_minute(dataset, extra):
+    """Scale check (slow; the small determinism/size tests above cover the same code)."""
+    import time
+
+    start = time.perf_counter()
+    data = load_dataset(compose([f"dataset={dataset}", "dataset.num_nodes=1000000", extra, "dataset.feat_dim=16"]))
+    assert time.perf_counter() - start < 60
+    assert data.num_nodes == 1_000_000 and data.num_edges > 18_000_000

@@ -112,6 +112,27 @@ def _from_dgl_graph(name: str, g, masks, num_classes: int, symmetrize: bool, ori
     )
 
 
+def _locate(name: str, data_dir: Optional[str], folder: str, files: List[str], farm_root: Path,
+            allow_download: bool, library: str):
+    """Find ``<data_dir>/<folder>/<files>`` and link it into the farm, or explain what is missing.
+
+    Returns (folder found or None when the library will download, origin text).
+    """
+    found = Path(data_dir) / folder if data_dir else None
+    if found is not None and all((found / f).exists() for f in files):
+        _link_farm(found, farm_root / folder)
+        return found, str(found)
+    if allow_download and not offline():
+        return None, f"downloaded by {library} into {farm_root / folder}"
+    searched = str(found) if found is not None else "(no data_dir set)"
+    raise DatasetError(
+        f"dataset '{name}': raw files not found at {searched}, and downloading is "
+        f"{'disabled (GNNTRAIN_OFFLINE)' if offline() else 'off'}. Expected {library}'s layout: "
+        f"<data_dir>/{folder}/{{{', '.join(files)}}}. Set data_dir=DIR (or GNNTRAIN_DATA_DIR) "
+        f"to the folder holding it, or run online to let {library} download it."
+    )
+
+
 def load_dgl_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_download: bool) -> GraphData:
     name = cfg.name
     source = DGL_SOURCES[name]
@@ -119,20 +140,7 @@ def load_dgl_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_downlo
 
     folder = source.folder()
     farm_root = cache_dir / "dgl"
-    found = Path(data_dir) / folder if data_dir else None
-    if found is not None and all((found / f).exists() for f in source.files):
-        _link_farm(found, farm_root / folder)
-        origin = str(found)
-    elif allow_download and not offline():
-        origin = f"downloaded by DGL into {farm_root / folder}"
-    else:
-        searched = str(found) if found is not None else "(no data_dir set)"
-        raise DatasetError(
-            f"dataset '{name}': raw files not found at {searched}, and downloading is "
-            f"{'disabled (GNNTRAIN_OFFLINE)' if offline() else 'off'}. Expected DGL's layout: "
-            f"<data_dir>/{folder}/{{{', '.join(source.files)}}}. Set data_dir=DIR (or GNNTRAIN_DATA_DIR) "
-            "to the folder holding it, or run online to let DGL download it."
-        )
+    found, origin = _locate(name, data_dir, folder, source.files, farm_root, allow_download, "DGL")
     cls = getattr(dgl.data, source.dgl_class)
     try:
         ds = _quiet(lambda: cls(raw_dir=str(farm_root), verbose=False, **(source.kwargs or {})))
@@ -150,24 +158,10 @@ def load_dgl_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_downlo
 def load_ogb_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_download: bool) -> GraphData:
     name = cfg.name
     folder = name.replace("-", "_")
-    found = Path(data_dir) / folder if data_dir else None
     farm_root = cache_dir / "ogb"
     required = [OGB_RELEASE[name]] + OGB_REQUIRED + OGB_EXTRA.get(name, []) + [
         f"split/{OGB_SPLITS[name]}/{part}.csv.gz" for part in ("train", "valid", "test")]
-    has_files = found is not None and all((found / f).exists() for f in required)
-    if has_files:
-        _link_farm(found, farm_root / folder)
-        origin = str(found)
-    elif allow_download and not offline():
-        origin = f"downloaded by OGB into {farm_root / folder}"
-    else:
-        searched = str(found) if found is not None else "(no data_dir set)"
-        raise DatasetError(
-            f"dataset '{name}': raw files not found at {searched}, and downloading is "
-            f"{'disabled (GNNTRAIN_OFFLINE)' if offline() else 'off'}. Expected OGB's layout: "
-            f"<data_dir>/{folder}/{{{', '.join(required)}}}. "
-            "Set data_dir=DIR (or GNNTRAIN_DATA_DIR) to the folder holding it."
-        )
+    found, origin = _locate(name, data_dir, folder, required, farm_root, allow_download, "OGB")
     os.environ.setdefault("OUTDATED_IGNORE", "1")  # OGB's import would query PyPI for a newer version
     try:
         from ogb.nodeproppred import DglNodePropPredDataset

@@ -71,13 +71,14 @@ def print_datasets(dataset_dir: Path) -> None:
     import yaml
 
     table = Table(title="datasets (configs/dataset)")
-    for col in ("name", "source", "nodes", "edges", "features", "classes", "description"):
-        table.add_column(col)
+    for col in ("name", "source", "nodes", "edges", "features", "classes"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("where it comes from", overflow="fold")
     for path in sorted(dataset_dir.glob("*.yaml")):
         d = yaml.safe_load(path.read_text()) or {}
         table.add_row(path.stem, str(d.get("source", "")), str(d.get("num_nodes", "")), str(d.get("num_edges", "")),
                       str(d.get("feat_dim", "")), str(d.get("num_classes", "")), str(d.get("description", "")))
-    console.print(table)
+    Console(width=max(console.width, 130)).print(table)
 
 
 # ------------------------------------------------------------------ report

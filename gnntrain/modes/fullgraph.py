@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import statistics
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -138,19 +137,19 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
         if recorder is not None:
             recorder.epoch(record)
 
-    peaks = comm.reduce_stats([float(peak_host_bytes()), float(peak_device_bytes(device) or -1)], op="max")
+    # per-rank peaks: each rank fills its own slot of a zero vector, a SUM gathers them
+    slots = [0.0] * (2 * comm.world_size)
+    slots[comm.rank] = float(peak_host_bytes())
+    slots[comm.world_size + comm.rank] = float(peak_device_bytes(device) or 0)
+    peaks = comm.reduce_stats(slots)
+    host, dev = [int(x) for x in peaks[:comm.world_size]], [int(x) for x in peaks[comm.world_size:]]
     setup_bytes = comm.reduce_stats([float(ledger.total_sent(Phase.setup))])[0]
     return {
         "history": history, "accuracy": accuracy,
-        "peak_memory_bytes": {"host_max_rank": int(peaks[0]),
-                              "device_max_rank": int(peaks[1]) if peaks[1] >= 0 else None},
+        "peak_memory_bytes": {"host_max_rank": max(host), "device_max_rank": max(dev) if device.type != "cpu"
+                              else None, "host_per_rank": host,
+                              "device_per_rank": dev if device.type != "cpu" else None},
         "setup": {"preprocess_s": ctx.preprocess_s + setup_s, "setup_comm_bytes": int(setup_bytes)},
         "model": model,
     }
 
-
-def median_epoch(history: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """The epoch record whose time is the median (for summary figures)."""
-    times = [h["epoch_time_s"] for h in history]
-    med = statistics.median_low(times)
-    return history[times.index(med)]

@@ -1,0 +1,265 @@
+#!/usr/bin/env python
+"""Side-by-side benchmarks. Each suite runs its candidates in one process
+tree, interleaves repetitions, and reports medians, min-max and ratios to a
+baseline measured in the same run. Results go to docs/bench/<suite>.json and
+the tables in docs/BENCHMARKS.md (regenerated from every JSON present).
+
+usage: python scripts/bench.py [reference] [partitioners] [volume] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+SHARED = ROOT.parent / "shared" / "datasets" / "dgl"
+OUT = ROOT / "docs" / "bench"
+
+
+def machine() -> str:
+    import psutil
+
+    return f"{os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, {platform.machine()}"
+
+
+def compose(overrides):
+    from conftest import compose as _compose
+
+    return _compose(overrides)
+
+
+# --------------------------------------------------------------- reference
+def dgl_example_epoch_times(epochs: int) -> tuple:
+    """DGL's examples/pytorch/gcn/train.py training loop, as published (GraphConv)."""
+    import dgl
+    import dgl.nn as dglnn
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from dgl.data import CoraGraphDataset
+
+    from gnntrain.data import resolve_cache_dir
+    from gnntrain.data.loaders import DGL_SOURCES, _link_farm
+
+    cache = resolve_cache_dir(compose([]))
+    folder = DGL_SOURCES["cora"].folder()
+    _link_farm(SHARED / folder, cache / "dgl" / folder)
+    g = CoraGraphDataset(raw_dir=str(cache / "dgl"), verbose=False)[0]
+    g = dgl.add_self_loop(dgl.remove_self_loop(g))
+    features, labels = g.ndata["feat"], g.ndata["label"]
+    train_mask, test_mask = g.ndata["train_mask"], g.ndata["test_mask"]
+
+    class GCN(nn.Module):
+        def __init__(self, in_size, hid_size, out_size):
+            super().__init__()
+            self.layers = nn.ModuleList([dglnn.GraphConv(in_size, hid_size, activation=F.relu),
+                                         dglnn.GraphConv(hid_size, out_size)])
+            self.dropout = nn.Dropout(0.5)
+
+        def forward(self, g, h):
+            for i, layer in enumerate(self.layers):
+                if i != 0:
+                    h = self.dropout(h)
+                h = layer(g, h)
+            return h
+
+    torch.manual_seed(0)
+    model = GCN(features.shape[1], 16, 7)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, weight_decay=5e-4)
+    times = []
+    for _ in range(epochs):
+        start = time.perf_counter()
+        model.train()
+        logits = model(g, features)
+        loss = F.cross_entropy(logits[train_mask], labels[train_mask])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - start)
+    model.eval()
+    with torch.no_grad():
+        acc = float((model(g, features).argmax(1)[test_mask] == labels[test_mask]).float().mean())
+    return times, acc
+
+
+def gnntrain_single_epoch_times(epochs: int, tmp: Path) -> tuple:
+    from gnntrain.launch import run_training
+    from gnntrain.plan import build_plan
+
+    cfg = compose(["dataset=cora", f"data_dir={SHARED}", "mode=single", f"train.epochs={epochs}",
+                   f"train.eval_every={epochs}", "train.progress=false"])
+    s = run_training(build_plan(cfg), tmp)
+    return s["epoch_time_s"], s["accuracy"]["test"]
+
+
+def suite_reference(quick: bool) -> dict:
+    import tempfile
+
+    reps, epochs = (3, 100) if quick else (5, 200)
+    base, ours, accs = [], [], {"dgl_example": [], "gnntrain_single": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(reps):  # interleaved repetitions
+            t, a = dgl_example_epoch_times(epochs)
+            base.append(statistics.median(t[5:]))
+            accs["dgl_example"].append(a)
+            t, a = gnntrain_single_epoch_times(epochs, Path(tmp) / str(rep))
+            ours.append(statistics.median(t[5:]))
+            accs["gnntrain_single"].append(a)
+    ratio = statistics.median(ours) / statistics.median(base)
+    return {
+        "title": "reference: mode=single vs DGL's GCN example (Cora, 2-layer GCN, hidden 16, 200 epochs)",
+        "columns": ["candidate", "median epoch (ms)", "min-max (ms)", "test acc (median)", "ratio", "goal"],
+        "rows": [
+            ["DGL example loop (baseline)", f"{statistics.median(base) * 1e3:.3f}",
+             f"{min(base) * 1e3:.3f}-{max(base) * 1e3:.3f}", f"{statistics.median(accs['dgl_example']):.3f}",
+             "1.000", ""],
+            ["gnntrain mode=single", f"{statistics.median(ours) * 1e3:.3f}",
+             f"{min(ours) * 1e3:.3f}-{max(ours) * 1e3:.3f}", f"{statistics.median(accs['gnntrain_single']):.3f}",
+             f"{ratio:.3f}", "<= 1.05 " + ("(met)" if ratio <= 1.05 else "(MISSED)")],
+        ],
+        "notes": f"{reps} interleaved repetitions x {epochs} epochs; per repetition the median epoch time "
+                 "(forward+backward+step, first 5 epochs dropped); table gives the median over repetitions.",
+    }
+
+
+# ------------------------------------------------------------ partitioners
+def suite_partitioners(quick: bool) -> dict:
+    from omegaconf import OmegaConf
+
+    from gnntrain.data import load_dataset
+    from gnntrain.partition import partition_graph
+
+    n = 20000 if quick else 100000
+    data = load_dataset(compose(["dataset=rmat", f"dataset.num_nodes={n}", f"dataset.num_edges={8 * n}",
+                                 "dataset.feat_dim=4"]))
+    src, dst = data.src.numpy(), data.dst.numpy()
+    rows = []
+    for k in (2, 4, 8, 16):
+        metis_send = None
+        for name in ("metis", "volume", "random"):
+            cfg = OmegaConf.create({"name": name, "seed": 0, "vertex_weights": "nnz", "reorder": None,
+                                    "imbalance_eps": 0.05, "max_volume_growth": 0.05, "refine_rounds": 50})
+            start = time.perf_counter()
+            part, _ = partition_graph(src, dst, data.num_nodes, k, cfg, data.content_hash)
+            took = time.perf_counter() - start
+            m = part.metrics
+            metis_send = m.max_send_volume if name == "metis" else metis_send
+            rows.append([str(k), name, str(m.edge_cut), str(m.total_volume), str(m.max_send_volume),
+                         f"{m.max_send_volume / metis_send:.3f}", f"{m.send_imbalance:.3f}",
+                         f"{m.nnz_balance:.3f}", f"{took:.1f}"])
+    return {
+        "title": f"partitioners on an R-MAT power-law graph ({data.num_nodes} nodes, {data.num_edges} directed edges)",
+        "columns": ["k", "partitioner", "edge cut", "total volume", "max send", "max send / metis",
+                    "send imbalance", "nnz balance", "time (s)"],
+        "rows": rows,
+        "notes": "edge cut counts directed edges across parts; volumes count rows (x feature width x dtype = bytes).",
+    }
+
+
+# ------------------------------------------------------------------ volume
+def suite_volume(quick: bool) -> dict:
+    """Measured partition-mode bytes: sparse vs oblivious, metis vs volume (p = 8)."""
+    import tempfile
+
+    from gnntrain.launch import run_training
+    from gnntrain.plan import build_plan
+
+    n = 20000 if quick else 100000
+    graph = ["dataset=rmat", f"dataset.num_nodes={n}", f"dataset.num_edges={8 * n}", "dataset.feat_dim=32",
+             "model.hidden=32", "train.epochs=2", "train.progress=false", "hardware.ranks_per_node=8",
+             "kernel=torch", "comm_timeout_s=600"]
+    rows, measured = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, extra in [("oblivious / metis", ["mode.comm=oblivious", "partitioner=metis"]),
+                            ("sparse / metis", ["mode.comm=sparse", "partitioner=metis"]),
+                            ("sparse / volume", ["mode.comm=sparse", "partitioner=volume"])]:
+            s = run_training(build_plan(compose(graph + extra)), Path(tmp) / name.replace(" / ", "-"))
+            kinds = s["comm_bytes"]["by_kind"]
+            halo = kinds.get("halo_fwd", 0) + kinds.get("halo_bwd", 0) + kinds.get("allgather", 0) + kinds.get(
+                "reduce_scatter", 0)
+            measured[name] = (halo, s["comm_bytes"]["max_rank_send"])
+    base_halo, base_max = measured["oblivious / metis"]
+    metis_max = measured["sparse / metis"][1]
+    for name, (halo, max_send) in measured.items():
+        goal = ""
+        if name == "sparse / metis":
+            goal = "<= 0.25x oblivious " + ("(met)" if halo <= 0.25 * base_halo else "(MISSED)")
+        if name == "sparse / volume":
+            goal = "max send < sparse/metis " + ("(met)" if max_send < metis_max else "(MISSED)")
+        rows.append([name, f"{halo / 2**20:.2f}", f"{halo / base_halo:.3f}", f"{max_send / 2**20:.2f}",
+                     f"{max_send / base_max:.3f}", goal])
+    return {
+        "title": f"partition mode at p=8 on R-MAT ({n} nodes), 2-layer GCN, width 32: halo vs all-gather bytes",
+        "columns": ["comm / partitioner", "feature-exchange MiB/epoch", "ratio to oblivious",
+                    "max rank send MiB/epoch", "ratio", "goal"],
+        "rows": rows,
+        "notes": "feature exchange = halo_fwd + halo_bwd (sparse) or allgather + reduce_scatter (oblivious), "
+                 "summed over ranks, median epoch; max rank send includes the gradient all-reduce.",
+    }
+
+
+# -------------------------------------------------------------- generators
+def suite_generators(quick: bool) -> dict:
+    import resource
+
+    from gnntrain.data import load_dataset
+
+    n = 100000 if quick else 1000000
+    rows = []
+    for name, extra in [("rmat", f"dataset.num_edges={10 * n}"), ("csbm", "dataset.avg_degree=20")]:
+        start = time.perf_counter()
+        data = load_dataset(compose([f"dataset={name}", f"dataset.num_nodes={n}", extra, "dataset.feat_dim=16"]))
+        took = time.perf_counter() - start
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        rows.append([name, str(data.num_nodes), str(data.num_edges), f"{took:.1f}",
+                     "< 60 s " + ("(met)" if took < 60 else "(MISSED)"), f"{peak:.2f}"])
+    return {"title": "generated graphs at scale (features 16-d)",
+            "columns": ["dataset", "nodes", "directed edges", "time (s)", "goal", "process peak RSS so far (GiB)"],
+            "rows": rows, "notes": "RSS is the process peak up to that row (it includes earlier rows)."}
+
+
+SUITES = {"generators": suite_generators, "reference": suite_reference, "partitioners": suite_partitioners, "volume": suite_volume}
+
+
+def render(results: dict) -> str:
+    lines = ["# Benchmarks", "", "Generated by `scripts/bench.py` (`make bench`); do not edit by hand. Every figure "
+             "below was measured by the command shown with it.", ""]
+    for name, r in results.items():
+        lines += [f"## {name}", "", f"**{r['title']}**", "",
+                  f"- command: `{r['command']}`", f"- machine: {r['machine']}", f"- date: {r['date']}", ""]
+        lines.append("| " + " | ".join(r["columns"]) + " |")
+        lines.append("|" + "---|" * len(r["columns"]))
+        lines += ["| " + " | ".join(row) + " |" for row in r["rows"]]
+        lines += ["", r.get("notes", ""), ""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("suites", nargs="*", default=list(SUITES), choices=list(SUITES) + [[]])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
+    args = parser.parse_args()
+    os.environ.setdefault("GNNTRAIN_OFFLINE", "1")
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name in args.suites or list(SUITES):
+        print(f"running suite {name} ...", flush=True)
+        result = SUITES[name](args.quick)
+        result.update(command="python scripts/bench.py " + name + (" --quick" if args.quick else ""),
+                      machine=machine(), date=dt.date.today().isoformat())
+        (OUT / f"{name}.json").write_text(json.dumps(result, indent=2))
+        print(render({name: result}))
+    results = {p.stem: json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))}
+    (ROOT / "docs" / "BENCHMARKS.md").write_text(render(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
