@@ -227,7 +227,8 @@ def build_plan(cfg: DictConfig) -> RunPlan:
                         "its options exist as schema only.", "use mode=single or mode=partition")
     mode = mode_cls(cfg)
     if m.name not in mode_cls.models:
-        raise PlanError("model", f"mode '{mode_cls.name}' does not support model '{m.name}'.",
+        rule = f" {mode_cls.models_rule}" if mode_cls.models_rule else ""
+        raise PlanError("model", f"mode '{mode_cls.name}' does not support model '{m.name}'.{rule}",
                         f"use one of {', '.join(mode_cls.models)}")
 
     device = _value(hw.device)

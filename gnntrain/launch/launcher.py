@@ -168,8 +168,15 @@ def run_training(plan, run_dir: Path) -> Dict[str, Any]:
             summary = rank_main(0, plan, prepared.shards[0], str(run_dir), "127.0.0.1", 0, prepared.partition,
                                 prepared.preprocess_s)
             return summary
-        port = int(plan.config.get("port") or 0) or find_free_port()
-        _spawn_and_watch(plan, prepared, run_dir, port)
+        fixed_port = int(plan.config.get("port") or 0)
+        for attempt in range(3):
+            try:
+                _spawn_and_watch(plan, prepared, run_dir, fixed_port or find_free_port())
+                break
+            except RankFailure as exc:
+                # a free port picked here can be taken by another process before rank 0 binds it
+                if fixed_port or attempt == 2 or "address already in use" not in str(exc).lower():
+                    raise
     except GnnTrainError as exc:
         write_json_atomic(run_dir / "summary.json", failed_summary(plan, str(exc)))
         raise

@@ -59,6 +59,7 @@ def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Di
         "partition": partition,
         "plan_hash": plan.plan_hash,
         "kernel": plan.kernel,
+        **({"mode_report": result["mode_report"]} if result.get("mode_report") else {}),
     }
 
 

@@ -78,6 +78,7 @@ class Mode:
     issue: ClassVar[str] = ""  # the issue that implements it, for "not implemented yet"
     exact: ClassVar[bool] = True  # reproduces mode=single (notes/exactness.md)
     models: ClassVar[Sequence[str]] = ("gcn", "sage", "gin")
+    models_rule: ClassVar[str] = ""  # why other models are refused, for the plan's message
 
     def __init__(self, cfg):
         self.cfg = cfg  # the whole composed run config

@@ -68,7 +68,15 @@ def inject_fault(rank: int, epoch: int) -> None:
 
 
 def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[torch.Tensor], torch.Tensor],
-                     aggregate_first: Optional[bool] = None, setup_s: float = 0.0) -> Dict[str, Any]:
+                     aggregate_first: Optional[bool] = None, setup_s: float = 0.0,
+                     forward: Optional[Callable] = None) -> Dict[str, Any]:
+    """Train on ``shard``; ``forward(model, x, dropout)`` overrides the plain
+    ``model(x, aggregate, dropout)`` for modes that re-layout between the
+    aggregate and update halves (MoP)."""
+    if forward is None:
+        def forward(model, x, dropout):
+            return model(x, aggregate, dropout)
+
     cfg = ctx.plan.config_obj
     comm, ledger = ctx.comm, ctx.comm.ledger
     dtype, device = ctx.dtype, ctx.device
@@ -98,7 +106,7 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
         dropout.epoch = epoch
         start = time.perf_counter()
         with ledger.in_phase(Phase.train):
-            logits = model(x, aggregate, dropout)
+            logits = forward(model, x, dropout)
             train_mask = masks["train"]
             loss = F.cross_entropy(logits[train_mask], labels[train_mask], reduction="sum") / n_train
             optimizer.zero_grad(set_to_none=False)
@@ -113,7 +121,7 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
         if evaluate:
             with ledger.in_phase(Phase.eval), torch.no_grad():
                 model.eval()
-                pred = model(x, aggregate).argmax(dim=1)
+                pred = forward(model, x, None).argmax(dim=1)
                 stats += [float(((pred == labels) & masks[s]).sum()) for s in SPLITS]
         sent = ledger.sent_vector(Phase.train)
         totals = comm.reduce_stats(stats + sent + [epoch_time, comm_time])

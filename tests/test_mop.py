@@ -1,0 +1,103 @@
+"""mode=mop (MixGCN, notes/mop.md): exact against single, all-to-all bytes
+equal the closed form with floor splits, aggregation FLOPs balanced, and its
+limits refused by the plan."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import CORA, compose, requires_shared
+from gnntrain.errors import PlanError
+from gnntrain.modes.mop import exchanged_elements, floor_splits
+from gnntrain.plan import build_plan
+
+EXACT = ["train.dtype=float64", "model.dropout=0", "train.epochs=3", "train.seed=5", "kernel=torch"]
+GRAPHS = {"csbm": ["dataset=csbm"], "cora": CORA}
+_refs = {}
+
+
+def _ref(train, graph, model):
+    if (graph, model) not in _refs:
+        _refs[graph, model] = np.array(train(GRAPHS[graph] + EXACT + [f"model={model}", "mode=single"])["losses"])
+    return _refs[graph, model]
+
+
+@pytest.mark.parametrize("graph", ["csbm", pytest.param("cora", marks=requires_shared)])
+@pytest.mark.parametrize("model", ["gcn", "sage", "gin"])
+@pytest.mark.parametrize("m", [2, 3, 4])
+def test_mop_equals_single(train, graph, model, m):
+    s = train(GRAPHS[graph] + EXACT + [f"model={model}", "mode=mop", f"hardware.ranks_per_node={m}"])
+    ref = _ref(train, graph, model)
+    rel = np.max(np.abs(np.array(s["losses"]) - ref) / np.abs(ref))
+    assert rel < 1e-9, rel
+
+
+def _expected(n, dims, m, gin=False):
+    e = lambda d: exchanged_elements(n, d, m)  # noqa: E731
+    hidden = sum(e(d) for d in dims[1:-1])
+    return (e(dims[0]) + 2 * hidden) * 8, (2 * hidden + (e(dims[0]) if gin else 0)) * 8
+
+
+@pytest.mark.parametrize("model,m,hidden", [("gcn", 2, 16), ("sage", 3, 16), ("gin", 3, 16), ("gcn", 4, 3)])
+def test_all_to_all_bytes_equal_closed_form(train, model, m, hidden):
+    """Exact counts with floor splits; hidden=3 with m=4 leaves a rank without hidden columns."""
+    s = train(EXACT + [f"model={model}", "mode=mop", f"hardware.ranks_per_node={m}", f"model.hidden={hidden}"])
+    n, dims = 2708, [128, hidden, 7]
+    fwd, bwd = _expected(n, dims, m, gin=model == "gin")
+    kinds = s["comm_bytes"]["by_kind"]
+    assert kinds["all_to_all_fwd"] == fwd and kinds["all_to_all_bwd"] == bwd
+    if n % m == 0 and all(d % m == 0 for d in dims[:-1]):  # the paper's form holds exactly
+        assert fwd + bwd == n * (m - 1) // m * (dims[0] + 4 * sum(dims[1:-1])) * 8
+    plan = build_plan(compose(EXACT + [f"model={model}", "mode=mop", f"hardware.ranks_per_node={m}",
+                                       f"model.hidden={hidden}"]))
+    assert plan.comm_per_epoch["by_kind"]["all_to_all_fwd"] == fwd
+
+
+def test_floor_splits_and_uneven_volume():
+    assert floor_splits(10, 4) == [0, 2, 5, 7, 10]
+    # even splits: N*d*(m-1)/m; uneven: N*d - sum n_i d_i
+    assert exchanged_elements(8, 4, 2) == 8 * 4 // 2
+    assert exchanged_elements(10, 3, 4) == 10 * 3 - (2 * 0 + 3 * 1 + 2 * 1 + 3 * 1)
+
+
+def test_aggregation_flops_balanced_when_m_divides_d(train):
+    s = train(["train.epochs=1", "mode=mop", "hardware.ranks_per_node=2", "kernel=torch"])
+    report = s["mode_report"]
+    assert report["aggregation_balance_max_over_mean"] == pytest.approx(1.0)
+    assert len(report["aggregation_flops_per_rank"]) == 2
+
+
+def test_volume_is_constant_in_m_while_partition_grows(train):
+    vols, halos = {}, {}
+    for m in (2, 4):
+        common = ["train.epochs=1", f"hardware.ranks_per_node={m}", "kernel=torch", "dataset.num_nodes=1200",
+                  "dataset.feat_dim=32"]
+        k = train(common + ["mode=mop"])["comm_bytes"]["by_kind"]
+        vols[m] = k["all_to_all_fwd"] + k["all_to_all_bwd"]
+        halos[m] = sum(train(common + ["mode=partition"])["comm_bytes"]["by_kind"].get(x, 0)
+                       for x in ("halo_fwd", "halo_bwd"))
+    # MoP: bytes scale only with (m-1)/m; partition halo grows with the number of parts
+    assert vols[4] / vols[2] == pytest.approx((3 / 4) / (1 / 2), rel=0.01)
+    assert halos[4] > halos[2]
+
+
+@requires_shared
+def test_cora_accuracy_matches_single(train):
+    common = CORA + ["train.epochs=200", "train.eval_every=200"]
+    single = train(common + ["mode=single"])["accuracy"]["test"]
+    mop = train(common + ["mode=mop", "hardware.ranks_per_node=2"])["accuracy"]["test"]
+    assert abs(single - mop) <= 0.005
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (["mode=mop", "model=gat"], "element-wise"),
+    (["mode=mop", "hardware.ranks_per_node=8", "dataset.num_nodes=5"], "nodes"),
+])
+def test_plan_refuses_mop_limits(overrides, needle):
+    with pytest.raises(PlanError, match=needle):
+        build_plan(compose(overrides))
+
+
+def test_plan_states_replicated_adjacency():
+    plan = build_plan(compose(["mode=mop", "hardware.ranks_per_node=2"]))
+    assert "not divided by m" in plan.mode_details["adjacency replicated per rank"]
