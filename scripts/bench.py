@@ -166,43 +166,46 @@ def suite_partitioners(quick: bool) -> dict:
 
 # ------------------------------------------------------------------ volume
 def suite_volume(quick: bool) -> dict:
-    """Measured partition-mode bytes: sparse vs oblivious, metis vs volume (p = 8)."""
+    """Measured partition-mode bytes at p = 8: sparse vs oblivious, metis vs volume, two densities."""
     import tempfile
 
     from gnntrain.launch import run_training
     from gnntrain.plan import build_plan
 
     n = 20000 if quick else 100000
-    graph = ["dataset=rmat", f"dataset.num_nodes={n}", f"dataset.num_edges={8 * n}", "dataset.feat_dim=32",
-             "model.hidden=32", "train.epochs=2", "train.progress=false", "hardware.ranks_per_node=8",
-             "kernel=torch", "comm_timeout_s=600"]
-    rows, measured = [], {}
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, extra in [("oblivious / metis", ["mode.comm=oblivious", "partitioner=metis"]),
-                            ("sparse / metis", ["mode.comm=sparse", "partitioner=metis"]),
-                            ("sparse / volume", ["mode.comm=sparse", "partitioner=volume"])]:
-            s = run_training(build_plan(compose(graph + extra)), Path(tmp) / name.replace(" / ", "-"))
-            kinds = s["comm_bytes"]["by_kind"]
-            halo = kinds.get("halo_fwd", 0) + kinds.get("halo_bwd", 0) + kinds.get("allgather", 0) + kinds.get(
-                "reduce_scatter", 0)
-            measured[name] = (halo, s["comm_bytes"]["max_rank_send"])
-    base_halo, base_max = measured["oblivious / metis"]
-    metis_max = measured["sparse / metis"][1]
-    for name, (halo, max_send) in measured.items():
-        goal = ""
-        if name == "sparse / metis":
-            goal = "<= 0.25x oblivious " + ("(met)" if halo <= 0.25 * base_halo else "(MISSED)")
-        if name == "sparse / volume":
-            goal = "max send < sparse/metis " + ("(met)" if max_send < metis_max else "(MISSED)")
-        rows.append([name, f"{halo / 2**20:.2f}", f"{halo / base_halo:.3f}", f"{max_send / 2**20:.2f}",
-                     f"{max_send / base_max:.3f}", goal])
+        for edges_per_node in (4, 8):
+            graph = ["dataset=rmat", f"dataset.num_nodes={n}", f"dataset.num_edges={edges_per_node * n}",
+                     "dataset.feat_dim=32", "model.hidden=32", "train.epochs=2", "train.progress=false",
+                     "hardware.ranks_per_node=8", "kernel=torch", "comm_timeout_s=600"]
+            measured = {}
+            for name, extra in [("oblivious / metis", ["mode.comm=oblivious", "partitioner=metis"]),
+                                ("sparse / metis", ["mode.comm=sparse", "partitioner=metis"]),
+                                ("sparse / volume", ["mode.comm=sparse", "partitioner=volume"])]:
+                s = run_training(build_plan(compose(graph + extra)), Path(tmp) / f"{edges_per_node}-{name[:3]}-{name[-6:]}")
+                kinds = s["comm_bytes"]["by_kind"]
+                halo = sum(kinds.get(k, 0) for k in ("halo_fwd", "halo_bwd", "allgather", "reduce_scatter"))
+                measured[name] = (halo, s["comm_bytes"]["max_rank_send"], s["partition"])
+            base_halo, base_max, _ = measured["oblivious / metis"]
+            metis_max = measured["sparse / metis"][1]
+            for name, (halo, max_send, part) in measured.items():
+                goal = ""
+                if name == "sparse / metis":
+                    goal = "<= 0.25x oblivious " + ("(met)" if halo <= 0.25 * base_halo else "(MISSED)")
+                if name == "sparse / volume":
+                    goal = "max send < sparse/metis " + ("(met)" if max_send < metis_max else "(MISSED)")
+                rows.append([f"{part.get('num_parts')}", f"{edges_per_node * 2}", name, f"{halo / 2**20:.2f}",
+                             f"{halo / base_halo:.3f}", f"{max_send / 2**20:.2f}", f"{max_send / base_max:.3f}", goal])
     return {
         "title": f"partition mode at p=8 on R-MAT ({n} nodes), 2-layer GCN, width 32: halo vs all-gather bytes",
-        "columns": ["comm / partitioner", "feature-exchange MiB/epoch", "ratio to oblivious",
-                    "max rank send MiB/epoch", "ratio", "goal"],
+        "columns": ["p", "R-MAT edges drawn per node (x2 directed)", "comm / partitioner",
+                    "feature-exchange MiB/epoch", "ratio to oblivious", "max rank send MiB/epoch", "ratio", "goal"],
         "rows": rows,
         "notes": "feature exchange = halo_fwd + halo_bwd (sparse) or allgather + reduce_scatter (oblivious), "
-                 "summed over ranks, median epoch; max rank send includes the gradient all-reduce.",
+                 "summed over ranks, median epoch; max rank send includes the gradient all-reduce. After "
+                 "de-duplication the average degree is about 7.7 (first block) and 15 (second block): the "
+                 "sparse/oblivious ratio grows with density, so the 0.25 goal holds on the sparser graph only.",
     }
 
 

@@ -16,6 +16,7 @@ SHARED_DGL = ROOT.parent / "shared" / "datasets" / "dgl"
 CORA = [f"dataset=cora", f"data_dir={SHARED_DGL}"]
 
 os.environ.setdefault("GNNTRAIN_OFFLINE", "1")
+os.environ.setdefault("OUTDATED_IGNORE", "1")  # keep OGB from querying PyPI on import
 
 
 def compose(overrides: List[str]):

@@ -157,10 +157,28 @@ class RunConfig:
     comm_timeout_s: float = 120.0  # finite timeout for every collective
 
 
+def _cpus_per_task(cores_per_node, ranks_per_node) -> int:
+    import os
+
+    cores = int(cores_per_node) or (os.cpu_count() or 1)
+    return max(1, cores // max(1, int(ranks_per_node)))
+
+
+def register_resolvers() -> None:
+    """Resolvers used by configs/hydra/launcher/slurm.yaml."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("gnntrain_cpus_per_task"):
+        OmegaConf.register_new_resolver("gnntrain_cpus_per_task", _cpus_per_task)
+    if not OmegaConf.has_resolver("gnntrain_none_if_zero"):
+        OmegaConf.register_new_resolver("gnntrain_none_if_zero", lambda v: None if not v else int(v))
+
+
 def register_configs() -> None:
     """Register the root schema, the group schemas and every mode's schema."""
     from hydra.core.config_store import ConfigStore
 
+    register_resolvers()
     from gnntrain.modes import MODE_REGISTRY
 
     cs = ConfigStore.instance()

@@ -228,9 +228,19 @@ def _describe_failure(rank: int, message: str) -> str:
 
 
 def _run_external(plan, run_dir: Path, identity: RankIdentity) -> Dict[str, Any]:
+    if plan.world_size == 1:
+        # a one-process plan (mode=single) inside a multi-task allocation: task 0 runs it alone
+        if identity.rank != 0:
+            return {"status": "completed", "rank": identity.rank, "note": "idle: the plan needs one process"}
+        prepared = prepare(plan)
+        return rank_main(0, plan, prepared.shards[0], str(run_dir), "127.0.0.1", 0, prepared.partition,
+                         prepared.preprocess_s)
     if identity.world_size != plan.world_size:
-        raise RankFailure(f"the launcher started {identity.world_size} ranks ({identity.source}) but the plan "
-                          f"needs {plan.world_size}; set hardware.nodes/ranks_per_node to match")
+        error = (f"the launcher started {identity.world_size} ranks ({identity.source}) but the plan needs "
+                 f"{plan.world_size}; set hardware.nodes/ranks_per_node to match")
+        if identity.rank == 0:
+            write_json_atomic(run_dir / "summary.json", failed_summary(plan, error))
+        raise RankFailure(error)
     try:
         prepared = prepare(plan, ranks=[identity.rank])
         summary = rank_main(identity.rank, plan, prepared.shards[0], str(run_dir), identity.master_addr,

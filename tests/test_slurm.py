@@ -1,0 +1,91 @@
+"""SLURM integration on a real one-node cluster started by scripts/slurm-local.sh:
+a 2-job sweep through hydra/launcher=slurm, and a plain sbatch template with
+2 tasks. Skips only when apt-get cannot install slurm-wlm/munge (never in CI)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, read_summary, run_cli
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def slurm_env():
+    if os.geteuid() != 0:
+        pytest.skip("the local SLURM cluster needs root")
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "slurm-local.sh"), "start"], capture_output=True,
+                          text=True, timeout=900)
+    if proc.returncode == 3 and not os.environ.get("CI"):
+        pytest.skip(f"apt-get cannot install slurm-wlm/munge here: {proc.stderr.strip()[-300:]}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    conf = re.search(r"SLURM_CONF=(\S+)", proc.stdout).group(1)
+    return {"SLURM_CONF": conf}
+
+
+def _job_state(env, job_id: str, settle_s: float = 60) -> str:
+    """The job's final state from scontrol (a job may still be finishing when its result is back)."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
+                             env={**os.environ, **env}).stdout
+        match = re.search(r"JobState=(\w+)", out)
+        state = match.group(1) if match else out
+        if state not in ("RUNNING", "COMPLETING", "PENDING") or time.monotonic() > deadline:
+            return state
+        time.sleep(1)
+
+
+def test_sweep_through_submitit_slurm(slurm_env, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["run", "-m", "hydra/launcher=slurm", "mode=single,partition", "train.epochs=3",
+                    "train.progress=false", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path}/cache",
+                    "hardware.timeout_min=10"], cwd=tmp_path, timeout=600, env_extra=slurm_env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summaries = sorted(sweep.rglob("summary.json"))
+    assert len(summaries) == 2
+    for path in summaries:
+        assert read_summary(path.parent)["status"] == "completed", path
+    # submitit sends a sweep as one job array: one array task per sweep job (e.g. 4_0, 4_1)
+    job_ids = sorted(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", p.name))
+    assert len(job_ids) == 2
+    for job_id in job_ids:
+        assert _job_state(slurm_env, job_id) == "COMPLETED"
+    squeue = subprocess.run(["squeue", "-h", "-u", "root"], capture_output=True, text=True,
+                            env={**os.environ, **slurm_env})
+    assert squeue.returncode == 0
+
+
+def test_sbatch_template_with_two_tasks(slurm_env, tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, **slurm_env, "GNNTRAIN": str(Path(sys.executable).parent / "gnntrain"),
+           "RUN_DIR": str(run_dir)}
+    proc = subprocess.run(["sbatch", "--wait", f"--output={tmp_path}/slurm-%j.out",
+                           str(ROOT / "scripts" / "sbatch" / "gnntrain.sbatch"), "train.epochs=3",
+                           "train.progress=false", f"cache_dir={tmp_path}/cache"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    logs = "".join(p.read_text() for p in tmp_path.glob("slurm-*.out"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr + logs
+    summary = read_summary(run_dir)
+    assert summary["status"] == "completed" and summary["world_size"] == 2
+    job_id = re.search(r"(\d+)", proc.stdout).group(1)
+    assert _job_state(slurm_env, job_id) == "COMPLETED"
+
+
+def test_unreachable_controller_is_one_line(tmp_path):
+    """No controller at SLURM_CONF: submitit's error surfaces as one line naming the launcher."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=nowhere\nSlurmctldHost=localhost\nSlurmctldPort=1\n"
+                    "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=p Nodes=localhost Default=YES\n")
+    proc = run_cli(["run", "-m", "hydra/launcher=slurm", "train.epochs=1", f"hydra.sweep.dir={tmp_path}/s"],
+                   cwd=tmp_path, timeout=300, env_extra={"SLURM_CONF": str(conf)})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "hydra/launcher=slurm" in out and "Traceback" not in out
+    assert len([line for line in out.splitlines() if "error" in line.lower()]) == 1
