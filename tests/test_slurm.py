@@ -27,7 +27,8 @@ def slurm_env():
         pytest.skip(f"apt-get cannot install slurm-wlm/munge here: {proc.stderr.strip()[-300:]}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     conf = re.search(r"SLURM_CONF=(\S+)", proc.stdout).group(1)
-    return {"SLURM_CONF": conf}
+    yield {"SLURM_CONF": conf}
+    subprocess.run(["bash", str(ROOT / "scripts" / "slurm-local.sh"), "stop"], timeout=60)
 
 
 def _job_state(env, job_id: str, settle_s: float = 60) -> str:

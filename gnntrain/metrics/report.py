@@ -132,7 +132,7 @@ def report_command(args: List[str]) -> int:
         table.add_column(h)
     for r in rows:
         table.add_row(*r)
-    console.print(table)
+    Console(width=max(console.width, 150)).print(table)
     md = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     md += ["| " + " | ".join(r) + " |" for r in rows]
     pngs = _plots(runs, out)
