@@ -46,7 +46,7 @@ def _console():
 def _error(message: str) -> None:
     from rich.markup import escape
 
-    _console().print(f"[bold red]error:[/bold red] {escape(message)}")
+    _console().print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)  # one unbroken line
 
 
 def _is_multirun() -> bool:

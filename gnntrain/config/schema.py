@@ -153,6 +153,7 @@ class RunConfig:
     cache_dir: Optional[str] = None  # processed data + partitions (env GNNTRAIN_CACHE_DIR)
     allow_download: bool = True  # let DGL/OGB download missing files (never when GNNTRAIN_OFFLINE=1)
     kernel: Kernel = Kernel.auto
+    resume: Optional[str] = None  # a run directory to resume from (its newest valid checkpoint)
     port: int = 0  # rendezvous port for local launches; 0 = pick a free one
     comm_timeout_s: float = 120.0  # finite timeout for every collective
 

@@ -155,6 +155,20 @@ def prepare(plan, ranks=None):
     return prepared
 
 
+def check_resume(plan, run_dir: Path) -> None:
+    """Before any rank starts: a resume source must hold a valid checkpoint of this very plan."""
+    from gnntrain.checkpoint import CheckpointError, Checkpointer, checkpoint_dir
+
+    cfg = plan.config
+    if not (cfg["train"]["resume"] or cfg.get("resume")):
+        return
+    directory = checkpoint_dir(plan.config_obj, run_dir)
+    state = Checkpointer(directory, plan.plan_hash).load_latest()  # raises for another plan's checkpoint
+    if state is None and cfg.get("resume"):
+        raise CheckpointError(f"resume={cfg['resume']}: no valid checkpoint in {directory}. Point resume= at a "
+                              "run directory that was trained with train.checkpoint_every > 0.")
+
+
 def run_training(plan, run_dir: Path) -> Dict[str, Any]:
     """Train ``plan``; returns the summary (raises GnnTrainError on failure after writing it)."""
     run_dir = Path(run_dir)
@@ -163,6 +177,7 @@ def run_training(plan, run_dir: Path) -> Dict[str, Any]:
     if identity is not None:
         return _run_external(plan, run_dir, identity)
     try:
+        check_resume(plan, run_dir)
         prepared = prepare(plan)
         if plan.world_size == 1:
             summary = rank_main(0, plan, prepared.shards[0], str(run_dir), "127.0.0.1", 0, prepared.partition,

@@ -88,7 +88,13 @@ class RunRecorder:
         self._progress: Optional[Progress] = None
         self._task = None
 
-    def start(self, epochs: int, comm_widths: Optional[List[int]] = None) -> None:
+    def start(self, epochs: int, comm_widths: Optional[List[int]] = None,
+              resumed: Optional[List[Dict[str, Any]]] = None) -> None:
+        for record in resumed or []:  # epochs restored from a checkpoint keep their lines
+            with open(self.metrics_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        if resumed:
+            self.console.print(f"[dim]resumed after epoch {len(resumed)} from a checkpoint[/dim]")
         if comm_widths is not None:
             self.console.print(f"[dim]feature widths communicated per layer: {comm_widths}[/dim]")
         if self.show_progress:
@@ -98,7 +104,7 @@ class RunRecorder:
                 TextColumn("{task.fields[dt]}"), TimeElapsedColumn(), console=self.console, transient=False)
             self._progress.start()
             self._task = self._progress.add_task(f"{self.plan.mode}/{self.plan.dataset}", total=epochs,
-                                                 loss="-", val="-", dt="-")
+                                                 completed=len(resumed or []), loss="-", val="-", dt="-")
 
     def epoch(self, record: Dict[str, Any]) -> None:
         with open(self.metrics_path, "a") as f:

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from gnntrain.checkpoint import Checkpointer, checkpoint_dir
 from gnntrain.comm.accounting import KINDS, Phase
 from gnntrain.models import GlobalDropout, ModelSpec, build_model
 from gnntrain.modes.base import RankShard
@@ -94,12 +95,24 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
                             else shard.global_ids)
     n_train = max(1, shard.global_counts["train"])
     recorder = ctx.recorder
-    if recorder is not None:
-        recorder.start(int(train_cfg.epochs), comm_widths=model.comm_widths())
-
     history: List[Dict[str, Any]] = []
     accuracy: Dict[str, float] = {}
-    for epoch in range(int(train_cfg.epochs)):
+    checkpointer, start_epoch = None, 0
+    ckpt_dir = checkpoint_dir(cfg, ctx.run_dir)
+    if ckpt_dir is not None and (int(train_cfg.checkpoint_every) or train_cfg.resume or cfg.get("resume")):
+        checkpointer = Checkpointer(ckpt_dir, ctx.plan.plan_hash)
+    if checkpointer is not None and (train_cfg.resume or cfg.get("resume")):
+        state = checkpointer.load_latest()  # run_training already refused foreign or missing ones
+        if state is not None:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["rng"])
+            history, start_epoch = list(state["history"]), int(state["epoch"])
+            accuracy = {s: history[-1][f"{s}_acc"] for s in SPLITS if f"{s}_acc" in history[-1]}
+    if recorder is not None:
+        recorder.start(int(train_cfg.epochs), comm_widths=model.comm_widths(), resumed=history)
+
+    for epoch in range(start_epoch, int(train_cfg.epochs)):
         ledger.reset(Phase.train)
         inject_fault(comm.rank, epoch)
         model.train()
@@ -144,6 +157,9 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
         history.append(record)
         if recorder is not None:
             recorder.epoch(record)
+        every = int(train_cfg.checkpoint_every)
+        if checkpointer is not None and every and (epoch + 1) % every == 0 and comm.rank == 0:
+            checkpointer.save(epoch + 1, model, optimizer, history)
 
     # per-rank peaks: each rank fills its own slot of a zero vector, a SUM gathers them
     slots = [0.0] * (2 * comm.world_size)
