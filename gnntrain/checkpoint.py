@@ -15,13 +15,14 @@ state, so rank 0's state resumes every rank bit-identically on CPU.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -58,11 +59,22 @@ class Checkpointer:
     def path(self, epoch: int) -> Path:
         return self.directory / f"epoch_{epoch:06d}.pt"
 
+    def snapshot(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 history: List[Dict[str, Any]]) -> Dict[str, Any]:
+        """A detached copy of the training state after ``epoch`` completed epochs."""
+        return copy.deepcopy({"epoch": int(epoch), "plan_hash": self.plan_hash, "model": model.state_dict(),
+                              "optimizer": optimizer.state_dict(), "history": history,
+                              "rng": torch.get_rng_state()})
+
     def save(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
              history: List[Dict[str, Any]]) -> Path:
+        return self.save_state({"epoch": int(epoch), "plan_hash": self.plan_hash, "model": model.state_dict(),
+                                "optimizer": optimizer.state_dict(), "history": history,
+                                "rng": torch.get_rng_state()})
+
+    def save_state(self, payload: Dict[str, Any]) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
-        payload = {"epoch": int(epoch), "plan_hash": self.plan_hash, "model": model.state_dict(),
-                   "optimizer": optimizer.state_dict(), "history": history, "rng": torch.get_rng_state()}
+        epoch = int(payload["epoch"])
         buffer = io.BytesIO()
         torch.save(payload, buffer)
         data = buffer.getvalue()
@@ -105,6 +117,31 @@ class Checkpointer:
         except Exception as exc:
             warnings.warn(f"skipping checkpoint {path}: cannot load it ({type(exc).__name__})")
             return None
+
+
+# ------------------------------------------------------------- preemption
+_preemption_hook: Optional[Callable[[], None]] = None
+
+
+def set_preemption_hook(hook: Optional[Callable[[], None]]) -> None:
+    """The training loop registers how to save its last completed epoch."""
+    global _preemption_hook
+    _preemption_hook = hook
+
+
+def save_for_preemption() -> None:
+    """Called from the SLURM launcher's checkpoint() when the job is preempted or times out."""
+    if _preemption_hook is not None:
+        _preemption_hook()
+
+
+def slurm_restarted() -> bool:
+    """True in a SLURM job that was requeued (after preemption or a time-out)."""
+    return os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
+
+
+def resume_requested(cfg) -> bool:
+    return bool(cfg["train"]["resume"] or cfg.get("resume") or slurm_restarted())
 
 
 def checkpoint_dir(cfg, run_dir: Optional[Path]) -> Optional[Path]:

@@ -90,3 +90,41 @@ def test_unreachable_controller_is_one_line(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "hydra/launcher=slurm" in out and "Traceback" not in out
     assert len([line for line in out.splitlines() if "error" in line.lower()]) == 1
+
+
+def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
+    """submitit's preemption signal (USR2) on a running job: the last completed epoch is
+    checkpointed, the job is requeued, and the requeued job resumes and completes."""
+    sweep = tmp_path / "sweep"
+    epochs = 3000
+    cmd = [str(Path(sys.executable).parent / "gnntrain"), "run", "-m", "hydra/launcher=slurm", "mode=single",
+           "hardware.ranks_per_node=1", f"train.epochs={epochs}", "train.eval_every=500", "dataset.num_nodes=300",
+           "train.progress=false", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path}/cache", "kernel=torch"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, **slurm_env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    metrics = sweep / "0-single-csbm" / "metrics.jsonl"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 100):
+        time.sleep(0.2)
+    assert metrics.exists(), "the job never started training"
+    job_id = next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name))
+    env = {**os.environ, **slurm_env}
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, env=env)
+    # SLURM holds a requeued job until a begin time ~2 minutes out; make it eligible now
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, env=env).stdout
+        if "Restarts=0" not in show and "JobState=PENDING" in show:
+            subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env)
+            break
+        time.sleep(0.5)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    summary = read_summary(sweep / "0-single-csbm")
+    assert summary["status"] == "completed" and len(summary["losses"]) == epochs
+    assert list((sweep / "0-single-csbm" / "checkpoints").glob("epoch_*.pt")), "no preemption checkpoint"
+    logs = "".join(p.read_text(errors="replace") for p in (sweep / ".submitit" / job_id).glob("*.out"))
+    assert "resumed after epoch" in logs
+    show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
+                          env={**os.environ, **slurm_env}).stdout
+    assert re.search(r"Restarts=[1-9]", show), show

@@ -157,10 +157,10 @@ def prepare(plan, ranks=None):
 
 def check_resume(plan, run_dir: Path) -> None:
     """Before any rank starts: a resume source must hold a valid checkpoint of this very plan."""
-    from gnntrain.checkpoint import CheckpointError, Checkpointer, checkpoint_dir
+    from gnntrain.checkpoint import CheckpointError, Checkpointer, checkpoint_dir, resume_requested
 
     cfg = plan.config
-    if not (cfg["train"]["resume"] or cfg.get("resume")):
+    if not resume_requested(cfg):
         return
     directory = checkpoint_dir(plan.config_obj, run_dir)
     state = Checkpointer(directory, plan.plan_hash).load_latest()  # raises for another plan's checkpoint

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from gnntrain.checkpoint import Checkpointer, checkpoint_dir
+from gnntrain.checkpoint import Checkpointer, checkpoint_dir, resume_requested, set_preemption_hook
 from gnntrain.comm.accounting import KINDS, Phase
 from gnntrain.models import GlobalDropout, ModelSpec, build_model
 from gnntrain.modes.base import RankShard
@@ -99,9 +99,10 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
     accuracy: Dict[str, float] = {}
     checkpointer, start_epoch = None, 0
     ckpt_dir = checkpoint_dir(cfg, ctx.run_dir)
-    if ckpt_dir is not None and (int(train_cfg.checkpoint_every) or train_cfg.resume or cfg.get("resume")):
+    preemptible = "SLURM_JOB_ID" in os.environ
+    if ckpt_dir is not None and (int(train_cfg.checkpoint_every) or resume_requested(cfg) or preemptible):
         checkpointer = Checkpointer(ckpt_dir, ctx.plan.plan_hash)
-    if checkpointer is not None and (train_cfg.resume or cfg.get("resume")):
+    if checkpointer is not None and resume_requested(cfg):
         state = checkpointer.load_latest()  # run_training already refused foreign or missing ones
         if state is not None:
             model.load_state_dict(state["model"])
@@ -111,6 +112,13 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
             accuracy = {s: history[-1][f"{s}_acc"] for s in SPLITS if f"{s}_acc" in history[-1]}
     if recorder is not None:
         recorder.start(int(train_cfg.epochs), comm_widths=model.comm_widths(), resumed=history)
+
+    boundary: Dict[str, Any] = {}  # state at the last completed epoch, for a preemption checkpoint
+    if preemptible and checkpointer is not None and comm.rank == 0:
+        def save_boundary() -> None:
+            if boundary:
+                checkpointer.save_state(boundary)
+        set_preemption_hook(save_boundary)
 
     for epoch in range(start_epoch, int(train_cfg.epochs)):
         ledger.reset(Phase.train)
@@ -160,6 +168,10 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
         every = int(train_cfg.checkpoint_every)
         if checkpointer is not None and every and (epoch + 1) % every == 0 and comm.rank == 0:
             checkpointer.save(epoch + 1, model, optimizer, history)
+        if preemptible and checkpointer is not None and comm.rank == 0:
+            boundary.clear()
+            boundary.update(checkpointer.snapshot(epoch + 1, model, optimizer, history))
+    set_preemption_hook(None)
 
     # per-rank peaks: each rank fills its own slot of a zero vector, a SUM gathers them
     slots = [0.0] * (2 * comm.world_size)

@@ -21,6 +21,14 @@ def one_line_cause(exc: BaseException) -> str:
 
 
 class SlurmLauncher(_SubmititSlurmLauncher):
+    def checkpoint(self, *args, **kwargs):
+        """Preemption or time-out (submitit's signal handler, task 0): save the last completed
+        epoch, then let submitit requeue the same job, which resumes from it (SLURM_RESTART_COUNT)."""
+        from gnntrain.checkpoint import save_for_preemption
+
+        save_for_preemption()
+        return super().checkpoint(*args, **kwargs)
+
     def launch(self, job_overrides, initial_job_idx):  # type: ignore[override]
         echoed = io.StringIO()
         try:
