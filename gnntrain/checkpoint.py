@@ -19,36 +19,18 @@ import copy
 import hashlib
 import io
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from gnntrain.atomic import atomic_write_bytes
 from gnntrain.errors import GnnTrainError
 
 
 class CheckpointError(GnnTrainError):
     """A checkpoint that cannot be used (another plan, none valid)."""
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class Checkpointer:
@@ -79,8 +61,8 @@ class Checkpointer:
         torch.save(payload, buffer)
         data = buffer.getvalue()
         path = self.path(epoch)
-        _atomic_write(path, data)
-        _atomic_write(path.with_suffix(".pt.sha1"), hashlib.sha1(data).hexdigest().encode())
+        atomic_write_bytes(path, data)
+        atomic_write_bytes(path.with_suffix(".pt.sha1"), hashlib.sha1(data).hexdigest().encode())
         return path
 
     def candidates(self) -> List[Path]:

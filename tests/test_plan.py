@@ -98,3 +98,9 @@ def test_cli_composition_errors_are_one_message(tmp_path, args, needle):
     proc = run_cli(["plan", f"hydra.run.dir={tmp_path}"] + args, cwd=tmp_path, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and needle in out and "Traceback" not in out
+
+
+def test_oversubscription_warns_but_plans():
+    plan = build_plan(compose(["hardware.cores_per_node=1", "hardware.ranks_per_node=4", "hardware.oversubscribe=2"]))
+    assert plan.world_size == 4 and any("oversubscription" in w for w in plan.warnings)
+    assert plan.threads_per_rank == 1

@@ -96,7 +96,7 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
     """submitit's preemption signal (USR2) on a running job: the last completed epoch is
     checkpointed, the job is requeued, and the requeued job resumes and completes."""
     sweep = tmp_path / "sweep"
-    epochs = 3000
+    epochs = 1200
     cmd = [str(Path(sys.executable).parent / "gnntrain"), "run", "-m", "hydra/launcher=slurm", "mode=single",
            "hardware.ranks_per_node=1", f"train.epochs={epochs}", "train.eval_every=500", "dataset.num_nodes=300",
            "train.progress=false", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path}/cache", "kernel=torch"]
@@ -104,7 +104,7 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
                             stderr=subprocess.STDOUT, text=True)
     metrics = sweep / "0-single-csbm" / "metrics.jsonl"
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 100):
+    while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 50):
         time.sleep(0.2)
     assert metrics.exists(), "the job never started training"
     job_id = next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name))

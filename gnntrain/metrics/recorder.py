@@ -4,9 +4,7 @@ and final table."""
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -14,19 +12,15 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gnntrain.atomic import atomic_write_bytes
+
 SUMMARY_FIELDS = ("status", "mode", "dataset", "model", "world_size", "epochs", "dtype", "losses", "accuracy",
                   "epoch_time_s", "epoch_time_median_s", "time_breakdown_s", "comm_bytes", "peak_memory_bytes",
                   "partition")
 
 
 def write_json_atomic(path: Path, payload: Dict[str, Any]) -> None:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write_bytes(Path(path), json.dumps(payload, indent=2).encode())
 
 
 def _identity(plan) -> Dict[str, Any]:

@@ -8,14 +8,15 @@ reported with a warning and rebuilt.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
+
+from gnntrain.atomic import atomic_write_bytes
 
 ARRAYS = ("parts", "perm", "inverse", "offsets")
 
@@ -63,18 +64,10 @@ class PartitionCache:
 
     def store(self, key: str, arrays: Dict[str, np.ndarray], meta: Dict[str, object]) -> Path:
         meta = dict(meta, key=key, checksum=_checksum(arrays))
-        path = self.path(key)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{key}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
-                         **{name: arrays[name] for name in ARRAYS})
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        buffer = io.BytesIO()
+        np.savez(buffer, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+                 **{name: arrays[name] for name in ARRAYS})
+        path = atomic_write_bytes(self.path(key), buffer.getvalue())
         return path
 
     def get_or_build(self, key: str, build: Callable[[], Tuple[Dict[str, np.ndarray], Dict[str, object]]]
