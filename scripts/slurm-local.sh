@@ -27,7 +27,7 @@ install_packages() {
 write_config() {
   local host cpus mem
   host=$(hostname -s)
-  cpus=$(nproc)
+  cpus=$(getconf _NPROCESSORS_ONLN)  # not nproc: it honours OMP_NUM_THREADS
   mem=$(awk '/MemTotal/ {print int($2 / 1024 * 0.8)}' /proc/meminfo)
   mkdir -p "$DIR"/{spool,state,log}
   cat > "$CONF" <<CONF

@@ -32,6 +32,21 @@ def test_mop_equals_single(train, graph, model, m):
     assert rel < 1e-9, rel
 
 
+@pytest.mark.parametrize("graph,model,m", [("csbm", model, m) for model in ("gcn", "sage", "gin") for m in (2, 3, 4)]
+                         + [pytest.param("cora", "gcn", 3, marks=requires_shared)])
+def test_pipelined_mop_equals_single(train, graph, model, m):
+    """pipeline_chunks=3: async chunk exchanges overlap aggregation and update; still exact, same bytes."""
+    s = train(GRAPHS[graph] + EXACT + [f"model={model}", "mode=mop", f"hardware.ranks_per_node={m}",
+                                       "mode.pipeline_chunks=3"])
+    ref = _ref(train, graph, model)
+    rel = np.max(np.abs(np.array(s["losses"]) - ref) / np.abs(ref))
+    assert rel < 1e-9, rel
+    if graph == "csbm":
+        fwd, bwd = _expected(2708, [128, 16, 7], m, gin=model == "gin")
+        assert s["comm_bytes"]["by_kind"]["all_to_all_fwd"] == fwd
+        assert s["comm_bytes"]["by_kind"]["all_to_all_bwd"] == bwd
+
+
 def _expected(n, dims, m, gin=False):
     e = lambda d: exchanged_elements(n, d, m)  # noqa: E731
     hidden = sum(e(d) for d in dims[1:-1])
@@ -101,3 +116,9 @@ def test_plan_refuses_mop_limits(overrides, needle):
 def test_plan_states_replicated_adjacency():
     plan = build_plan(compose(["mode=mop", "hardware.ranks_per_node=2"]))
     assert "not divided by m" in plan.mode_details["adjacency replicated per rank"]
+
+
+def test_plan_refuses_more_chunks_than_rows():
+    with pytest.raises(PlanError, match="pipeline_chunks|chunks"):
+        build_plan(compose(["mode=mop", "hardware.ranks_per_node=2", "dataset.num_nodes=10",
+                            "mode.pipeline_chunks=6"]))

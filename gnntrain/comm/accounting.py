@@ -72,6 +72,10 @@ class CommLedger:
         c.calls += 1
         c.seconds += float(seconds)
 
+    def add_seconds(self, kind: str, seconds: float) -> None:
+        """Blocked time of an asynchronous collective, counted when it is waited for."""
+        self.counters[(self.phase, kind)].seconds += float(seconds)
+
     def seconds(self, phase: Phase) -> float:
         return sum(c.seconds for (p, _), c in self.counters.items() if p == phase)
 

@@ -75,6 +75,26 @@ class Communicator:
         self.ledger.record(kind, sent, received, time.perf_counter() - start)
         return recv
 
+    def all_to_all_start(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int],
+                         kind: str) -> "PendingExchange":
+        """Like :meth:`all_to_all`, but returns at once; ``.wait()`` gives the received rows.
+
+        Bytes are recorded when the exchange starts; the time spent blocked in
+        ``wait`` is the communication time that overlap did not hide.
+        """
+        if not self.distributed:
+            return PendingExchange(send.clone(), None, self.ledger, kind)
+        import torch.distributed as dist
+
+        recv = send.new_empty((int(sum(recv_counts)),) + tuple(send.shape[1:]))
+        work = dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=list(map(int, recv_counts)),
+                                      input_split_sizes=list(map(int, send_counts)), async_op=True)
+        row_bytes = send.element_size() * math.prod(tuple(send.shape[1:]))
+        me = self.rank
+        self.ledger.record(kind, sum(int(c) for j, c in enumerate(send_counts) if j != me) * row_bytes,
+                           sum(int(c) for j, c in enumerate(recv_counts) if j != me) * row_bytes)
+        return PendingExchange(recv, work, self.ledger, kind)
+
     def exchange_counts(self, counts: Sequence[int], kind: str = "setup") -> List[int]:
         """Tell every peer how many items this rank will send it; learn theirs."""
         if not self.distributed:
@@ -117,3 +137,18 @@ class Communicator:
             reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op]
             dist.all_reduce(t, op=reduce_op)
         return t.tolist()
+
+
+class PendingExchange:
+    """An all-to-all in flight."""
+
+    def __init__(self, recv: torch.Tensor, work, ledger: CommLedger, kind: str):
+        self.recv, self.work, self.ledger, self.kind = recv, work, ledger, kind
+
+    def wait(self) -> torch.Tensor:
+        if self.work is not None:
+            start = time.perf_counter()
+            self.work.wait()
+            self.ledger.add_seconds(self.kind, time.perf_counter() - start)
+            self.work = None
+        return self.recv

@@ -85,8 +85,7 @@ def external_identity(env: Optional[Dict[str, str]] = None) -> Optional[RankIden
 
 
 def _set_threads(threads: int) -> None:
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    os.environ["MKL_NUM_THREADS"] = str(threads)
+    """Intra-op threads of this rank (spawned ranks also get OMP_NUM_THREADS from the launcher)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -207,10 +206,18 @@ def run_training(plan, run_dir: Path) -> Dict[str, Any]:
 def _spawn_and_watch(plan, prepared, run_dir: Path, port: int) -> None:
     import torch.multiprocessing as mp
 
-    os.environ["OMP_NUM_THREADS"] = str(plan.threads_per_rank)
     args = (plan, prepared.shards, str(run_dir), "127.0.0.1", port, prepared.partition, prepared.preprocess_s)
-    context = mp.start_processes(_spawned_rank, args=args, nprocs=plan.world_size, join=False,
-                                 start_method="spawn")
+    # children inherit the thread limit at spawn time; the launcher's own environment is left as it was
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(plan.threads_per_rank)
+    try:
+        context = mp.start_processes(_spawned_rank, args=args, nprocs=plan.world_size, join=False,
+                                     start_method="spawn")
+    finally:
+        if saved is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved
     try:
         while not context.join(timeout=0.5):
             pass

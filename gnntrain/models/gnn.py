@@ -52,7 +52,7 @@ class GCNLayer(nn.Module):
     def comm_width(self) -> int:
         return self.weight.shape[0] if self.aggregate_first else self.weight.shape[1]
 
-    def aggregate(self, h: torch.Tensor, agg: Aggregate) -> torch.Tensor:
+    def aggregate(self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
         return agg(h) if self.aggregate_first else agg(h @ self.weight)
 
     def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -74,7 +74,7 @@ class SAGELayer(nn.Module):
     def comm_width(self) -> int:
         return self.fc_self.weight.shape[1]
 
-    def aggregate(self, h: torch.Tensor, agg: Aggregate) -> torch.Tensor:
+    def aggregate(self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
         return agg(h)
 
     def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -96,8 +96,9 @@ class GINLayer(nn.Module):
     def comm_width(self) -> int:
         return self.mlp[0].weight.shape[1]
 
-    def aggregate(self, h: torch.Tensor, agg: Aggregate) -> torch.Tensor:
-        return (1 + self.eps) * h + agg(h)
+    def aggregate(self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``rows``: when ``agg`` yields only these destination rows (MoP's pipeline chunks)."""
+        return (1 + self.eps) * (h if rows is None else h[rows]) + agg(h)
 
     def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return self.mlp(z)

@@ -73,45 +73,121 @@ class _Relayout(torch.autograd.Function):
         return ctx.layout.cols_to_rows(grad, ctx.width, "all_to_all_bwd"), None, None, None
 
 
+class _StartToRows(torch.autograd.Function):
+    """Starts a chunk's column→row all-to-all (async) and passes its input through."""
+
+    @staticmethod
+    def forward(ctx, z_cols, layout, width: int, sizes, box: dict):  # type: ignore[override]
+        box["pending"] = layout.start_cols_to_rows(z_cols, width, sizes)
+        return z_cols.view_as(z_cols)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        return grad, None, None, None, None
+
+
+class _FinishToRows(torch.autograd.Function):
+    """Waits for the chunk's exchange; backward is the inverse (row→column) move."""
+
+    @staticmethod
+    def forward(ctx, token, layout, width: int, sizes, box: dict):  # type: ignore[override]
+        ctx.layout, ctx.sizes = layout, sizes
+        return layout.finish_cols_to_rows(box.pop("pending"), width, sizes)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        return ctx.layout.rows_to_cols(grad, "all_to_all_bwd", ctx.sizes), None, None, None, None
+
+
 class MoPLayout:
-    """Row and column ownership of the m ranks, and the two all-to-all moves."""
+    """Row and column ownership of the m ranks, and the two all-to-all moves.
+
+    A move covers, for every rank j, ``sizes[j]`` of its rows (all of them by
+    default; one pipeline chunk of them with ``mode.pipeline_chunks``).
+    """
 
     def __init__(self, comm, num_nodes: int):
         self.comm, self.m, self.rank = comm, comm.world_size, comm.rank
         self.num_nodes = num_nodes
         self.rows = floor_splits(num_nodes, self.m)
-        self.n_own = self.rows[self.rank + 1] - self.rows[self.rank]
+        self.sizes = [self.rows[j + 1] - self.rows[j] for j in range(self.m)]
+        self.n_own = self.sizes[self.rank]
 
-    def _counts(self, d: int) -> Tuple[List[int], List[int]]:
+    def _counts(self, d: int, sizes: Sequence[int]) -> Tuple[List[int], List[int]]:
         """Elements this rank holds per peer in row layout and in column layout."""
         cols = floor_splits(d, self.m)
         me = self.rank
-        row_layout = [self.n_own * (cols[j + 1] - cols[j]) for j in range(self.m)]
-        col_layout = [(self.rows[j + 1] - self.rows[j]) * (cols[me + 1] - cols[me]) for j in range(self.m)]
+        row_layout = [sizes[me] * (cols[j + 1] - cols[j]) for j in range(self.m)]
+        col_layout = [sizes[j] * (cols[me + 1] - cols[me]) for j in range(self.m)]
         return row_layout, col_layout
+
+    def _assemble(self, recv: torch.Tensor, row_counts: List[int], n_rows: int) -> torch.Tensor:
+        return torch.cat([part.reshape(n_rows, -1) for part in torch.split(recv, row_counts)], dim=1)
 
     def cols_to_rows(self, z_cols: torch.Tensor, d: int, kind: str) -> torch.Tensor:
         """(N × d_i) column slice → (n_i × d) row block."""
-        row_counts, col_counts = self._counts(d)
+        row_counts, col_counts = self._counts(d, self.sizes)
         # the rows of rank j form a contiguous block of z_cols, so the flat tensor is already in peer order
         recv = self.comm.all_to_all(z_cols.contiguous().reshape(-1), col_counts, row_counts, kind)
-        parts = torch.split(recv, row_counts)
-        return torch.cat([part.reshape(self.n_own, -1) for part in parts], dim=1)
+        return self._assemble(recv, row_counts, self.n_own)
 
-    def rows_to_cols(self, h_rows: torch.Tensor, kind: str) -> torch.Tensor:
-        """(n_i × d) row block → (N × d_i) column slice."""
+    def start_cols_to_rows(self, z_cols: torch.Tensor, d: int, sizes: Sequence[int]):
+        row_counts, col_counts = self._counts(d, sizes)
+        return self.comm.all_to_all_start(z_cols.contiguous().reshape(-1), col_counts, row_counts,
+                                          "all_to_all_fwd")
+
+    def finish_cols_to_rows(self, pending, d: int, sizes: Sequence[int]) -> torch.Tensor:
+        row_counts, _ = self._counts(d, sizes)
+        return self._assemble(pending.wait(), row_counts, sizes[self.rank])
+
+    def rows_to_cols(self, h_rows: torch.Tensor, kind: str, sizes: Optional[Sequence[int]] = None) -> torch.Tensor:
+        """(n_i × d) row block → (Σ sizes × d_i) column slice."""
+        sizes = self.sizes if sizes is None else sizes
         d = h_rows.shape[1]
         cols = floor_splits(d, self.m)
-        row_counts, col_counts = self._counts(d)
+        row_counts, col_counts = self._counts(d, sizes)
         send = torch.cat([h_rows[:, cols[j]:cols[j + 1]].reshape(-1) for j in range(self.m)])
         recv = self.comm.all_to_all(send, row_counts, col_counts, kind)
-        return recv.reshape(self.num_nodes, cols[self.rank + 1] - cols[self.rank])
+        return recv.reshape(int(sum(sizes)), cols[self.rank + 1] - cols[self.rank])
 
     def to_rows(self, z_cols: torch.Tensor, d: int) -> torch.Tensor:
         return _Relayout.apply(z_cols, self, True, d)
 
     def to_cols(self, h_rows: torch.Tensor) -> torch.Tensor:
         return _Relayout.apply(h_rows, self, False, h_rows.shape[1])
+
+
+@dataclass
+class PipelineChunk:
+    """Chunk c of the fine-grained pipeline: the c-th floor slice of every rank's rows."""
+
+    rows: torch.Tensor  # global (relabelled) rows, grouped by owning rank
+    sizes: List[int]  # rows of each rank in this chunk
+    own: slice  # this rank's rows of the chunk, relative to its row block
+    adjacency: SparseAdjacency  # Â restricted to the chunk's destination rows
+
+
+def pipeline_chunks(layout: MoPLayout, s: int, dst, src, w, kernel: str, device) -> List[PipelineChunk]:
+    chunks = []
+    n = layout.num_nodes
+    position = torch.empty(n, dtype=torch.int64)
+    chunk_of = torch.empty(n, dtype=torch.int64)
+    bounds = [[layout.rows[j] + b for b in floor_splits(layout.sizes[j], s)] for j in range(layout.m)]
+    for c in range(s):
+        rows = torch.cat([torch.arange(bounds[j][c], bounds[j][c + 1]) for j in range(layout.m)])
+        position[rows] = torch.arange(rows.numel())
+        chunk_of[rows] = c
+    for c in range(s):
+        rows = torch.cat([torch.arange(bounds[j][c], bounds[j][c + 1]) for j in range(layout.m)])
+        keep = chunk_of[dst] == c
+        adjacency = SparseAdjacency(position[dst[keep]], src[keep], w[keep], rows.numel(), n, kernel=kernel,
+                                    device=device)
+        me = layout.rank
+        own = slice(bounds[me][c] - layout.rows[me], bounds[me][c + 1] - layout.rows[me])
+        chunks.append(PipelineChunk(rows=rows.to(device), sizes=[bounds[j][c + 1] - bounds[j][c]
+                                                                 for j in range(layout.m)],
+                                    own=own, adjacency=adjacency))
+    return chunks
 
 
 def _order(cfg, data) -> Tuple[torch.Tensor, Optional[int]]:
@@ -138,12 +214,13 @@ class MoPMode(Mode):
     def validate(self, ctx) -> List[str]:
         if int(self.options.pipeline_chunks) < 1:
             raise PlanError("mode.pipeline_chunks", "must be at least 1.", "use pipeline_chunks=1 (no pipelining)")
-        if int(self.options.pipeline_chunks) > 1:
-            raise PlanError("mode.pipeline_chunks", "the fine-grained pipeline (s > 1) is not implemented yet.",
-                            "use pipeline_chunks=1")
         if ctx.world_size > ctx.num_nodes:
             raise PlanError("world size", f"{ctx.world_size} ranks for {ctx.num_nodes} nodes: MoP's node split "
                             "needs every rank to own rows.", "use fewer ranks")
+        if int(self.options.pipeline_chunks) > ctx.num_nodes // ctx.world_size:
+            raise PlanError("mode.pipeline_chunks", f"{self.options.pipeline_chunks} chunks exceed the "
+                            f"{ctx.num_nodes // ctx.world_size} rows the smallest rank owns.",
+                            "use fewer pipeline chunks")
         return []
 
     def _volumes(self, ctx) -> Tuple[int, int]:
@@ -203,6 +280,25 @@ class MoPMode(Mode):
         adj = SparseAdjacency(dst, src, w, n, n, kernel=ctx.plan.kernel, device=ctx.device)
         layout = MoPLayout(ctx.comm, n)
         x_cols = shard.info["features_cols"].to(device=ctx.device, dtype=ctx.dtype)
+        s = int(self.options.pipeline_chunks)
+        chunks = pipeline_chunks(layout, s, dst, src, w, ctx.plan.kernel, ctx.device) if s > 1 else []
+
+        def layer_pipelined(layer, h_rows, h_cols):
+            """Aggregate chunk c+1 while chunk c is exchanged; update chunk c while c+1 is exchanged."""
+            width, outs, in_flight = h_rows.shape[1], [], None
+            for chunk in chunks:
+                box: dict = {}
+                z_cols = layer.aggregate(h_cols, chunk.adjacency.spmm, rows=chunk.rows)
+                token = _StartToRows.apply(z_cols, layout, width, chunk.sizes, box)
+                if in_flight is not None:
+                    outs.append(finish(layer, h_rows, width, *in_flight))
+                in_flight = (token, chunk, box)
+            outs.append(finish(layer, h_rows, width, *in_flight))
+            return torch.cat(outs)
+
+        def finish(layer, h_rows, width, token, chunk, box):
+            z_rows = _FinishToRows.apply(token, layout, width, chunk.sizes, box)
+            return layer.update(h_rows[chunk.own], z_rows)
 
         def forward(model, x_rows, dropout):
             h_rows, h_cols = x_rows, x_cols
@@ -212,8 +308,11 @@ class MoPMode(Mode):
                     if dropout is not None and model.training:
                         h_rows = dropout(h_rows, i)
                     h_cols = layout.to_cols(h_rows)
-                z_rows = layout.to_rows(layer.aggregate(h_cols, adj.spmm), h_rows.shape[1])
-                h_rows = layer.update(h_rows, z_rows)
+                if chunks:
+                    h_rows = layer_pipelined(layer, h_rows, h_cols)
+                else:
+                    z_rows = layout.to_rows(layer.aggregate(h_cols, adj.spmm), h_rows.shape[1])
+                    h_rows = layer.update(h_rows, z_rows)
             return h_rows
 
         result = train_full_graph(shard, ctx, adj.spmm, aggregate_first=True, forward=forward,
