@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Dict, List, Optional, Sequence
 
-import numpy as np
 import torch
 
 from gnntrain.config.schema import ModeConfig
