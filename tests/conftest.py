@@ -16,7 +16,10 @@ SHARED_DGL = ROOT.parent / "shared" / "datasets" / "dgl"
 CORA = [f"dataset=cora", f"data_dir={SHARED_DGL}"]
 
 os.environ.setdefault("GNNTRAIN_OFFLINE", "1")
-os.environ.setdefault("OUTDATED_IGNORE", "1")  # keep OGB from querying PyPI on import
+os.environ.setdefault("OUTDATED_IGNORE", "1")
+from gnntrain.data.loaders import silence_ogb_version_check  # noqa: E402
+
+silence_ogb_version_check()  # OGB's import would otherwise ask PyPI for a newer version
 
 
 def compose(overrides: List[str]):

@@ -110,12 +110,14 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
     job_id = next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name))
     env = {**os.environ, **slurm_env}
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, env=env)
-    # SLURM holds a requeued job until a begin time ~2 minutes out; make it eligible now
+    # SLURM holds a requeued job until a begin time ~2 minutes out. Bring it forward, but not to "now":
+    # a restart in the same second as the requeue can race the old step's cleanup ("credential revoked").
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
         show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, env=env).stdout
         if "Restarts=0" not in show and "JobState=PENDING" in show:
-            subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env)
+            time.sleep(2)
+            subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now+5"], env=env)
             break
         time.sleep(0.5)
     out, _ = proc.communicate(timeout=600)

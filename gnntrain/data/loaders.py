@@ -59,6 +59,25 @@ OGB_RELEASE = {"ogbn-arxiv": "RELEASE_v1.txt", "ogbn-products": "RELEASE_v1.txt"
 OGB_EXTRA = {"ogbn-arxiv": ["raw/node_year.csv.gz"]}  # additional node files OGB reads
 
 
+def silence_ogb_version_check() -> None:
+    """Keep OGB from asking PyPI for newer versions.
+
+    Importing OGB imports the ``outdated`` package, whose own import starts a
+    background request to PyPI (and OGB then starts another). When the real
+    package is not loaded yet, a stand-in whose check reports "up to date"
+    takes its place; no request is made.
+    """
+    if "outdated" in sys.modules:
+        sys.modules["outdated"].check_outdated = lambda *args, **kwargs: (False, None)
+        return
+    import types
+
+    stand_in = types.ModuleType("outdated")
+    stand_in.check_outdated = lambda *args, **kwargs: (False, None)
+    stand_in.warn_if_outdated = lambda *args, **kwargs: None
+    sys.modules["outdated"] = stand_in
+
+
 def offline() -> bool:
     return os.environ.get("GNNTRAIN_OFFLINE", "") not in ("", "0", "false")
 
@@ -162,7 +181,7 @@ def load_ogb_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_downlo
     required = [OGB_RELEASE[name]] + OGB_REQUIRED + OGB_EXTRA.get(name, []) + [
         f"split/{OGB_SPLITS[name]}/{part}.csv.gz" for part in ("train", "valid", "test")]
     found, origin = _locate(name, data_dir, folder, required, farm_root, allow_download, "OGB")
-    os.environ.setdefault("OUTDATED_IGNORE", "1")  # OGB's import would query PyPI for a newer version
+    silence_ogb_version_check()
     try:
         from ogb.nodeproppred import DglNodePropPredDataset
 
