@@ -44,15 +44,16 @@ class Checkpointer:
     def snapshot(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  history: List[Dict[str, Any]]) -> Dict[str, Any]:
         """A detached copy of the training state after ``epoch`` completed epochs."""
-        return copy.deepcopy({"epoch": int(epoch), "plan_hash": self.plan_hash, "model": model.state_dict(),
-                              "optimizer": optimizer.state_dict(), "history": history,
-                              "rng": torch.get_rng_state()})
+        return copy.deepcopy(self._payload(epoch, model, optimizer, history))
 
     def save(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
              history: List[Dict[str, Any]]) -> Path:
-        return self.save_state({"epoch": int(epoch), "plan_hash": self.plan_hash, "model": model.state_dict(),
-                                "optimizer": optimizer.state_dict(), "history": history,
-                                "rng": torch.get_rng_state()})
+        return self.save_state(self._payload(epoch, model, optimizer, history))
+
+    def _payload(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 history: List[Dict[str, Any]]) -> Dict[str, Any]:
+        return {"epoch": int(epoch), "plan_hash": self.plan_hash, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "history": history, "rng": torch.get_rng_state()}
 
     def save_state(self, payload: Dict[str, Any]) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -68,11 +68,7 @@ class Communicator:
         start = time.perf_counter()
         dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=list(map(int, recv_counts)),
                                input_split_sizes=list(map(int, send_counts)))
-        row_bytes = send.element_size() * math.prod(row_shape)
-        me = self.rank
-        sent = sum(int(c) for j, c in enumerate(send_counts) if j != me) * row_bytes
-        received = sum(int(c) for j, c in enumerate(recv_counts) if j != me) * row_bytes
-        self.ledger.record(kind, sent, received, time.perf_counter() - start)
+        self.ledger.record(kind, *self._peer_bytes(send, send_counts, recv_counts), time.perf_counter() - start)
         return recv
 
     def all_to_all_start(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int],
@@ -89,11 +85,15 @@ class Communicator:
         recv = send.new_empty((int(sum(recv_counts)),) + tuple(send.shape[1:]))
         work = dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=list(map(int, recv_counts)),
                                       input_split_sizes=list(map(int, send_counts)), async_op=True)
+        self.ledger.record(kind, *self._peer_bytes(send, send_counts, recv_counts))
+        return PendingExchange(recv, work, self.ledger, kind)
+
+    def _peer_bytes(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int]):
+        """(sent, received) bytes of an all-to-all, leaving out the chunk this rank keeps."""
         row_bytes = send.element_size() * math.prod(tuple(send.shape[1:]))
         me = self.rank
-        self.ledger.record(kind, sum(int(c) for j, c in enumerate(send_counts) if j != me) * row_bytes,
-                           sum(int(c) for j, c in enumerate(recv_counts) if j != me) * row_bytes)
-        return PendingExchange(recv, work, self.ledger, kind)
+        return (sum(int(c) for j, c in enumerate(send_counts) if j != me) * row_bytes,
+                sum(int(c) for j, c in enumerate(recv_counts) if j != me) * row_bytes)
 
     def exchange_counts(self, counts: Sequence[int], kind: str = "setup") -> List[int]:
         """Tell every peer how many items this rank will send it; learn theirs."""
