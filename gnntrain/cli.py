@@ -106,6 +106,7 @@ def run_task(cfg) -> Optional[dict]:
 
 def plan_task(cfg) -> None:
     from gnntrain.metrics.report import print_plan
+    from gnntrain.modes import MODE_REGISTRY, Mode
 
     run_dir = _output_dir()
     plan = _plan_or_exit(cfg, run_dir)
@@ -113,14 +114,40 @@ def plan_task(cfg) -> None:
         return None
     path = plan.write_yaml(run_dir / "plan.yaml")
     print_plan(plan)
+    if MODE_REGISTRY[plan.mode].graph_report is not Mode.graph_report:
+        _graph_report(cfg, plan)  # figures that need the graph (loaded, partition from the cache)
     _console().print(f"[dim]plan written to {path}[/dim]")
     return None
 
 
-def partition_task(cfg) -> None:
+def _load_and_partition(cfg, plan):
     from gnntrain.data import load_dataset, resolve_cache_dir
-    from gnntrain.errors import GnnTrainError
     from gnntrain.partition import partition_graph
+
+    data = load_dataset(cfg)
+    part, hit = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.num_parts,
+                                cfg.partitioner, data.content_hash, resolve_cache_dir(cfg))
+    return data, part, hit
+
+
+def _graph_report(cfg, plan, data=None, part=None) -> None:
+    from gnntrain.errors import GnnTrainError
+    from gnntrain.metrics.report import print_graph_report
+    from gnntrain.modes import MODE_REGISTRY
+
+    try:
+        if data is None:
+            data, part, _ = _load_and_partition(cfg, plan)
+        report = MODE_REGISTRY[plan.mode](cfg).graph_report(data, part, plan)
+    except GnnTrainError as exc:
+        _error(str(exc))
+        sys.exit(1)
+    if report:
+        print_graph_report(plan, report)
+
+
+def partition_task(cfg) -> None:
+    from gnntrain.errors import GnnTrainError
     from gnntrain.metrics.report import print_partition
 
     run_dir = _output_dir()
@@ -128,13 +155,12 @@ def partition_task(cfg) -> None:
     if plan is None:
         return None
     try:
-        data = load_dataset(cfg)
-        part, hit = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.num_parts,
-                                    cfg.partitioner, data.content_hash, resolve_cache_dir(cfg))
+        data, part, hit = _load_and_partition(cfg, plan)
     except GnnTrainError as exc:
         _error(str(exc))
         sys.exit(1)
     print_partition(data, cfg.partitioner, part, hit)
+    _graph_report(cfg, plan, data, part)
     return None
 
 

@@ -88,6 +88,22 @@ class Communicator:
         self.ledger.record(kind, *self._peer_bytes(send, send_counts, recv_counts))
         return PendingExchange(recv, work, self.ledger, kind)
 
+    def all_to_all_quantized(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int],
+                             kind: str, quantizer, direction: str) -> torch.Tensor:
+        """:meth:`all_to_all` of rows coded by ``quantizer`` (a :class:`~gnntrain.comm.quantize.RowQuantizer`).
+
+        The packed codes are counted under ``kind`` and the per-row scale and
+        zero point under ``quant_params``; rows come back decoded, in
+        ``send``'s dtype.
+        """
+        packed, params = quantizer.encode(send, direction)
+        packed = self.all_to_all(packed, send_counts, recv_counts, kind)
+        # parameters travel as raw bytes (gloo has no bfloat16 all-to-all)
+        raw = params.contiguous().view(torch.uint8).reshape(params.shape[0], -1)
+        raw = self.all_to_all(raw, send_counts, recv_counts, "quant_params")
+        params = raw.contiguous().view(params.dtype).reshape(-1, 2)
+        return quantizer.decode(packed, params, send.shape[1], send.dtype)
+
     def _peer_bytes(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int]):
         """(sent, received) bytes of an all-to-all, leaving out the chunk this rank keeps."""
         row_bytes = send.element_size() * math.prod(tuple(send.shape[1:]))

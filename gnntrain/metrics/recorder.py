@@ -35,11 +35,10 @@ def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Di
     median_time = statistics.median(times)
     # the epoch whose time is the (lower) median gives the per-epoch figures
     med = history[times.index(statistics.median_low(times))]
-    breakdown = {
-        "compute": statistics.median(h["time_breakdown_s"]["compute"] for h in history),
-        "comm": statistics.median(h["time_breakdown_s"]["comm"] for h in history),
-        "preprocess": result.get("setup", {}).get("preprocess_s", 0.0),
-    }
+    # median per stage: compute and comm always, plus any stages the mode timed (aggregation, ...)
+    stages = dict.fromkeys(k for h in history for k in h["time_breakdown_s"])
+    breakdown = {k: statistics.median(h["time_breakdown_s"].get(k, 0.0) for h in history) for k in stages}
+    breakdown["preprocess"] = result.get("setup", {}).get("preprocess_s", 0.0)
     return {
         "status": "completed", **_identity(plan),
         "losses": [h["loss"] for h in history],
@@ -144,6 +143,9 @@ def summary_table(summary: Dict[str, Any]) -> Table:
     tb = summary.get("time_breakdown_s") or {}
     rows.append(("compute / comm / preprocess", " / ".join(f"{tb.get(k, 0):.4f} s"
                                                             for k in ("compute", "comm", "preprocess"))))
+    extra = [k for k in tb if k not in ("compute", "comm", "preprocess")]
+    if extra:  # stages the mode timed, e.g. SuperGCN's aggregation / quantization / other
+        rows.append((" / ".join(extra), " / ".join(f"{tb[k]:.4f} s" for k in extra)))
     cb = summary.get("comm_bytes") or {}
     rows.append(("comm per epoch (all ranks)", _fmt_bytes(cb.get("per_epoch"))))
     for kind, value in sorted((cb.get("by_kind") or {}).items()):

@@ -67,6 +67,24 @@ def print_partition(data, pcfg, part, hit: bool) -> None:
                   else "[dim]partition built and cached[/dim]")
 
 
+def print_graph_report(plan, report: Dict[str, Any]) -> None:
+    """A mode's graph-dependent plan figures: scalars, and one table per k×k grid (rows = sender)."""
+    tree = Tree(f"[bold]{plan.mode}[/bold] figures on {plan.dataset} with {plan.num_parts} parts")
+    for name, block in report.items():
+        node = tree.add(f"[bold]{name}[/bold]")
+        for key, value in (block.items() if isinstance(block, dict) else [("value", block)]):
+            if isinstance(value, list) and value and isinstance(value[0], list):
+                if len(value) <= 8:
+                    node.add(f"{key} (row = sender, column = receiver):")
+                    for j, row in enumerate(value):
+                        node.add(f"  {j}: {row}")
+                else:
+                    node.add(f"{key}: {len(value)}x{len(value)} grid (in summary.json)")
+            else:
+                node.add(f"{key}: {_fmt_bytes(value) if key.endswith('bytes') or 'bytes_' in key else value}")
+    console.print(tree)
+
+
 def print_datasets(dataset_dir: Path) -> None:
     import yaml
 

@@ -33,6 +33,7 @@ class ModelSpec:
     dropout: float
     aggregate_first: Optional[bool] = None  # GCN only; None = DGL's rule (aggregate when not widening)
     gin_eps_learnable: bool = True
+    label_classes: int = 0  # > 0: a learnable label embedding for label-propagation rows (SuperGCN §4.3)
 
     @property
     def dims(self) -> List[int]:
@@ -142,6 +143,19 @@ class GNN(nn.Module):
             else:
                 raise ValueError(f"model {spec.name!r} is not available in aggregate/update form")
         self.layers = nn.ModuleList(layers)
+        if spec.label_classes:  # created last, so models without it keep their initial weights
+            self.label_embedding = nn.Parameter(torch.empty(spec.label_classes, spec.in_dim))
+            nn.init.xavier_uniform_(self.label_embedding)
+        else:
+            self.label_embedding = None
+
+    def with_label_inputs(self, x: torch.Tensor, labels: torch.Tensor,
+                          mask: Optional[torch.Tensor]) -> torch.Tensor:
+        """x + Y·W_embed on the label-propagation rows (``mask``); other rows' labels are never read."""
+        if mask is None or self.label_embedding is None:
+            return x
+        rows = mask.nonzero().flatten()
+        return x.index_add(0, rows, self.label_embedding[labels[rows]])
 
     def forward(self, x: torch.Tensor, agg: Aggregate, dropout: Optional[GlobalDropout] = None) -> torch.Tensor:
         h = x

@@ -54,6 +54,7 @@ class RankShard:
     global_ids: torch.Tensor
     edges: Sequence[torch.Tensor]
     info: Dict[str, Any] = field(default_factory=dict)
+    label_input_mask: Optional[torch.Tensor] = None  # rows whose label is an input (label propagation)
 
 
 @dataclass
@@ -101,6 +102,11 @@ class Mode:
     def details(self, ctx: "PlanContext") -> Dict[str, Any]:
         """Mode-specific lines for the printed plan."""
         return {}
+
+    def graph_report(self, data: "GraphData", part, plan: "RunPlan") -> Optional[Dict[str, Any]]:
+        """Plan figures that need the graph and its partitioning (``gnntrain plan``/``partition``
+        print them); None when the mode has none."""
+        return None
 
     # ---------------------------------------------------------- prepare/train
     def prepare(self, data: "GraphData", plan: "RunPlan", ranks: Optional[Sequence[int]] = None) -> Prepared:

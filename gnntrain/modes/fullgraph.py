@@ -23,15 +23,17 @@ from gnntrain.checkpoint import Checkpointer, checkpoint_dir, resume_requested, 
 from gnntrain.comm.accounting import KINDS, Phase
 from gnntrain.models import GlobalDropout, ModelSpec, build_model
 from gnntrain.modes.base import RankShard
-from gnntrain.runtime import RankContext, peak_device_bytes, peak_host_bytes
+from gnntrain.runtime import RankContext, StageClock, peak_device_bytes, peak_host_bytes
 
 SPLITS = ("train", "val", "test")
 
 
-def model_spec(cfg, in_dim: int, num_classes: int, aggregate_first: Optional[bool] = None) -> ModelSpec:
+def model_spec(cfg, in_dim: int, num_classes: int, aggregate_first: Optional[bool] = None,
+               label_inputs: bool = False) -> ModelSpec:
     m = cfg.model
     return ModelSpec(name=m.name, in_dim=in_dim, hidden=m.hidden, out_dim=num_classes, layers=m.layers,
-                     dropout=m.dropout, aggregate_first=aggregate_first, gin_eps_learnable=m.gin_eps_learnable)
+                     dropout=m.dropout, aggregate_first=aggregate_first, gin_eps_learnable=m.gin_eps_learnable,
+                     label_classes=num_classes if label_inputs else 0)
 
 
 def sync_gradients(params: List[torch.nn.Parameter], comm) -> None:
@@ -70,10 +72,19 @@ def inject_fault(rank: int, epoch: int) -> None:
 
 def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[torch.Tensor], torch.Tensor],
                      aggregate_first: Optional[bool] = None, setup_s: float = 0.0,
-                     forward: Optional[Callable] = None) -> Dict[str, Any]:
-    """Train on ``shard``; ``forward(model, x, dropout)`` overrides the plain
-    ``model(x, aggregate, dropout)`` for modes that re-layout between the
-    aggregate and update halves (MoP)."""
+                     forward: Optional[Callable] = None, on_epoch: Optional[Callable[[int, bool], None]] = None,
+                     clock: Optional[StageClock] = None) -> Dict[str, Any]:
+    """Train on ``shard``.
+
+    ``forward(model, x, dropout)`` overrides the plain ``model(x, aggregate,
+    dropout)`` for modes that re-layout between the aggregate and update
+    halves (MoP); ``on_epoch(epoch, training)`` runs before each training and
+    evaluation forward (SuperGCN seeds its rounding there); ``clock``'s
+    stages (aggregation, quantization, ...) join the epoch's time breakdown.
+    Rows in ``shard.label_input_mask`` get a learnable label embedding added
+    to their features (label propagation) and are left out of the loss by
+    the mode's ``count_masks``.
+    """
     if forward is None:
         def forward(model, x, dropout):
             return model(x, aggregate, dropout)
@@ -86,7 +97,8 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
     x = shard.features.to(device=device, dtype=dtype)
     labels = shard.labels.to(device)
     masks = {s: shard.count_masks[s].to(device) for s in SPLITS}
-    spec = model_spec(cfg, x.shape[1], shard.num_classes, aggregate_first)
+    label_mask = shard.label_input_mask.to(device) if shard.label_input_mask is not None else None
+    spec = model_spec(cfg, x.shape[1], shard.num_classes, aggregate_first, label_inputs=label_mask is not None)
     model = build_model(spec, int(train_cfg.seed), dtype).to(device)
     params = [p for p in model.parameters()]
     optimizer = torch.optim.Adam(params, lr=float(train_cfg.lr), weight_decay=float(train_cfg.weight_decay))
@@ -126,8 +138,12 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
         model.train()
         dropout.epoch = epoch
         start = time.perf_counter()
+        if clock is not None:
+            clock.reset()
+        if on_epoch is not None:
+            on_epoch(epoch, True)
         with ledger.in_phase(Phase.train):
-            logits = forward(model, x, dropout)
+            logits = forward(model, model.with_label_inputs(x, labels, label_mask), dropout)
             train_mask = masks["train"]
             loss = F.cross_entropy(logits[train_mask], labels[train_mask], reduction="sum") / n_train
             optimizer.zero_grad(set_to_none=False)
@@ -136,18 +152,21 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
             optimizer.step()
         epoch_time = time.perf_counter() - start
         comm_time = ledger.seconds(Phase.train)
+        stages = dict(sorted(clock.seconds.items())) if clock is not None else {}
 
         stats = [float(loss.detach())]
         evaluate = (epoch + 1) % int(train_cfg.eval_every) == 0 or epoch + 1 == int(train_cfg.epochs)
         if evaluate:
             with ledger.in_phase(Phase.eval), torch.no_grad():
                 model.eval()
-                pred = forward(model, x, None).argmax(dim=1)
+                if on_epoch is not None:
+                    on_epoch(epoch, False)
+                pred = forward(model, model.with_label_inputs(x, labels, label_mask), None).argmax(dim=1)
                 stats += [float(((pred == labels) & masks[s]).sum()) for s in SPLITS]
         sent = ledger.sent_vector(Phase.train)
         totals = comm.reduce_stats(stats + sent + [epoch_time, comm_time])
         maxima = comm.reduce_stats([float(sum(s for k, s in zip(KINDS, sent) if k != "reused")),
-                                    epoch_time, comm_time], op="max")
+                                    epoch_time, comm_time, *stages.values()], op="max")
         global_loss = totals[0]
         if evaluate:
             accuracy = {s: totals[1 + i] / max(1, shard.global_counts[s]) for i, s in enumerate(SPLITS)}
@@ -160,6 +179,10 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
             "comm_by_kind": by_kind, "max_rank_send": int(maxima[0]),
             "time_breakdown_s": {"compute": max(0.0, maxima[1] - maxima[2]), "comm": maxima[2]},
         }
+        if stages:  # the slowest rank's seconds per stage, and what no stage claims
+            slowest = dict(zip(stages, maxima[3:]))
+            record["time_breakdown_s"].update(slowest)
+            record["time_breakdown_s"]["other"] = max(0.0, maxima[1] - maxima[2] - sum(slowest.values()))
         if evaluate:
             record.update({f"{s}_acc": accuracy[s] for s in SPLITS})
         history.append(record)

@@ -92,25 +92,43 @@ def local_source_index(src_global: torch.Tensor, offsets: torch.Tensor, own_bloc
     return out
 
 
-class _HaloExchange(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, h: torch.Tensor, plan: HaloPlan, comm: Communicator) -> torch.Tensor:  # type: ignore[override]
-        ctx.plan, ctx.comm, ctx.num_rows = plan, comm, h.shape[0]
-        send = h.index_select(0, plan.send_index)
-        return comm.all_to_all(send, plan.send_counts, plan.recv_counts, plan.kind_fwd)
+class _RowExchange(torch.autograd.Function):
+    """All-to-all of rows forward; the gradients travel the reverse way in backward.
+
+    With a quantizer the rows (and, if ``quantize_backward``, their
+    gradients) are coded on the wire (SuperGCN §4.2); without one this is a
+    plain exchange in the training dtype.
+    """
 
     @staticmethod
-    def backward(ctx, grad_halo: torch.Tensor):  # type: ignore[override]
-        plan, comm = ctx.plan, ctx.comm
-        back = comm.all_to_all(grad_halo.contiguous(), plan.recv_counts, plan.send_counts, plan.kind_bwd)
-        grad = grad_halo.new_zeros((ctx.num_rows,) + tuple(grad_halo.shape[1:]))
-        grad.index_add_(0, plan.send_index, back)
-        return grad, None, None
+    def forward(ctx, send: torch.Tensor, send_counts, recv_counts, comm: Communicator, kinds,  # type: ignore[override]
+                quantizer, quantize_backward: bool) -> torch.Tensor:
+        ctx.args = (send_counts, recv_counts, comm, kinds, quantizer if quantize_backward else None)
+        if quantizer is None:
+            return comm.all_to_all(send, send_counts, recv_counts, kinds[0])
+        return comm.all_to_all_quantized(send, send_counts, recv_counts, kinds[0], quantizer, "fwd")
+
+    @staticmethod
+    def backward(ctx, grad_recv: torch.Tensor):  # type: ignore[override]
+        send_counts, recv_counts, comm, kinds, quantizer = ctx.args
+        grad_recv = grad_recv.contiguous()
+        if quantizer is None:
+            grad = comm.all_to_all(grad_recv, recv_counts, send_counts, kinds[1])
+        else:
+            grad = comm.all_to_all_quantized(grad_recv, recv_counts, send_counts, kinds[1], quantizer, "bwd")
+        return grad, None, None, None, None, None, None
+
+
+def exchange_rows(send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int], comm: Communicator,
+                  kinds=("halo_fwd", "halo_bwd"), quantizer=None, quantize_backward: bool = False) -> torch.Tensor:
+    """Rows for each rank (grouped by destination, ascending) → rows from each rank (autograd-aware)."""
+    return _RowExchange.apply(send, send_counts, recv_counts, comm, tuple(kinds), quantizer, quantize_backward)
 
 
 def halo_exchange(h: torch.Tensor, plan: HaloPlan, comm: Communicator) -> torch.Tensor:
     """Rows of other ranks this rank needs, ordered by sender rank (autograd-aware)."""
-    return _HaloExchange.apply(h, plan, comm)
+    return exchange_rows(h.index_select(0, plan.send_index), plan.send_counts, plan.recv_counts, comm,
+                         (plan.kind_fwd, plan.kind_bwd))
 
 
 class _GroupAllReduce(torch.autograd.Function):

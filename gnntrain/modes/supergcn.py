@@ -1,30 +1,272 @@
 """``mode=supergcn``: pre/post/hybrid aggregated halo exchange with int2/4/8
-stochastic quantization and label propagation (papers/supergcn.txt).
+stochastic quantization and label propagation (papers/supergcn.txt,
+notes/supergcn.md).
 
-Options schema only for now: ``gnntrain plan`` reports the mode as not yet
-implemented (issue #5) and never runs it.
+Layout: 1D partition parallelism, one block of rows per rank (as in
+``mode=partition``, whose exchange machinery this mode shares: ``halo.py``).
+Per layer and rank i (§4.1):
+
+* local edges (both ends in block i) aggregate straight from i's rows;
+* for every sender j the cut edges j→i are split by a vertex cover of their
+  bipartite graph (``partition/cover.py``): sources in the cover travel raw
+  and are *post*-aggregated by i, the other edges are *pre*-aggregated by j
+  into one partial sum per destination. Rows per pair = |cover|.
+
+Both halves are sparse products: the sender builds its outgoing rows as
+``S_j · H_j`` (S_j selects post rows with weight 1 and sums pre edges with
+their weights), and the receiver aggregates ``[H_i | received]`` with one
+adjacency whose pre-row columns have weight 1. Edge weights are the model's
+global-degree weights, so SAGE's mean is exactly "exchange partial sums,
+divide by the global in-degree". Backward runs the same path in reverse.
+
+With ``bits < 32`` the exchanged rows (and with ``quantize_backward`` their
+gradients) are coded per row by ``comm/quantize.py`` (§4.2). Label
+propagation (§4.3) adds a learnable label embedding to the input features of
+a fixed random subset of training nodes, which the loss then leaves out.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence
 
+import numpy as np
+import torch
+
+from gnntrain.comm.quantize import PARAM_DTYPES, packed_row_bytes, param_row_bytes, quantizer_for
 from gnntrain.config.schema import ModeConfig
-from gnntrain.modes.base import Mode, register_mode
+from gnntrain.data import resolve_cache_dir
+from gnntrain.errors import PlanError
+from gnntrain.models import SparseAdjacency
+from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.fullgraph import SPLITS, train_full_graph
+from gnntrain.modes.halo import exchange_rows
+from gnntrain.modes.single import graph_tensors
+from gnntrain.partition import partition_graph
+from gnntrain.partition.cover import AGGREGATIONS, split_cut_edges
+from gnntrain.runtime import StageClock
+
+BITS = (2, 4, 8, 32)
 
 
 @dataclass
 class SuperGCNConfig(ModeConfig):
     name: str = "supergcn"
     aggregation: str = "hybrid"  # pre | post | hybrid
-    bits: int = 2  # 32 | 8 | 4 | 2
+    bits: int = 2  # 32 | 8 | 4 | 2; 32 = unquantized (training dtype)
     quantize_backward: bool = True
     label_propagation: float = 0.0  # fraction of train nodes given a label embedding, in [0, 1)
+    param_dtype: str = "bfloat16"  # scale/zero point dtype: bfloat16 | float16 | float32
+
+
+def row_bytes(width: int, bits: int, dtype_bytes: int, param_dtype: str) -> int:
+    """Wire bytes of one exchanged row (packed codes + scale/zero point, or the raw row)."""
+    if bits >= 32:
+        return width * dtype_bytes
+    return packed_row_bytes(width, bits) + param_row_bytes(param_dtype)
+
+
+def label_propagation_rows(train_mask: torch.Tensor, rate: float, seed: int) -> torch.Tensor:
+    """The fixed random subset of *training* nodes whose labels become inputs (global mask)."""
+    rows = train_mask.nonzero().flatten()
+    take = int(round(rate * rows.numel()))
+    gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + 17)
+    mask = torch.zeros_like(train_mask)
+    mask[rows[torch.randperm(rows.numel(), generator=gen)[:take]]] = True
+    return mask
 
 
 @register_mode
 class SuperGCNMode(Mode):
     name = "supergcn"
     config_class = SuperGCNConfig
-    implemented = False
-    issue = "#5"
-    exact = False  # exact only with bits=32
+    exact = False  # exact with bits=32 (notes/exactness.md); quantized runs are unbiased, not exact
+    models = ("gcn", "sage", "gin")
+
+    @property
+    def bits(self) -> int:
+        return int(self.options.bits)
+
+    def validate(self, ctx) -> List[str]:
+        o = self.options
+        if self.bits not in BITS:
+            raise PlanError("mode.bits", f"bits={o.bits} is not a supported width.", "use one of 2, 4, 8 or 32 "
+                            "(32 = no quantization)")
+        rate = float(o.label_propagation)
+        if not 0.0 <= rate < 1.0:
+            raise PlanError("mode.label_propagation", f"label_propagation={rate} is outside [0, 1): it is the "
+                            "fraction of training nodes whose labels become inputs.",
+                            "use a rate in [0, 1), e.g. 0.1; 0 turns it off")
+        if str(o.aggregation) not in AGGREGATIONS:
+            raise PlanError("mode.aggregation", f"unknown aggregation '{o.aggregation}'.", "use pre, post or hybrid")
+        if str(o.param_dtype) not in PARAM_DTYPES:
+            raise PlanError("mode.param_dtype", f"unknown parameter dtype '{o.param_dtype}'.",
+                            f"use one of {', '.join(PARAM_DTYPES)}")
+        if ctx.world_size > ctx.num_nodes:
+            raise PlanError("world size", f"{ctx.world_size} parts for a graph of {ctx.num_nodes} nodes.",
+                            "use fewer ranks than nodes")
+        warnings = []
+        if self.bits < 32 and ctx.dtype_bytes == 8:
+            warnings.append(f"bits={self.bits} quantizes float64 rows; exactness needs bits=32")
+        return warnings
+
+    def estimate_comm(self, ctx) -> Optional[CommEstimate]:
+        by_kind: Dict[str, int] = {"allreduce": ctx.world_size * ctx.param_bytes} if ctx.world_size > 1 else {}
+        per_row = [row_bytes(w, self.bits, ctx.dtype_bytes, self.options.param_dtype) for w in ctx.comm_widths]
+        return CommEstimate(None, by_kind, f"halo = sum_l sum_pairs |cover_ji| * bytes_per_row(f_l) per direction; "
+                            f"bytes per row by layer {per_row} (bits={self.bits}); |cover| per pair needs the "
+                            "graph: see 'rows per pair' below or gnntrain partition")
+
+    def details(self, ctx) -> Dict[str, Any]:
+        o = self.options
+        return {"aggregation": o.aggregation, "bits": self.bits, "quantize_backward": bool(o.quantize_backward),
+                "param_dtype": o.param_dtype, "label_propagation": float(o.label_propagation),
+                "widths communicated": ctx.comm_widths}
+
+    def graph_report(self, data, part, plan) -> Dict[str, Any]:
+        """Rows per (sender, receiver) pair under pre, post and hybrid, and the bytes they imply."""
+        src, dst, _ = graph_tensors(data, self.cfg)
+        inverse = part.inverse
+        src_n, dst_n = inverse[src.numpy()], inverse[dst.numpy()]
+        report: Dict[str, Any] = {}
+        dtype_bytes = torch.empty(0, dtype=getattr(torch, plan.dtype)).element_size()
+        widths = plan.mode_details["widths communicated"]
+        per_row = sum(row_bytes(w, self.bits, dtype_bytes, self.options.param_dtype) for w in widths)
+        for aggregation in AGGREGATIONS:
+            splits, _ = split_cut_edges(src_n, dst_n, part.offsets, aggregation)
+            grid = np.zeros((part.num_parts, part.num_parts), dtype=np.int64)
+            for (j, i), s in splits.items():
+                grid[j, i] = s.rows
+            report[aggregation] = {"rows": int(grid.sum()), "rows_per_pair": grid.tolist(),
+                                   "halo_fwd_bytes_per_epoch": int(grid.sum()) * per_row}
+        return report
+
+    # ------------------------------------------------------------- prepare
+    def prepare(self, data, plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
+        start = time.perf_counter()
+        cfg, p = self.cfg, plan.world_size
+        part, hit = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, p, cfg.partitioner,
+                                    data.content_hash, resolve_cache_dir(cfg))
+        src, dst, w = graph_tensors(data, cfg)
+        inverse = torch.from_numpy(part.inverse)
+        perm = torch.from_numpy(part.perm)
+        offsets = part.offsets.astype(np.int64)
+        src_n, dst_n = inverse[src], inverse[dst]
+        splits, pair_edges = split_cut_edges(src_n.numpy(), dst_n.numpy(), offsets, str(self.options.aggregation))
+        block_src = np.searchsorted(offsets, src_n.numpy(), side="right") - 1
+        block_dst = np.searchsorted(offsets, dst_n.numpy(), side="right") - 1
+
+        masks = dict(data.masks)
+        rate = float(self.options.label_propagation)
+        label_rows = label_propagation_rows(masks["train"], rate, int(cfg.train.seed)) if rate > 0 else None
+        if label_rows is not None:
+            masks["train"] = masks["train"] & ~label_rows
+        counts = {s: int(masks[s].sum()) for s in SPLITS}
+
+        shards = []
+        for rank in (range(p) if ranks is None else ranks):
+            lo, hi = int(offsets[rank]), int(offsets[rank + 1])
+            rows = perm[lo:hi]
+            receive = self._receiver_edges(rank, offsets, splits, pair_edges, src_n, dst_n, w, block_src, block_dst)
+            send = self._sender_matrix(rank, offsets, splits, pair_edges, src_n, dst_n, w)
+            shards.append(RankShard(
+                rank=rank, world_size=p, num_global_nodes=data.num_nodes, num_classes=data.num_classes,
+                features=data.features[rows], labels=data.labels[rows],
+                count_masks={sp: masks[sp][rows] for sp in SPLITS}, global_counts=counts, global_ids=rows,
+                edges=receive["edges"], info={"recv_counts": receive["counts"], **send},
+                label_input_mask=label_rows[rows] if label_rows is not None else None,
+            ))
+        m = part.metrics
+        grid = np.zeros((p, p), dtype=np.int64)
+        for (j, i), s in splits.items():
+            grid[j, i] = s.rows
+        summary = {"num_parts": p, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
+                   "max_send_volume": m.max_send_volume, "partitioner": cfg.partitioner.name, "cache_hit": hit,
+                   "aggregation": str(self.options.aggregation), "halo_rows": int(grid.sum()),
+                   "rows_per_pair": grid.tolist(),
+                   "label_propagation_nodes": int(label_rows.sum()) if label_rows is not None else 0}
+        return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start,
+                        notes=["partition cache hit" if hit else "partition built and cached"])
+
+    @staticmethod
+    def _receiver_edges(rank, offsets, splits, pair_edges, src_n, dst_n, w, block_src, block_dst) -> Dict[str, Any]:
+        """Edges of [own rows | rows received, by sender] → own rows, and rows per sender."""
+        lo, hi = int(offsets[rank]), int(offsets[rank + 1])
+        n_own = hi - lo
+        local = torch.from_numpy(np.flatnonzero((block_dst == rank) & (block_src == rank)))
+        dsts, cols, weights = [dst_n[local] - lo], [src_n[local] - lo], [w[local]]
+        counts = [0] * (len(offsets) - 1)
+        base = n_own
+        for j in range(len(offsets) - 1):
+            split = splits.get((j, rank))
+            if split is None:
+                continue
+            edges = torch.from_numpy(pair_edges[(j, rank)])
+            post = torch.from_numpy(split.is_post_edge)
+            post_rows, pre_rows = torch.from_numpy(split.post_rows), torch.from_numpy(split.pre_rows)
+            pe = edges[post]  # raw source rows, aggregated here with their edge weights
+            dsts.append(dst_n[pe] - lo)
+            cols.append(base + torch.searchsorted(post_rows, src_n[pe] - int(offsets[j])))
+            weights.append(w[pe])
+            # one partial sum per pre row, added with weight 1
+            dsts.append(pre_rows)
+            cols.append(base + post_rows.numel() + torch.arange(pre_rows.numel()))
+            weights.append(torch.ones(pre_rows.numel(), dtype=w.dtype))
+            counts[j] = split.rows
+            base += split.rows
+        return {"edges": (torch.cat(dsts), torch.cat(cols), torch.cat(weights)), "counts": counts}
+
+    @staticmethod
+    def _sender_matrix(rank, offsets, splits, pair_edges, src_n, dst_n, w) -> Dict[str, Any]:
+        """S_rank: outgoing rows (grouped by receiver, post rows then pre sums) from own rows."""
+        slots, cols, weights = [], [], []
+        counts = [0] * (len(offsets) - 1)
+        base = 0
+        lo = int(offsets[rank])
+        for i in range(len(offsets) - 1):
+            split = splits.get((rank, i))
+            if split is None:
+                continue
+            post_rows, pre_rows = torch.from_numpy(split.post_rows), torch.from_numpy(split.pre_rows)
+            slots.append(base + torch.arange(post_rows.numel()))
+            cols.append(post_rows)
+            weights.append(torch.ones(post_rows.numel(), dtype=w.dtype))
+            pre = torch.from_numpy(pair_edges[(rank, i)])[~torch.from_numpy(split.is_post_edge)]
+            slots.append(base + post_rows.numel() + torch.searchsorted(pre_rows, dst_n[pre] - int(offsets[i])))
+            cols.append(src_n[pre] - lo)
+            weights.append(w[pre])
+            counts[i] = split.rows
+            base += split.rows
+        empty = torch.zeros(0, dtype=torch.int64)
+        return {"send_slots": torch.cat(slots) if slots else empty, "send_cols": torch.cat(cols) if cols else empty,
+                "send_weights": torch.cat(weights) if weights else torch.zeros(0, dtype=w.dtype),
+                "send_counts": counts}
+
+    # ---------------------------------------------------------------- train
+    def train_rank(self, shard: RankShard, ctx) -> Dict[str, Any]:
+        start = time.perf_counter()
+        comm, info, o = ctx.comm, shard.info, self.options
+        n_own = shard.features.shape[0]
+        send_counts, recv_counts = info["send_counts"], info["recv_counts"]
+        kernel, device = ctx.plan.kernel, ctx.device
+        dst, cols, w = shard.edges
+        receive = SparseAdjacency(dst, cols, w, n_own, n_own + sum(recv_counts), kernel=kernel, device=device)
+        send = SparseAdjacency(info["send_slots"], info["send_cols"], info["send_weights"], sum(send_counts), n_own,
+                               kernel=kernel, device=device)
+        clock = StageClock()
+        quantizer = quantizer_for(self.bits, int(ctx.plan.config_obj.train.seed), comm.rank, str(o.param_dtype),
+                                  clock)
+        quantize_backward = bool(o.quantize_backward)
+
+        def aggregate(h: torch.Tensor) -> torch.Tensor:
+            outgoing = clock.through("aggregation", send.spmm, h)  # post rows + pre-aggregated partial sums
+            received = exchange_rows(outgoing, send_counts, recv_counts, comm, quantizer=quantizer,
+                                     quantize_backward=quantize_backward)
+            return clock.through("aggregation", receive.spmm, torch.cat([h, received]))
+
+        def on_epoch(epoch: int, training: bool) -> None:
+            if quantizer is not None:
+                quantizer.begin(epoch, training)
+
+        return train_full_graph(shard, ctx, aggregate, setup_s=time.perf_counter() - start, on_epoch=on_epoch,
+                                clock=clock)

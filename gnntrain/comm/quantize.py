@@ -1,0 +1,175 @@
+"""Per-row stochastic min/max quantization for halo rows (SuperGCN §4.2;
+notes/supergcn.md, "Quantization").
+
+For a row x with zero point Z = min(x) and scale S = (max(x) − Z)/(2^b − 1),
+each entry is coded as q = floor((x − Z)/S + U), U ~ U[0, 1), clamped to
+[0, 2^b − 1], and decoded as q·S + Z. Because E[floor(v + U)] = v, the
+decoded value is unbiased, and |decoded − x| < S.
+
+Parameters travel in ``param_dtype`` (bfloat16 by default: two 2-byte
+values per row, the paper's data/param ratio, with float32's range so tiny
+gradient rows do not underflow). They are rounded *before* coding: Z down
+and S up, so every row still lies inside [Z, Z + (2^b − 1)·S] and the two
+properties above hold for the parameters actually sent. A constant row is
+coded exactly when its value is representable in ``param_dtype`` (always
+for the all-zero rows ReLU and dropout produce); with bfloat16 parameters a
+row whose spread is tiny next to its offset loses resolution (Z's rounding
+widens the range), which ``param_dtype=float32`` avoids at 8 bytes per row.
+
+Codes are packed little-end first: 8/b codes per byte (4 int2 values per
+uint8).
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
+
+import torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gnntrain.runtime import StageClock
+
+PARAM_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+BITS = (2, 4, 8)
+
+
+def packed_row_bytes(width: int, bits: int) -> int:
+    """Bytes one packed row of ``width`` b-bit codes occupies."""
+    return (int(width) * int(bits) + 7) // 8
+
+
+def param_row_bytes(param_dtype: str) -> int:
+    """Scale and zero point bytes per row."""
+    return 2 * torch.empty(0, dtype=PARAM_DTYPES[param_dtype]).element_size()
+
+
+def _round_toward(values: torch.Tensor, target: torch.dtype, down: bool) -> torch.Tensor:
+    """``values`` in ``target`` precision, rounded down (or up) instead of to nearest."""
+    out = values.to(target)
+    wrong = (out.to(values.dtype) > values) if down else (out.to(values.dtype) < values)
+    if bool(wrong.any()):
+        if out.element_size() == 2:  # nearest is within half an ulp: one step fixes it
+            out[wrong] = _step(out[wrong], down)
+        else:
+            out[wrong] = torch.nextafter(out[wrong], torch.full_like(out[wrong], float("-inf" if down else "inf")))
+    return out
+
+
+def _step(values: torch.Tensor, down: bool) -> torch.Tensor:
+    """One ulp of a 16-bit float type, by its bit pattern."""
+    bits = values.view(torch.int16).to(torch.int32)
+    negative = bits < 0
+    magnitude = bits & 0x7FFF
+    # moving down: magnitude grows for negatives (and for -0/+0 we go to the smallest negative)
+    grow = negative if down else ~negative
+    zero = magnitude == 0
+    magnitude = torch.where(grow | zero, magnitude + 1, magnitude - 1)
+    sign = torch.where(zero, torch.full_like(bits, 1 if down else 0), negative.to(torch.int32))
+    out = (sign << 15) | magnitude
+    out = torch.where(out >= 0x8000, out - 0x10000, out)
+    return out.to(torch.int16).view(values.dtype)
+
+
+def quantize_rows(x: torch.Tensor, bits: int, generator: torch.Generator,
+                  param_dtype: torch.dtype = torch.bfloat16) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(packed uint8 [n, ceil(d·b/8)], params [n, 2] = (scale, zero) in ``param_dtype``)."""
+    if bits not in BITS:
+        raise ValueError(f"bits must be one of {BITS}, got {bits}")
+    n, d = x.shape
+    levels = (1 << bits) - 1
+    if n == 0:
+        return (torch.zeros((0, packed_row_bytes(d, bits)), dtype=torch.uint8, device=x.device),
+                torch.zeros((0, 2), dtype=param_dtype, device=x.device))
+    zero = _round_toward(x.amin(dim=1), param_dtype, down=True)
+    z = zero.to(x.dtype)
+    spread = x.amax(dim=1) - z
+    tiny = torch.finfo(param_dtype).tiny
+    scale = _round_toward((spread / levels).clamp(min=tiny), param_dtype, down=False)
+    s = scale.to(x.dtype)
+    noise = torch.rand(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+    codes = torch.floor((x - z[:, None]) / s[:, None] + noise).clamp_(0, levels).to(torch.uint8)
+    return pack_codes(codes, bits), torch.stack([scale, zero], dim=1)
+
+
+def dequantize_rows(packed: torch.Tensor, params: torch.Tensor, bits: int, width: int,
+                    dtype: torch.dtype) -> torch.Tensor:
+    codes = unpack_codes(packed, bits, width).to(dtype)
+    scale, zero = params[:, 0].to(dtype), params[:, 1].to(dtype)
+    return codes * scale[:, None] + zero[:, None]
+
+
+def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """uint8 codes [n, d] (each < 2^b) → packed uint8 [n, ceil(d·b/8)]."""
+    per_byte = 8 // bits
+    n, d = codes.shape
+    if per_byte == 1:
+        return codes.contiguous()
+    pad = (-d) % per_byte
+    if pad:
+        codes = torch.cat([codes, codes.new_zeros((n, pad))], dim=1)
+    grouped = codes.view(n, -1, per_byte).to(torch.int32)
+    shifts = torch.arange(per_byte, device=codes.device, dtype=torch.int32) * bits
+    return (grouped << shifts).sum(dim=2).to(torch.uint8)
+
+
+def unpack_codes(packed: torch.Tensor, bits: int, width: int) -> torch.Tensor:
+    per_byte = 8 // bits
+    if per_byte == 1:
+        return packed[:, :width]
+    shifts = torch.arange(per_byte, device=packed.device, dtype=torch.int32) * bits
+    codes = (packed.to(torch.int32).unsqueeze(-1) >> shifts) & ((1 << bits) - 1)
+    return codes.reshape(packed.shape[0], -1)[:, :width].to(torch.uint8)
+
+
+@dataclass
+class RowQuantizer:
+    """Codes halo rows for one rank, seeded per (seed, rank, epoch, stream, call).
+
+    ``begin(epoch, training)`` restarts the call counter, so a run and its
+    resumed continuation draw the same rounding noise.
+    """
+
+    bits: int
+    seed: int
+    rank: int
+    param_dtype: str = "bfloat16"
+    clock: Optional["StageClock"] = None  # gets the coding time as stage "quantization"
+    _epoch: int = 0
+    _stream: int = 0
+    _calls: Dict[str, int] = field(default_factory=dict)
+
+    def begin(self, epoch: int, training: bool = True) -> None:
+        self._epoch, self._stream, self._calls = epoch, (0 if training else 1), {}
+
+    def _generator(self, direction: str, device: torch.device) -> torch.Generator:
+        call = self._calls.get(direction, 0)
+        self._calls[direction] = call + 1
+        key = (self.seed, self.rank, self._epoch, self._stream, direction, call)
+        seed = int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little") >> 1
+        return torch.Generator(device=device).manual_seed(seed)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return PARAM_DTYPES[self.param_dtype]
+
+    def encode(self, x: torch.Tensor, direction: str) -> Tuple[torch.Tensor, torch.Tensor]:
+        start = time.perf_counter()
+        out = quantize_rows(x, self.bits, self._generator(direction, x.device), self.dtype)
+        if self.clock is not None:
+            self.clock.add("quantization", time.perf_counter() - start)
+        return out
+
+    def decode(self, packed: torch.Tensor, params: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
+        start = time.perf_counter()
+        out = dequantize_rows(packed, params, self.bits, width, dtype)
+        if self.clock is not None:
+            self.clock.add("quantization", time.perf_counter() - start)
+        return out
+
+
+def quantizer_for(bits: int, seed: int, rank: int, param_dtype: str = "bfloat16",
+                  clock: Optional["StageClock"] = None) -> Optional[RowQuantizer]:
+    """None for bits=32 (rows travel unquantized, in the training dtype)."""
+    return None if int(bits) >= 32 else RowQuantizer(int(bits), int(seed), int(rank), param_dtype, clock)
