@@ -243,6 +243,110 @@ def suite_mop_volume(quick: bool) -> dict:
     }
 
 
+# --------------------------------------------------------------- supergcn
+def suite_supergcn_volume(quick: bool) -> dict:
+    """SuperGCN rows per pair (pre / post / hybrid) and int2 vs fp32 halo bytes on a power-law graph."""
+    import tempfile
+
+    import numpy as np
+
+    from gnntrain.data import load_dataset
+    from gnntrain.launch import run_training
+    from gnntrain.partition import partition_graph
+    from gnntrain.partition.cover import rows_per_pair
+    from gnntrain.plan import build_plan
+
+    n, width = (20000 if quick else 100000), 128
+    graph = ["dataset=rmat", f"dataset.num_nodes={n}", f"dataset.num_edges={10 * n}", f"dataset.feat_dim={width}",
+             f"model.hidden={width}", "model=sage", "train.epochs=2", "train.progress=false", "kernel=torch",
+             "comm_timeout_s=600", "mode=supergcn", "mode.aggregation=hybrid", "mode.quantize_backward=true"]
+    rows = []
+    data = load_dataset(compose(graph))
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in (2, 4, 8):
+            cfg = compose(graph + [f"hardware.ranks_per_node={p}"])
+            part, _ = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, p, cfg.partitioner,
+                                      data.content_hash, None)
+            start = time.perf_counter()
+            table = rows_per_pair(part.inverse[data.src.numpy()], part.inverse[data.dst.numpy()], part.offsets)
+            cover_s = (time.perf_counter() - start) / 3
+            pre, post, hybrid = (int(np.sum(table[a])) for a in ("pre", "post", "hybrid"))
+            halo = {}
+            for bits in (32, 2):
+                s = run_training(build_plan(compose(graph + [f"hardware.ranks_per_node={p}", f"mode.bits={bits}"])),
+                                 Path(tmp) / f"{p}-{bits}")
+                k = s["comm_bytes"]["by_kind"]
+                halo[bits] = (k.get("halo_fwd", 0) + k.get("halo_bwd", 0), k.get("quant_params", 0))
+            fp32, (int2, params) = halo[32][0], halo[2]
+            # closed form: rows x (forward: 2 layers, backward: layer 1 only) x bytes per row
+            formula32 = hybrid * 3 * width * 4
+            formula2 = hybrid * 3 * (width // 4), hybrid * 3 * 4
+            ratio = fp32 / (int2 + params)
+            rows.append([str(p), str(pre), str(post), str(hybrid), f"{pre / hybrid:.2f}",
+                         ">= 1.3 " + ("(met)" if pre / hybrid >= 1.3 else "(MISSED)"), f"{cover_s:.2f}",
+                         f"{fp32 / 2**20:.2f}", f"{(int2 + params) / 2**20:.3f}", f"{ratio:.2f}",
+                         ">= 15 " + ("(met)" if ratio >= 15 else "(MISSED)"),
+                         "yes" if (fp32, int2, params) == (formula32, *formula2) else "NO"])
+    return {
+        "title": f"SuperGCN on R-MAT ({data.num_nodes} nodes, {data.num_edges} directed edges), METIS, 2-layer SAGE, "
+                 f"width {width}, float32",
+        "columns": ["p", "pre rows", "post rows", "hybrid rows", "pre / hybrid", "goal", "cover time per variant (s)",
+                    "fp32 halo MiB/epoch", "int2 halo + params MiB/epoch", "fp32 / int2", "goal",
+                    "bytes = closed form"],
+        "rows": rows,
+        "notes": "Rows are summed over all (sender, receiver) pairs per layer; the graph is symmetric so pre = post "
+                 "(both equal the sparsity-aware NnzCols volume). Halo bytes are halo_fwd + halo_bwd (+ quant_params "
+                 "for int2) over all ranks, per epoch, hybrid aggregation, halo gradients quantized too. int2 row = "
+                 "D/4 packed bytes + 4 bytes of bfloat16 (scale, zero point): the ratio is 16D/(D+16) = 14.2 at "
+                 "D = 128 (15.1 at D = 256), so the 15x goal is a miss at this width by construction; the paper's "
+                 "15.5x is at D = 768. Closed form: hybrid rows x (2 forward layers + 1 backward) x bytes per row.",
+    }
+
+
+def suite_supergcn_accuracy(quick: bool) -> dict:
+    """Cora, 3-layer SAGE (hidden 256, dropout 0.5), 2 ranks: int2 vs fp32, with and without label propagation."""
+    import statistics
+    import tempfile
+
+    from gnntrain.launch import run_training
+    from gnntrain.plan import build_plan
+
+    epochs, seeds = (30, 2) if quick else (100, 3)
+    base = ["dataset=cora", f"data_dir={SHARED}", "model=sage", "model.layers=3", "model.hidden=256",
+            f"train.epochs={epochs}", "train.progress=false", "mode=supergcn", "hardware.ranks_per_node=2"]
+    acc, times = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(seeds):  # interleaved: every variant once per seed
+            for lp in (0.0, 0.25):
+                for bits in (32, 2):
+                    s = run_training(build_plan(compose(base + [f"mode.bits={bits}", f"mode.label_propagation={lp}",
+                                                                f"train.seed={seed}"])),
+                                     Path(tmp) / f"{seed}-{lp}-{bits}")
+                    acc.setdefault((lp, bits), []).append(s["accuracy"]["test"])
+                    times.setdefault((lp, bits), []).append(s["epoch_time_median_s"])
+    rows = []
+    ref = statistics.mean(acc[(0.0, 32)])
+    for (lp, bits), values in acc.items():
+        mean = statistics.mean(values)
+        goal = ""
+        if bits == 2:
+            same_lp = statistics.mean(acc[(lp, 32)])
+            goal = "within 1.0 pp of fp32 " + ("(met)" if abs(mean - same_lp) <= 0.01 else "(MISSED)")
+        rows.append([f"{lp}", str(bits), f"{100 * mean:.2f}", f"{100 * min(values):.1f}-{100 * max(values):.1f}",
+                     f"{100 * (mean - ref):+.2f}", f"{1000 * statistics.median(times[(lp, bits)]):.0f}", goal])
+    return {
+        "title": f"SuperGCN accuracy on Cora, 3-layer SAGE, hidden 256, dropout 0.5, {epochs} epochs, 2 ranks, "
+                 f"mean over {seeds} seeds",
+        "columns": ["label propagation", "bits", "test acc (%)", "min-max", "vs fp32 without LP (pp)",
+                    "median epoch (ms)", "goal"],
+        "rows": rows,
+        "notes": "int2 quantizes halo rows and halo gradients (per-row min/max, stochastic rounding, bfloat16 "
+                 "parameters). Label propagation turns 25% of Cora's 140 training nodes into label inputs, so the "
+                 "loss sees 105: on a graph this small that costs accuracy, unlike the paper's large graphs. On one "
+                 "machine over loopback the int2 epoch is slower than fp32: coding costs more than the bytes it saves.",
+    }
+
+
 # -------------------------------------------------------------- generators
 def suite_generators(quick: bool) -> dict:
     import resource
@@ -263,7 +367,9 @@ def suite_generators(quick: bool) -> dict:
             "rows": rows, "notes": "RSS is the process peak up to that row (it includes earlier rows)."}
 
 
-SUITES = {"mop_volume": suite_mop_volume, "generators": suite_generators, "reference": suite_reference, "partitioners": suite_partitioners, "volume": suite_volume}
+SUITES = {"mop_volume": suite_mop_volume, "generators": suite_generators, "reference": suite_reference,
+          "partitioners": suite_partitioners, "volume": suite_volume, "supergcn_volume": suite_supergcn_volume,
+          "supergcn_accuracy": suite_supergcn_accuracy}
 
 
 def render(results: dict) -> str:

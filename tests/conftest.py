@@ -70,3 +70,28 @@ def read_summary(run_dir: Path) -> Dict:
 
 
 requires_shared = pytest.mark.skipif(not SHARED_DGL.exists(), reason=f"{SHARED_DGL} (../shared) is not present")
+
+
+# ------------------------------------------------------------- exactness
+EXACT = ["train.dtype=float64", "model.dropout=0", "train.epochs=3", "train.seed=3", "kernel=torch"]
+_single_losses: Dict[tuple, "object"] = {}
+
+
+def single_losses(train, overrides: List[str]):
+    """mode=single's losses for these overrides (cached for the session)."""
+    import numpy as np
+
+    key = tuple(overrides)
+    if key not in _single_losses:
+        _single_losses[key] = np.array(train(list(overrides) + ["mode=single"])["losses"])
+    return _single_losses[key]
+
+
+def assert_exact(losses, reference, tol: float = 1e-9) -> None:
+    """float64 losses equal the reference within ``tol`` relative (notes/exactness.md)."""
+    import numpy as np
+
+    losses, reference = np.asarray(losses), np.asarray(reference)
+    assert losses.shape == reference.shape
+    rel = float(np.max(np.abs(losses - reference) / np.abs(reference)))
+    assert rel < tol, f"max relative loss difference {rel:.3e}"

@@ -13,7 +13,10 @@ def _final_state(run_dir, epoch):
 
 
 @pytest.mark.parametrize("mode_args", [["mode=partition", "hardware.ranks_per_node=2"], ["mode=single"],
-                                       ["mode=mop", "hardware.ranks_per_node=2"]])
+                                       ["mode=mop", "hardware.ranks_per_node=2"],
+                                       # quantization noise is seeded per (rank, epoch), so it replays too
+                                       ["mode=supergcn", "mode.bits=2", "mode.label_propagation=0.2",
+                                        "hardware.ranks_per_node=2"]])
 def test_killed_then_resumed_run_is_bit_identical(tmp_path, mode_args):
     common = ["train.epochs=6", "train.checkpoint_every=1", f"cache_dir={tmp_path}/cache", "dataset.num_nodes=600",
               "kernel=torch"] + mode_args  # dropout stays on (0.5): its masks must replay too

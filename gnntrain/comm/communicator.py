@@ -90,19 +90,24 @@ class Communicator:
 
     def all_to_all_quantized(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int],
                              kind: str, quantizer, direction: str) -> torch.Tensor:
-        """:meth:`all_to_all` of rows coded by ``quantizer`` (a :class:`~gnntrain.comm.quantize.RowQuantizer`).
+        """:meth:`all_to_all` of rows coded by ``quantizer``; see :meth:`all_to_all_quantized_start`."""
+        return self.all_to_all_quantized_start(send, send_counts, recv_counts, kind, quantizer, direction).wait()
+
+    def all_to_all_quantized_start(self, send: torch.Tensor, send_counts: Sequence[int],
+                                   recv_counts: Sequence[int], kind: str, quantizer,
+                                   direction: str) -> "PendingDecode":
+        """Code rows with ``quantizer`` (a :class:`~gnntrain.comm.quantize.RowQuantizer`) and start
+        their exchange; ``.wait()`` gives the received rows decoded, in ``send``'s dtype.
 
         The packed codes are counted under ``kind`` and the per-row scale and
-        zero point under ``quant_params``; rows come back decoded, in
-        ``send``'s dtype.
+        zero point under ``quant_params``.
         """
         packed, params = quantizer.encode(send, direction)
-        packed = self.all_to_all(packed, send_counts, recv_counts, kind)
+        data = self.all_to_all_start(packed, send_counts, recv_counts, kind)
         # parameters travel as raw bytes (gloo has no bfloat16 all-to-all)
         raw = params.contiguous().view(torch.uint8).reshape(params.shape[0], -1)
-        raw = self.all_to_all(raw, send_counts, recv_counts, "quant_params")
-        params = raw.contiguous().view(params.dtype).reshape(-1, 2)
-        return quantizer.decode(packed, params, send.shape[1], send.dtype)
+        meta = self.all_to_all_start(raw, send_counts, recv_counts, "quant_params")
+        return PendingDecode(data, meta, quantizer, params.dtype, send.shape[1], send.dtype)
 
     def _peer_bytes(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int]):
         """(sent, received) bytes of an all-to-all, leaving out the chunk this rank keeps."""
@@ -168,3 +173,17 @@ class PendingExchange:
             self.ledger.add_seconds(self.kind, time.perf_counter() - start)
             self.work = None
         return self.recv
+
+
+class PendingDecode:
+    """A quantized all-to-all in flight: codes and parameters, decoded on ``wait``."""
+
+    def __init__(self, data: PendingExchange, meta: PendingExchange, quantizer, param_dtype: torch.dtype,
+                 width: int, dtype: torch.dtype):
+        self.data, self.meta, self.quantizer = data, meta, quantizer
+        self.param_dtype, self.width, self.dtype = param_dtype, width, dtype
+
+    def wait(self) -> torch.Tensor:
+        packed, raw = self.data.wait(), self.meta.wait()
+        params = raw.contiguous().view(self.param_dtype).reshape(-1, 2)
+        return self.quantizer.decode(packed, params, self.width, self.dtype)

@@ -92,43 +92,81 @@ def local_source_index(src_global: torch.Tensor, offsets: torch.Tensor, own_bloc
     return out
 
 
-class _RowExchange(torch.autograd.Function):
-    """All-to-all of rows forward; the gradients travel the reverse way in backward.
+def _start(comm: Communicator, send: torch.Tensor, send_counts, recv_counts, kind: str, quantizer, direction: str):
+    if quantizer is None:
+        return comm.all_to_all_start(send, send_counts, recv_counts, kind)
+    return comm.all_to_all_quantized_start(send, send_counts, recv_counts, kind, quantizer, direction)
 
-    With a quantizer the rows (and, if ``quantize_backward``, their
-    gradients) are coded on the wire (SuperGCN §4.2); without one this is a
-    plain exchange in the training dtype.
-    """
+
+class _StartExchange(torch.autograd.Function):
+    """Starts the row all-to-all (async) and passes its input through as a token."""
 
     @staticmethod
-    def forward(ctx, send: torch.Tensor, send_counts, recv_counts, comm: Communicator, kinds,  # type: ignore[override]
-                quantizer, quantize_backward: bool) -> torch.Tensor:
-        ctx.args = (send_counts, recv_counts, comm, kinds, quantizer if quantize_backward else None)
-        if quantizer is None:
-            return comm.all_to_all(send, send_counts, recv_counts, kinds[0])
-        return comm.all_to_all_quantized(send, send_counts, recv_counts, kinds[0], quantizer, "fwd")
+    def forward(ctx, send: torch.Tensor, spec: "ExchangeSpec", box: dict):  # type: ignore[override]
+        box["pending"] = _start(spec.comm, send, spec.send_counts, spec.recv_counts, spec.kinds[0],
+                                spec.quantizer, "fwd")
+        return send.view_as(send)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        return grad, None, None
+
+
+class _FinishExchange(torch.autograd.Function):
+    """Waits for the rows; backward sends their gradients back to the senders."""
+
+    @staticmethod
+    def forward(ctx, token: torch.Tensor, spec: "ExchangeSpec", box: dict):  # type: ignore[override]
+        ctx.spec = spec
+        return box.pop("pending").wait()
 
     @staticmethod
     def backward(ctx, grad_recv: torch.Tensor):  # type: ignore[override]
-        send_counts, recv_counts, comm, kinds, quantizer = ctx.args
-        grad_recv = grad_recv.contiguous()
-        if quantizer is None:
-            grad = comm.all_to_all(grad_recv, recv_counts, send_counts, kinds[1])
-        else:
-            grad = comm.all_to_all_quantized(grad_recv, recv_counts, send_counts, kinds[1], quantizer, "bwd")
-        return grad, None, None, None, None, None, None
+        spec = ctx.spec
+        quantizer = spec.quantizer if spec.quantize_backward else None
+        grad = _start(spec.comm, grad_recv.contiguous(), spec.recv_counts, spec.send_counts, spec.kinds[1],
+                      quantizer, "bwd").wait()
+        return grad, None, None
 
 
-def exchange_rows(send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int], comm: Communicator,
-                  kinds=("halo_fwd", "halo_bwd"), quantizer=None, quantize_backward: bool = False) -> torch.Tensor:
-    """Rows for each rank (grouped by destination, ascending) → rows from each rank (autograd-aware)."""
-    return _RowExchange.apply(send, send_counts, recv_counts, comm, tuple(kinds), quantizer, quantize_backward)
+@dataclass
+class ExchangeSpec:
+    """One row all-to-all: counts per peer, ledger kinds, and optional quantization (SuperGCN §4.2)."""
+
+    comm: Communicator
+    send_counts: Sequence[int]
+    recv_counts: Sequence[int]
+    kinds: Sequence[str] = ("halo_fwd", "halo_bwd")
+    quantizer: Optional[object] = None  # gnntrain.comm.quantize.RowQuantizer
+    quantize_backward: bool = False
+
+
+class PendingRows:
+    """Rows on their way (from :func:`start_exchange`); ``wait()`` returns them, autograd-aware."""
+
+    def __init__(self, token: torch.Tensor, spec: ExchangeSpec, box: dict):
+        self.token, self.spec, self.box = token, spec, box
+
+    def wait(self) -> torch.Tensor:
+        return _FinishExchange.apply(self.token, self.spec, self.box)
+
+
+def start_exchange(send: torch.Tensor, spec: ExchangeSpec) -> PendingRows:
+    """Rows for each rank (grouped by destination, ascending) start travelling; work placed between
+    this call and ``wait()`` overlaps the exchange (backward waits synchronously)."""
+    box: dict = {}
+    return PendingRows(_StartExchange.apply(send, spec, box), spec, box)
+
+
+def exchange_rows(send: torch.Tensor, spec: ExchangeSpec) -> torch.Tensor:
+    """Rows for each rank → rows from each rank, in rank order (autograd-aware)."""
+    return start_exchange(send, spec).wait()
 
 
 def halo_exchange(h: torch.Tensor, plan: HaloPlan, comm: Communicator) -> torch.Tensor:
     """Rows of other ranks this rank needs, ordered by sender rank (autograd-aware)."""
-    return exchange_rows(h.index_select(0, plan.send_index), plan.send_counts, plan.recv_counts, comm,
-                         (plan.kind_fwd, plan.kind_bwd))
+    spec = ExchangeSpec(comm, plan.send_counts, plan.recv_counts, (plan.kind_fwd, plan.kind_bwd))
+    return exchange_rows(h.index_select(0, plan.send_index), spec)
 
 
 class _GroupAllReduce(torch.autograd.Function):

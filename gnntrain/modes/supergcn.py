@@ -12,6 +12,9 @@ Per layer and rank i (§4.1):
   and are *post*-aggregated by i, the other edges are *pre*-aggregated by j
   into one partial sum per destination. Rows per pair = |cover|.
 
+The exchange starts asynchronously and the local aggregation runs while it
+is in flight (``mode.overlap``, §4.4); backward exchanges synchronously.
+
 Both halves are sparse products: the sender builds its outgoing rows as
 ``S_j · H_j`` (S_j selects post rows with weight 1 and sums pre edges with
 their weights), and the receiver aggregates ``[H_i | received]`` with one
@@ -40,7 +43,7 @@ from gnntrain.errors import PlanError
 from gnntrain.models import SparseAdjacency
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
-from gnntrain.modes.halo import exchange_rows
+from gnntrain.modes.halo import ExchangeSpec, start_exchange
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph
 from gnntrain.partition.cover import AGGREGATIONS, split_cut_edges
@@ -57,6 +60,7 @@ class SuperGCNConfig(ModeConfig):
     quantize_backward: bool = True
     label_propagation: float = 0.0  # fraction of train nodes given a label embedding, in [0, 1)
     param_dtype: str = "bfloat16"  # scale/zero point dtype: bfloat16 | float16 | float32
+    overlap: bool = True  # local aggregation runs while the halo exchange is in flight
 
 
 def row_bytes(width: int, bits: int, dtype_bytes: int, param_dtype: str) -> int:
@@ -119,7 +123,7 @@ class SuperGCNMode(Mode):
 
     def details(self, ctx) -> Dict[str, Any]:
         o = self.options
-        return {"aggregation": o.aggregation, "bits": self.bits, "quantize_backward": bool(o.quantize_backward),
+        return {"aggregation": o.aggregation, "bits": self.bits, "overlap": bool(o.overlap), "quantize_backward": bool(o.quantize_backward),
                 "param_dtype": o.param_dtype, "label_propagation": float(o.label_propagation),
                 "widths communicated": ctx.comm_widths}
 
@@ -173,7 +177,8 @@ class SuperGCNMode(Mode):
                 rank=rank, world_size=p, num_global_nodes=data.num_nodes, num_classes=data.num_classes,
                 features=data.features[rows], labels=data.labels[rows],
                 count_masks={sp: masks[sp][rows] for sp in SPLITS}, global_counts=counts, global_ids=rows,
-                edges=receive["edges"], info={"recv_counts": receive["counts"], **send},
+                edges=receive["local"], info={"recv_counts": receive["counts"], "remote_edges": receive["remote"],
+                                              **send},
                 label_input_mask=label_rows[rows] if label_rows is not None else None,
             ))
         m = part.metrics
@@ -190,13 +195,12 @@ class SuperGCNMode(Mode):
 
     @staticmethod
     def _receiver_edges(rank, offsets, splits, pair_edges, src_n, dst_n, w, block_src, block_dst) -> Dict[str, Any]:
-        """Edges of [own rows | rows received, by sender] → own rows, and rows per sender."""
-        lo, hi = int(offsets[rank]), int(offsets[rank + 1])
-        n_own = hi - lo
+        """Local edges (own rows → own rows), and edges from the rows received (by sender) → own rows."""
+        lo = int(offsets[rank])
         local = torch.from_numpy(np.flatnonzero((block_dst == rank) & (block_src == rank)))
-        dsts, cols, weights = [dst_n[local] - lo], [src_n[local] - lo], [w[local]]
+        dsts, cols, weights = [], [], []
         counts = [0] * (len(offsets) - 1)
-        base = n_own
+        base = 0
         for j in range(len(offsets) - 1):
             split = splits.get((j, rank))
             if split is None:
@@ -214,7 +218,10 @@ class SuperGCNMode(Mode):
             weights.append(torch.ones(pre_rows.numel(), dtype=w.dtype))
             counts[j] = split.rows
             base += split.rows
-        return {"edges": (torch.cat(dsts), torch.cat(cols), torch.cat(weights)), "counts": counts}
+        empty = torch.zeros(0, dtype=torch.int64)
+        remote = ((torch.cat(dsts), torch.cat(cols), torch.cat(weights)) if dsts
+                  else (empty, empty, torch.zeros(0, dtype=w.dtype)))
+        return {"local": (dst_n[local] - lo, src_n[local] - lo, w[local]), "remote": remote, "counts": counts}
 
     @staticmethod
     def _sender_matrix(rank, offsets, splits, pair_edges, src_n, dst_n, w) -> Dict[str, Any]:
@@ -249,20 +256,25 @@ class SuperGCNMode(Mode):
         n_own = shard.features.shape[0]
         send_counts, recv_counts = info["send_counts"], info["recv_counts"]
         kernel, device = ctx.plan.kernel, ctx.device
-        dst, cols, w = shard.edges
-        receive = SparseAdjacency(dst, cols, w, n_own, n_own + sum(recv_counts), kernel=kernel, device=device)
+        local = SparseAdjacency(*shard.edges, n_own, n_own, kernel=kernel, device=device)
+        remote = SparseAdjacency(*info["remote_edges"], n_own, sum(recv_counts), kernel=kernel, device=device)
         send = SparseAdjacency(info["send_slots"], info["send_cols"], info["send_weights"], sum(send_counts), n_own,
                                kernel=kernel, device=device)
         clock = StageClock()
         quantizer = quantizer_for(self.bits, int(ctx.plan.config_obj.train.seed), comm.rank, str(o.param_dtype),
                                   clock)
-        quantize_backward = bool(o.quantize_backward)
+        spec = ExchangeSpec(comm, send_counts, recv_counts, quantizer=quantizer,
+                            quantize_backward=bool(o.quantize_backward))
+        overlap = bool(o.overlap)
 
         def aggregate(h: torch.Tensor) -> torch.Tensor:
             outgoing = clock.through("aggregation", send.spmm, h)  # post rows + pre-aggregated partial sums
-            received = exchange_rows(outgoing, send_counts, recv_counts, comm, quantizer=quantizer,
-                                     quantize_backward=quantize_backward)
-            return clock.through("aggregation", receive.spmm, torch.cat([h, received]))
+            pending = start_exchange(outgoing, spec)
+            received = None if overlap else pending.wait()
+            z = clock.through("aggregation", local.spmm, h)  # in flight meanwhile when overlapping
+            if received is None:
+                received = pending.wait()
+            return z + clock.through("aggregation", remote.spmm, received)
 
         def on_epoch(epoch: int, training: bool) -> None:
             if quantizer is not None:

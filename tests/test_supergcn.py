@@ -1,0 +1,309 @@
+"""mode=supergcn (notes/supergcn.md): bits=32 is exact against single for pre,
+post and hybrid; the hybrid cover is minimum; the quantizer is unbiased,
+bounded and packs losslessly; measured bytes equal the closed form; label
+propagation never reads validation/test labels; bad options are refused."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from scipy.sparse.csgraph import maximum_bipartite_matching
+
+from conftest import CORA, EXACT, assert_exact, compose, requires_shared, run_cli, single_losses
+from gnntrain.comm.quantize import (dequantize_rows, pack_codes, packed_row_bytes, quantize_rows, unpack_codes)
+from gnntrain.data import load_dataset
+from gnntrain.errors import PlanError
+from gnntrain.partition import partition_graph
+from gnntrain.partition.cover import min_vertex_cover, rows_per_pair, split_cut_edges
+from gnntrain.plan import build_plan
+
+GRAPHS = {"csbm": ["dataset=csbm"], "cora": CORA}
+
+
+# ------------------------------------------------------------- exactness
+@pytest.mark.parametrize("graph", ["csbm", pytest.param("cora", marks=requires_shared)])
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+@pytest.mark.parametrize("aggregation", ["pre", "post", "hybrid"])
+@pytest.mark.parametrize("p", [2, 4])
+def test_bits32_equals_single(train, graph, model, aggregation, p):
+    base = GRAPHS[graph] + EXACT + [f"model={model}"]
+    s = train(base + ["mode=supergcn", "mode.bits=32", f"mode.aggregation={aggregation}",
+                      f"hardware.ranks_per_node={p}"])
+    assert s["status"] == "completed" and s["world_size"] == p
+    assert_exact(s["losses"], single_losses(train, base))
+    assert "quant_params" not in s["comm_bytes"]["by_kind"]
+
+
+def test_gin_and_dgl_kernel_are_exact(train):
+    base = ["dataset=csbm"] + EXACT + ["model=gin"]
+    s = train(base + ["mode=supergcn", "mode.bits=32", "hardware.ranks_per_node=3"])
+    assert_exact(s["losses"], single_losses(train, base))
+    base = ["dataset=csbm"] + EXACT[:-1] + ["kernel=dgl", "model=sage"]
+    s = train(base + ["mode=supergcn", "mode.bits=32", "hardware.ranks_per_node=2"])
+    assert s["kernel"] == "dgl"
+    assert_exact(s["losses"], single_losses(train, base))
+
+
+def test_label_propagation_is_exact_across_world_sizes(train):
+    """Label propagation changes the model; with bits=32 the distributed run
+    equals the one-process run with the same label-propagation nodes."""
+    base = ["dataset=csbm"] + EXACT + ["model=sage", "mode=supergcn", "mode.bits=32",
+                                       "mode.label_propagation=0.3"]
+    one = train(base + ["hardware.ranks_per_node=1"])
+    for p in (2, 4):
+        s = train(base + [f"hardware.ranks_per_node={p}"])
+        assert_exact(s["losses"], one["losses"])
+    n_train = int(load_dataset(compose(["dataset=csbm"])).masks["train"].sum())
+    assert one["partition"]["label_propagation_nodes"] == round(0.3 * n_train)
+    plain = train(["dataset=csbm"] + EXACT + ["model=sage", "mode=supergcn", "mode.bits=32"])
+    assert not np.allclose(plain["losses"], one["losses"])  # the embedding is really in the model
+
+
+def test_quantized_training_tracks_fp32(train):
+    """bits=8 in float64: per-row noise below S = range/255, unbiased, so the
+    first epochs' losses stay within 1% of the exact run (observed ~1e-4)."""
+    base = ["dataset=csbm"] + EXACT + ["model=sage", "mode=supergcn", "hardware.ranks_per_node=2"]
+    exact = np.array(train(base + ["mode.bits=32"])["losses"])
+    for backward in ("true", "false"):
+        q = np.array(train(base + ["mode.bits=8", f"mode.quantize_backward={backward}"])["losses"])
+        assert np.max(np.abs(q - exact) / exact) < 1e-2
+        assert not np.array_equal(q, exact)
+
+
+# --------------------------------------------------------------- the cover
+def _brute_force_cover(u, v, nu, nv) -> int:
+    for size in range(nu + nv + 1):
+        for chosen in itertools.combinations(range(nu + nv), size):
+            s = set(chosen)
+            if all(a in s or nu + b in s for a, b in zip(u, v)):
+                return size
+    raise AssertionError("unreachable")
+
+
+def test_cover_is_minimum_on_random_bipartite_graphs():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        nu, nv = int(rng.integers(1, 7)), int(rng.integers(1, 7))
+        m = int(rng.integers(0, nu * nv + 1))
+        u, v = rng.integers(0, nu, m), rng.integers(0, nv, m)
+        cover_u, cover_v = min_vertex_cover(u, v, nu, nv)
+        assert all(cover_u[a] or cover_v[b] for a, b in zip(u, v)), "not a cover"
+        size = int(cover_u.sum() + cover_v.sum())
+        matching = maximum_bipartite_matching(sp.csr_matrix((np.ones(m), (u, v)), shape=(nu, nv)), "column")
+        assert size == int((matching >= 0).sum()) == _brute_force_cover(u, v, nu, nv)
+        assert size <= min(len(set(u.tolist())), len(set(v.tolist())))
+
+
+def test_pair_split_covers_every_cut_edge():
+    rng = np.random.default_rng(1)
+    n, k = 300, 4
+    src, dst = rng.integers(0, n, 3000), rng.integers(0, n, 3000)
+    offsets = np.array([0, 60, 150, 220, 300])
+    splits, edges = split_cut_edges(src, dst, offsets, "hybrid")
+    for (j, i), s in splits.items():
+        e = edges[(j, i)]
+        u, v = src[e] - offsets[j], dst[e] - offsets[i]
+        post = np.isin(u, s.post_rows)
+        assert np.array_equal(post, s.is_post_edge)
+        assert np.isin(v[~post], s.pre_rows).all()  # every other edge has its destination's partial sum
+        assert s.rows == int((maximum_bipartite_matching(
+            sp.csr_matrix((np.ones(e.size), (np.unique(u, return_inverse=True)[1],
+                                             np.unique(v, return_inverse=True)[1]))), "column") >= 0).sum())
+    table = rows_per_pair(src, dst, offsets)
+    for j in range(k):
+        for i in range(k):
+            assert table["hybrid"][j][i] <= min(table["pre"][j][i], table["post"][j][i])
+
+
+def test_hybrid_beats_pre_on_a_power_law_graph():
+    """100k-node R-MAT, METIS p=8: hybrid ships >= 1.3x fewer rows than pre-only (measured 1.63x)."""
+    cfg = compose(["dataset=rmat", "dataset.num_nodes=100000", "dataset.num_edges=1000000", "dataset.feat_dim=4",
+                   "partitioner=metis"])
+    data = load_dataset(cfg)
+    part, _ = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, 8, cfg.partitioner,
+                              data.content_hash, None)
+    table = rows_per_pair(part.inverse[data.src.numpy()], part.inverse[data.dst.numpy()], part.offsets)
+    pre, post, hybrid = (int(np.sum(table[a])) for a in ("pre", "post", "hybrid"))
+    assert pre == part.metrics.total_volume == post  # symmetric graph: NnzCols both ways
+    assert pre / hybrid >= 1.3, (pre, hybrid)
+
+
+# ------------------------------------------------------------ quantizer
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_quantizer_error_is_bounded_by_the_scale(bits):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 37, dtype=torch.float64) * torch.logspace(-6, 3, 200, dtype=torch.float64)[:, None]
+    packed, params = quantize_rows(x, bits, gen)
+    assert packed.shape == (200, packed_row_bytes(37, bits)) and packed.dtype == torch.uint8
+    y = dequantize_rows(packed, params, bits, 37, torch.float64)
+    scale = params[:, 0].to(torch.float64)[:, None]
+    assert bool(((y - x).abs() <= scale).all())
+    # the sent range contains the row, so no code was clipped
+    zero = params[:, 1].to(torch.float64)
+    assert bool((zero <= x.min(1).values).all())
+    assert bool((zero + ((1 << bits) - 1) * scale[:, 0] >= x.max(1).values).all())
+
+
+def test_quantizer_is_unbiased():
+    """Mean of T draws: each code is Bernoulli between two levels, so its
+    standard deviation is at most S/2 and the mean's is S/(2 sqrt(T)); every
+    entry must lie within 5 of those of the input (2 * 64 * 5 entries)."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 5, dtype=torch.float64)
+    draws = 4000
+    total = torch.zeros_like(x)
+    for _ in range(draws):
+        packed, params = quantize_rows(x, 2, gen)
+        total += dequantize_rows(packed, params, 2, 5, torch.float64)
+    scale = params[:, 0].to(torch.float64)[:, None]
+    err = (total / draws - x).abs()
+    assert bool((err <= 5 * scale / (2 * draws ** 0.5)).all()), float((err / scale).max())
+    # for contrast, deterministic rounding would be biased by up to S/2
+    assert float(err.max()) < float(scale.max()) / 10
+
+
+def test_constant_rows_are_exact():
+    gen = torch.Generator().manual_seed(2)
+    rows = torch.tensor([0.0, 2.5, -1.0, 0.15625, -3.0e-7], dtype=torch.float32)  # bfloat16-representable
+    rows = rows.to(torch.bfloat16).to(torch.float32)
+    x = rows[:, None].expand(5, 9).contiguous()
+    for bits in (2, 4, 8):
+        packed, params = quantize_rows(x, bits, gen)
+        assert torch.equal(dequantize_rows(packed, params, bits, 9, torch.float32), x)
+    # any constant with float32 parameters and float32 rows
+    x = torch.tensor([[3.14159265] * 6, [-1e-20] * 6], dtype=torch.float32)
+    packed, params = quantize_rows(x, 2, gen, torch.float32)
+    assert torch.equal(dequantize_rows(packed, params, 2, 6, torch.float32), x)
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("width", [1, 3, 4, 5, 37, 128])
+def test_packing_round_trips(bits, width):
+    codes = torch.randint(0, 1 << bits, (11, width), dtype=torch.uint8)
+    packed = pack_codes(codes, bits)
+    assert packed.shape == (11, (width * bits + 7) // 8)
+    assert torch.equal(unpack_codes(packed, bits, width), codes)
+    if bits == 2 and width == 4:  # 4 int2 values per byte, first in the low bits
+        c = torch.tensor([[1, 2, 3, 0]], dtype=torch.uint8)
+        assert int(pack_codes(c, 2)[0, 0]) == 1 + (2 << 2) + (3 << 4)
+
+
+# ----------------------------------------------------------------- bytes
+def _pair_rows(cfg, cache_dir, p):
+    """Σ over pairs of pre, post and matching-size rows, computed here from the partition."""
+    data = load_dataset(cfg)
+    part, hit = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, p, cfg.partitioner,
+                                data.content_hash, cache_dir)
+    assert hit, "the run should have cached this partitioning"
+    src, dst, parts = data.src.numpy(), data.dst.numpy(), part.parts
+    rows = {"pre": 0, "post": 0, "hybrid": 0}
+    for j in range(p):
+        for i in range(p):
+            if i == j:
+                continue
+            cut = (parts[src] == j) & (parts[dst] == i)
+            u, v = np.unique(src[cut], return_inverse=True), np.unique(dst[cut], return_inverse=True)
+            rows["post"] += len(u[0])
+            rows["pre"] += len(v[0])
+            biadj = sp.csr_matrix((np.ones(int(cut.sum())), (u[1], v[1])), shape=(len(u[0]), len(v[0])))
+            rows["hybrid"] += int((maximum_bipartite_matching(biadj, "column") >= 0).sum())
+    return rows, data
+
+
+@pytest.mark.parametrize("aggregation,bits,backward", [("hybrid", 2, True), ("pre", 4, False), ("post", 8, True),
+                                                       ("hybrid", 32, True)])
+def test_bytes_equal_closed_form(train, cache_dir, aggregation, bits, backward):
+    overrides = ["model=sage", "train.epochs=2", "hardware.ranks_per_node=3", "mode=supergcn",
+                 f"mode.aggregation={aggregation}", f"mode.bits={bits}", f"mode.quantize_backward={backward}"]
+    s = train(overrides)
+    rows, data = _pair_rows(compose([f"cache_dir={cache_dir}"] + overrides), cache_dir, 3)
+    r = rows[aggregation]
+    assert s["partition"]["halo_rows"] == r
+    widths = [data.feat_dim, 16]  # SAGE sends its input width; layer 0's input needs no gradient
+
+    def per_row(width, quantized):
+        return packed_row_bytes(width, bits) if quantized else width * 4
+
+    kinds = s["comm_bytes"]["by_kind"]
+    assert kinds["halo_fwd"] == sum(r * per_row(w, bits < 32) for w in widths)
+    assert kinds["halo_bwd"] == r * per_row(widths[1], bits < 32 and backward)
+    params = 4 * r * (len(widths) + (1 if backward else 0)) if bits < 32 else 0
+    assert kinds.get("quant_params", 0) == params
+    breakdown = s["time_breakdown_s"]
+    assert {"aggregation", "comm", "other"} <= set(breakdown) and (("quantization" in breakdown) == (bits < 32))
+
+
+@pytest.mark.parametrize("width,goal_met", [(128, False), (256, True), (512, True)])
+def test_int2_volume_ratio(train, width, goal_met):
+    """int2 + bfloat16 (scale, zero) per row against fp32, both hybrid:
+    4D / (D/4 + 4) = 16D/(D + 16); 15x needs D >= 240, so at D = 128 the
+    physical ratio with 4-byte per-row parameters is 14.2x (noted as a miss)."""
+    overrides = ["model=sage", "train.epochs=1", "hardware.ranks_per_node=2", "mode=supergcn",
+                 f"dataset.feat_dim={width}", f"model.hidden={width}", "dataset.num_nodes=600",
+                 "mode.quantize_backward=false"]  # quant_params then holds the forward rows' parameters only
+    fp32 = train(overrides + ["mode.bits=32"])["comm_bytes"]["by_kind"]
+    int2 = train(overrides + ["mode.bits=2"])["comm_bytes"]["by_kind"]
+    ratio = fp32["halo_fwd"] / (int2["halo_fwd"] + int2["quant_params"])
+    assert ratio == pytest.approx(16 * width / (width + 16), rel=1e-12)
+    assert (ratio >= 15) == goal_met
+
+
+# ------------------------------------------------------- label propagation
+def test_label_propagation_never_reads_val_or_test_labels(train, monkeypatch):
+    """Scrambling validation and test labels changes no training loss."""
+    import gnntrain.data as data_module
+
+    base = ["dataset=csbm", "model=sage", "train.epochs=3", "mode=supergcn", "mode.bits=32",
+            "mode.label_propagation=0.5", "hardware.ranks_per_node=1", "train.eval_every=100"]
+    clean = train(base)
+    loader = data_module.load_dataset
+
+    def scrambled(cfg):
+        data = loader(cfg)
+        held_out = data.masks["val"] | data.masks["test"]
+        data.labels[held_out] = (data.labels[held_out] + 1) % data.num_classes
+        return data
+
+    monkeypatch.setattr(data_module, "load_dataset", scrambled)
+    assert train(base)["losses"] == clean["losses"]
+
+
+# --------------------------------------------------------------- the plan
+@pytest.mark.parametrize("override,option", [("mode.bits=3", "mode.bits"), ("mode.bits=16", "mode.bits"),
+                                             ("mode.label_propagation=1.0", "mode.label_propagation"),
+                                             ("mode.label_propagation=-0.1", "mode.label_propagation"),
+                                             ("mode.aggregation=both", "mode.aggregation")])
+def test_bad_options_are_refused(override, option):
+    with pytest.raises(PlanError) as err:
+        build_plan(compose(["mode=supergcn", override]))
+    assert err.value.option == option
+
+
+def test_plan_and_partition_print_rows_per_pair(tmp_path, cache_dir):
+    for command in ("plan", "partition"):
+        out = run_cli([command, "mode=supergcn", "hardware.ranks_per_node=3", f"cache_dir={cache_dir}",
+                       f"hydra.run.dir={tmp_path / command}"], tmp_path)
+        assert out.returncode == 0, out.stderr
+        for aggregation in ("pre", "post", "hybrid"):
+            assert aggregation in out.stdout
+        assert "rows_per_pair" in out.stdout
+    bad = run_cli(["plan", "mode=supergcn", "mode.bits=3", f"hydra.run.dir={tmp_path / 'bad'}"], tmp_path)
+    assert bad.returncode != 0 and "mode.bits" in bad.stderr + bad.stdout
+
+
+# --------------------------------------------------------------- accuracy
+@requires_shared
+def test_int2_accuracy_on_cora_matches_fp32(train):
+    """The paper's setting (3-layer SAGE, hidden 256, dropout 0.5) on Cora, 2 ranks:
+    int2 (forward and backward) final test accuracy within 1.0 pp of bits=32,
+    as a mean over 3 seeds. At 100 epochs we measured 79.2% vs 78.9%
+    (docs/BENCHMARKS.md); 50 epochs keep this test at about 2 minutes."""
+    base = CORA + ["model=sage", "model.layers=3", "model.hidden=256", "train.epochs=50", "mode=supergcn",
+                   "hardware.ranks_per_node=2", "train.eval_every=50"]
+    acc = {bits: np.mean([train(base + [f"mode.bits={bits}", f"train.seed={seed}"])["accuracy"]["test"]
+                          for seed in range(3)]) for bits in (32, 2)}
+    assert acc[32] > 0.75, acc
+    assert abs(acc[2] - acc[32]) <= 0.010, acc
