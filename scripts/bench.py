@@ -130,6 +130,55 @@ def suite_reference(quick: bool) -> dict:
     }
 
 
+# ---------------------------------------------------------------- overhead
+def suite_overhead(quick: bool) -> dict:
+    """Each exact mode at 2 ranks (1 thread each) against single (1 rank, 2 threads): epoch-time ratio."""
+    import tempfile
+
+    from gnntrain.launch import run_training
+    from gnntrain.plan import build_plan
+
+    n, reps, epochs = (20000, 2, 6) if quick else (100000, 3, 10)
+    graph = ["dataset=csbm", f"dataset.num_nodes={n}", "dataset.avg_degree=10", "dataset.feat_dim=64",
+             "model=gcn", "model.hidden=64", f"train.epochs={epochs}", f"train.eval_every={epochs}",
+             "train.progress=false", "comm_timeout_s=600"]
+    candidates = [("single (1 rank x 2 threads)", ["mode=single"]),
+                  ("partition sparse", ["mode=partition", "hardware.ranks_per_node=2"]),
+                  ("partition oblivious", ["mode=partition", "mode.comm=oblivious", "hardware.ranks_per_node=2"]),
+                  ("mop", ["mode=mop", "hardware.ranks_per_node=2"]),
+                  ("supergcn bits=32 hybrid", ["mode=supergcn", "mode.bits=32", "hardware.ranks_per_node=2"])]
+    times = {name: [] for name, _ in candidates}
+    parts = {name: [] for name, _ in candidates}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(reps):  # interleaved: every candidate once per repetition
+            for i, (name, extra) in enumerate(candidates):
+                s = run_training(build_plan(compose(graph + extra)), Path(tmp) / f"{rep}-{i}")
+                times[name].append(statistics.median(s["epoch_time_s"][1:]))
+                parts[name].append((s["time_breakdown_s"]["compute"], s["time_breakdown_s"]["comm"],
+                                    s["comm_bytes"]["per_epoch"]))
+    base = statistics.median(times[candidates[0][0]])
+    rows = []
+    for name, _ in candidates:
+        t = statistics.median(times[name])
+        compute = statistics.median(c for c, _, _ in parts[name])
+        comm = statistics.median(m for _, m, _ in parts[name])
+        goal = "" if name.startswith("single") else "<= 1.3 " + ("(met)" if t / base <= 1.3 else "(MISSED)")
+        rows.append([name, f"{t * 1e3:.1f}", f"{min(times[name]) * 1e3:.1f}-{max(times[name]) * 1e3:.1f}",
+                     f"{t / base:.2f}", goal, f"{compute * 1e3:.1f}", f"{comm * 1e3:.1f}",
+                     f"{parts[name][0][2] / 2**20:.2f}"])
+    return {
+        "title": f"overhead: exact modes at 2 ranks vs single at equal total threads (csbm {n} nodes, avg degree 10, "
+                 f"2-layer GCN, width 64, float32, {epochs} epochs)",
+        "columns": ["candidate", "median epoch (ms)", "min-max over reps (ms)", "ratio to single", "goal",
+                    "compute (ms)", "comm (ms)", "comm MiB/epoch"],
+        "rows": rows,
+        "notes": f"{reps} interleaved repetitions; per repetition the median epoch (first epoch dropped). compute = "
+                 "epoch - time blocked in collectives on the slowest rank; both ranks share the machine's 2 cores "
+                 "and talk over gloo/loopback, so a ratio above 1 is the cost of communication and of splitting "
+                 "the SpMM, not a speedup target.",
+    }
+
+
 # ------------------------------------------------------------ partitioners
 def suite_partitioners(quick: bool) -> dict:
     from omegaconf import OmegaConf
@@ -368,7 +417,7 @@ def suite_generators(quick: bool) -> dict:
 
 
 SUITES = {"mop_volume": suite_mop_volume, "generators": suite_generators, "reference": suite_reference,
-          "partitioners": suite_partitioners, "volume": suite_volume, "supergcn_volume": suite_supergcn_volume,
+          "partitioners": suite_partitioners, "volume": suite_volume, "overhead": suite_overhead, "supergcn_volume": suite_supergcn_volume,
           "supergcn_accuracy": suite_supergcn_accuracy}
 
 

@@ -86,6 +86,8 @@ class SuperGCNMode(Mode):
     config_class = SuperGCNConfig
     exact = False  # exact with bits=32 (notes/exactness.md); quantized runs are unbiased, not exact
     models = ("gcn", "sage", "gin")
+    models_rule = ("SuperGCN pre-aggregates weighted sums of source rows at the sender; GAT's attention weights "
+                   "depend on both endpoints' features, so they cannot be summed before the exchange.")
 
     @property
     def bits(self) -> int:
