@@ -74,7 +74,8 @@ def test_port_in_use_is_refused():
     (["train.epochs=-3"], "train.epochs"),
     (["hardware.ranks_per_node=6", "mode.replication=2"], "c^2"),
     (["dataset.num_nodes=3", "hardware.ranks_per_node=4"], "world size"),
-    (["mode=supergcn"], "not implemented yet"),
+    (["mode=hongtu"], "not implemented yet"),
+    (["mode=supergcn", "mode.bits=3"], "mode.bits"),
 ])
 def test_plan_cli_rejects_with_one_message(tmp_path, args, needle):
     proc = run_cli(["plan", f"hydra.run.dir={tmp_path}"] + args, cwd=tmp_path, timeout=120)
