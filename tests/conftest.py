@@ -73,6 +73,7 @@ requires_shared = pytest.mark.skipif(not SHARED_DGL.exists(), reason=f"{SHARED_D
 
 
 # ------------------------------------------------------------- exactness
+GRAPHS = {"csbm": ["dataset=csbm"], "cora": CORA}
 EXACT = ["train.dtype=float64", "model.dropout=0", "train.epochs=3", "train.seed=3", "kernel=torch"]
 _single_losses: Dict[tuple, "object"] = {}
 

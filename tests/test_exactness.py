@@ -5,32 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import CORA, requires_shared
+from conftest import EXACT, GRAPHS, assert_exact, requires_shared, single_losses
 
-# The layout matrix runs on the torch-native kernel: each spawned rank then skips DGL's ~4 s import.
+# The layout matrix runs on the torch-native kernel (EXACT): each spawned rank then skips DGL's ~4 s import.
 # test_kernels.py shows both kernels agree; test_default_dgl_kernel_is_exact covers DGL end to end.
-EXACT = ["train.dtype=float64", "model.dropout=0", "train.epochs=3", "train.seed=3", "kernel=torch"]
-GRAPHS = {"csbm": ["dataset=csbm"], "cora": CORA}
 # (comm, p, c) for every valid combination of comm in {oblivious, sparse}, p in {2,3,4}, c in {1,2}
 LAYOUTS = [(comm, p, c) for comm in ("oblivious", "sparse") for p in (2, 3, 4) for c in (1, 2)
            if p % c == 0 and (p // c) % c == 0]
 
-_reference_cache = {}
 
 
 def _reference(train, graph, model):
-    key = (graph, model)
-    if key not in _reference_cache:
-        s = train(GRAPHS[graph] + EXACT + [f"model={model}", "mode=single"])
-        _reference_cache[key] = np.array(s["losses"])
-    return _reference_cache[key]
-
-
-def _assert_exact(losses, reference):
-    losses = np.asarray(losses)
-    assert losses.shape == reference.shape
-    rel = np.max(np.abs(losses - reference) / np.abs(reference))
-    assert rel < 1e-9, f"max relative loss difference {rel:.3e}"
+    return single_losses(train, GRAPHS[graph] + EXACT + [f"model={model}"])
 
 
 @pytest.mark.parametrize("graph", ["csbm", pytest.param("cora", marks=requires_shared)])
@@ -40,7 +26,7 @@ def test_partition_mode_equals_single(train, graph, model, comm, p, c):
     summary = train(GRAPHS[graph] + EXACT + [f"model={model}", "mode=partition", f"mode.comm={comm}",
                                              f"hardware.ranks_per_node={p}", f"mode.replication={c}"])
     assert summary["status"] == "completed" and summary["world_size"] == p
-    _assert_exact(summary["losses"], _reference(train, graph, model))
+    assert_exact(summary["losses"], _reference(train, graph, model))
     kinds = summary["comm_bytes"]["by_kind"]
     assert ("halo_fwd" in kinds) == (comm == "sparse") and ("allgather" in kinds) == (comm == "oblivious")
     assert ("row_allreduce" in kinds) == (c > 1)
@@ -52,7 +38,7 @@ def test_default_dgl_kernel_is_exact(train, comm, p, c):
     s = train(["dataset=csbm"] + EXACT + ["kernel=dgl", "model=gcn", f"mode.comm={comm}",
                                           f"hardware.ranks_per_node={p}", f"mode.replication={c}"])
     assert s["kernel"] == "dgl"
-    _assert_exact(s["losses"], ref)
+    assert_exact(s["losses"], ref)
 
 
 @pytest.mark.parametrize("aggregate_first", ["true", "false"])
@@ -60,10 +46,10 @@ def test_gin_and_both_aggregation_orders_are_exact(train, aggregate_first):
     ref = _reference(train, "csbm", "gcn")
     s = train(["dataset=csbm"] + EXACT + ["model=gcn", "hardware.ranks_per_node=2",
                                           f"mode.aggregate_first={aggregate_first}"])
-    _assert_exact(s["losses"], ref)
+    assert_exact(s["losses"], ref)
     gin = _reference(train, "csbm", "gin")
     s = train(["dataset=csbm"] + EXACT + ["model=gin", "hardware.ranks_per_node=3"])
-    _assert_exact(s["losses"], gin)
+    assert_exact(s["losses"], gin)
 
 
 def test_directed_graph_is_exact(train):
@@ -72,7 +58,7 @@ def test_directed_graph_is_exact(train):
              "dataset.feat_dim=16"]
     ref = np.array(train(graph + EXACT + ["model=sage", "mode=single"])["losses"])
     s = train(graph + EXACT + ["model=sage", "hardware.ranks_per_node=3"])
-    _assert_exact(s["losses"], ref)
+    assert_exact(s["losses"], ref)
 
 
 def test_dropout_masks_match_across_layouts(train):
@@ -81,4 +67,4 @@ def test_dropout_masks_match_across_layouts(train):
     run = ["dataset=csbm", "train.dtype=float64", "model.dropout=0.5", "train.epochs=3"]
     ref = np.array(train(run + ["mode=single"])["losses"])
     s = train(run + ["hardware.ranks_per_node=2"])
-    _assert_exact(s["losses"], ref)
+    assert_exact(s["losses"], ref)

@@ -3,23 +3,18 @@ equal the closed form with floor splits, aggregation FLOPs balanced, and its
 limits refused by the plan."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from conftest import CORA, compose, requires_shared
+from conftest import CORA, GRAPHS, assert_exact, compose, requires_shared, single_losses
 from gnntrain.errors import PlanError
 from gnntrain.modes.mop import exchanged_elements, floor_splits
 from gnntrain.plan import build_plan
 
 EXACT = ["train.dtype=float64", "model.dropout=0", "train.epochs=3", "train.seed=5", "kernel=torch"]
-GRAPHS = {"csbm": ["dataset=csbm"], "cora": CORA}
-_refs = {}
 
 
 def _ref(train, graph, model):
-    if (graph, model) not in _refs:
-        _refs[graph, model] = np.array(train(GRAPHS[graph] + EXACT + [f"model={model}", "mode=single"])["losses"])
-    return _refs[graph, model]
+    return single_losses(train, GRAPHS[graph] + EXACT + [f"model={model}"])
 
 
 @pytest.mark.parametrize("graph", ["csbm", pytest.param("cora", marks=requires_shared)])
@@ -27,9 +22,7 @@ def _ref(train, graph, model):
 @pytest.mark.parametrize("m", [2, 3, 4])
 def test_mop_equals_single(train, graph, model, m):
     s = train(GRAPHS[graph] + EXACT + [f"model={model}", "mode=mop", f"hardware.ranks_per_node={m}"])
-    ref = _ref(train, graph, model)
-    rel = np.max(np.abs(np.array(s["losses"]) - ref) / np.abs(ref))
-    assert rel < 1e-9, rel
+    assert_exact(s["losses"], _ref(train, graph, model))
 
 
 @pytest.mark.parametrize("graph,model,m", [("csbm", model, m) for model in ("gcn", "sage", "gin") for m in (2, 3, 4)]
@@ -38,9 +31,7 @@ def test_pipelined_mop_equals_single(train, graph, model, m):
     """pipeline_chunks=3: async chunk exchanges overlap aggregation and update; still exact, same bytes."""
     s = train(GRAPHS[graph] + EXACT + [f"model={model}", "mode=mop", f"hardware.ranks_per_node={m}",
                                        "mode.pipeline_chunks=3"])
-    ref = _ref(train, graph, model)
-    rel = np.max(np.abs(np.array(s["losses"]) - ref) / np.abs(ref))
-    assert rel < 1e-9, rel
+    assert_exact(s["losses"], _ref(train, graph, model))
     if graph == "csbm":
         fwd, bwd = _expected(2708, [128, 16, 7], m, gin=model == "gin")
         assert s["comm_bytes"]["by_kind"]["all_to_all_fwd"] == fwd

@@ -12,15 +12,13 @@ import scipy.sparse as sp
 import torch
 from scipy.sparse.csgraph import maximum_bipartite_matching
 
-from conftest import CORA, EXACT, assert_exact, compose, requires_shared, run_cli, single_losses
+from conftest import CORA, EXACT, GRAPHS, assert_exact, compose, requires_shared, run_cli, single_losses
 from gnntrain.comm.quantize import (dequantize_rows, pack_codes, packed_row_bytes, quantize_rows, unpack_codes)
 from gnntrain.data import load_dataset
 from gnntrain.errors import PlanError
 from gnntrain.partition import partition_graph
 from gnntrain.partition.cover import min_vertex_cover, rows_per_pair, split_cut_edges
 from gnntrain.plan import build_plan
-
-GRAPHS = {"csbm": ["dataset=csbm"], "cora": CORA}
 
 
 # ------------------------------------------------------------- exactness

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence,
 import torch
 
 from gnntrain.config.schema import ModeConfig
+from gnntrain.errors import PlanError
 
 if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.data.graph import GraphData
@@ -98,6 +99,13 @@ class Mode:
 
     def estimate_comm(self, ctx: "PlanContext") -> Optional[CommEstimate]:
         return None
+
+    def require_rows_per_part(self, ctx: "PlanContext") -> None:
+        """Refuse a partitioning with more parts than the graph has nodes."""
+        parts = self.num_parts(ctx.world_size)
+        if parts > ctx.num_nodes:
+            raise PlanError("world size", f"{parts} parts for a graph of {ctx.num_nodes} nodes.",
+                            "use fewer ranks than nodes")
 
     def details(self, ctx: "PlanContext") -> Dict[str, Any]:
         """Mode-specific lines for the printed plan."""

@@ -92,9 +92,7 @@ class PartitionMode(Mode):
         if (p // c) % c:
             raise PlanError("mode.replication", f"c^2={c * c} does not divide world size p={p}: each column "
                             f"group must hold p/c^2 whole block columns.", "choose c with c^2 dividing p")
-        if self.num_parts(p) > ctx.num_nodes:
-            raise PlanError("world size", f"{self.num_parts(p)} parts for a graph of {ctx.num_nodes} nodes.",
-                            "use fewer ranks than nodes")
+        self.require_rows_per_part(ctx)
         return []
 
     def estimate_comm(self, ctx) -> Optional[CommEstimate]:

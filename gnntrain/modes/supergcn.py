@@ -17,8 +17,8 @@ is in flight (``mode.overlap``, §4.4); backward exchanges synchronously.
 
 Both halves are sparse products: the sender builds its outgoing rows as
 ``S_j · H_j`` (S_j selects post rows with weight 1 and sums pre edges with
-their weights), and the receiver aggregates ``[H_i | received]`` with one
-adjacency whose pre-row columns have weight 1. Edge weights are the model's
+their weights), and the receiver adds a local adjacency over ``H_i`` to a
+remote one over the received rows, whose pre-row columns have weight 1. Edge weights are the model's
 global-degree weights, so SAGE's mean is exactly "exchange partial sums,
 divide by the global in-degree". Backward runs the same path in reverse.
 
@@ -41,12 +41,13 @@ from gnntrain.config.schema import ModeConfig
 from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
 from gnntrain.models import SparseAdjacency
+from gnntrain.plan import DTYPE_BYTES
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.halo import ExchangeSpec, start_exchange
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph
-from gnntrain.partition.cover import AGGREGATIONS, split_cut_edges
+from gnntrain.partition.cover import AGGREGATIONS, pair_grid, rows_per_pair, split_cut_edges
 from gnntrain.runtime import StageClock
 
 BITS = (2, 4, 8, 32)
@@ -108,9 +109,7 @@ class SuperGCNMode(Mode):
         if str(o.param_dtype) not in PARAM_DTYPES:
             raise PlanError("mode.param_dtype", f"unknown parameter dtype '{o.param_dtype}'.",
                             f"use one of {', '.join(PARAM_DTYPES)}")
-        if ctx.world_size > ctx.num_nodes:
-            raise PlanError("world size", f"{ctx.world_size} parts for a graph of {ctx.num_nodes} nodes.",
-                            "use fewer ranks than nodes")
+        self.require_rows_per_part(ctx)
         warnings = []
         if self.bits < 32 and ctx.dtype_bytes == 8:
             warnings.append(f"bits={self.bits} quantizes float64 rows; exactness needs bits=32")
@@ -125,27 +124,19 @@ class SuperGCNMode(Mode):
 
     def details(self, ctx) -> Dict[str, Any]:
         o = self.options
-        return {"aggregation": o.aggregation, "bits": self.bits, "overlap": bool(o.overlap), "quantize_backward": bool(o.quantize_backward),
-                "param_dtype": o.param_dtype, "label_propagation": float(o.label_propagation),
-                "widths communicated": ctx.comm_widths}
+        return {"aggregation": o.aggregation, "bits": self.bits, "overlap": bool(o.overlap),
+                "quantize_backward": bool(o.quantize_backward), "param_dtype": o.param_dtype,
+                "label_propagation": float(o.label_propagation), "widths communicated": ctx.comm_widths}
 
     def graph_report(self, data, part, plan) -> Dict[str, Any]:
         """Rows per (sender, receiver) pair under pre, post and hybrid, and the bytes they imply."""
         src, dst, _ = graph_tensors(data, self.cfg)
-        inverse = part.inverse
-        src_n, dst_n = inverse[src.numpy()], inverse[dst.numpy()]
-        report: Dict[str, Any] = {}
-        dtype_bytes = torch.empty(0, dtype=getattr(torch, plan.dtype)).element_size()
+        table = rows_per_pair(part.inverse[src.numpy()], part.inverse[dst.numpy()], part.offsets)
         widths = plan.mode_details["widths communicated"]
-        per_row = sum(row_bytes(w, self.bits, dtype_bytes, self.options.param_dtype) for w in widths)
-        for aggregation in AGGREGATIONS:
-            splits, _ = split_cut_edges(src_n, dst_n, part.offsets, aggregation)
-            grid = np.zeros((part.num_parts, part.num_parts), dtype=np.int64)
-            for (j, i), s in splits.items():
-                grid[j, i] = s.rows
-            report[aggregation] = {"rows": int(grid.sum()), "rows_per_pair": grid.tolist(),
-                                   "halo_fwd_bytes_per_epoch": int(grid.sum()) * per_row}
-        return report
+        per_row = sum(row_bytes(w, self.bits, DTYPE_BYTES[plan.dtype], self.options.param_dtype) for w in widths)
+        return {aggregation: {"rows": int(np.sum(grid)), "rows_per_pair": grid,
+                              "halo_fwd_bytes_per_epoch": int(np.sum(grid)) * per_row}
+                for aggregation, grid in table.items()}
 
     # ------------------------------------------------------------- prepare
     def prepare(self, data, plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
@@ -184,13 +175,11 @@ class SuperGCNMode(Mode):
                 label_input_mask=label_rows[rows] if label_rows is not None else None,
             ))
         m = part.metrics
-        grid = np.zeros((p, p), dtype=np.int64)
-        for (j, i), s in splits.items():
-            grid[j, i] = s.rows
+        grid = pair_grid(splits, p)
         summary = {"num_parts": p, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
                    "max_send_volume": m.max_send_volume, "partitioner": cfg.partitioner.name, "cache_hit": hit,
-                   "aggregation": str(self.options.aggregation), "halo_rows": int(grid.sum()),
-                   "rows_per_pair": grid.tolist(),
+                   "aggregation": str(self.options.aggregation), "halo_rows": int(np.sum(grid)),
+                   "rows_per_pair": grid,
                    "label_propagation_nodes": int(label_rows.sum()) if label_rows is not None else 0}
         return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start,
                         notes=["partition cache hit" if hit else "partition built and cached"])

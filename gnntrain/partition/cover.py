@@ -62,7 +62,7 @@ class PairSplit:
 
     Row ids are local to their owner's block. ``post_rows`` are sender rows
     sent raw; ``pre_rows`` are receiver rows that get one partial sum each;
-    ``post_edge``/``pre_edge`` index the pair's edges (in the order given).
+    ``is_post_edge`` follows the pair's edges in the order given.
     """
 
     sender: int
@@ -114,14 +114,15 @@ def split_cut_edges(src: np.ndarray, dst: np.ndarray, offsets: np.ndarray, aggre
     return splits, edge_ids
 
 
+def pair_grid(splits: Dict[Tuple[int, int], PairSplit], k: int) -> List[List[int]]:
+    """Rows each sender ships each receiver (k×k, row = sender)."""
+    grid = [[0] * k for _ in range(k)]
+    for (j, i), s in splits.items():
+        grid[j][i] = s.rows
+    return grid
+
+
 def rows_per_pair(src: np.ndarray, dst: np.ndarray, offsets: np.ndarray) -> Dict[str, List[List[int]]]:
-    """Rows each sender ships each receiver under pre, post and hybrid (k×k, row = sender)."""
-    k = len(offsets) - 1
-    table: Dict[str, List[List[int]]] = {}
-    for aggregation in AGGREGATIONS:
-        splits, _ = split_cut_edges(src, dst, offsets, aggregation)
-        grid = [[0] * k for _ in range(k)]
-        for (j, i), s in splits.items():
-            grid[j][i] = s.rows
-        table[aggregation] = grid
-    return table
+    """:func:`pair_grid` under pre, post and hybrid."""
+    return {aggregation: pair_grid(split_cut_edges(src, dst, offsets, aggregation)[0], len(offsets) - 1)
+            for aggregation in AGGREGATIONS}
