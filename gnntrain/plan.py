@@ -47,6 +47,7 @@ class PlanContext:
     agg_out_widths: Tuple[int, ...]
     param_bytes: int
     model: str
+    train_nodes: int = 0  # expected training nodes when the config implies it (generated graphs), else 0
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,9 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         raise PlanError("train.checkpoint_every", f"must be >= 0 (got {t.checkpoint_every}).")
     if m.name not in MODELS:
         raise PlanError("model", f"unknown model '{m.name}'.", f"use one of {', '.join(MODELS)}")
+    if m.name == "gat" and int(m.get("gat_heads", 1)) != 1:
+        raise PlanError("model.gat_heads", f"{m.gat_heads} heads asked for; the GAT layer here has one head.",
+                        "use model.gat_heads=1")
     if int(m.layers) < 1 or int(m.hidden) < 1:
         raise PlanError("model.layers/model.hidden", "must both be at least 1.")
     if not 0.0 <= float(m.dropout) < 1.0:
@@ -264,7 +268,8 @@ def build_plan(cfg: DictConfig) -> RunPlan:
     ctx = PlanContext(world_size=world, num_nodes=n, num_edges=e, feat_dim=f, num_classes=c,
                       dtype_bytes=DTYPE_BYTES[dtype], dims=tuple(dims), comm_widths=tuple(widths),
                       agg_out_widths=tuple(widths), param_bytes=param_bytes(m.name, dims, DTYPE_BYTES[dtype]),
-                      model=m.name)
+                      model=m.name, train_nodes=int(round(n * float(ds.train_fraction)))
+                      if ds.source == "generated" else 0)
     warnings += mode.validate(ctx)
 
     ranks_per_node = min(world, int(hw.ranks_per_node))
@@ -286,11 +291,12 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         comm = {"per_epoch_bytes": estimate.per_epoch_bytes, "by_kind": dict(estimate.by_kind),
                 "formula": estimate.formula}
 
-    rank_devices = tuple((f"cuda:{r % ranks_per_node}" if device == "cuda" else "cpu") for r in range(world))
+    rank_devices = mode.rank_devices(device, world, ranks_per_node)
+    backend = "nccl" if all(d.startswith("cuda") for d in rank_devices) else "gloo"  # gloo once a CPU rank joins
     return RunPlan(
         mode=mode_cls.name, dataset=str(ds.name), model=str(m.name), partitioner=str(cfg.partitioner.name),
         hardware=str(hw.name), world_size=world, nodes=int(hw.nodes) if world > 1 else 1,
-        ranks_per_node=ranks_per_node, backend="nccl" if device == "cuda" else "gloo", device=device,
+        ranks_per_node=ranks_per_node, backend=backend, device=device,
         rank_devices=rank_devices, threads_per_rank=threads, kernel=kernel, dtype=dtype,
         epochs=int(t.epochs), num_parts=num_parts, memory_per_rank=memory, comm_per_epoch=comm,
         mode_details=mode.details(ctx), warnings=tuple(warnings),

@@ -109,6 +109,11 @@ class Communicator:
         meta = self.all_to_all_start(raw, send_counts, recv_counts, "quant_params")
         return PendingDecode(data, meta, quantizer, params.dtype, send.shape[1], send.dtype)
 
+    def record_copy(self, kind: str, nbytes: int, seconds: float = 0.0) -> None:
+        """A copy between this rank's host memory and its device (``h2d``/``d2h``), or bytes a
+        copy avoided (``reused``): not a collective, but accounted in the same ledger."""
+        self.ledger.record(kind, nbytes, nbytes, seconds)
+
     def _peer_bytes(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int]):
         """(sent, received) bytes of an all-to-all, leaving out the chunk this rank keeps."""
         row_bytes = send.element_size() * math.prod(tuple(send.shape[1:]))
@@ -144,6 +149,25 @@ class Communicator:
             import torch.distributed as dist
 
             dist.barrier()
+
+    # ------------------------------------------------------- device transfers
+    def to_device(self, tensor: torch.Tensor, device: torch.device, kind: str = "h2d",
+                  non_blocking: bool = True) -> torch.Tensor:
+        """Copy ``tensor`` to ``device`` and count its bytes under ``kind`` (``h2d`` or ``d2h``).
+
+        A copy between two host buffers (an accelerator trainer emulated on a
+        CPU-only host) is still a real copy and is counted the same way. With
+        ``non_blocking`` a pinned source overlaps with compute; the caller
+        synchronises (a CUDA event) before it reads the result.
+        """
+        start = time.perf_counter()
+        if torch.device(device) == tensor.device:
+            out = tensor.clone()
+        else:
+            out = tensor.to(device, non_blocking=non_blocking)
+        nbytes = tensor.numel() * tensor.element_size()
+        self.ledger.record(kind, nbytes, nbytes, time.perf_counter() - start)
+        return out
 
     # ------------------------------------------------------- metrics traffic
     def reduce_stats(self, values: Sequence[float], op: str = "sum") -> List[float]:  # noqa: D401

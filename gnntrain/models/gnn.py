@@ -1,4 +1,4 @@
-"""GCN, GraphSAGE-mean and GIN in aggregate → update form.
+"""GCN, GraphSAGE-mean, GIN and one-head GAT in aggregate → update form.
 
 Each layer splits into
 
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 Aggregate = Callable[[torch.Tensor], torch.Tensor]
@@ -25,7 +26,7 @@ Aggregate = Callable[[torch.Tensor], torch.Tensor]
 
 @dataclass(frozen=True)
 class ModelSpec:
-    name: str  # gcn | sage | gin
+    name: str  # gcn | sage | gin | gat
     in_dim: int
     hidden: int
     out_dim: int
@@ -105,6 +106,55 @@ class GINLayer(nn.Module):
         return self.mlp(z)
 
 
+class GATLayer(nn.Module):
+    """One-head GAT (Veličković et al.; DGL ``GATConv`` with ``num_heads=1`` and no
+    feature/attention dropout): e_uv = LeakyReLU(a_l·Wh_u + a_r·Wh_v), α = softmax
+    of e over v's in-edges, h'_v = Σ_u α_uv·Wh_u + b.
+
+    The attention needs both endpoints, so ``aggregate`` takes the edge list
+    from ``agg.edge_index()`` (a :class:`SparseAdjacency`) instead of an SpMM;
+    modes that split the graph call :meth:`attend` on their own row blocks.
+    """
+
+    def __init__(self, d_in: int, d_out: int, negative_slope: float = 0.2):
+        super().__init__()
+        self.fc = nn.Linear(d_in, d_out, bias=False)
+        self.attn_l = nn.Parameter(torch.empty(1, d_out))
+        self.attn_r = nn.Parameter(torch.empty(1, d_out))
+        self.bias = nn.Parameter(torch.zeros(d_out))
+        self.negative_slope = negative_slope
+        gain = nn.init.calculate_gain("relu")
+        for weight in (self.fc.weight, self.attn_l, self.attn_r):
+            nn.init.xavier_normal_(weight, gain=gain)
+
+    def comm_width(self) -> int:
+        return self.fc.weight.shape[1]
+
+    def attend(self, h_src: torch.Tensor, dst: torch.Tensor, src: torch.Tensor,
+               dst_rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Attention-weighted sum into the destinations; ``src`` indexes ``h_src``, ``dst``
+        the destinations, whose own rows are ``h_src[dst_rows]`` (all of ``h_src`` if None)."""
+        z = self.fc(h_src)
+        z_dst = z if dst_rows is None else z[dst_rows]
+        el = (z * self.attn_l).sum(-1)
+        er = (z_dst * self.attn_r).sum(-1)
+        e = F.leaky_relu(el[src] + er[dst], self.negative_slope)
+        num_dst = z_dst.shape[0]
+        e_max = torch.full((num_dst,), float("-inf"), dtype=e.dtype, device=e.device)
+        e_max = e_max.scatter_reduce(0, dst, e.detach(), "amax")  # a shift: softmax is invariant to it
+        w = torch.exp(e - e_max[dst])
+        denom = torch.zeros(num_dst, dtype=e.dtype, device=e.device).index_add(0, dst, w)
+        alpha = (w / denom[dst]).unsqueeze(1)
+        return torch.zeros_like(z_dst).index_add(0, dst, alpha * z[src])
+
+    def aggregate(self, h: torch.Tensor, agg, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+        dst, src = agg.edge_index()
+        return self.attend(h, dst, src)
+
+    def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return z + self.bias
+
+
 class GlobalDropout:
     """Dropout whose mask is drawn for the global (num_nodes × d) tensor.
 
@@ -117,14 +167,19 @@ class GlobalDropout:
         self.p, self.seed, self.num_global_nodes, self.global_ids = p, seed, num_global_nodes, global_ids
         self.epoch = 0
 
+    def keep_mask(self, width: int, layer: int) -> torch.Tensor:
+        """The boolean keep mask of this epoch and layer for the held rows (CPU)."""
+        gen = torch.Generator().manual_seed(hash((self.seed, self.epoch, layer)) & 0x7FFF_FFFF_FFFF)
+        keep = torch.rand((self.num_global_nodes, width), generator=gen) >= self.p
+        return keep if self.global_ids is None else keep[self.global_ids]
+
+    def apply_mask(self, h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        return h * keep.to(device=h.device, dtype=h.dtype) / (1.0 - self.p)
+
     def __call__(self, h: torch.Tensor, layer: int) -> torch.Tensor:
         if self.p <= 0:
             return h
-        gen = torch.Generator().manual_seed(hash((self.seed, self.epoch, layer)) & 0x7FFF_FFFF_FFFF)
-        keep = torch.rand((self.num_global_nodes, h.shape[1]), generator=gen) >= self.p
-        if self.global_ids is not None:
-            keep = keep[self.global_ids]
-        return h * keep.to(device=h.device, dtype=h.dtype) / (1.0 - self.p)
+        return self.apply_mask(h, self.keep_mask(h.shape[1], layer))
 
 
 class GNN(nn.Module):
@@ -140,6 +195,8 @@ class GNN(nn.Module):
                 layers.append(SAGELayer(d_in, d_out))
             elif spec.name == "gin":
                 layers.append(GINLayer(d_in, d_out, spec.gin_eps_learnable))
+            elif spec.name == "gat":
+                layers.append(GATLayer(d_in, d_out))
             else:
                 raise ValueError(f"model {spec.name!r} is not available in aggregate/update form")
         self.layers = nn.ModuleList(layers)

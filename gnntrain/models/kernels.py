@@ -93,6 +93,13 @@ class SparseAdjacency:
             self._csr_cache[dtype] = (a, a_t)
         return self._csr_cache[dtype]
 
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        return self.spmm(h)
+
+    def edge_index(self):
+        """(dst, src) on the device: for aggregations that weigh edges themselves (GAT)."""
+        return self._dst, self._src
+
     def spmm(self, h: torch.Tensor) -> torch.Tensor:
         if h.shape[0] != self.num_src:
             raise ValueError(f"aggregation expects {self.num_src} source rows, got {h.shape[0]}")

@@ -36,13 +36,22 @@ def model_spec(cfg, in_dim: int, num_classes: int, aggregate_first: Optional[boo
                      label_classes=num_classes if label_inputs else 0)
 
 
-def sync_gradients(params: List[torch.nn.Parameter], comm) -> None:
-    """One flat SUM all-reduce of every parameter gradient (kind ``allreduce``)."""
+def sync_gradients(params: List[torch.nn.Parameter], comm, through_host: bool = False) -> None:
+    """One flat SUM all-reduce of every parameter gradient (kind ``allreduce``).
+
+    ``through_host``: gradients on an accelerator are staged through host
+    memory (``d2h``, all-reduce over gloo, ``h2d``), as HyScale's trainers do.
+    """
     if not comm.distributed:
         return
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = _flatten_dense_tensors(grads)
-    comm.all_reduce(flat, "allreduce")
+    if through_host and flat.device.type != "cpu":
+        device = flat.device
+        staged = comm.to_device(flat, torch.device("cpu"), "d2h", non_blocking=False)
+        flat = comm.to_device(comm.all_reduce(staged, "allreduce"), device, "h2d", non_blocking=False)
+    else:
+        comm.all_reduce(flat, "allreduce")
     for p, g in zip(params, _unflatten_dense_tensors(flat, grads)):
         if p.grad is None:
             p.grad = g.clone()
@@ -73,7 +82,7 @@ def inject_fault(rank: int, epoch: int) -> None:
 def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[torch.Tensor], torch.Tensor],
                      aggregate_first: Optional[bool] = None, setup_s: float = 0.0,
                      forward: Optional[Callable] = None, on_epoch: Optional[Callable[[int, bool], None]] = None,
-                     clock: Optional[StageClock] = None) -> Dict[str, Any]:
+                     clock: Optional[StageClock] = None, inputs_on_host: bool = False) -> Dict[str, Any]:
     """Train on ``shard``.
 
     ``forward(model, x, dropout)`` overrides the plain ``model(x, aggregate,
@@ -81,7 +90,9 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
     halves (MoP); ``on_epoch(epoch, training)`` runs before each training and
     evaluation forward (SuperGCN seeds its rounding there); ``clock``'s
     stages (aggregation, quantization, ...) join the epoch's time breakdown.
-    Rows in ``shard.label_input_mask`` get a learnable label embedding added
+    ``inputs_on_host`` keeps features, labels and the loss in host memory
+    (HongTu: only the mode's chunks visit the device; the parameters live
+    there). Rows in ``shard.label_input_mask`` get a learnable label embedding added
     to their features (label propagation) and are left out of the loss by
     the mode's ``count_masks``.
     """
@@ -92,18 +103,19 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
     cfg = ctx.plan.config_obj
     comm, ledger = ctx.comm, ctx.comm.ledger
     dtype, device = ctx.dtype, ctx.device
+    data_device = torch.device("cpu") if inputs_on_host else device
     train_cfg = cfg.train
 
-    x = shard.features.to(device=device, dtype=dtype)
-    labels = shard.labels.to(device)
-    masks = {s: shard.count_masks[s].to(device) for s in SPLITS}
-    label_mask = shard.label_input_mask.to(device) if shard.label_input_mask is not None else None
+    x = shard.features.to(device=data_device, dtype=dtype)
+    labels = shard.labels.to(data_device)
+    masks = {s: shard.count_masks[s].to(data_device) for s in SPLITS}
+    label_mask = shard.label_input_mask.to(data_device) if shard.label_input_mask is not None else None
     spec = model_spec(cfg, x.shape[1], shard.num_classes, aggregate_first, label_inputs=label_mask is not None)
     model = build_model(spec, int(train_cfg.seed), dtype).to(device)
     params = [p for p in model.parameters()]
     optimizer = torch.optim.Adam(params, lr=float(train_cfg.lr), weight_decay=float(train_cfg.weight_decay))
     dropout = GlobalDropout(spec.dropout, int(train_cfg.seed), shard.num_global_nodes,
-                            None if shard.num_global_nodes == x.shape[0] and shard.world_size == 1
+                            None if torch.equal(shard.global_ids, torch.arange(shard.num_global_nodes))
                             else shard.global_ids)
     n_train = max(1, shard.global_counts["train"])
     recorder = ctx.recorder
@@ -196,19 +208,23 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
             boundary.update(checkpointer.snapshot(epoch + 1, model, optimizer, history))
     set_preemption_hook(None)
 
+    return {"history": history, "accuracy": accuracy, **run_totals(ctx, setup_s), "model": model}
+
+
+def run_totals(ctx: RankContext, setup_s: float = 0.0) -> Dict[str, Any]:
+    """Per-rank peak memory and the setup figures, gathered from every rank (a collective)."""
+    comm, device = ctx.comm, ctx.device
     # per-rank peaks: each rank fills its own slot of a zero vector, a SUM gathers them
     slots = [0.0] * (2 * comm.world_size)
     slots[comm.rank] = float(peak_host_bytes())
     slots[comm.world_size + comm.rank] = float(peak_device_bytes(device) or 0)
     peaks = comm.reduce_stats(slots)
     host, dev = [int(x) for x in peaks[:comm.world_size]], [int(x) for x in peaks[comm.world_size:]]
-    setup_bytes = comm.reduce_stats([float(ledger.total_sent(Phase.setup))])[0]
+    any_device = any(dev)
+    setup_bytes = comm.reduce_stats([float(comm.ledger.total_sent(Phase.setup))])[0]
     return {
-        "history": history, "accuracy": accuracy,
-        "peak_memory_bytes": {"host_max_rank": max(host), "device_max_rank": max(dev) if device.type != "cpu"
-                              else None, "host_per_rank": host,
-                              "device_per_rank": dev if device.type != "cpu" else None},
+        "peak_memory_bytes": {"host_max_rank": max(host), "device_max_rank": max(dev) if any_device else None,
+                              "host_per_rank": host, "device_per_rank": dev if any_device else None},
         "setup": {"preprocess_s": ctx.preprocess_s + setup_s, "setup_comm_bytes": int(setup_bytes)},
-        "model": model,
     }
 

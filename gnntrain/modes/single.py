@@ -29,6 +29,7 @@ def graph_tensors(data, cfg):
 class SingleMode(Mode):
     name = "single"
     config_class = SingleConfig
+    models = ("gcn", "sage", "gin", "gat")
 
     def world_size(self, hardware_world_size: int) -> int:
         return 1  # the reference always runs in one process
@@ -54,4 +55,4 @@ class SingleMode(Mode):
         dst, src, w = shard.edges
         adj = SparseAdjacency(dst, src, w, shard.num_global_nodes, shard.num_global_nodes,
                               kernel=ctx.plan.kernel, device=ctx.device)
-        return train_full_graph(shard, ctx, adj.spmm)
+        return train_full_graph(shard, ctx, adj)

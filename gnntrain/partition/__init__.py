@@ -12,12 +12,12 @@ from gnntrain.partition.layout import Partitioning, PartitionMetrics, compute_me
 from gnntrain.partition.partitioners import PARTITIONERS, bandwidth, partition_nodes, rcm_order
 
 __all__ = ["PARTITIONERS", "Partitioning", "PartitionMetrics", "compute_metrics", "partition_graph",
-           "relabel", "split_chunks"]
+           "partitioner_options", "relabel", "split_chunks"]
 
 log = logging.getLogger("gnntrain.partition")
 
 
-def _options(cfg) -> dict:
+def partitioner_options(cfg) -> dict:
     keys = ["name", "seed", "vertex_weights", "reorder"]
     if cfg.name == "volume":
         keys += ["imbalance_eps", "max_volume_growth", "refine_rounds"]
@@ -42,13 +42,13 @@ def partition_graph(src: np.ndarray, dst: np.ndarray, num_nodes: int, k: int, cf
         order = (lambda nodes: rcm_order(src, dst, num_nodes, nodes)) if cfg.reorder == "rcm" else None
         perm, inverse, offsets = relabel(parts, k, order)
         return {"parts": parts, "perm": perm, "inverse": inverse, "offsets": offsets}, {
-            "dataset": dataset_hash, "k": k, "partitioner": _options(cfg)}
+            "dataset": dataset_hash, "k": k, "partitioner": partitioner_options(cfg)}
 
     if cache_root is None:
         arrays, meta = build()
         hit = False
     else:
-        key = cache_key(dataset_hash, _options(cfg), k)
+        key = cache_key(dataset_hash, partitioner_options(cfg), k)
         arrays, meta, hit = PartitionCache(cache_root).get_or_build(key, build)
         if hit:
             log.info("partition cache hit: %s", PartitionCache(cache_root).path(key))

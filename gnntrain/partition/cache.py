@@ -27,9 +27,9 @@ def cache_key(dataset_hash: str, partitioner: Dict[str, object], k: int) -> str:
     return hashlib.sha1(payload.encode()).hexdigest()[:20]
 
 
-def _checksum(arrays: Dict[str, np.ndarray]) -> str:
+def _checksum(arrays: Dict[str, np.ndarray], names: Tuple[str, ...] = ARRAYS) -> str:
     h = hashlib.sha1()
-    for name in ARRAYS:
+    for name in names:
         a = np.ascontiguousarray(arrays[name])
         h.update(name.encode() + str(a.dtype).encode() + str(a.shape).encode())
         h.update(memoryview(a).cast("B"))
@@ -37,9 +37,13 @@ def _checksum(arrays: Dict[str, np.ndarray]) -> str:
 
 
 class PartitionCache:
-    def __init__(self, root: Path):
+    """Entries hold the arrays named in ``arrays``: a partitioning by default, or
+    data derived from one (e.g. HongTu's chunk-to-batch assignment)."""
+
+    def __init__(self, root: Path, arrays: Tuple[str, ...] = ARRAYS):
         self.root = Path(root) / "partitions"
         self.root.mkdir(parents=True, exist_ok=True)
+        self.arrays = tuple(arrays)
 
     def path(self, key: str) -> Path:
         return self.root / f"{key}.npz"
@@ -51,22 +55,22 @@ class PartitionCache:
             return None
         try:
             with np.load(path, allow_pickle=False) as z:
-                arrays = {name: z[name] for name in ARRAYS}
+                arrays = {name: z[name] for name in self.arrays}
                 meta = json.loads(bytes(z["meta"]).decode())
         except Exception as exc:  # truncated zip, bad header, missing member ...
             warnings.warn(f"partition cache entry {path} is unreadable ({type(exc).__name__}); rebuilding it")
             return None
-        if meta.get("key") != key or meta.get("checksum") != _checksum(arrays):
+        if meta.get("key") != key or meta.get("checksum") != _checksum(arrays, self.arrays):
             warnings.warn(f"partition cache entry {path} failed its checksum or belongs to another "
                           "partitioning; rebuilding it")
             return None
         return arrays, meta
 
     def store(self, key: str, arrays: Dict[str, np.ndarray], meta: Dict[str, object]) -> Path:
-        meta = dict(meta, key=key, checksum=_checksum(arrays))
+        meta = dict(meta, key=key, checksum=_checksum(arrays, self.arrays))
         buffer = io.BytesIO()
         np.savez(buffer, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
-                 **{name: arrays[name] for name in ARRAYS})
+                 **{name: arrays[name] for name in self.arrays})
         path = atomic_write_bytes(self.path(key), buffer.getvalue())
         return path
 
