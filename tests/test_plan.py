@@ -41,7 +41,7 @@ def test_single_always_runs_one_process():
     (["hardware.ranks_per_node=8", "dataset.num_nodes=5"], "world size"),  # more ranks than nodes
     (["partitioner.num_parts=3"], "partitioner.num_parts"),  # world size != partition count
     (["port=70000"], "port"),
-    (["mode=hyscale"], "mode"),  # schema only so far: says "not implemented yet"
+    (["mode=hyscale", "mode.batch_size=1"], "mode.batch_size"),  # fewer seeds than trainers
     (["hardware=gpu-1"], "hardware.device"),  # CUDA profile on a host without CUDA
     (["dataset=reddit", "hardware.host_memory_gb=0.5"], "dataset/hardware"),  # does not fit memory
     (["model.dropout=1.0"], "model.dropout"),

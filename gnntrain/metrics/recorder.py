@@ -155,6 +155,7 @@ def summary_table(summary: Dict[str, Any]) -> Table:
     rows.append(("peak host memory (max rank)", _fmt_bytes(pm.get("host_max_rank"))))
     if pm.get("device_max_rank") is not None:
         rows.append(("peak device memory (max rank)", _fmt_bytes(pm.get("device_max_rank"))))
+    rows += [tuple(row) for row in (summary.get("mode_report") or {}).get("table", [])]  # the mode's own lines
     part = summary.get("partition") or {}
     if part.get("num_parts", 1) > 1:
         rows.append(("partition", f"{part.get('num_parts')} parts, cut {part.get('edge_cut')}, "

@@ -14,7 +14,7 @@ YAML file in ``configs/mode/``. It takes part in three stages:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Type
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
 
 import torch
 
@@ -92,6 +92,10 @@ class Mode:
 
     def num_parts(self, world_size: int) -> int:
         return world_size
+
+    def rank_devices(self, device: str, world_size: int, ranks_per_node: int) -> Tuple[str, ...]:
+        """Device per rank: on a CUDA profile rank r takes GPU r mod ranks_per_node."""
+        return tuple(f"cuda:{r % ranks_per_node}" if device == "cuda" else "cpu" for r in range(world_size))
 
     def validate(self, ctx: "PlanContext") -> List[str]:
         """Raise PlanError for impossible plans; return warnings."""
