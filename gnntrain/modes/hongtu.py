@@ -27,11 +27,10 @@ what the device holds at batch t), not the paper's reverse-order assumption.
 """
 from __future__ import annotations
 
-import math
 import re
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -53,6 +52,7 @@ from gnntrain.runtime import StageClock
 DEDUP = ("none", "p2p", "reuse", "p2p+reuse")
 CACHED_MODELS = ("gcn", "sage", "gin")  # element-wise aggregation: cache a^l, recompute the update
 SELF_ROW_MODELS = ("sage", "gin")  # the update reads the destination's own input row
+REORGANIZE_VERSION = 3  # bump when Algorithm 4 changes: cached batch orders are keyed by it
 
 
 @dataclass
@@ -389,16 +389,23 @@ class HongTuEngine:
             else:
                 host[index] = moved
 
+    def _carry(self, step: Step, prev: Optional[torch.Tensor], make, width: int, dtype: torch.dtype, tag: str,
+               direction: str) -> torch.Tensor:
+        """D_t's device buffer with the rows kept from D_{t−1} (reuse) copied in; the previous
+        buffer is released once they are."""
+        out = make((step.resident.size, width), dtype=dtype, device=self.device)
+        self.arena.hold_tensors(tag, out)
+        if prev is not None and step.kept_now.numel():
+            out[step.kept_now.to(self.device)] = prev[step.kept_prev.to(self.device)]
+        self._count(direction, "reused", step.kept_now.numel(), width)
+        self.arena.drop(f"{tag}_prev")
+        return out
+
     def gather(self, step: Step, sweep: Sweep, host: torch.Tensor, prev: Optional[torch.Tensor],
                direction: str) -> torch.Tensor:
         """Assemble D_t on the device: kept rows, own host loads, rows from other ranks."""
         width = host.shape[1]
-        resident = torch.empty((step.resident.size, width), dtype=host.dtype, device=self.device)
-        self.arena.hold_tensors(f"{direction}_resident", resident)
-        if prev is not None and step.kept_now.numel():
-            resident[step.kept_now.to(self.device)] = prev[step.kept_prev.to(self.device)]
-        self._count(direction, "reused", step.kept_now.numel(), width)
-        self.arena.drop(f"{direction}_resident_prev")
+        resident = self._carry(step, prev, torch.empty, width, host.dtype, f"{direction}_resident", direction)
         if step.load_rows.numel():
             resident[step.load_pos.to(self.device)] = self.to_device(host[step.load_rows], direction)
         if sweep.needs_exchange:
@@ -417,12 +424,7 @@ class HongTuEngine:
                     prev: Optional[torch.Tensor], direction: str) -> torch.Tensor:
         """Accumulate the chunk's gradient rows into D_t; flush the rows leaving the device."""
         width = block.shape[1]
-        acc = torch.zeros((step.resident.size, width), dtype=block.dtype, device=self.device)
-        self.arena.hold_tensors(f"{direction}_grad_sums", acc)
-        if prev is not None and step.kept_now.numel():
-            acc[step.kept_now.to(self.device)] = prev[step.kept_prev.to(self.device)]
-        self._count(direction, "reused", step.kept_now.numel(), width)
-        self.arena.drop(f"{direction}_grad_sums_prev")
+        acc = self._carry(step, prev, torch.zeros, width, block.dtype, f"{direction}_grad_sums", direction)
         if step.need_pos is None:
             acc += block
         else:
@@ -708,7 +710,8 @@ class HongTuMode(Mode):
     def _reorganized(self, layout: ChunkLayout, data, part, plan) -> Tuple[np.ndarray, bool]:
         """Algorithm 4 once per graph, partitioning and n: cached beside the partition."""
         options = {"partitioner": partitioner_options(self.cfg.partitioner),
-                   "hongtu_batches": int(layout.chunks_per_part), "self_loop": bool(self.cfg.model.self_loop)}
+                   "hongtu_batches": int(layout.chunks_per_part), "self_loop": bool(self.cfg.model.self_loop),
+                   "algorithm": REORGANIZE_VERSION}
         key = cache_key(data.content_hash, options, layout.num_parts)
         arrays, _, hit = PartitionCache(resolve_cache_dir(self.cfg), arrays=("batches",)).get_or_build(
             key, lambda: ({"batches": reorganize(layout)}, {"k": layout.num_parts}))
@@ -721,6 +724,7 @@ class HongTuMode(Mode):
         row_bytes = sum(chosen["dims"][:-1]) * chosen["dtype_bytes"]  # one row through every layer
         bw = bandwidths(self.cfg.hardware)
         out = {"chunks_per_part": layout.chunks_per_part, "batches": int(batches.shape[0]),
+               "chunk_offsets": layout.offsets.tolist(), "batch_order": batches.tolist(),
                "dedup": self.dedup, "rows_per_layer": volumes,
                "cost_model_fwd": cost_model(volumes, row_bytes, bw),
                "estimated_device_bytes": int(chosen["device_bytes"]), "device_memory_cap": int(chosen["cap"])}
@@ -784,7 +788,8 @@ class HongTuMode(Mode):
         m = part.metrics
         summary = {"num_parts": plan.world_size, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
                    "max_send_volume": m.max_send_volume, "partitioner": cfg.partitioner.name, "cache_hit": hit,
-                   "chunks_per_part": layout.chunks_per_part, "reorganize_cache_hit": chosen["reorganize_cache_hit"]}
+                   "chunks_per_part": layout.chunks_per_part, "reorganize_cache_hit": chosen["reorganize_cache_hit"],
+                   "num_edges": int(src_n.numel())}
         return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start,
                         notes=["partition cache hit" if hit else "partition built and cached"])
 

@@ -70,7 +70,11 @@ def reorganize(layout: ChunkLayout) -> np.ndarray:
     Phase 1 seeds batch j with G_0j; then for each partition i ≥ 1 and each
     batch j it picks the unassigned chunk of partition i with the largest
     overlap |N_ik ∩ U_j|. Phase 2 orders the batches as a nearest-neighbour
-    tour by |U_k ∩ U_prev|, starting from batch 0. Ties go to the lowest index.
+    tour by the largest overlap |U_k ∩ U_prev| (the paper's rule) or by the
+    fewest new rows |U_k \\ U_prev| (which differs when batch sizes do), from
+    every start; the order loading the fewest rows (V_ru) is kept, phase 1's
+    own order among the candidates, so reorganizing never loads more than the
+    assignment it starts from. Ties go to the lowest index.
     """
     m, n = layout.num_parts, layout.chunks_per_part
     num_nodes = int(layout.offsets[-1])
@@ -86,11 +90,20 @@ def reorganize(layout: ChunkLayout) -> np.ndarray:
             k = free.pop(int(np.argmax(overlaps)))
             assign[j, i] = k
             union[j, layout.neighbours[layout.chunk(i, k)]] = True
-    order, left = [0], list(range(1, n))
-    while left:
-        prev = union[order[-1]]
-        overlaps = [int((union[k] & prev).sum()) for k in left]
-        order.append(left.pop(int(np.argmax(overlaps))))
+    sizes = union.sum(axis=1)
+    overlap = np.array([[int((union[a] & union[b]).sum()) for b in range(n)] for a in range(n)])
+
+    def loaded(order: List[int]) -> int:  # V_ru of this batch order
+        return int(sizes[order[0]] + sum(sizes[k] - overlap[a, k] for a, k in zip(order[:-1], order[1:])))
+
+    candidates = [list(range(n))]  # phase 1's batches in their own order
+    for first in range(n):
+        for score in (lambda prev, k: overlap[prev, k], lambda prev, k: overlap[prev, k] - sizes[k]):
+            order, left = [first], [k for k in range(n) if k != first]
+            while left:
+                order.append(left.pop(int(np.argmax([score(order[-1], k) for k in left]))))
+            candidates.append(order)
+    order = min(candidates, key=loaded)
     return assign[order]
 
 
