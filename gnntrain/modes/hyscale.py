@@ -561,10 +561,10 @@ class HyScaleTrainer:
         self.sampler = NeighborSampler(dst, src, w, shard.num_global_nodes, self.o.fanouts)
         self.gen = torch.Generator().manual_seed(self.seed * 7_919 + 104_729 * (self.rank + 1))
         self.drop_gen = torch.Generator(device=self.device).manual_seed(self.seed * 31 + self.rank)
-        self.features = shard.features.to(self.dtype)
+        self.features = shard.features.to(self.dtype)  # host memory only (§III-B)
         if self.gpu:
-            self.features = self.features.pin_memory()
-            self.stream = torch.cuda.Stream(self.device)
+            self.stream = torch.cuda.Stream(self.device)  # transfers overlap compute on a side stream
+        self.through_host = ctx.plan.backend == "gloo"  # gloo reduces host buffers: stage GPU gradients
         self.train_ids = shard.count_masks["train"].nonzero().flatten()
         self.schedule = ShareSchedule()
         slow = [float(s) for s in self.o.slowdown]
@@ -621,6 +621,9 @@ class HyScaleTrainer:
         total = sum(b.sizes)
         optimizer.zero_grad(set_to_none=False)
         ce = 0.0
+        if b.ready is not None:  # made on the side stream: keep the allocator from reusing them too early
+            for t in [b.x, b.y] + [t for bl in b.blocks for t in (bl.dst, bl.src, bl.weight)]:
+                t.record_stream(torch.cuda.current_stream(self.device))
         if b.seeds.numel():
             kernel = self.ctx.plan.kernel
             adjs = [SparseAdjacency(bl.dst, bl.src, bl.weight, bl.num_dst, bl.num_src, kernel=kernel,
@@ -638,7 +641,7 @@ class HyScaleTrainer:
             time.sleep((self.slowdown - 1.0) * train_s)
             train_s *= self.slowdown
         t1 = time.perf_counter()
-        sync_gradients(params, self.comm, through_host=True)
+        sync_gradients(params, self.comm, through_host=self.through_host)
         sync_s = time.perf_counter() - t1
         optimizer.step()
         return ce, train_s, sync_s
