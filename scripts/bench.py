@@ -36,6 +36,27 @@ def compose(overrides):
     return _compose(overrides)
 
 
+def interleaved_summaries(graph: list, candidates: list, reps: int) -> dict:
+    """Train every (name, overrides) candidate once per repetition, interleaved so that machine noise
+    hits all of them alike; returns name -> the repetitions' summary.json dicts."""
+    import tempfile
+
+    from gnntrain.launch import run_training
+    from gnntrain.plan import build_plan
+
+    summaries = {name: [] for name, _ in candidates}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(reps):
+            for i, (name, extra) in enumerate(candidates):
+                summaries[name].append(run_training(build_plan(compose(graph + extra)), Path(tmp) / f"{rep}-{i}"))
+    return summaries
+
+
+def median_epoch(summary: dict) -> float:
+    """The median epoch time of a run, first epoch dropped."""
+    return statistics.median(summary["epoch_time_s"][1:])
+
+
 # --------------------------------------------------------------- reference
 def dgl_example_epoch_times(epochs: int) -> tuple:
     """DGL's examples/pytorch/gcn/train.py training loop, as published (GraphConv)."""
@@ -133,11 +154,6 @@ def suite_reference(quick: bool) -> dict:
 # ---------------------------------------------------------------- overhead
 def suite_overhead(quick: bool) -> dict:
     """Each exact mode at 2 ranks (1 thread each) against single (1 rank, 2 threads): epoch-time ratio."""
-    import tempfile
-
-    from gnntrain.launch import run_training
-    from gnntrain.plan import build_plan
-
     n, reps, epochs = (20000, 2, 6) if quick else (100000, 3, 10)
     graph = ["dataset=csbm", f"dataset.num_nodes={n}", "dataset.avg_degree=10", "dataset.feat_dim=64",
              "model=gcn", "model.hidden=64", f"train.epochs={epochs}", f"train.eval_every={epochs}",
@@ -147,15 +163,10 @@ def suite_overhead(quick: bool) -> dict:
                   ("partition oblivious", ["mode=partition", "mode.comm=oblivious", "hardware.ranks_per_node=2"]),
                   ("mop", ["mode=mop", "hardware.ranks_per_node=2"]),
                   ("supergcn bits=32 hybrid", ["mode=supergcn", "mode.bits=32", "hardware.ranks_per_node=2"])]
-    times = {name: [] for name, _ in candidates}
-    parts = {name: [] for name, _ in candidates}
-    with tempfile.TemporaryDirectory() as tmp:
-        for rep in range(reps):  # interleaved: every candidate once per repetition
-            for i, (name, extra) in enumerate(candidates):
-                s = run_training(build_plan(compose(graph + extra)), Path(tmp) / f"{rep}-{i}")
-                times[name].append(statistics.median(s["epoch_time_s"][1:]))
-                parts[name].append((s["time_breakdown_s"]["compute"], s["time_breakdown_s"]["comm"],
-                                    s["comm_bytes"]["per_epoch"]))
+    runs = interleaved_summaries(graph, candidates, reps)
+    times = {name: [median_epoch(s) for s in runs[name]] for name in runs}
+    parts = {name: [(s["time_breakdown_s"]["compute"], s["time_breakdown_s"]["comm"], s["comm_bytes"]["per_epoch"])
+                    for s in runs[name]] for name in runs}
     base = statistics.median(times[candidates[0][0]])
     rows = []
     for name, _ in candidates:
@@ -473,11 +484,6 @@ def suite_hongtu_scale(quick: bool) -> dict:
 
 def suite_hyscale(quick: bool) -> dict:
     """HyScale-GNN's ablation (§VI-E): serial single trainer, hybrid static split, + DRM, + prefetch."""
-    import tempfile
-
-    from gnntrain.launch import run_training
-    from gnntrain.plan import build_plan
-
     n, reps, epochs = (20000, 1, 3) if quick else (20000, 2, 4)
     graph = ["dataset=csbm", f"dataset.num_nodes={n}", "dataset.avg_degree=10", "dataset.feat_dim=128",
              "dataset.train_fraction=0.5", "model=sage", "model.hidden=64", "mode=hyscale", "mode.fanouts=[10,5]",
@@ -491,14 +497,9 @@ def suite_hyscale(quick: bool) -> dict:
                    ["mode.cpu_trainers=0", "mode.accel_trainers=1", "mode.drm=false", "mode.prefetch=false"])]
     for label, emulate in (("", []), (" [CPU trainer 2x slower]", ["mode.slowdown=[2,1]"])):
         candidates += [(f"hybrid {name}{label}", hybrid + extra + emulate) for name, extra in steps]
-    times = {name: [] for name, _ in candidates}
-    shares = {name: [] for name, _ in candidates}
-    with tempfile.TemporaryDirectory() as tmp:
-        for rep in range(reps):  # interleaved: every candidate once per repetition
-            for i, (name, extra) in enumerate(candidates):
-                s = run_training(build_plan(compose(graph + extra)), Path(tmp) / f"{rep}-{i}")
-                times[name].append(statistics.median(s["epoch_time_s"][1:]))
-                shares[name].append(s["mode_report"]["shares_final"])
+    runs = interleaved_summaries(graph, candidates, reps)
+    times = {name: [median_epoch(s) for s in runs[name]] for name in runs}
+    shares = {name: [s["mode_report"]["shares_final"] for s in runs[name]] for name in runs}
     base = statistics.median(times[candidates[0][0]])
     rows = []
     for name, _ in candidates:

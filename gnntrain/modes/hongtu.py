@@ -112,7 +112,7 @@ class DeviceArena:
                     "raise mode.device_memory or mode.chunks (chunks=0 picks the smallest n that fits)")
 
     def hold_tensors(self, tag: str, *tensors: Optional[torch.Tensor]) -> None:
-        self.hold(tag, sum(t.numel() * t.element_size() for t in tensors if t is not None))
+        self.hold(tag, tensor_bytes(*tensors))
 
     def rename(self, old: str, new: str) -> None:
         """The bytes held as ``old`` are now held as ``new`` (e.g. this batch's rows become the previous)."""
@@ -321,6 +321,7 @@ class HongTuEngine:
         self.layout: ChunkLayout = info["layout"]
         self.batches: np.ndarray = info["batches"]
         self.ctx, self.comm, self.device, self.dtype = ctx, ctx.comm, ctx.device, ctx.dtype
+        self.value_bytes = DTYPE_BYTES[ctx.plan.dtype]
         self.model_name, self.dedup = model_name, dedup
         self.rank = shard.rank
         self.lo = int(self.layout.part_offsets[self.rank])
@@ -365,17 +366,12 @@ class HongTuEngine:
                record: bool = True) -> None:
         self.rows[(direction, kind)] = self.rows.get((direction, kind), 0) + int(rows)
         if record and rows:
-            self.comm.record_copy(kind, rows * width * self._bytes, seconds)
+            self.comm.record_copy(kind, rows * width * self.value_bytes, seconds)
 
-    @property
-    def _bytes(self) -> int:
-        return torch.empty(0, dtype=self.dtype).element_size()
-
-    def to_device(self, host_rows: torch.Tensor, direction: str, count_rows: bool = True) -> torch.Tensor:
+    def to_device(self, host_rows: torch.Tensor, direction: str) -> torch.Tensor:
         start = time.perf_counter()
         out = host_rows.to(self.device, non_blocking=self.pin)
-        if count_rows:
-            self._count(direction, "h2d", host_rows.shape[0], host_rows.shape[1], time.perf_counter() - start)
+        self._count(direction, "h2d", host_rows.shape[0], host_rows.shape[1], time.perf_counter() - start)
         return out
 
     def to_host(self, host: torch.Tensor, index, rows: torch.Tensor, direction: str, add: bool) -> None:
@@ -477,7 +473,7 @@ class HongTuEngine:
 
     def _topology_bytes(self, c: int) -> int:
         fwd_adj, _, _, edges = self.topology[c]
-        return 2 * tensor_bytes(edges) + 2 * fwd_adj.num_edges * self._bytes
+        return 2 * tensor_bytes(edges) + 2 * fwd_adj.num_edges * self.value_bytes
 
     def run_forward(self, model, x: torch.Tensor, dropout, training: bool) -> torch.Tensor:
         """Layer-major forward over all batches; returns the host logits of this rank's rows."""
@@ -661,7 +657,7 @@ class HongTuMode(Mode):
 
     def choose_layout(self, data, part, plan) -> Dict[str, Any]:
         """Chunks (given or automatic), batches (reorganized or identity) and their figures."""
-        src_n, dst_n, _ = self._edges(data, part)
+        src_n, dst_n, weights = self._edges(data, part)
         src_np, dst_np = src_n.numpy(), dst_n.numpy()
         ctx_dims = self._dims(data)
         b = DTYPE_BYTES[plan.dtype]
@@ -701,7 +697,7 @@ class HongTuMode(Mode):
             batches, hit = self._reorganized(layout, data, part, plan)
         return {"layout": layout, "batches": batches, "identity": identity, "device_bytes": need, "cap": cap,
                 "tried": tried, "dims": ctx_dims, "dtype_bytes": b, "reorganize_cache_hit": hit,
-                "edges": (src_n, dst_n)}
+                "edges": (src_n, dst_n, weights)}
 
     def _dims(self, data) -> List[int]:
         m = self.cfg.model
@@ -766,7 +762,7 @@ class HongTuMode(Mode):
         part, hit = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.world_size,
                                     cfg.partitioner, data.content_hash, resolve_cache_dir(cfg))
         chosen = self.choose_layout(data, part, plan)
-        src_n, dst_n, w = self._edges(data, part)
+        src_n, dst_n, w = chosen["edges"]
         layout: ChunkLayout = chosen["layout"]
         perm = torch.from_numpy(part.perm)
         offsets = part.offsets
