@@ -163,7 +163,6 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
             sync_gradients(params, comm)
             optimizer.step()
         epoch_time = time.perf_counter() - start
-        comm_time = ledger.seconds(Phase.train)
         stages = dict(sorted(clock.seconds.items())) if clock is not None else {}
 
         stats = [float(loss.detach())]
@@ -175,28 +174,10 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
                     on_epoch(epoch, False)
                 pred = forward(model, model.with_label_inputs(x, labels, label_mask), None).argmax(dim=1)
                 stats += [float(((pred == labels) & masks[s]).sum()) for s in SPLITS]
-        sent = ledger.sent_vector(Phase.train)
-        totals = comm.reduce_stats(stats + sent + [epoch_time, comm_time])
-        maxima = comm.reduce_stats([float(sum(s for k, s in zip(KINDS, sent) if k != "reused")),
-                                    epoch_time, comm_time, *stages.values()], op="max")
-        global_loss = totals[0]
+        record = epoch_record(comm, epoch, stats[0], stats[1:] if evaluate else None, epoch_time, stages,
+                              shard.global_counts)
         if evaluate:
-            accuracy = {s: totals[1 + i] / max(1, shard.global_counts[s]) for i, s in enumerate(SPLITS)}
-        offset = 1 + (3 if evaluate else 0)
-        by_kind = {k: int(v) for k, v in zip(KINDS, totals[offset:offset + len(KINDS)]) if v}
-        record = {
-            "epoch": epoch, "loss": global_loss,
-            "epoch_time_s": maxima[1],  # the slowest rank sets the pace
-            "comm_bytes": int(sum(v for k, v in by_kind.items() if k != "reused")),
-            "comm_by_kind": by_kind, "max_rank_send": int(maxima[0]),
-            "time_breakdown_s": {"compute": max(0.0, maxima[1] - maxima[2]), "comm": maxima[2]},
-        }
-        if stages:  # the slowest rank's seconds per stage, and what no stage claims
-            slowest = dict(zip(stages, maxima[3:]))
-            record["time_breakdown_s"].update(slowest)
-            record["time_breakdown_s"]["other"] = max(0.0, maxima[1] - maxima[2] - sum(slowest.values()))
-        if evaluate:
-            record.update({f"{s}_acc": accuracy[s] for s in SPLITS})
+            accuracy = {s: record[f"{s}_acc"] for s in SPLITS}
         history.append(record)
         if recorder is not None:
             recorder.epoch(record)
@@ -209,6 +190,42 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
     set_preemption_hook(None)
 
     return {"history": history, "accuracy": accuracy, **run_totals(ctx, setup_s), "model": model}
+
+
+def epoch_record(comm, epoch: int, loss: float, correct: Optional[List[float]], epoch_time: float,
+                 stages: Dict[str, float], global_counts: Dict[str, int], loss_divisor: float = 1.0,
+                 other_stage: bool = True) -> Dict[str, Any]:
+    """One epoch's metrics row, reduced over ranks (a collective).
+
+    ``loss`` (this rank's part; the row holds the sum / ``loss_divisor``) and
+    ``correct`` (per split, or None when the epoch does not evaluate) are
+    summed; epoch time, time blocked in collectives and each of ``stages``
+    are the slowest rank's (it sets the pace); bytes are the train phase's,
+    summed by kind. With ``other_stage``, what no stage claims is "other".
+    """
+    ledger = comm.ledger
+    sent = ledger.sent_vector(Phase.train)
+    comm_time = ledger.seconds(Phase.train)
+    stats = [float(loss)] + list(correct or [])
+    totals = comm.reduce_stats(stats + sent)
+    maxima = comm.reduce_stats([float(sum(s for k, s in zip(KINDS, sent) if k != "reused")),
+                                epoch_time, comm_time, *stages.values()], op="max")
+    by_kind = {k: int(v) for k, v in zip(KINDS, totals[len(stats):len(stats) + len(KINDS)]) if v}
+    record = {
+        "epoch": epoch, "loss": totals[0] / loss_divisor,
+        "epoch_time_s": maxima[1],
+        "comm_bytes": int(sum(v for k, v in by_kind.items() if k != "reused")),
+        "comm_by_kind": by_kind, "max_rank_send": int(maxima[0]),
+        "time_breakdown_s": {"compute": max(0.0, maxima[1] - maxima[2]), "comm": maxima[2]},
+    }
+    if stages:
+        slowest = dict(zip(stages, maxima[3:]))
+        record["time_breakdown_s"].update(slowest)
+        if other_stage:
+            record["time_breakdown_s"]["other"] = max(0.0, maxima[1] - maxima[2] - sum(slowest.values()))
+    if correct is not None:
+        record.update({f"{s}_acc": totals[1 + i] / max(1, global_counts[s]) for i, s in enumerate(SPLITS)})
+    return record
 
 
 def run_totals(ctx: RankContext, setup_s: float = 0.0) -> Dict[str, Any]:

@@ -50,12 +50,13 @@ import torch
 import torch.nn.functional as F
 
 from gnntrain.checkpoint import Checkpointer, checkpoint_dir, resume_requested
-from gnntrain.comm.accounting import KINDS, Phase
+from gnntrain.comm.accounting import Phase
 from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
 from gnntrain.models import SparseAdjacency, build_model
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
-from gnntrain.modes.fullgraph import SPLITS, inject_fault, model_spec, run_totals, sync_gradients
+from gnntrain.modes.fullgraph import (SPLITS, epoch_record, inject_fault, model_spec, run_totals,
+                                      sync_gradients)
 from gnntrain.modes.single import graph_tensors
 from gnntrain.plan import host_cores
 
@@ -324,7 +325,8 @@ class ShareSchedule:
 
 
 # ------------------------------------------------------- performance model
-def frontier_sizes(batch: float, fanouts: Sequence[int], num_nodes: int, avg_degree: float) -> List[Tuple[float, float]]:
+def frontier_sizes(batch: float, fanouts: Sequence[int], num_nodes: int,
+                   avg_degree: float) -> List[Tuple[float, float]]:
     """Expected (src rows, edges) per layer, input side first, for ``batch`` seeds:
     k_eff = min(fanout, d̄) edges per row; new rows as balls into N bins."""
     out = []
@@ -721,8 +723,8 @@ class HyScaleTrainer:
                     t_wait = time.perf_counter()
             epoch_s = time.perf_counter() - t_epoch
             record = self._epoch_record(epoch, ce_sum, n_train, epoch_s, stage_tot, iterations, state, evaluator)
-            accuracy = record.get("_accuracy", accuracy)
-            record.pop("_accuracy", None)
+            if "train_acc" in record:
+                accuracy = {s: record[f"{s}_acc"] for s in SPLITS}
             history.append(record)
             if recorder is not None:
                 recorder.epoch(record)
@@ -739,25 +741,9 @@ class HyScaleTrainer:
         if evaluate and evaluator is not None:
             with ledger.in_phase(Phase.eval):
                 correct = evaluator.correct()
-        sent = ledger.sent_vector(Phase.train)
-        comm_s = ledger.seconds(Phase.train)
-        totals = comm.reduce_stats([ce_sum] + correct + sent)
-        stage_names = list(stage_tot)
-        maxima = comm.reduce_stats([float(sum(s for k, s in zip(KINDS, sent) if k != "reused")), epoch_s, comm_s,
-                                    *stage_tot.values()], op="max")
-        by_kind = {k: int(v) for k, v in zip(KINDS, totals[4:4 + len(KINDS)]) if v}
-        record = {
-            "epoch": epoch, "loss": totals[0] / n_train, "epoch_time_s": maxima[1],
-            "comm_bytes": int(sum(v for k, v in by_kind.items() if k != "reused")), "comm_by_kind": by_kind,
-            "max_rank_send": int(maxima[0]),
-            "time_breakdown_s": {"compute": max(0.0, maxima[1] - maxima[2]), "comm": maxima[2],
-                                 **dict(zip(stage_names, maxima[3:]))},
-            "hyscale": {"shares": list(state.shares), "threads": dict(state.threads), "iterations": iterations},
-        }
-        if evaluate:
-            acc = {s: totals[1 + i] / max(1, self.shard.global_counts[s]) for i, s in enumerate(SPLITS)}
-            record.update({f"{s}_acc": acc[s] for s in SPLITS})
-            record["_accuracy"] = acc
+        record = epoch_record(comm, epoch, ce_sum, correct if evaluate else None, epoch_s, stage_tot,
+                              self.shard.global_counts, loss_divisor=n_train, other_stage=False)
+        record["hyscale"] = {"shares": list(state.shares), "threads": dict(state.threads), "iterations": iterations}
         return record
 
     def _report(self, history: List[Dict[str, Any]]) -> Dict[str, Any]:
