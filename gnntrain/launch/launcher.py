@@ -19,6 +19,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -139,6 +140,13 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
 
 def _spawned_rank(rank: int, plan, shards, *args) -> None:
     rank_main(rank, plan, shards[rank], *args)
+    # A finished rank leaves without interpreter teardown: destroying gloo's
+    # process group there raced its worker threads ("terminate called without
+    # an active exception", SIGABRT) after every output was already written,
+    # and the launcher then reported a completed run as a dead rank.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def prepare(plan, ranks=None):
