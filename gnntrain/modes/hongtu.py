@@ -368,22 +368,26 @@ class HongTuEngine:
         if record and rows:
             self.comm.record_copy(kind, rows * width * self.value_bytes, seconds)
 
-    def to_device(self, host_rows: torch.Tensor, direction: str) -> torch.Tensor:
+    def to_device(self, host: torch.Tensor, index, direction: str) -> torch.Tensor:
+        """Load ``host[index]`` onto the device; the gather is part of the transfer's time (on a CPU
+        arena it is the whole of it: the device copy itself is free)."""
         start = time.perf_counter()
-        out = host_rows.to(self.device, non_blocking=self.pin)
-        self._count(direction, "h2d", host_rows.shape[0], host_rows.shape[1], time.perf_counter() - start)
+        rows = host[index]
+        out = rows.to(self.device, non_blocking=self.pin)
+        self._count(direction, "h2d", rows.shape[0], rows.shape[1], time.perf_counter() - start)
         return out
 
     def to_host(self, host: torch.Tensor, index, rows: torch.Tensor, direction: str, add: bool) -> None:
-        """Write (or ⊕-add) device rows into host memory."""
+        """Write (or ⊕-add) device rows into host memory; a plain write is part of the transfer's
+        time, the ⊕-add is host accumulation."""
         start = time.perf_counter()
         moved = rows.to("cpu")
+        if not add:
+            host[index] = moved
         self._count(direction, "d2h", rows.shape[0], rows.shape[1], time.perf_counter() - start)
-        with self.clock.span("host_accumulate"):
-            if add:
+        if add:
+            with self.clock.span("host_accumulate"):
                 host.index_add_(0, index, moved) if isinstance(index, torch.Tensor) else host[index].add_(moved)
-            else:
-                host[index] = moved
 
     def _carry(self, step: Step, prev: Optional[torch.Tensor], make, width: int, dtype: torch.dtype, tag: str,
                direction: str) -> torch.Tensor:
@@ -403,7 +407,7 @@ class HongTuEngine:
         width = host.shape[1]
         resident = self._carry(step, prev, torch.empty, width, host.dtype, f"{direction}_resident", direction)
         if step.load_rows.numel():
-            resident[step.load_pos.to(self.device)] = self.to_device(host[step.load_rows], direction)
+            resident[step.load_pos.to(self.device)] = self.to_device(host, step.load_rows, direction)
         if sweep.needs_exchange:
             if sweep.p2p:  # the owner loaded the rows; hand them over device to device
                 outgoing = resident[step.give_index.to(self.device)]
@@ -535,11 +539,11 @@ class HongTuEngine:
                 local = self._local(c)
                 _, bwd_adj, v_pos, _ = self.topology[c]
                 self.arena.hold("topology", self._topology_bytes(c))
-                g = self.to_device(grad_next[local], "bwd")
+                g = self.to_device(grad_next, local, "bwd")
                 with torch.enable_grad():
                     if self.model_name in CACHED_MODELS:
-                        agg = self.to_device(self.cache[layer][local], "bwd").requires_grad_(True)
-                        h_v = (self.to_device(self.acts[layer][local], "bwd")
+                        agg = self.to_device(self.cache[layer], local, "bwd").requires_grad_(True)
+                        h_v = (self.to_device(self.acts[layer], local, "bwd")
                                if self.model_name in SELF_ROW_MODELS else None)
                         if h_v is not None and want_input_grad:
                             h_v.requires_grad_(True)
