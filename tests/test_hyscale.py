@@ -20,8 +20,8 @@ from gnntrain.data import load_dataset
 from gnntrain.errors import PlanError
 from gnntrain.models import SparseAdjacency, build_model
 from gnntrain.modes.fullgraph import model_spec
-from gnntrain.modes.hyscale import (DRMState, algorithm1, drm_step, floor_shares, global_batches, rebalance,
-                                    split_batch)
+from gnntrain.modes.hyscale import (DRMState, NeighborSampler, algorithm1, drm_step, floor_shares,
+                                    global_batches, rebalance, split_batch)
 from gnntrain.modes.single import graph_tensors
 from gnntrain.plan import build_plan
 
@@ -35,6 +35,50 @@ def _weights(summary_dir: Path, summary) -> dict:
 
 def _latest_run(tmp_path: Path) -> Path:
     return max(tmp_path.glob("run*"), key=lambda p: int(p.name[3:]))
+
+
+# --------------------------------------------------------------- sampler
+def test_dgl_sampler_is_seeded_per_batch_capped_and_unbiased():
+    """DGL's NeighborSampler behind our Block: the same (seed, batch) draws the same blocks from
+    any calling thread and any sampler instance; a different seed draws others; at most
+    ``fanout`` in-edges per node; weights are w * deg / sampled-deg; fanout -1 is every edge."""
+    import threading
+
+    data = load_dataset(compose(["dataset=csbm", "dataset.num_nodes=400", "dataset.avg_degree=8"]))
+    cfg = compose(["dataset=csbm", "model=sage"])
+    src, dst, w = graph_tensors(data, cfg)
+    seeds = torch.arange(0, 400, 5)
+
+    def edges(sampler, seed):
+        nodes, blocks = sampler.sample(seeds, seed)
+        return nodes, [(b.dst, b.src, b.weight) for b in blocks], blocks
+
+    a = NeighborSampler(dst, src, w, data.num_nodes, [4, 3])
+    b = NeighborSampler(dst, src, w, data.num_nodes, [4, 3])
+    from_thread = []
+    t = threading.Thread(target=lambda: from_thread.append(edges(b, 11)))
+    t.start()
+    t.join()
+    nodes, first, blocks = edges(a, 11)
+    assert torch.equal(nodes, from_thread[0][0])
+    assert all(torch.equal(x, y) for e, f in zip(first, from_thread[0][1]) for x, y in zip(e, f))
+    assert not all(torch.equal(e[1], f[1]) for e, f in zip(first, edges(a, 12)[1]))
+    deg = torch.bincount(dst, minlength=data.num_nodes)
+    for block, fanout in zip(blocks, [4, 3]):
+        per_dst = torch.bincount(block.dst, minlength=block.num_dst)
+        assert int(per_dst.max()) <= fanout
+        # dst rows come first among the src rows; every sampled weight is a global weight x deg/sampled
+        assert block.num_src >= block.num_dst
+        ratio = block.weight / per_dst[block.dst].double()
+        assert torch.all(ratio > 0)
+    last = blocks[-1]
+    own = deg[seeds]
+    assert torch.equal(torch.bincount(last.dst, minlength=last.num_dst), own.clamp(max=3))
+    full = NeighborSampler(dst, src, w, data.num_nodes, [-1])
+    _, (block,) = full.sample(seeds, 0)
+    assert block.dst.numel() == int(own.sum())
+    in_seeds = torch.isin(dst, seeds)
+    assert torch.isclose(block.weight.sum(), w[in_seeds].sum())
 
 
 # ----------------------------------------------------------- exact step

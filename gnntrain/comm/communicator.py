@@ -26,6 +26,16 @@ class Communicator:
     def distributed(self) -> bool:
         return self.world_size > 1
 
+    def _bookkeeping_device(self) -> torch.device:
+        """Where small bookkeeping tensors (counts, statistics) must live for the backend:
+        NCCL only reduces CUDA buffers (an all-CUDA plan picks it), gloo host ones."""
+        if self.distributed:
+            import torch.distributed as dist
+
+            if dist.get_backend() == "nccl":
+                return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
     # ---------------------------------------------------------------- groups
     def new_group(self, ranks: Sequence[int]):
         """Create a sub-group; every rank must call this for every group, in order."""
@@ -125,7 +135,7 @@ class Communicator:
         """Tell every peer how many items this rank will send it; learn theirs."""
         if not self.distributed:
             return list(counts)
-        send = torch.tensor(list(counts), dtype=torch.int64)
+        send = torch.tensor(list(counts), dtype=torch.int64, device=self._bookkeeping_device())
         recv = self.all_to_all(send, [1] * self.world_size, [1] * self.world_size, kind)
         return recv.tolist()
 
@@ -175,7 +185,7 @@ class Communicator:
 
         Bookkeeping, not training traffic: it is not recorded in the ledger.
         """
-        t = torch.tensor(list(values), dtype=torch.float64)
+        t = torch.tensor(list(values), dtype=torch.float64, device=self._bookkeeping_device())
         if self.distributed:
             import torch.distributed as dist
 

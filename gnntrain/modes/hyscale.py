@@ -10,7 +10,7 @@ notes/hyscale.md).
 * **Batches**: ``mode.batch_size`` is the *global* batch; each iteration one
   global batch of training nodes (a seeded permutation per epoch) is cut into
   contiguous slices by the current shares (:func:`split_batch`). Each trainer
-  samples its slice with a uniform neighbour sampler (``mode.fanouts``,
+  samples its slice with DGL's ``NeighborSampler`` (``mode.fanouts``,
   -1 = every in-neighbour) and aggregates with the global-degree edge weights
   rescaled by deg/sampled-deg, the usual unbiased estimator; with fanout -1 it
   is exactly full-graph aggregation.
@@ -30,10 +30,9 @@ notes/hyscale.md).
 * **Performance model** (§V): :func:`predict_times`, printed by ``gnntrain
   plan`` and set against the measured stage times in summary.json.
 
-DGL's own ``NeighborSampler`` draws from a thread-local, OpenMP-seeded RNG:
-a sample taken in the prefetch thread cannot be reproduced by the serial
-loop (checked with DGL 2.1), so the sampler here implements the same rule
-with a ``torch.Generator`` per trainer.
+DGL's sampler draws from per-thread engines; :class:`NeighborSampler` runs
+every draw on one dedicated thread, reseeded per (trainer, batch), so that
+prefetch on and off draw the same batches.
 """
 from __future__ import annotations
 
@@ -43,6 +42,7 @@ import queue
 import statistics
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -128,54 +128,70 @@ class Block:
 
 
 class NeighborSampler:
-    """Uniform sampling of at most ``fanout`` in-edges per node, without replacement, layer
-    by layer from the seeds (GraphSAGE; DGL ``NeighborSampler`` semantics), from a seeded
-    ``torch.Generator`` so that a thread and the serial loop draw the same batches."""
+    """DGL's ``dgl.dataloading.NeighborSampler`` (uniform, without replacement, at most
+    ``fanout`` in-edges per node, -1 = all), turned into :class:`Block` s whose edge weights
+    are the global-degree weights rescaled by deg / sampled-deg (the unbiased estimate of
+    the full aggregation; exact with fanout -1).
+
+    Reproducibility (checked with DGL 2.1): DGL draws from a per-OS-thread engine whose
+    stream depends on ``dgl.seed`` *and* on which thread draws (engines are numbered in
+    the order threads first use one), and its OpenMP workers race for those numbers. So
+    every draw in the process runs on one dedicated thread (:func:`_sampling_thread`) with
+    one DGL OpenMP thread, reseeded per batch: the serial loop and the prefetch thread,
+    two runs in one process, and a resumed run all get the same batches.
+    """
 
     def __init__(self, dst: torch.Tensor, src: torch.Tensor, weight: torch.Tensor, num_nodes: int,
                  fanouts: Sequence[int]):
-        order = torch.argsort(dst, stable=True)
-        self.src, self.weight = src[order], weight[order]
-        self.deg = torch.bincount(dst, minlength=num_nodes)
-        self.indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
-        self.indptr[1:] = torch.cumsum(self.deg, 0)
+        import dgl
+
+        self._dgl = dgl
+        self.graph = dgl.graph((src, dst), num_nodes=num_nodes)  # edge id = position in (dst, src, weight)
+        self.weight = weight
+        self.deg = torch.bincount(dst, minlength=num_nodes).to(torch.float64)
         self.fanouts = [int(f) for f in fanouts]
-        self._map = torch.full((num_nodes,), -1, dtype=torch.int64)  # global → local scratch
+        self._sampler = dgl.dataloading.NeighborSampler(self.fanouts)
 
-    def sample(self, seeds: torch.Tensor, gen: torch.Generator) -> Tuple[torch.Tensor, List[Block]]:
-        """(input nodes, blocks input side first); the last block's dst rows are ``seeds``."""
-        blocks: List[Block] = []
-        dst_nodes = seeds
-        for fanout in reversed(self.fanouts):
-            block, dst_nodes = self._layer(dst_nodes, fanout, gen)
-            blocks.append(block)
-        return dst_nodes, blocks[::-1]
+    def sample(self, seeds: torch.Tensor, seed: int) -> Tuple[torch.Tensor, List[Block]]:
+        """(input nodes, blocks input side first) for ``seeds``, drawn with DGL seed ``seed``;
+        the last block's dst rows are ``seeds``."""
+        return _sampling_thread().submit(self._draw, seeds, seed).result()
 
-    def _layer(self, nodes: torch.Tensor, fanout: int, gen: torch.Generator) -> Tuple[Block, torch.Tensor]:
-        starts, degs = self.indptr[nodes], self.deg[nodes]
-        seg = torch.repeat_interleave(torch.arange(nodes.numel()), degs)
-        seg_start = torch.cumsum(degs, 0) - degs
-        pos = torch.arange(seg.numel()) - seg_start[seg]
-        edges = starts[seg] + pos
-        take = degs if fanout < 0 else degs.clamp(max=fanout)
-        if fanout >= 0 and seg.numel():
-            # a random order inside each node's in-edges: sort by (node, uniform key)
-            keys = seg.to(torch.float64) + torch.rand(seg.numel(), generator=gen, dtype=torch.float64)
-            edges = edges[torch.argsort(keys)]
-            keep = pos < take[seg]
-            edges, seg = edges[keep], seg[keep]
-        # global-degree weight × deg/sampled: the unbiased estimate of the full aggregation
-        scale = degs.to(torch.float64) / take.clamp(min=1).to(torch.float64)
-        weight = self.weight[edges] * scale[seg]
-        src_global = self.src[edges]
-        m = self._map
-        m[nodes] = torch.arange(nodes.numel())
-        new = torch.unique(src_global[m[src_global] < 0])
-        m[new] = nodes.numel() + torch.arange(new.numel())
-        src_local = m[src_global]
-        src_nodes = torch.cat([nodes, new])
-        m[src_nodes] = -1
-        return Block(seg, src_local, weight, nodes.numel(), src_nodes.numel()), src_nodes
+    def _draw(self, seeds: torch.Tensor, seed: int) -> Tuple[torch.Tensor, List[Block]]:
+        dgl = self._dgl
+        dgl.seed(seed)
+        input_nodes, _, blocks = self._sampler.sample_blocks(self.graph, seeds)
+        out = []
+        for block in blocks:
+            src_local, dst_local = block.edges()
+            dst_global = block.dstdata[dgl.NID]
+            sampled = block.in_degrees().to(torch.float64).clamp(min=1)
+            scale = self.deg[dst_global] / sampled
+            weight = self.weight[block.edata[dgl.EID]] * scale[dst_local].to(self.weight.dtype)
+            out.append(Block(dst_local, src_local, weight, block.num_dst_nodes(), block.num_src_nodes()))
+        return input_nodes, out
+
+
+_SAMPLING_THREAD: Optional[ThreadPoolExecutor] = None
+_SAMPLING_LOCK = threading.Lock()
+
+
+def _sampling_thread() -> ThreadPoolExecutor:
+    """The process's one DGL sampling thread (DGL's engine numbering makes a second one draw
+    a different stream from the same seed)."""
+    global _SAMPLING_THREAD
+    with _SAMPLING_LOCK:
+        if _SAMPLING_THREAD is None:
+            import dgl
+
+            _SAMPLING_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hyscale-dgl-sampler",
+                                                  initializer=dgl.utils.set_num_threads, initargs=(1,))
+        return _SAMPLING_THREAD
+
+
+def batch_seed(seed: int, rank: int, k: int) -> int:
+    """The DGL sampling seed of trainer ``rank``'s slice of global batch ``k`` (fits DGL's int32)."""
+    return (seed * 1_000_003 + rank * 7_919 + k * 104_729) % (2**31 - 1)
 
 
 def block_forward(model, adjs: Sequence[SparseAdjacency], x: torch.Tensor,
@@ -561,7 +577,6 @@ class HyScaleTrainer:
         self.seed = int(self.cfg.train.seed)
         dst, src, w = shard.edges
         self.sampler = NeighborSampler(dst, src, w, shard.num_global_nodes, self.o.fanouts)
-        self.gen = torch.Generator().manual_seed(self.seed * 7_919 + 104_729 * (self.rank + 1))
         self.drop_gen = torch.Generator(device=self.device).manual_seed(self.seed * 31 + self.rank)
         self.features = shard.features.to(self.dtype)  # host memory only (§III-B)
         if self.gpu:
@@ -577,7 +592,7 @@ class HyScaleTrainer:
         shares = self.schedule.get(k)
         t0 = time.perf_counter()
         seeds, sizes = trainer_slice(batches[k], shares, self.rank)
-        input_nodes, blocks = self.sampler.sample(seeds, self.gen)
+        input_nodes, blocks = self.sampler.sample(seeds, batch_seed(self.seed, self.rank, k))
         t1 = time.perf_counter()
         if self.gpu:  # gather straight into pinned memory so that the copy can be asynchronous
             x = torch.empty((input_nodes.numel(), self.features.shape[1]), dtype=self.dtype, pin_memory=True)
