@@ -8,7 +8,7 @@ export GNNTRAIN_CACHE_DIR ?= $(CURDIR)/.cache/gnntrain
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export OUTDATED_IGNORE := 1
 
-.PHONY: run test test-all bench clean venv
+.PHONY: run test test-all bench bench-all clean venv
 
 venv: $(STAMP)
 
@@ -27,7 +27,10 @@ test-all: $(STAMP)
 	GNNTRAIN_OFFLINE=1 $(BIN)/python -m pytest -q -m ''
 
 bench: $(STAMP)
-	$(BIN)/python scripts/bench.py
+	GNNTRAIN_OFFLINE=1 $(BIN)/python scripts/bench.py reference overhead volume
+
+bench-all: $(STAMP)
+	GNNTRAIN_OFFLINE=1 $(BIN)/python scripts/bench.py
 
 clean:
 	rm -rf $(VENV) .cache outputs multirun .pytest_cache
