@@ -33,8 +33,20 @@ class RankContext:
 
 
 def peak_host_bytes() -> int:
-    """Peak resident set size of this process (Linux reports KiB)."""
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    """Peak resident set size of this process image.
+
+    Linux's ``VmHWM`` (the high-water mark of this address space). Not ``ru_maxrss``: a
+    spawned rank's ``ru_maxrss`` carries over the launcher's resident size at fork time
+    (it survives exec), so every rank would report at least the launcher's peak.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
 def peak_device_bytes(device: torch.device) -> Optional[int]:

@@ -76,3 +76,29 @@ def test_run_on_the_torchrun_path(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = read_summary(tmp_path / "run")
     assert summary["status"] == "completed" and summary["world_size"] == 2
+
+
+def _report_peak(queue) -> None:
+    from gnntrain.runtime import peak_host_bytes
+
+    queue.put(peak_host_bytes())
+
+
+def test_spawned_rank_peak_memory_is_its_own():
+    """ru_maxrss survives fork+exec, so a spawned rank would report the launcher's peak;
+    peak_host_bytes reads the process image's own high-water mark."""
+    import multiprocessing as mp
+
+    import torch
+
+    from gnntrain.runtime import peak_host_bytes
+
+    ballast = torch.ones(2**30 // 8, dtype=torch.float64)  # 1 GiB resident in the launcher
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_report_peak, args=(queue,))
+    child.start()
+    child_peak = queue.get(timeout=120)
+    child.join(timeout=60)
+    assert peak_host_bytes() >= ballast.numel() * 8
+    assert child_peak < peak_host_bytes() - 2**29, (child_peak, peak_host_bytes())
