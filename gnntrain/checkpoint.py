@@ -43,8 +43,13 @@ class Checkpointer:
 
     def snapshot(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  history: List[Dict[str, Any]]) -> Dict[str, Any]:
-        """A detached copy of the training state after ``epoch`` completed epochs."""
-        return copy.deepcopy(self._payload(epoch, model, optimizer, history))
+        """A detached copy of the training state after ``epoch`` completed epochs.
+
+        Tensors and optimizer state are deep-copied; ``history`` is copied as a list only
+        (finished epoch records are never changed), so a snapshot per epoch costs the model's
+        size, not the run's length."""
+        payload = self._payload(epoch, model, optimizer, [])
+        return {**copy.deepcopy(payload), "history": list(history)}
 
     def save(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
              history: List[Dict[str, Any]]) -> Path:
@@ -116,6 +121,33 @@ def save_for_preemption() -> None:
     """Called from the SLURM launcher's checkpoint() when the job is preempted or times out."""
     if _preemption_hook is not None:
         _preemption_hook()
+
+
+class PreemptionBoundary:
+    """The state after the last completed epoch, saved if the SLURM job is preempted.
+
+    submitit's USR2 handler (``SlurmLauncher.checkpoint``) runs in the main thread between
+    any two bytecodes, so it can land in the middle of an update. Each new snapshot is
+    therefore built aside and swapped in by one assignment: the handler sees either the
+    previous epoch's state or the new one, never none. (Clearing the old state before
+    copying the new one left most of every epoch with nothing to save; a preempted job then
+    restarted from epoch 0.)"""
+
+    def __init__(self, checkpointer: Checkpointer):
+        self.checkpointer = checkpointer
+        self._state: Optional[Dict[str, Any]] = None
+        set_preemption_hook(self.save)
+
+    def update(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               history: List[Dict[str, Any]]) -> None:
+        self._state = self.checkpointer.snapshot(epoch, model, optimizer, history)
+
+    def save(self) -> Optional[Path]:
+        state = self._state
+        return self.checkpointer.save_state(state) if state is not None else None
+
+    def close(self) -> None:
+        set_preemption_hook(None)
 
 
 def slurm_restarted() -> bool:

@@ -16,7 +16,10 @@ def _final_state(run_dir, epoch):
                                        ["mode=mop", "hardware.ranks_per_node=2"],
                                        # quantization noise is seeded per (rank, epoch), so it replays too
                                        ["mode=supergcn", "mode.bits=2", "mode.label_propagation=0.2",
-                                        "hardware.ranks_per_node=2"]])
+                                        "hardware.ranks_per_node=2"],
+                                       # DRM moves shares by measured times, so only static shares replay
+                                       ["mode=hyscale", "mode.drm=false", "mode.shares=[0.4,0.6]",
+                                        "mode.fanouts=[5,5]", "mode.batch_size=128"]])
 def test_killed_then_resumed_run_is_bit_identical(tmp_path, mode_args):
     common = ["train.epochs=6", "train.checkpoint_every=1", f"cache_dir={tmp_path}/cache", "dataset.num_nodes=600",
               "kernel=torch"] + mode_args  # dropout stays on (0.5): its masks must replay too
@@ -64,3 +67,42 @@ def test_resume_without_checkpoint_is_refused(tmp_path):
     proc = run_cli(["run", "mode=single", f"resume={tmp_path}/empty", f"hydra.run.dir={tmp_path}/b",
                     "dataset.num_nodes=300"], cwd=tmp_path)
     assert proc.returncode == 1 and "no valid checkpoint" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("mode_args", [["mode=single"],
+                                       ["mode=hyscale", "mode.cpu_trainers=1", "mode.accel_trainers=0",
+                                        "mode.fanouts=[5,5]", "mode.batch_size=128"]])
+def test_preemption_while_the_next_snapshot_is_built_saves_the_last_epoch(tmp_path, cache_dir, monkeypatch,
+                                                                          mode_args):
+    """submitit's USR2 handler runs between any two bytecodes of the main thread. One that lands
+    while epoch 4's boundary snapshot is being copied must still save epoch 3 (an earlier version
+    cleared the old state first and saved nothing, so the requeued job restarted from epoch 0),
+    and the requeued job (SLURM_RESTART_COUNT=1) resumes from it to the same losses."""
+    from conftest import compose
+    from gnntrain.checkpoint import Checkpointer, save_for_preemption
+    from gnntrain.launch import run_training
+    from gnntrain.plan import build_plan
+
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    real_snapshot = Checkpointer.snapshot
+
+    def snapshot_hit_by_signal(self, epoch, *args):
+        if epoch == 4:
+            save_for_preemption()
+        return real_snapshot(self, epoch, *args)
+
+    monkeypatch.setattr(Checkpointer, "snapshot", snapshot_hit_by_signal)
+    cfg = compose([f"cache_dir={cache_dir}", "train.progress=false", "train.epochs=6", "dataset.num_nodes=600",
+                   "kernel=torch"] + mode_args)
+    first = run_training(build_plan(cfg), tmp_path / "first")
+    saved = sorted(p.name for p in (tmp_path / "first" / "checkpoints").glob("epoch_*.pt"))
+    assert saved == ["epoch_000003.pt"]
+
+    monkeypatch.setattr(Checkpointer, "snapshot", real_snapshot)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    (tmp_path / "requeued").mkdir()
+    (tmp_path / "first" / "checkpoints").rename(tmp_path / "requeued" / "checkpoints")
+    requeued = run_training(build_plan(cfg), tmp_path / "requeued")
+    assert requeued["status"] == "completed"
+    assert requeued["losses"] == first["losses"] and len(first["losses"]) == 6

@@ -94,21 +94,26 @@ def test_unreachable_controller_is_one_line(tmp_path):
 
 def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
     """submitit's preemption signal (USR2) on a running job: the last completed epoch is
-    checkpointed, the job is requeued, and the requeued job resumes and completes."""
+    checkpointed, the job is requeued, and the requeued job resumes from it and completes.
+
+    The job stalls at the start of epoch 40 (fault injection; a requeued job runs clean), so the
+    signal always lands mid-run: the checkpoint must be exactly epoch 40's. (Racing a free-running
+    job made this test flaky and hid a real bug: the boundary state was empty while the next one
+    was copied, see test_checkpoint.py.)"""
     sweep = tmp_path / "sweep"
-    epochs = 1200
+    epochs, stall = 80, 40
     cmd = [str(Path(sys.executable).parent / "gnntrain"), "run", "-m", "hydra/launcher=slurm", "mode=single",
            "hardware.ranks_per_node=1", f"train.epochs={epochs}", "train.eval_every=500", "dataset.num_nodes=300",
            "train.progress=false", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path}/cache", "kernel=torch"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, **slurm_env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    env = {**os.environ, **slurm_env}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env={**env, "GNNTRAIN_INJECT_FAULT": f"0:{stall}:hang"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = sweep / "0-single-csbm" / "metrics.jsonl"
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 50):
+    while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= stall):
         time.sleep(0.2)
-    assert metrics.exists(), "the job never started training"
+    assert metrics.exists() and metrics.read_text().count("\n") == stall, "the job never reached the stall"
     job_id = next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name))
-    env = {**os.environ, **slurm_env}
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, env=env)
     # SLURM holds a requeued job until a begin time ~2 minutes out. Bring it forward, but not to "now":
     # a restart in the same second as the requeue can race the old step's cleanup ("credential revoked").
@@ -124,9 +129,9 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
     assert proc.returncode == 0, out[-3000:]
     summary = read_summary(sweep / "0-single-csbm")
     assert summary["status"] == "completed" and len(summary["losses"]) == epochs
-    assert list((sweep / "0-single-csbm" / "checkpoints").glob("epoch_*.pt")), "no preemption checkpoint"
+    saved = sorted(p.name for p in (sweep / "0-single-csbm" / "checkpoints").glob("epoch_*.pt"))
+    assert saved == [f"epoch_{stall:06d}.pt"], saved
     logs = "".join(p.read_text(errors="replace") for p in (sweep / ".submitit" / job_id).glob("*.out"))
-    assert "resumed after epoch" in logs
-    show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
-                          env={**os.environ, **slurm_env}).stdout
+    assert f"resumed after epoch {stall}" in logs
+    show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, env=env).stdout
     assert re.search(r"Restarts=[1-9]", show), show

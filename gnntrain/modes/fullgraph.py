@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from gnntrain.checkpoint import Checkpointer, checkpoint_dir, resume_requested, set_preemption_hook
+from gnntrain.checkpoint import (Checkpointer, PreemptionBoundary, checkpoint_dir, resume_requested,
+                                 slurm_restarted)
 from gnntrain.comm.accounting import KINDS, Phase
 from gnntrain.models import GlobalDropout, ModelSpec, build_model
 from gnntrain.modes.base import RankShard
@@ -63,10 +64,12 @@ def inject_fault(rank: int, epoch: int) -> None:
     """Failure-test hook: ``GNNTRAIN_INJECT_FAULT=rank:epoch:raise|kill|hang``.
 
     Lets the reliability tests make one rank fail mid-run the way real ranks
-    do (an exception, a SIGKILL, a silent stall); unset in normal runs.
+    do (an exception, a SIGKILL, a silent stall); unset in normal runs. A
+    requeued SLURM job runs clean: the fault stands for a failure of the
+    first attempt, and the job inherits the submission's environment.
     """
     spec = os.environ.get("GNNTRAIN_INJECT_FAULT")
-    if not spec:
+    if not spec or slurm_restarted():
         return
     fault_rank, fault_epoch, action = spec.split(":")
     if int(fault_rank) != rank or int(fault_epoch) != epoch:
@@ -137,12 +140,8 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
     if recorder is not None:
         recorder.start(int(train_cfg.epochs), comm_widths=model.comm_widths(), resumed=history)
 
-    boundary: Dict[str, Any] = {}  # state at the last completed epoch, for a preemption checkpoint
-    if preemptible and checkpointer is not None and comm.rank == 0:
-        def save_boundary() -> None:
-            if boundary:
-                checkpointer.save_state(boundary)
-        set_preemption_hook(save_boundary)
+    boundary = (PreemptionBoundary(checkpointer) if preemptible and checkpointer is not None and comm.rank == 0
+                else None)
 
     for epoch in range(start_epoch, int(train_cfg.epochs)):
         ledger.reset(Phase.train)
@@ -179,15 +178,15 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
         if evaluate:
             accuracy = {s: record[f"{s}_acc"] for s in SPLITS}
         history.append(record)
+        if boundary is not None:  # before the metrics line: an epoch shown there survives preemption
+            boundary.update(epoch + 1, model, optimizer, history)
         if recorder is not None:
             recorder.epoch(record)
         every = int(train_cfg.checkpoint_every)
         if checkpointer is not None and every and (epoch + 1) % every == 0 and comm.rank == 0:
             checkpointer.save(epoch + 1, model, optimizer, history)
-        if preemptible and checkpointer is not None and comm.rank == 0:
-            boundary.clear()
-            boundary.update(checkpointer.snapshot(epoch + 1, model, optimizer, history))
-    set_preemption_hook(None)
+    if boundary is not None:
+        boundary.close()
 
     return {"history": history, "accuracy": accuracy, **run_totals(ctx, setup_s), "model": model}
 

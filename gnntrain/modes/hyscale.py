@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import queue
 import statistics
 import threading
@@ -49,7 +50,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from gnntrain.checkpoint import Checkpointer, checkpoint_dir, resume_requested
+from gnntrain.checkpoint import Checkpointer, PreemptionBoundary, checkpoint_dir, resume_requested
 from gnntrain.comm.accounting import Phase
 from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
@@ -137,9 +138,15 @@ class NeighborSampler:
     stream depends on ``dgl.seed`` *and* on which thread draws (engines are numbered in
     the order threads first use one), and its OpenMP workers race for those numbers. So
     every draw in the process runs on one dedicated thread (:func:`_sampling_thread`) with
-    one DGL OpenMP thread, reseeded per batch: the serial loop and the prefetch thread of a
-    trainer process, and a resumed run, get the same batches. (In a long-lived process after
-    much other DGL work, two same-seed draws were once seen to differ; cause not found.)
+    one OpenMP thread, reseeded per batch: the serial loop and the prefetch thread of a
+    trainer process, and a resumed run, get the same batches.
+
+    The thread count is set again before every draw. DGL and torch share one OpenMP
+    runtime, and torch's first parallel op on a thread resets that thread's count to
+    ``torch.set_num_threads``'s value; with 2 threads DGL's NeighborSampler switches to its
+    fused kernel, which draws differently, and OpenMP workers join the engine race. (That
+    made a run's first batch differ from every later run's in the same process.) ``fused``
+    is off for the same reason.
     """
 
     def __init__(self, dst: torch.Tensor, src: torch.Tensor, weight: torch.Tensor, num_nodes: int,
@@ -151,7 +158,7 @@ class NeighborSampler:
         self.weight = weight
         self.deg = self.graph.in_degrees().to(torch.float64)
         self.fanouts = [int(f) for f in fanouts]
-        self._sampler = dgl.dataloading.NeighborSampler(self.fanouts)
+        self._sampler = dgl.dataloading.NeighborSampler(self.fanouts, fused=False)
 
     def sample(self, seeds: torch.Tensor, seed: int) -> Tuple[torch.Tensor, List[Block]]:
         """(input nodes, blocks input side first) for ``seeds``, drawn with DGL seed ``seed``;
@@ -160,6 +167,7 @@ class NeighborSampler:
 
     def _draw(self, seeds: torch.Tensor, seed: int) -> Tuple[torch.Tensor, List[Block]]:
         dgl = self._dgl
+        dgl.utils.set_num_threads(1)
         dgl.seed(seed)
         input_nodes, _, blocks = self._sampler.sample_blocks(self.graph, seeds)
         out = []
@@ -187,6 +195,7 @@ def _sampling_thread() -> ThreadPoolExecutor:
 
             _SAMPLING_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hyscale-dgl-sampler",
                                                   initializer=dgl.utils.set_num_threads, initargs=(1,))
+            # (each draw sets the count again: see NeighborSampler)
         return _SAMPLING_THREAD
 
 
@@ -578,7 +587,7 @@ class HyScaleTrainer:
         self.seed = int(self.cfg.train.seed)
         dst, src, w = shard.edges
         self.sampler = NeighborSampler(dst, src, w, shard.num_global_nodes, self.o.fanouts)
-        self.drop_gen = torch.Generator(device=self.device).manual_seed(self.seed * 31 + self.rank)
+        self.drop_gen = torch.Generator(device=self.device)  # reseeded per global batch (see step)
         self.features = shard.features.to(self.dtype)  # host memory only (§III-B)
         if self.gpu:
             self.stream = torch.cuda.Stream(self.device)  # transfers overlap compute on a side stream
@@ -643,6 +652,8 @@ class HyScaleTrainer:
             for t in [b.x, b.y] + [t for bl in b.blocks for t in (bl.dst, bl.src, bl.weight)]:
                 t.record_stream(torch.cuda.current_stream(self.device))
         if b.seeds.numel():
+            # dropout masks depend on (seed, trainer, global batch) only, so a resumed run replays them
+            self.drop_gen.manual_seed(batch_seed(self.seed * 31 + 1, self.rank, b.k))
             kernel = self.ctx.plan.kernel
             adjs = [SparseAdjacency(bl.dst, bl.src, bl.weight, bl.num_dst, bl.num_src, kernel=kernel,
                                     device=self.device) for bl in b.blocks]
@@ -681,7 +692,8 @@ class HyScaleTrainer:
         accuracy: Dict[str, float] = {}
         checkpointer, start_epoch = None, 0
         ckpt_dir = checkpoint_dir(cfg, self.ctx.run_dir)
-        if ckpt_dir is not None and (int(cfg.train.checkpoint_every) or resume_requested(cfg)):
+        preemptible = "SLURM_JOB_ID" in os.environ
+        if ckpt_dir is not None and (int(cfg.train.checkpoint_every) or resume_requested(cfg) or preemptible):
             checkpointer = Checkpointer(ckpt_dir, self.ctx.plan.plan_hash)
         if checkpointer is not None and resume_requested(cfg):
             saved = checkpointer.load_latest()
@@ -697,6 +709,8 @@ class HyScaleTrainer:
         recorder = self.ctx.recorder
         if recorder is not None:
             recorder.start(epochs, resumed=history)
+        boundary = (PreemptionBoundary(checkpointer) if preemptible and checkpointer is not None and self.rank == 0
+                    else None)
         setup_s = time.perf_counter() - setup_start
         for epoch in range(start_epoch, epochs):
             ledger.reset(Phase.train)
@@ -742,11 +756,15 @@ class HyScaleTrainer:
             if "train_acc" in record:
                 accuracy = {s: record[f"{s}_acc"] for s in SPLITS}
             history.append(record)
+            if boundary is not None:  # before the metrics line: an epoch shown there survives preemption
+                boundary.update(epoch + 1, model, optimizer, history)
             if recorder is not None:
                 recorder.epoch(record)
             every = int(cfg.train.checkpoint_every)
             if checkpointer is not None and every and (epoch + 1) % every == 0 and self.rank == 0:
                 checkpointer.save(epoch + 1, model, optimizer, history)
+        if boundary is not None:
+            boundary.close()
         return {"history": history, "accuracy": accuracy, **run_totals(self.ctx, setup_s), "model": model,
                 "mode_report": self._report(history) if self.rank == 0 else None}
 
