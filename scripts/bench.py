@@ -6,7 +6,7 @@ the tables in docs/BENCHMARKS.md (regenerated from every JSON present).
 
 usage: python scripts/bench.py [SUITE ...] [--quick]   (no SUITE: every suite)
        make bench       reference, overhead and volume (the CI-sized set, < 15 min on 2 cores)
-       make bench-all   every suite (the scale suite alone took 12.7 min on 2 cores)
+       make bench-all   every suite (the scale suite alone is the longest: see its wall time)
 """
 from __future__ import annotations
 
@@ -549,53 +549,134 @@ def suite_hongtu_dedup(quick: bool) -> dict:
     }
 
 
+class MachineMemoryWatch:
+    """Peak memory in use on the whole machine (MemTotal - MemAvailable from /proc/meminfo, sampled
+    every 0.25 s) while a run goes on, above what was in use when it started: the launcher and
+    every rank together, which is what has to fit."""
+
+    def __init__(self):
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self.baseline = self.peak = self.in_use()
+
+    @staticmethod
+    def meminfo() -> dict:
+        fields = {}
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            key, value = line.split(":", 1)
+            fields[key] = int(value.split()[0]) * 1024
+        return fields
+
+    @classmethod
+    def in_use(cls) -> int:
+        info = cls.meminfo()
+        return info["MemTotal"] - info["MemAvailable"]
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.25):
+            self.peak = max(self.peak, self.in_use())
+
+    def __enter__(self) -> "MachineMemoryWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def run_peak(self) -> int:
+        return self.peak - self.baseline
+
+
+def run_cli_measured(overrides: list, run_dir: Path) -> tuple:
+    """One ``gnntrain run`` in its own process tree (so an out-of-memory kill takes down only that
+    run): (summary or None, machine memory peak above baseline, wall seconds, last output lines)."""
+    import subprocess
+
+    start = time.perf_counter()
+    with MachineMemoryWatch() as watch:
+        proc = subprocess.run([sys.executable, "-m", "gnntrain", "run", *overrides, f"hydra.run.dir={run_dir}"],
+                              capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    if summary is not None and summary.get("status") != "completed":
+        summary = None
+    tail = " / ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+    return summary, watch.run_peak, wall, tail
+
+
 def suite_scale(quick: bool) -> dict:
     """The 1M-node / 20M-edge graph (3-layer GCN, d=128) under HongTu with a 1 GiB device budget
-    (#7), and under partition and MoP at 2 ranks: epoch time and peak host / device memory."""
-    import resource
+    (#7), and the largest partition and MoP runs (2 ranks) that fit this machine: each climbs a
+    ladder of graph sizes and stops before the rung whose projected machine memory (the last
+    measured peak, scaled by nodes) exceeds 90% of what was available when the suite started."""
     import tempfile
 
-    from gnntrain.launch import run_training
-    from gnntrain.plan import build_plan
+    budget = int(0.9 * MachineMemoryWatch.meminfo()["MemAvailable"])
+    ladder = [50_000, 100_000] if quick else [1_000_000, 1_500_000, 2_000_000, 3_000_000, 4_000_000]
 
-    n = 100_000 if quick else 1_000_000
-    graph = ["dataset=csbm", f"dataset.num_nodes={n}", "dataset.avg_degree=20", "dataset.feat_dim=128",
-             "model=gcn", "model.layers=3", "model.hidden=128", "train.epochs=2", "train.eval_every=2",
-             "train.progress=false", "comm_timeout_s=1800"]
+    def graph(n: int) -> list:
+        return ["dataset=csbm", f"dataset.num_nodes={n}", "dataset.avg_degree=20", "dataset.feat_dim=128",
+                "model=gcn", "model.layers=3", "model.hidden=128", "train.epochs=2", "train.eval_every=2",
+                "train.progress=false", "comm_timeout_s=1800"]
+
     candidates = [("hongtu, 1 rank, 1 GiB device budget, n auto",
-                   ["mode=hongtu", "mode.chunks=0", "mode.device_memory=1GiB", "hardware.ranks_per_node=1"]),
-                  ("partition sparse, 2 ranks", ["mode=partition", "hardware.ranks_per_node=2"]),
-                  ("mop, 2 ranks", ["mode=mop", "hardware.ranks_per_node=2"])]
-    rows = []
+                   ["mode=hongtu", "mode.chunks=0", "mode.device_memory=1GiB", "hardware.ranks_per_node=1"],
+                   ladder[:1]),
+                  ("partition sparse, 2 ranks", ["mode=partition", "hardware.ranks_per_node=2"], ladder),
+                  ("mop, 2 ranks", ["mode=mop", "hardware.ranks_per_node=2"], ladder)]
+    rows, stops = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (name, extra) in enumerate(candidates):
-            start = time.perf_counter()
-            s = run_training(build_plan(compose(graph + extra)), Path(tmp) / str(i))
-            wall = time.perf_counter() - start
-            report = s.get("mode_report") or {}
-            peak = s["peak_memory_bytes"]
-            arena = report.get("peak_device_arena_bytes")
-            rows.append([name, f"{n:,}", str(s["partition"].get("num_edges", "")),
-                         str(report.get("chunks_per_part", "")),
-                         f"{s['epoch_time_s'][0]:.1f}", f"{s['epoch_time_s'][-1]:.1f}",
-                         f"{s['comm_bytes']['per_epoch'] / 2**30:.2f}",
-                         f"{peak['host_max_rank'] / 2**30:.2f}",
-                         "" if arena is None else f"{arena / 2**30:.3f} (estimate "
-                         f"{report['estimated_device_bytes'] / 2**30:.3f})",
-                         f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f}", f"{wall:.0f}",
-                         s["accuracy"] and f"{100 * s['accuracy'].get('test', 0):.1f}" or ""])
+        cache = [f"cache_dir={tmp}/cache"]  # one generated graph per size, shared by the modes
+        for i, (name, extra, sizes) in enumerate(candidates):
+            for j, n in enumerate(sizes):
+                s, machine_peak, wall, tail = run_cli_measured(graph(n) + extra + cache, Path(tmp) / f"{i}-{j}")
+                if s is None:
+                    rows.append([name, f"{n:,}", "", "", "failed", "", "", "", "", f"{machine_peak / 2**30:.2f}",
+                                 f"{wall:.0f}", tail[-300:]])
+                    stops.append(f"{name}: {n:,} nodes failed ({tail[-200:]})")
+                    break
+                report = s.get("mode_report") or {}
+                peak = s["peak_memory_bytes"]
+                arena = report.get("peak_device_arena_bytes")
+                rows.append([name, f"{n:,}", f"{s['partition'].get('graph_edges', ''):,}",
+                             str(report.get("chunks_per_part", "")),
+                             f"{s['epoch_time_s'][0]:.1f}", f"{s['epoch_time_s'][-1]:.1f}",
+                             f"{s['comm_bytes']['per_epoch'] / 2**30:.2f}",
+                             f"{peak['host_max_rank'] / 2**30:.2f}",
+                             "" if arena is None else f"{arena / 2**30:.3f} (estimate "
+                             f"{report['estimated_device_bytes'] / 2**30:.3f})",
+                             f"{machine_peak / 2**30:.2f}", f"{wall:.0f}",
+                             s["accuracy"] and f"{100 * s['accuracy'].get('test', 0):.1f}" or ""])
+                if j + 1 < len(sizes):
+                    nxt = sizes[j + 1]
+                    projected = machine_peak * nxt / n
+                    if projected > budget:
+                        stops.append(f"{name}: largest run {n:,} nodes (machine peak {machine_peak / 2**30:.1f} "
+                                     f"GiB); {nxt:,} nodes projects to {projected / 2**30:.1f} GiB > budget "
+                                     f"{budget / 2**30:.1f} GiB, not run")
+                        break
+                elif len(sizes) > 1:
+                    stops.append(f"{name}: the ladder ended at {n:,} nodes (machine peak {machine_peak / 2**30:.1f} "
+                                 "GiB) without reaching the budget")
     return {
-        "title": f"scale: csbm {n:,} nodes, average degree 20, 3-layer GCN d=128, float32, 2 epochs",
-        "columns": ["mode", "nodes", "edges (incl. self-loops)", "chunks per part", "epoch 1 s", "epoch 2 s",
-                    "comm GiB/epoch", "peak host GiB (max rank)", "peak device arena GiB", "launcher peak RSS GiB",
-                    "wall incl. generation + partition s", "test acc %"],
+        "title": "scale: csbm, average degree 20, 3-layer GCN d=128, float32, 2 epochs; HongTu at 1M nodes, "
+                 "partition and MoP up a ladder of sizes until the next one would not fit",
+        "columns": ["mode", "nodes", "directed edges (dataset)", "chunks per part", "epoch 1 s", "epoch 2 s",
+                    "comm GiB/epoch", "peak host GiB (max rank)", "peak device arena GiB",
+                    "machine memory peak GiB (launcher + ranks)", "wall incl. generation + partition s",
+                    "test acc %"],
         "rows": rows,
-        "notes": "One graph for all three modes, the size #7 asks HongTu to train with 1 GiB of device memory; the "
-                 "device is the accounted CPU arena (no GPU here). These are the sizes tried, not a search for "
-                 "the largest that fits: partition and MoP at 2 ranks each hold half the rows (MoP: all rows, half "
-                 "the columns) and fit this 24 GiB machine with room. Launcher peak RSS is the bench process "
-                 "(data generation and partitioning), cumulative over the rows above it. Comm for hongtu counts "
-                 "host<->device copies (h2d, d2h); for partition halo + all-reduce; for mop the all-to-alls.",
+        "notes": f"Memory budget: 90% of the memory available when the suite started ({budget / 2**30:.1f} GiB). "
+                 + "; ".join(stops) + ". Each run is its own `gnntrain run` process tree; its machine memory peak "
+                 "is MemTotal - MemAvailable above the level before it started, sampled every 0.25 s. The "
+                 "projection scales the measured peak by nodes (edges grow with nodes at a fixed average degree). "
+                 "HongTu's device is the accounted CPU arena (no GPU here). Comm for hongtu counts host<->device "
+                 "copies (h2d, d2h); for partition halo + all-reduce; for mop the all-to-alls.",
     }
 
 

@@ -159,6 +159,9 @@ def prepare(plan, ranks=None):
     load_s = time.perf_counter() - start
     prepared = get_mode(plan.mode)(cfg).prepare(data, plan, ranks)
     prepared.preprocess_s += load_s
+    # the graph as loaded (directed edges, before any model's self-loops), for summary.json
+    prepared.partition.setdefault("graph_nodes", data.num_nodes)
+    prepared.partition.setdefault("graph_edges", data.num_edges)
     return prepared
 
 
