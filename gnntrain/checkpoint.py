@@ -150,6 +150,27 @@ class PreemptionBoundary:
         set_preemption_hook(None)
 
 
+def in_slurm_job() -> bool:
+    """True inside a SLURM job, where submitit's signal handler may ask for a preemption checkpoint."""
+    return "SLURM_JOB_ID" in os.environ
+
+
+def run_checkpointer(cfg, run_dir: Optional[Path], plan_hash: str) -> Optional[Checkpointer]:
+    """The run's Checkpointer when it writes or reads any (``train.checkpoint_every``, a resume,
+    or a SLURM job that may be preempted), else None."""
+    directory = checkpoint_dir(cfg, run_dir)
+    if directory is None or not (int(cfg.train.checkpoint_every) or resume_requested(cfg) or in_slurm_job()):
+        return None
+    return Checkpointer(directory, plan_hash)
+
+
+def preemption_boundary(checkpointer: Optional[Checkpointer], rank: int) -> Optional[PreemptionBoundary]:
+    """Rank 0's :class:`PreemptionBoundary` in a SLURM job; None elsewhere."""
+    if checkpointer is None or rank != 0 or not in_slurm_job():
+        return None
+    return PreemptionBoundary(checkpointer)
+
+
 def slurm_restarted() -> bool:
     """True in a SLURM job that was requeued (after preemption or a time-out)."""
     return os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")

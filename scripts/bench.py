@@ -550,9 +550,9 @@ def suite_hongtu_dedup(quick: bool) -> dict:
 
 
 class MachineMemoryWatch:
-    """Peak memory in use on the whole machine (MemTotal - MemAvailable from /proc/meminfo, sampled
-    every 0.25 s) while a run goes on, above what was in use when it started: the launcher and
-    every rank together, which is what has to fit."""
+    """Peak memory in use on the whole machine (total - available, psutil's MemTotal - MemAvailable,
+    sampled every 0.25 s) while a run goes on, above what was in use when it started: the launcher
+    and every rank together, which is what has to fit."""
 
     def __init__(self):
         import threading
@@ -562,17 +562,11 @@ class MachineMemoryWatch:
         self.baseline = self.peak = self.in_use()
 
     @staticmethod
-    def meminfo() -> dict:
-        fields = {}
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            key, value = line.split(":", 1)
-            fields[key] = int(value.split()[0]) * 1024
-        return fields
+    def in_use() -> int:
+        import psutil
 
-    @classmethod
-    def in_use(cls) -> int:
-        info = cls.meminfo()
-        return info["MemTotal"] - info["MemAvailable"]
+        memory = psutil.virtual_memory()
+        return memory.total - memory.available
 
     def _sample(self) -> None:
         while not self._stop.wait(0.25):
@@ -594,12 +588,11 @@ class MachineMemoryWatch:
 def run_cli_measured(overrides: list, run_dir: Path) -> tuple:
     """One ``gnntrain run`` in its own process tree (so an out-of-memory kill takes down only that
     run): (summary or None, machine memory peak above baseline, wall seconds, last output lines)."""
-    import subprocess
+    from conftest import run_cli
 
     start = time.perf_counter()
     with MachineMemoryWatch() as watch:
-        proc = subprocess.run([sys.executable, "-m", "gnntrain", "run", *overrides, f"hydra.run.dir={run_dir}"],
-                              capture_output=True, text=True)
+        proc = run_cli(["run", *overrides, f"hydra.run.dir={run_dir}"], cwd=ROOT, timeout=None)
     wall = time.perf_counter() - start
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
@@ -616,7 +609,9 @@ def suite_scale(quick: bool) -> dict:
     measured peak, scaled by nodes) exceeds 90% of what was available when the suite started."""
     import tempfile
 
-    budget = int(0.9 * MachineMemoryWatch.meminfo()["MemAvailable"])
+    import psutil
+
+    budget = int(0.9 * psutil.virtual_memory().available)
     ladder = [50_000, 100_000] if quick else [1_000_000, 1_500_000, 2_000_000, 3_000_000, 4_000_000]
 
     def graph(n: int) -> list:

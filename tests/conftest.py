@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -56,7 +56,7 @@ def train(tmp_path, cache_dir):
     return _train
 
 
-def run_cli(args: List[str], cwd: Path, timeout: float = 240, env_extra: Dict[str, str] = None
+def run_cli(args: List[str], cwd: Path, timeout: Optional[float] = 240, env_extra: Dict[str, str] = None
             ) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.update(env_extra or {})

@@ -45,8 +45,6 @@ def test_dgl_sampler_is_seeded_per_batch_capped_and_unbiased(monkeypatch):
     reset the shared OpenMP count to 2 and DGL switched to its fused kernel, so a run's first
     batch differed from later runs'); a different seed draws others; at most ``fanout`` in-edges
     per node; weights are w * deg / sampled-deg; fanout -1 is every edge."""
-    import threading
-
     from gnntrain.modes import hyscale
 
     torch.set_num_threads(torch.get_num_threads())  # what every rank's launcher does

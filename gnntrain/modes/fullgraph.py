@@ -19,8 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from gnntrain.checkpoint import (Checkpointer, PreemptionBoundary, checkpoint_dir, resume_requested,
-                                 slurm_restarted)
+from gnntrain.checkpoint import preemption_boundary, resume_requested, run_checkpointer, slurm_restarted
 from gnntrain.comm.accounting import KINDS, Phase
 from gnntrain.models import GlobalDropout, ModelSpec, build_model
 from gnntrain.modes.base import RankShard
@@ -124,11 +123,8 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
     recorder = ctx.recorder
     history: List[Dict[str, Any]] = []
     accuracy: Dict[str, float] = {}
-    checkpointer, start_epoch = None, 0
-    ckpt_dir = checkpoint_dir(cfg, ctx.run_dir)
-    preemptible = "SLURM_JOB_ID" in os.environ
-    if ckpt_dir is not None and (int(train_cfg.checkpoint_every) or resume_requested(cfg) or preemptible):
-        checkpointer = Checkpointer(ckpt_dir, ctx.plan.plan_hash)
+    start_epoch = 0
+    checkpointer = run_checkpointer(cfg, ctx.run_dir, ctx.plan.plan_hash)
     if checkpointer is not None and resume_requested(cfg):
         state = checkpointer.load_latest()  # run_training already refused foreign or missing ones
         if state is not None:
@@ -140,8 +136,7 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
     if recorder is not None:
         recorder.start(int(train_cfg.epochs), comm_widths=model.comm_widths(), resumed=history)
 
-    boundary = (PreemptionBoundary(checkpointer) if preemptible and checkpointer is not None and comm.rank == 0
-                else None)
+    boundary = preemption_boundary(checkpointer, comm.rank)
 
     for epoch in range(start_epoch, int(train_cfg.epochs)):
         ledger.reset(Phase.train)

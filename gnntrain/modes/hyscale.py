@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import queue
 import statistics
 import threading
@@ -50,7 +49,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from gnntrain.checkpoint import Checkpointer, PreemptionBoundary, checkpoint_dir, resume_requested
+from gnntrain.checkpoint import preemption_boundary, resume_requested, run_checkpointer
 from gnntrain.comm.accounting import Phase
 from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
@@ -191,11 +190,8 @@ def _sampling_thread() -> ThreadPoolExecutor:
     global _SAMPLING_THREAD
     with _SAMPLING_LOCK:
         if _SAMPLING_THREAD is None:
-            import dgl
-
-            _SAMPLING_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hyscale-dgl-sampler",
-                                                  initializer=dgl.utils.set_num_threads, initargs=(1,))
-            # (each draw sets the count again: see NeighborSampler)
+            # no thread-count initializer: each draw sets one OpenMP thread itself (see NeighborSampler)
+            _SAMPLING_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hyscale-dgl-sampler")
         return _SAMPLING_THREAD
 
 
@@ -690,11 +686,8 @@ class HyScaleTrainer:
         state = DRMState(shares=initial_shares(o, self.world), threads=threads)
         history: List[Dict[str, Any]] = []
         accuracy: Dict[str, float] = {}
-        checkpointer, start_epoch = None, 0
-        ckpt_dir = checkpoint_dir(cfg, self.ctx.run_dir)
-        preemptible = "SLURM_JOB_ID" in os.environ
-        if ckpt_dir is not None and (int(cfg.train.checkpoint_every) or resume_requested(cfg) or preemptible):
-            checkpointer = Checkpointer(ckpt_dir, self.ctx.plan.plan_hash)
+        start_epoch = 0
+        checkpointer = run_checkpointer(cfg, self.ctx.run_dir, self.ctx.plan.plan_hash)
         if checkpointer is not None and resume_requested(cfg):
             saved = checkpointer.load_latest()
             if saved is not None:
@@ -709,8 +702,7 @@ class HyScaleTrainer:
         recorder = self.ctx.recorder
         if recorder is not None:
             recorder.start(epochs, resumed=history)
-        boundary = (PreemptionBoundary(checkpointer) if preemptible and checkpointer is not None and self.rank == 0
-                    else None)
+        boundary = preemption_boundary(checkpointer, self.rank)
         setup_s = time.perf_counter() - setup_start
         for epoch in range(start_epoch, epochs):
             ledger.reset(Phase.train)
