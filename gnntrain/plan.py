@@ -64,7 +64,8 @@ class RunPlan:
     device: str  # cpu | cuda
     rank_devices: Tuple[str, ...]
     threads_per_rank: int
-    kernel: str
+    kernel: str  # dgl | torch (kernel=auto resolved)
+    kernel_note: str  # why: "set by kernel=..." or the measured times behind auto
     dtype: str
     epochs: int
     num_parts: int
@@ -138,6 +139,28 @@ def dataset_sizes(ds) -> Tuple[int, int, int, int]:
     else:
         e = int(ds.num_edges)
     return n, e, f, c
+
+
+def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float, width: int) -> Tuple[str, str]:
+    """(kernel, note): ``kernel=dgl|torch`` checked against this install, ``auto`` measured
+    (:func:`gnntrain.models.kernels.choose_kernel`, cached per host in the cache dir)."""
+    import torch
+
+    from gnntrain.data import resolve_cache_dir
+    from gnntrain.models.kernels import choose_kernel, kernel_problem
+
+    kernel = _value(cfg.kernel)
+    if kernel != "auto":
+        problem = kernel_problem(kernel, device, getattr(torch, dtype))
+        if problem is not None:
+            others = [k for k in ("auto", "torch", "dgl") if k != kernel]
+            raise PlanError("kernel", f"kernel={kernel}: {problem}.", f"use kernel={' or kernel='.join(others)}")
+        return kernel, f"set by kernel={kernel}"
+    try:
+        choice = choose_kernel(device, dtype, threads, avg_degree, width, resolve_cache_dir(cfg))
+    except ValueError as exc:
+        raise PlanError("kernel", f"{exc}.", "use train.dtype=float32 or float64") from None
+    return choice.kernel, choice.describe()
 
 
 def layer_widths(model: str, dims: List[int], aggregate_first: Optional[bool]) -> List[int]:
@@ -242,13 +265,6 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         if not torch.cuda.is_available():
             raise PlanError("hardware.device", "the profile asks for CUDA but no CUDA device is available here.",
                             "use hardware=local-cpu, or run on a CUDA host")
-    kernel = _value(cfg.kernel)
-    if kernel == "auto":
-        kernel = "dgl" if device == "cpu" else "torch"
-    if kernel == "dgl" and device == "cuda":
-        raise PlanError("kernel", "the DGL kernel path is CPU-only in this stack (PyPI DGL).",
-                        "use kernel=torch (torch-native CSR) on CUDA")
-
     world = mode.world_size(int(hw.nodes) * int(hw.ranks_per_node))
     n, e, f, c = dataset_sizes(ds)
     if world > n:
@@ -278,6 +294,7 @@ def build_plan(cfg: DictConfig) -> RunPlan:
     if world > cores * float(hw.oversubscribe) and int(hw.nodes) == 1:
         warnings.append(f"{world} ranks on {cores} cores exceeds the oversubscription limit "
                         f"(x{hw.oversubscribe}); expect slow collectives")
+    kernel, kernel_note = resolve_kernel(cfg, device, dtype, threads, e / max(n, 1), max(widths))
     comm_mode = str(_value(cfg.mode.get("comm", "")))
     memory = estimate_memory(ctx, num_parts, gather_all=comm_mode == "oblivious")
     host_mem = host_memory_bytes(hw)
@@ -297,7 +314,7 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         mode=mode_cls.name, dataset=str(ds.name), model=str(m.name), partitioner=str(cfg.partitioner.name),
         hardware=str(hw.name), world_size=world, nodes=int(hw.nodes) if world > 1 else 1,
         ranks_per_node=ranks_per_node, backend=backend, device=device,
-        rank_devices=rank_devices, threads_per_rank=threads, kernel=kernel, dtype=dtype,
+        rank_devices=rank_devices, threads_per_rank=threads, kernel=kernel, kernel_note=kernel_note, dtype=dtype,
         epochs=int(t.epochs), num_parts=num_parts, memory_per_rank=memory, comm_per_epoch=comm,
         mode_details=mode.details(ctx), warnings=tuple(warnings),
         config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),

@@ -39,7 +39,8 @@ def _accuracy(data, aggregate_hops: int) -> float:
     from gnntrain.models import ModelSpec, SparseAdjacency, build_model, edge_weights
 
     src, dst = data.edges(True)
-    adj = SparseAdjacency(dst, src, edge_weights("gcn", src, dst, data.num_nodes), data.num_nodes, data.num_nodes)
+    adj = SparseAdjacency(dst, src, edge_weights("gcn", src, dst, data.num_nodes), data.num_nodes, data.num_nodes,
+                          kernel="torch")
     agg = adj.spmm if aggregate_hops else (lambda h: h)
     model = build_model(ModelSpec("gcn", data.feat_dim, 16, data.num_classes, 2, 0.5), 0, torch.float32)
     opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)

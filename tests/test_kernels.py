@@ -1,11 +1,15 @@
-"""DGL's message-passing path and the torch-native CSR path agree, forward
-and backward, for every model's edge weights."""
+"""Sparse aggregation: DGL's and the torch-native path agree with the dense product,
+forward and backward; normalisations run as row scales around an unweighted SpMM;
+kernel=auto is measured; bad kernel choices are plan errors; dropout masks are a
+function of the global row."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from gnntrain.models import SparseAdjacency, edge_weights
+from gnntrain.models import GlobalDropout, SparseAdjacency, edge_weight_values, edge_weights, transposed
+from gnntrain.models import kernels
+from gnntrain.models.gnn import row_hash_keep_mask
 
 
 def _graph(n=60, e=300, seed=0, bipartite_src=None):
@@ -16,34 +20,57 @@ def _graph(n=60, e=300, seed=0, bipartite_src=None):
     return src, dst, n_src
 
 
+def _dense(dst, src, w, n_dst, n_src):
+    return torch.zeros(n_dst, n_src, dtype=torch.float64).index_put_((dst, src), edge_weight_values(w),
+                                                                      accumulate=True)
+
+
 @pytest.mark.parametrize("model", ["gcn", "sage", "gin"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_dgl_and_torch_paths_agree(model, dtype):
+def test_both_kernels_equal_the_dense_product(model, dtype):
     src, dst, n_src = _graph()
     w = edge_weights(model, src, dst, 60)
+    dense = _dense(dst, src, w, 60, n_src).to(dtype)
     h = torch.randn(n_src, 5, dtype=dtype, requires_grad=True)
-    outs, grads = [], []
+    probe = torch.arange(60 * 5, dtype=dtype).reshape(60, 5)
+    expected_grad = dense.T @ probe
+    tol = 1e-12 if dtype == torch.float64 else 1e-4
     for kernel in ("dgl", "torch"):
         adj = SparseAdjacency(dst, src, w, 60, n_src, kernel=kernel)
-        assert adj.kernel == kernel
+        assert adj.kernel == kernel and adj.separable
         h.grad = None
         out = adj.spmm(h)
-        (out * torch.arange(out.numel(), dtype=dtype).reshape(out.shape)).sum().backward()
-        outs.append(out.detach())
-        grads.append(h.grad.clone())
-    tol = 1e-12 if dtype == torch.float64 else 1e-5
-    torch.testing.assert_close(outs[0], outs[1], rtol=tol, atol=tol)
-    torch.testing.assert_close(grads[0], grads[1], rtol=tol, atol=tol)
+        (out * probe).sum().backward()
+        torch.testing.assert_close(out.detach(), dense @ h.detach(), rtol=tol, atol=tol)
+        torch.testing.assert_close(h.grad, expected_grad, rtol=tol, atol=tol)
 
 
-def test_rectangular_block_matches_dense():
-    """A halo block (more source rows than destination rows) equals the dense product."""
+@pytest.mark.parametrize("kernel", ["dgl", "torch"])
+def test_normalisations_run_unweighted_and_only_true_edge_weights_run_weighted(kernel):
     src, dst, n_src = _graph(n=20, e=120, bipartite_src=35)
-    w = torch.rand(src.numel(), dtype=torch.float64)
-    dense = torch.zeros(20, 35, dtype=torch.float64).index_put_((dst, src), w, accumulate=True)
     h = torch.randn(35, 3, dtype=torch.float64)
-    for kernel in ("dgl", "torch"):
-        torch.testing.assert_close(SparseAdjacency(dst, src, w, 20, 35, kernel=kernel).spmm(h), dense @ h)
+    kernels.SPMM_CALLS.clear()
+    for model in ("gcn", "sage", "gin"):
+        SparseAdjacency(dst, src, edge_weights(model, src, dst, 35), 20, 35, kernel=kernel).spmm(h)
+    assert kernels.SPMM_CALLS == {"unweighted": 3}
+    # factors that are not one value per row, and plain per-edge weights, take the weighted kernel
+    factors = torch.rand(src.numel(), 2, dtype=torch.float64)
+    plain = torch.rand(src.numel(), dtype=torch.float64)
+    for w in (factors, plain):
+        adj = SparseAdjacency(dst, src, w, 20, 35, kernel=kernel)
+        assert not adj.separable
+        torch.testing.assert_close(adj.spmm(h), _dense(dst, src, w, 20, 35) @ h)
+    assert kernels.SPMM_CALLS["weighted"] == 2
+
+
+def test_transposed_factors_give_the_transposed_matrix():
+    src, dst, n_src = _graph(n=20, e=120, bipartite_src=35)
+    w = edge_weights("gcn", src, dst, 35)
+    fwd = _dense(dst, src, w, 20, 35)
+    bwd = SparseAdjacency(src, dst, transposed(w), 35, 20, kernel="torch")
+    assert bwd.separable
+    g = torch.randn(20, 4, dtype=torch.float64)
+    torch.testing.assert_close(bwd.spmm(g), fwd.T @ g)
 
 
 def test_gcn_weights_are_symmetric_normalisation():
@@ -51,4 +78,74 @@ def test_gcn_weights_are_symmetric_normalisation():
     dst = torch.tensor([1, 0, 2, 1, 0, 1, 2])  # with self-loops
     w = edge_weights("gcn", src, dst, 3)
     deg = torch.tensor([2.0, 3.0, 2.0], dtype=torch.float64)
-    torch.testing.assert_close(w, (deg[src] * deg[dst]).rsqrt())
+    torch.testing.assert_close(edge_weight_values(w), (deg[src] * deg[dst]).rsqrt())
+    torch.testing.assert_close(edge_weight_values(edge_weights("sage", src, dst, 3)), 1 / deg[dst])
+
+
+def test_kernel_problems_name_the_build_and_the_dtype(monkeypatch):
+    assert kernels.kernel_problem("torch", "cpu", torch.float32) is None
+    assert kernels.kernel_problem("dgl", "cpu", torch.float64) is None
+    half = kernels.kernel_problem("torch", "cpu", torch.float16)
+    assert half is not None and "float16" in half and "torch kernel" in half
+    assert "CPU-only" in kernels.kernel_problem("dgl", "cuda", torch.float32)
+    monkeypatch.setattr(kernels, "dgl_available", lambda: False)
+    assert "not installed" in kernels.kernel_problem("dgl", "cpu", torch.float32)
+
+
+def test_kernel_dgl_without_dgl_is_a_plan_error(monkeypatch, tmp_path):
+    from conftest import compose
+
+    from gnntrain.errors import PlanError
+    from gnntrain.plan import build_plan
+
+    monkeypatch.setattr(kernels, "dgl_available", lambda: False)
+    with pytest.raises(PlanError) as err:
+        build_plan(compose(["kernel=dgl", f"cache_dir={tmp_path}"]))
+    assert "kernel" in str(err.value) and "not installed" in str(err.value) and "kernel=torch" in str(err.value)
+    # auto then measures the torch path alone
+    plan = build_plan(compose([f"cache_dir={tmp_path}"]))
+    assert plan.kernel == "torch" and "measured" in plan.kernel_note and "dgl" not in plan.kernel_note
+
+
+def test_auto_measures_every_kernel_once_per_shape_and_caches(monkeypatch, tmp_path):
+    timed = []
+    fake = {"dgl": 0.002, "torch": 0.001}
+
+    def fake_time(kernel, *args, **kwargs):
+        timed.append(kernel)
+        return fake[kernel]
+
+    monkeypatch.setattr(kernels, "time_kernel", fake_time)
+    choice = kernels.choose_kernel("cpu", "float32", 1, 10.0, 16, tmp_path, probe_nodes=100)
+    assert choice.kernel == "torch" and sorted(timed) == ["dgl", "torch"]
+    assert "torch 1.0 ms" in choice.describe() and "dgl 2.0 ms" in choice.describe()
+    again = kernels.choose_kernel("cpu", "float32", 1, 12.0, 16, tmp_path, probe_nodes=100)  # same degree bucket
+    assert again == choice and len(timed) == 2
+    fake.update(dgl=0.0005)
+    assert kernels.choose_kernel("cpu", "float64", 1, 10.0, 16, tmp_path, probe_nodes=100).kernel == "dgl"
+    (tmp_path / "kernels.json").write_text("{not json")
+    assert kernels.choose_kernel("cpu", "float32", 1, 10.0, 16, tmp_path, probe_nodes=100).kernel == "dgl"
+
+
+def test_real_timing_of_both_kernels():
+    src, dst = kernels._random_graph(2000, 8)
+    for kernel in ("dgl", "torch"):
+        assert 0 < kernels.time_kernel(kernel, dst, src, 2000, 16, torch.float32, torch.device("cpu"), reps=1) < 5
+
+
+def test_dropout_mask_is_a_function_of_the_global_row():
+    full = GlobalDropout(0.3, seed=7, num_global_nodes=5000, global_ids=None)
+    rows = torch.randperm(5000)[:1700]
+    part = GlobalDropout(0.3, seed=7, num_global_nodes=5000, global_ids=rows)
+    for epoch in (0, 3):
+        full.epoch = part.epoch = epoch
+        assert torch.equal(part.keep_mask(64, 1), full.keep_mask(64, 1)[rows])
+    mask = full.keep_mask(64, 1).float()
+    assert abs(mask.mean().item() - 0.7) < 0.005
+    assert abs((mask[:, :-1] * mask[:, 1:]).mean().item() - 0.49) < 0.01  # neighbouring columns independent
+    assert abs((mask[:-1] * mask[1:]).mean().item() - 0.49) < 0.01  # neighbouring rows independent
+    other_layer, full.epoch = full.keep_mask(64, 2).float(), 4
+    other_epoch = full.keep_mask(64, 1).float()
+    for other in (other_layer, other_epoch):
+        assert abs((mask * other).mean().item() - 0.49) < 0.01
+    assert abs(row_hash_keep_mask(torch.arange(1000), 100, 1, 0.9).float().mean().item() - 0.1) < 0.005

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional
 
 from gnntrain.errors import GnnTrainError, RankFailure
 from gnntrain.metrics import RunRecorder, build_summary, failed_summary, write_json_atomic
+from gnntrain.models.kernels import SPMM_CALLS
 
 
 def find_free_port() -> int:
@@ -120,6 +121,7 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
     ctx = RankContext(plan=plan, comm=Communicator(rank, plan.world_size), device=device,
                       run_dir=Path(run_dir) if run_dir else None, recorder=recorder, preprocess_s=preprocess_s)
     mode = get_mode(plan.mode)(plan.config_obj)
+    SPMM_CALLS.clear()  # this rank's run only (in-process ranks run one after another)
     try:
         result = mode.train_rank(shard, ctx)
     finally:

@@ -52,6 +52,7 @@ def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Di
         "partition": partition,
         "plan_hash": plan.plan_hash,
         "kernel": plan.kernel,
+        "spmm_calls": result.get("spmm_calls"),  # all ranks, by path: unweighted (row scales) | weighted
         **({"mode_report": result["mode_report"]} if result.get("mode_report") else {}),
     }
 

@@ -21,8 +21,9 @@ def print_plan(plan, brief: bool = False) -> None:
     launch = tree.add("launch")
     launch.add(f"world size {plan.world_size} = {plan.nodes} node(s) x {plan.ranks_per_node} rank(s); "
                f"backend {plan.backend}; device {plan.device}; {plan.threads_per_rank} thread(s)/rank")
-    launch.add(f"kernel {plan.kernel}; dtype {plan.dtype}; epochs {plan.epochs}; parts {plan.num_parts} "
-               f"({plan.partitioner})")
+    launch.add(f"dtype {plan.dtype}; epochs {plan.epochs}; parts {plan.num_parts} ({plan.partitioner})")
+    kernel = launch.add(f"sparse kernel {plan.kernel}")
+    kernel.add(plan.kernel_note)
     mem = plan.memory_per_rank
     m = tree.add(f"estimated memory per rank: {_fmt_bytes(mem.total_bytes)}")
     if not brief:

@@ -8,15 +8,16 @@ Each layer splits into
 * ``update(h, z)``: the dense per-row part.
 
 Modes differ only in the ``agg`` they pass, so every mode trains the same
-network with the same parameters (the exactness tests rely on it). Dropout is
-drawn for the *global* tensor from a shared seed and sliced to the rows a
-process holds (notes/exactness.md), so it also matches across modes.
+network with the same parameters (the exactness tests rely on it). Dropout
+masks are a hash of (seed, epoch, layer, global row, column), so every mode
+drops the same entries while drawing only the rows it holds.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -155,23 +156,63 @@ class GATLayer(nn.Module):
         return z + self.bias
 
 
-class GlobalDropout:
-    """Dropout whose mask is drawn for the global (num_nodes × d) tensor.
+def _signed(value: int, bits: int) -> int:
+    """An unsigned constant as the two's-complement value torch's signed integers hold."""
+    return value - (1 << bits) if value >= (1 << (bits - 1)) else value
 
-    The generator is seeded from (seed, epoch, layer); each process takes the
-    rows it holds (``global_ids``), so single and distributed runs drop the
-    same entries.
+
+def _shift_right_logical(z: torch.Tensor, k: int, bits: int) -> torch.Tensor:
+    return (z >> k) & ((1 << (bits - k)) - 1)
+
+
+def _mix64(z: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's finaliser on int64 tensors (multiplication wraps modulo 2^64)."""
+    z = (z ^ _shift_right_logical(z, 30, 64)) * _signed(0xBF58476D1CE4E5B9, 64)
+    z = (z ^ _shift_right_logical(z, 27, 64)) * _signed(0x94D049BB133111EB, 64)
+    return z ^ _shift_right_logical(z, 31, 64)
+
+
+def row_hash_keep_mask(rows: torch.Tensor, width: int, stream: int, p: float) -> torch.Tensor:
+    """Keep mask (len(rows) × width) of a counter-based dropout: entry (r, c) is a hash of
+    (stream, global row id r, column c), so any process draws the same bits for a row
+    without drawing the others.
+
+    A 64-bit mix of each row id and of each column id (small vectors), xored per entry
+    and finished with one 32-bit multiply-xorshift-multiply round; the entry is kept when
+    the signed 32-bit result is at or above the p-quantile (P(keep) = 1 - p to 2^-32).
+    """
+    rows = rows.to(torch.int64)
+    row_key = _mix64(rows * _signed(0x9E3779B97F4A7C15, 64) + stream) >> 32
+    cols = torch.arange(width, dtype=torch.int64, device=rows.device)
+    col_key = _mix64(cols * _signed(0xD1B54A32D192ED03, 64) + (stream ^ 0x5BD1E995)) >> 32
+    x = row_key.to(torch.int32).unsqueeze(1) ^ col_key.to(torch.int32).unsqueeze(0)
+    x.mul_(_signed(0x7FEB352D, 32))
+    x.bitwise_xor_(_shift_right_logical(x, 15, 32))
+    x.mul_(_signed(0x846CA68B, 32))
+    return x >= -(1 << 31) + int(round(p * (1 << 32)))
+
+
+class GlobalDropout:
+    """Dropout whose mask is a function of (seed, epoch, layer, global row, column).
+
+    Each process computes the mask of the rows it holds (``global_ids``; all
+    rows when None) with :func:`row_hash_keep_mask`, so single and distributed
+    runs drop the same entries, and a rank's cost is its own rows, not the graph.
     """
 
     def __init__(self, p: float, seed: int, num_global_nodes: int, global_ids: Optional[torch.Tensor]):
         self.p, self.seed, self.num_global_nodes, self.global_ids = p, seed, num_global_nodes, global_ids
         self.epoch = 0
 
+    def stream(self, layer: int) -> int:
+        """A 63-bit key of (seed, epoch, layer)."""
+        words = np.random.SeedSequence([int(self.seed), int(self.epoch), int(layer)]).generate_state(2, np.uint64)
+        return int(words[0]) >> 1
+
     def keep_mask(self, width: int, layer: int) -> torch.Tensor:
         """The boolean keep mask of this epoch and layer for the held rows (CPU)."""
-        gen = torch.Generator().manual_seed(hash((self.seed, self.epoch, layer)) & 0x7FFF_FFFF_FFFF)
-        keep = torch.rand((self.num_global_nodes, width), generator=gen) >= self.p
-        return keep if self.global_ids is None else keep[self.global_ids]
+        rows = self.global_ids if self.global_ids is not None else torch.arange(self.num_global_nodes)
+        return row_hash_keep_mask(rows, width, self.stream(layer), self.p)
 
     def apply_mask(self, h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         return h * keep.to(device=h.device, dtype=h.dtype) / (1.0 - self.p)

@@ -1,44 +1,82 @@
-"""Weighted sparse aggregation kernels: out[v] = Σ_{u→v} w_uv · h[u].
+"""Sparse aggregation kernels: out[v] = Σ_{u→v} w_uv · h[u].
 
-Two interchangeable paths behind :class:`SparseAdjacency`:
+GCN's D^-1/2 (A+I) D^-1/2, SAGE-mean's 1/in-degree and GIN's sum all factor
+as w_uv = src_scale[u] · dst_scale[v] (see :mod:`gnntrain.models.norm`), so
+the aggregation is a source-row scale, an *unweighted* SpMM and a
+destination-row scale, as DGL's ``GraphConv`` computes it. The unweighted
+SpMM is several times faster than the edge-weighted one on CPU (DGL's
+``copy_u_sum`` against ``u_mul_e_sum``: docs/BENCHMARKS.md, ``kernels``).
+Edge weights that do not factor (a future edge-weighted model) keep the
+weighted kernel.
 
-* ``dgl``: DGL's fused ``u_mul_e_sum`` SpMM on a bipartite block (CPU default;
-  DGL from PyPI is CPU-only).
-* ``torch``: torch-native CSR SpMM with an explicit transpose for backward,
-  usable on CUDA devices without a DGL build.
+Two interchangeable SpMM paths behind :class:`SparseAdjacency`:
 
-DGL is imported lazily, only when the ``dgl`` path is used.
+* ``dgl``: DGL's ``copy_u_sum`` / ``u_mul_e_sum`` on a bipartite block
+  (CPU only: DGL from PyPI has no CUDA build);
+* ``torch``: torch-native CSR SpMM with a prebuilt transpose for backward.
+
+``kernel=auto`` is resolved by :func:`choose_kernel`, which times both paths
+on a graph of the run's average degree, feature width, dtype and thread
+count, and caches the result per host. DGL is imported lazily.
 """
 from __future__ import annotations
 
+import json
+import os
+import platform
+import time
 import warnings
-from typing import Optional
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Optional, Tuple
 
 import torch
 
+from gnntrain.atomic import atomic_write_bytes
 
-def resolve_kernel(kernel: str, device: torch.device) -> str:
-    if kernel == "auto":
-        return "dgl" if device.type == "cpu" and dgl_available() else "torch"
-    return kernel
+KERNELS = ("dgl", "torch")
+SPMM_CALLS: Counter = Counter()  # SpMMs run in this process by path: "unweighted" (row scales) | "weighted"
 
 
 def dgl_available() -> bool:
     try:
+        os.environ.setdefault("DGLBACKEND", "pytorch")
         import dgl  # noqa: F401
     except Exception:  # pragma: no cover - depends on the install
         return False
     return True
 
 
-def _csr(rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, shape) -> torch.Tensor:
-    order = torch.argsort(rows * shape[1] + cols)
-    rows, cols, vals = rows[order], cols[order], vals[order]
-    crow = torch.zeros(shape[0] + 1, dtype=torch.int64, device=rows.device)
-    crow[1:] = torch.cumsum(torch.bincount(rows, minlength=shape[0]), 0)
+def kernel_problem(kernel: str, device: str, dtype: torch.dtype) -> Optional[str]:
+    """Why ``kernel`` cannot aggregate ``dtype`` rows on ``device`` (None: it can).
+
+    Probed with a 2×2 product, so the answer is the installed build's, not a list kept by hand."""
+    if kernel not in KERNELS:
+        return f"unknown kernel {kernel!r}; use auto, {' or '.join(KERNELS)}"
+    if kernel == "dgl":
+        if device != "cpu":
+            return "the DGL kernel path is CPU-only in this stack (PyPI DGL has no CUDA build)"
+        if not dgl_available():
+            return "DGL is not installed (or does not import with this torch)"
+    try:
+        adj = SparseAdjacency(torch.tensor([0, 1]), torch.tensor([1, 0]), torch.ones(2, dtype=torch.float64),
+                              2, 2, kernel=kernel, device=torch.device(device))
+        adj.spmm(torch.ones(2, 1, dtype=dtype, device=device))
+    except Exception as exc:  # the build's own refusal, e.g. "not implemented for 'Half'"
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"the {kernel} kernel does not support {str(dtype).replace('torch.', '')} on {device}: {first_line}"
+    return None
+
+
+def _unit_csr(rows: torch.Tensor, cols: torch.Tensor, values: Optional[torch.Tensor], shape: Tuple[int, int],
+              dtype: torch.dtype) -> torch.Tensor:
+    """CSR of (rows, cols) with ``values`` (ones if None); duplicate entries are summed."""
+    vals = torch.ones(rows.numel(), dtype=dtype, device=rows.device) if values is None else values.to(dtype)
+    coo = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, shape).coalesce()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.sparse_csr_tensor(crow, cols, vals, size=shape)
+        return coo.to_sparse_csr()
 
 
 class _CsrSpmm(torch.autograd.Function):
@@ -54,44 +92,73 @@ class _CsrSpmm(torch.autograd.Function):
         return ctx.a_t @ grad_out.contiguous(), None, None
 
 
-class SparseAdjacency:
-    """A weighted bipartite adjacency from ``num_src`` source rows to ``num_dst`` rows.
+def _row_scale(index: torch.Tensor, per_edge: torch.Tensor, rows: int) -> Tuple[bool, Optional[torch.Tensor]]:
+    """The per-row factor behind ``per_edge`` (indexed by ``index``): (consistent, scale or None if all ones)."""
+    if per_edge.numel() == 0 or bool((per_edge == 1).all()):
+        return True, None
+    scale = torch.zeros(rows, dtype=per_edge.dtype, device=per_edge.device).index_put_((index,), per_edge)
+    return bool(torch.equal(scale[index], per_edge)), scale
 
-    ``dst``/``src`` index the destination and source spaces; ``weight`` holds
-    one value per edge (global normalisation already applied).
+
+class SparseAdjacency:
+    """A bipartite adjacency from ``num_src`` source rows to ``num_dst`` destination rows.
+
+    ``dst``/``src`` index the destination and source spaces. ``weight`` is
+    either one value per edge (E,), or the factors (E, 2) = (src_scale[u],
+    dst_scale[v]) of each edge's weight (:func:`gnntrain.models.norm.edge_weights`;
+    global normalisation already applied). Factors that are one value per row
+    (what every model's normalisation gives) take the unweighted SpMM between
+    two row scales; otherwise their products take the weighted one.
     """
 
     def __init__(self, dst: torch.Tensor, src: torch.Tensor, weight: torch.Tensor,
-                 num_dst: int, num_src: int, kernel: str = "auto",
-                 device: Optional[torch.device] = None):
+                 num_dst: int, num_src: int, kernel: str = "torch", device: Optional[torch.device] = None):
         self.device = device or torch.device("cpu")
-        self.kernel = resolve_kernel(kernel, self.device)
+        if kernel not in KERNELS:
+            raise ValueError(f"unknown kernel {kernel!r}; use one of {', '.join(KERNELS)} "
+                             "(the plan resolves auto)")
+        self.kernel = kernel
         self.num_dst, self.num_src = int(num_dst), int(num_src)
         self.num_edges = int(dst.numel())
-        self._weights = {}
         self._dst, self._src = dst.to(self.device), src.to(self.device)
-        self._weight = weight
+        self.weight = weight  # as given, so the adjacency can be rebuilt on another device
+        w = weight.to(self.device)
+        self.separable = w.dim() == 2
+        self._src_scale = self._dst_scale = self._edge_weight = None
+        if self.separable:
+            src_ok, self._src_scale = _row_scale(self._src, w[:, 0], self.num_src)
+            dst_ok, self._dst_scale = _row_scale(self._dst, w[:, 1], self.num_dst)
+            self.separable = src_ok and dst_ok
+            if not self.separable:
+                self._src_scale = self._dst_scale = None
+                w = w[:, 0] * w[:, 1]
+        if not self.separable:
+            self._edge_weight = w
+        self._by_dtype: Dict[torch.dtype, tuple] = {}
         if self.kernel == "dgl":
+            os.environ.setdefault("DGLBACKEND", "pytorch")
             import dgl
 
-            self._block = dgl.create_block((src, dst), num_src_nodes=self.num_src, num_dst_nodes=self.num_dst)
-        elif self.kernel == "torch":
-            self._csr_cache = {}
-        else:
-            raise ValueError(f"unknown kernel {kernel!r}; use auto, dgl or torch")
+            self._block = dgl.create_block((self._src, self._dst), num_src_nodes=self.num_src,
+                                           num_dst_nodes=self.num_dst)
 
-    def _weight_as(self, dtype: torch.dtype) -> torch.Tensor:
-        if dtype not in self._weights:
-            self._weights[dtype] = self._weight.to(device=self.device, dtype=dtype)
-        return self._weights[dtype]
+    def to(self, device: torch.device, kernel: str) -> "SparseAdjacency":
+        return SparseAdjacency(self._dst, self._src, self.weight, self.num_dst, self.num_src, kernel=kernel,
+                               device=device)
 
-    def _csr_pair(self, dtype: torch.dtype):
-        if dtype not in self._csr_cache:
-            w = self._weight_as(dtype)
-            a = _csr(self._dst, self._src, w, (self.num_dst, self.num_src))
-            a_t = _csr(self._src, self._dst, w, (self.num_src, self.num_dst))
-            self._csr_cache[dtype] = (a, a_t)
-        return self._csr_cache[dtype]
+    def _operands(self, dtype: torch.dtype) -> tuple:
+        """(src scale column, dst scale column, edge weights, CSR pair) in ``dtype``, built once."""
+        if dtype not in self._by_dtype:
+            def col(s):
+                return None if s is None else s.to(dtype).unsqueeze(1)
+
+            edge_w = None if self._edge_weight is None else self._edge_weight.to(dtype)
+            csr = None
+            if self.kernel == "torch":
+                csr = (_unit_csr(self._dst, self._src, edge_w, (self.num_dst, self.num_src), dtype),
+                       _unit_csr(self._src, self._dst, edge_w, (self.num_src, self.num_dst), dtype))
+            self._by_dtype[dtype] = (col(self._src_scale), col(self._dst_scale), edge_w, csr)
+        return self._by_dtype[dtype]
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         return self.spmm(h)
@@ -103,14 +170,117 @@ class SparseAdjacency:
     def spmm(self, h: torch.Tensor) -> torch.Tensor:
         if h.shape[0] != self.num_src:
             raise ValueError(f"aggregation expects {self.num_src} source rows, got {h.shape[0]}")
+        src_scale, dst_scale, edge_w, csr = self._operands(h.dtype)
+        SPMM_CALLS["unweighted" if edge_w is None else "weighted"] += 1
+        if src_scale is not None:
+            h = h * src_scale
         if self.kernel == "dgl":
             import dgl
 
-            w = self._weight_as(h.dtype)
-            return dgl.ops.u_mul_e_sum(self._block, h, w.unsqueeze(-1))
-        a, a_t = self._csr_pair(h.dtype)
-        return _CsrSpmm.apply(h, a, a_t)
+            out = (dgl.ops.copy_u_sum(self._block, h) if edge_w is None
+                   else dgl.ops.u_mul_e_sum(self._block, h, edge_w.unsqueeze(-1)))
+        else:
+            out = _CsrSpmm.apply(h, *csr)
+        return out if dst_scale is None else out * dst_scale
 
     def flops(self, width: int) -> int:
         """Multiply-adds of one SpMM at feature width ``width`` (2 per edge and column)."""
         return 2 * self.num_edges * int(width)
+
+
+# ----------------------------------------------------------------- kernel=auto
+@dataclass(frozen=True)
+class KernelChoice:
+    kernel: str
+    seconds: Dict[str, float]  # measured forward+backward SpMM time per candidate
+    probe: str  # what was timed
+
+    def describe(self) -> str:
+        times = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in sorted(self.seconds.items(), key=lambda kv: kv[1]))
+        return f"kernel=auto measured {times} ({self.probe})"
+
+
+def _random_graph(num_nodes: int, avg_degree: float, seed: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    num_edges = max(1, int(num_nodes * avg_degree))
+    return (torch.randint(0, num_nodes, (num_edges,), generator=gen),
+            torch.randint(0, num_nodes, (num_edges,), generator=gen))
+
+
+def time_kernel(kernel: str, dst: torch.Tensor, src: torch.Tensor, num_nodes: int, width: int,
+                dtype: torch.dtype, device: torch.device, reps: int = 3) -> float:
+    """Best-of-``reps`` seconds of one unweighted SpMM forward and backward (after one warm-up)."""
+    adj = SparseAdjacency(dst, src, torch.ones(dst.numel(), 2, dtype=torch.float64), num_nodes, num_nodes,
+                          kernel=kernel, device=device)
+    h = torch.randn(num_nodes, width, dtype=dtype, device=device, requires_grad=True)
+    grad = torch.ones(num_nodes, width, dtype=dtype, device=device)
+
+    def step():
+        h.grad = None
+        adj.spmm(h).backward(grad)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    step()
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        step()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _cache_key(device: str, dtype: str, threads: int, degree_bucket: int, width: int) -> str:
+    dgl_version = "none"
+    if dgl_available():
+        import dgl
+
+        dgl_version = dgl.__version__
+    name = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine()
+    return "|".join([f"torch {torch.__version__}", f"dgl {dgl_version}", device, name, dtype,
+                     f"threads {threads}", f"degree~{degree_bucket}", f"width {width}"])
+
+
+def choose_kernel(device: str, dtype: str, threads: int, avg_degree: float, width: int,
+                  cache_dir: Optional[Path] = None, probe_nodes: int = 50_000) -> KernelChoice:
+    """Time every kernel that supports (device, dtype) on a random graph of ``probe_nodes`` nodes
+    with the run's average degree and width, at ``threads`` intra-op threads; the fastest wins.
+
+    Results are cached in ``cache_dir/kernels.json`` per (torch, DGL, device, dtype, threads,
+    degree rounded to a power of two, width), so a host measures each shape once."""
+    degree_bucket = 1 << max(0, round(max(avg_degree, 1.0)).bit_length() - 1)
+    width = max(1, int(width))
+    key = _cache_key(device, dtype, threads, degree_bucket, width)
+    cache_file = Path(cache_dir) / "kernels.json" if cache_dir is not None else None
+    cached: Dict[str, dict] = {}
+    if cache_file is not None and cache_file.exists():
+        try:
+            cached = json.loads(cache_file.read_text())
+        except (OSError, ValueError):
+            cached = {}  # a corrupt cache is re-measured and rewritten
+        if key in cached:
+            entry = cached[key]
+            return KernelChoice(entry["kernel"], dict(entry["seconds"]), entry["probe"])
+    torch_dtype = getattr(torch, dtype)
+    candidates = [k for k in KERNELS if kernel_problem(k, device, torch_dtype) is None]
+    if not candidates:
+        raise ValueError(f"no sparse kernel supports {dtype} on {device}")
+    src, dst = _random_graph(probe_nodes, float(degree_bucket))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(threads)))
+    try:
+        seconds = {k: time_kernel(k, dst, src, probe_nodes, width, torch_dtype, torch.device(device))
+                   for k in candidates}
+    finally:
+        torch.set_num_threads(previous)
+    probe = f"SpMM fwd+bwd, {probe_nodes} nodes, degree {degree_bucket}, width {width}, {threads} thread(s)"
+    choice = KernelChoice(min(seconds, key=seconds.get), seconds, probe)
+    if cache_file is not None:
+        try:
+            fresh = json.loads(cache_file.read_text()) if cache_file.exists() else {}
+        except (OSError, ValueError):
+            fresh = {}
+        fresh[key] = {"kernel": choice.kernel, "seconds": choice.seconds, "probe": probe}
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(cache_file, json.dumps(fresh, indent=1, sort_keys=True).encode())
+    return choice

@@ -1,7 +1,14 @@
-"""Edge weights from *global* degrees (notes/exactness.md, first rule).
+"""Edge weights from *global* degrees (notes/exactness.md, first rule), kept as
+the two factors of each weight.
 
 They are computed once on the whole graph, before partitioning, and shipped
 with each partition's edges. Degrees counted per partition would be wrong.
+
+Every model's weight factors as w_uv = src_scale[u] · dst_scale[v], so each
+edge carries the pair (src_scale[u], dst_scale[v]): modes slice and reorder
+edges as before, and :class:`~gnntrain.models.kernels.SparseAdjacency` turns
+the factors back into two row scales around an unweighted SpMM (the form of
+DGL's ``GraphConv``).
 """
 from __future__ import annotations
 
@@ -9,20 +16,36 @@ import torch
 
 
 def edge_weights(model: str, src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> torch.Tensor:
-    """float64 weight per edge src→dst for the model's aggregation.
+    """float64 (E, 2) factors (src_scale[u], dst_scale[v]) per edge src→dst.
 
-    * gcn: 1/sqrt(out_deg(u)·in_deg(v)), the symmetric D^-1/2 (A+I) D^-1/2 when
-      self-loops are present (DGL GraphConv ``norm='both'``).
-    * sage: 1/in_deg(v), the neighbour mean (DGL SAGEConv ``'mean'``).
-    * gin, gat: 1 (sum; GAT computes its own attention weights).
+    * gcn: 1/sqrt(out_deg(u)) and 1/sqrt(in_deg(v)), the symmetric
+      D^-1/2 (A+I) D^-1/2 when self-loops are present (DGL GraphConv ``norm='both'``).
+    * sage: 1 and 1/in_deg(v), the neighbour mean (DGL SAGEConv ``'mean'``).
+    * gin, gat: 1 and 1 (sum; GAT computes its own attention weights).
     """
+    ones = torch.ones(src.numel(), dtype=torch.float64)
     if model == "gcn":
         out_deg = torch.bincount(src, minlength=num_nodes).clamp(min=1).to(torch.float64)
         in_deg = torch.bincount(dst, minlength=num_nodes).clamp(min=1).to(torch.float64)
-        return out_deg[src].rsqrt() * in_deg[dst].rsqrt()
+        return torch.stack([out_deg.rsqrt()[src], in_deg.rsqrt()[dst]], dim=1)
     if model == "sage":
         in_deg = torch.bincount(dst, minlength=num_nodes).clamp(min=1).to(torch.float64)
-        return 1.0 / in_deg[dst]
+        return torch.stack([ones, in_deg.reciprocal()[dst]], dim=1)
     if model in ("gin", "gat"):
-        return torch.ones(src.numel(), dtype=torch.float64)
+        return torch.stack([ones, ones], dim=1)
     raise ValueError(f"unknown model {model!r}")
+
+
+def edge_weight_values(weights: torch.Tensor) -> torch.Tensor:
+    """One weight per edge: the product of the factors (a 1-D tensor is returned as it is)."""
+    return weights if weights.dim() == 1 else weights[:, 0] * weights[:, 1]
+
+
+def transposed(weights: torch.Tensor) -> torch.Tensor:
+    """The factors of the transposed adjacency (dst → src): the two columns swap."""
+    return weights if weights.dim() == 1 else weights.flip(1)
+
+
+def source_scale(weights: torch.Tensor, src: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """src_scale per node (zero where a node has no out-edge) from factored ``weights``."""
+    return torch.zeros(num_nodes, dtype=weights.dtype).index_put_((src,), weights[:, 0])

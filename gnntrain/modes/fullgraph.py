@@ -22,6 +22,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from gnntrain.checkpoint import preemption_boundary, resume_requested, run_checkpointer, slurm_restarted
 from gnntrain.comm.accounting import KINDS, Phase
 from gnntrain.models import GlobalDropout, ModelSpec, build_model
+from gnntrain.models.kernels import SPMM_CALLS
 from gnntrain.modes.base import RankShard
 from gnntrain.runtime import RankContext, StageClock, peak_device_bytes, peak_host_bytes
 
@@ -232,8 +233,11 @@ def run_totals(ctx: RankContext, setup_s: float = 0.0) -> Dict[str, Any]:
     peaks = comm.reduce_stats(slots)
     host, dev = [int(x) for x in peaks[:comm.world_size]], [int(x) for x in peaks[comm.world_size:]]
     any_device = any(dev)
-    setup_bytes = comm.reduce_stats([float(comm.ledger.total_sent(Phase.setup))])[0]
+    setup_bytes, unweighted, weighted = comm.reduce_stats([float(comm.ledger.total_sent(Phase.setup)),
+                                                           float(SPMM_CALLS["unweighted"]),
+                                                           float(SPMM_CALLS["weighted"])])
     return {
+        "spmm_calls": {"unweighted": int(unweighted), "weighted": int(weighted)},
         "peak_memory_bytes": {"host_max_rank": max(host), "device_max_rank": max(dev) if any_device else None,
                               "host_per_rank": host, "device_per_rank": dev if any_device else None},
         "setup": {"preprocess_s": ctx.preprocess_s + setup_s, "setup_comm_bytes": int(setup_bytes)},

@@ -39,7 +39,7 @@ import torch
 from gnntrain.config.schema import ModeConfig
 from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
-from gnntrain.models import SparseAdjacency
+from gnntrain.models import SparseAdjacency, transposed
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.single import graph_tensors
@@ -342,7 +342,7 @@ class HongTuEngine:
             s_local = _positions(rows, src[e_lo:e_hi].numpy())
             v_pos = _positions(rows, np.arange(v_lo, v_hi))
             fwd = SparseAdjacency(d_local, s_local, w[e_lo:e_hi], v_hi - v_lo, rows.size, kernel=kernel)
-            bwd = SparseAdjacency(s_local, d_local, w[e_lo:e_hi], rows.size, v_hi - v_lo, kernel=kernel)
+            bwd = SparseAdjacency(s_local, d_local, transposed(w[e_lo:e_hi]), rows.size, v_hi - v_lo, kernel=kernel)
             self.topology[c] = (fwd, bwd, v_pos, torch.stack([d_local, s_local]))
         self.rows: Dict[Tuple[str, str], int] = {}  # (direction, kind) → rows of the current pass
         self.rows_last: Dict[Tuple[str, str], int] = {}  # ... of the last training epoch (forward + backward)
@@ -470,9 +470,7 @@ class HongTuEngine:
             return adj
         key = id(adj)
         if key not in self._cuda_adj:
-            dst, src = adj.edge_index()
-            self._cuda_adj[key] = SparseAdjacency(dst, src, adj._weight, adj.num_dst, adj.num_src,
-                                                  kernel="torch", device=self.device)
+            self._cuda_adj[key] = adj.to(self.device, kernel="torch")
         return self._cuda_adj[key]
 
     def _topology_bytes(self, c: int) -> int:

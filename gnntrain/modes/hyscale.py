@@ -175,7 +175,8 @@ class NeighborSampler:
             dst_global = block.dstdata[dgl.NID]
             sampled = block.in_degrees().to(torch.float64).clamp(min=1)
             scale = self.deg[dst_global] / sampled
-            weight = self.weight[block.edata[dgl.EID]] * scale[dst_local].to(self.weight.dtype)
+            weight = self.weight[block.edata[dgl.EID]].clone()  # (src, dst) factors; the dst one rescales
+            weight[:, 1] *= scale[dst_local].to(weight.dtype)
             out.append(Block(dst_local, src_local, weight, block.num_dst_nodes(), block.num_src_nodes()))
         return input_nodes, out
 

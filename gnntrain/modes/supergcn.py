@@ -16,11 +16,13 @@ The exchange starts asynchronously and the local aggregation runs while it
 is in flight (``mode.overlap``, §4.4); backward exchanges synchronously.
 
 Both halves are sparse products: the sender builds its outgoing rows as
-``S_j · H_j`` (S_j selects post rows with weight 1 and sums pre edges with
-their weights), and the receiver adds a local adjacency over ``H_i`` to a
-remote one over the received rows, whose pre-row columns have weight 1. Edge weights are the model's
-global-degree weights, so SAGE's mean is exactly "exchange partial sums,
-divide by the global in-degree". Backward runs the same path in reverse.
+``S_j · H_j`` (S_j selects post rows and sums pre edges, each source row
+scaled by its source factor), and the receiver adds a local adjacency over
+``H_i`` to a remote one over the received rows, both scaled by the
+destination factor. Edge weights are the model's global-degree weights
+kept as factors (models/norm.py), so every product is an unweighted SpMM and
+SAGE's mean is exactly "exchange partial sums, divide by the global
+in-degree". Backward runs the same path in reverse.
 
 With ``bits < 32`` the exchanged rows (and with ``quantize_backward`` their
 gradients) are coded per row by ``comm/quantize.py`` (§4.2). Label
@@ -40,7 +42,7 @@ from gnntrain.comm.quantize import PARAM_DTYPES, packed_row_bytes, param_row_byt
 from gnntrain.config.schema import ModeConfig
 from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
-from gnntrain.models import SparseAdjacency
+from gnntrain.models import SparseAdjacency, source_scale
 from gnntrain.plan import DTYPE_BYTES
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
@@ -186,7 +188,11 @@ class SuperGCNMode(Mode):
 
     @staticmethod
     def _receiver_edges(rank, offsets, splits, pair_edges, src_n, dst_n, w, block_src, block_dst) -> Dict[str, Any]:
-        """Local edges (own rows → own rows), and edges from the rows received (by sender) → own rows."""
+        """Local edges (own rows → own rows), and edges from the rows received (by sender) → own rows.
+
+        Weights stay factored (models/norm.py): senders apply the source factor, so every
+        received column has factor 1 and every own row its destination factor."""
+        dst_scale = torch.zeros(int(offsets[-1]), dtype=w.dtype).index_put_((dst_n,), w[:, 1])
         lo = int(offsets[rank])
         local = torch.from_numpy(np.flatnonzero((block_dst == rank) & (block_src == rank)))
         dsts, cols, weights = [], [], []
@@ -199,24 +205,27 @@ class SuperGCNMode(Mode):
             edges = torch.from_numpy(pair_edges[(j, rank)])
             post = torch.from_numpy(split.is_post_edge)
             post_rows, pre_rows = torch.from_numpy(split.post_rows), torch.from_numpy(split.pre_rows)
-            pe = edges[post]  # raw source rows, aggregated here with their edge weights
+            pe = edges[post]  # source rows (sent src-scaled), aggregated here with their dst factor
             dsts.append(dst_n[pe] - lo)
             cols.append(base + torch.searchsorted(post_rows, src_n[pe] - int(offsets[j])))
-            weights.append(w[pe])
-            # one partial sum per pre row, added with weight 1
+            weights.append(torch.stack([torch.ones(pe.numel(), dtype=w.dtype), w[pe, 1]], dim=1))
+            # one partial sum Σ src_scale[u]·h[u] per pre row, added with the row's dst factor
             dsts.append(pre_rows)
             cols.append(base + post_rows.numel() + torch.arange(pre_rows.numel()))
-            weights.append(torch.ones(pre_rows.numel(), dtype=w.dtype))
+            weights.append(torch.stack([torch.ones(pre_rows.numel(), dtype=w.dtype), dst_scale[pre_rows + lo]],
+                                       dim=1))
             counts[j] = split.rows
             base += split.rows
         empty = torch.zeros(0, dtype=torch.int64)
         remote = ((torch.cat(dsts), torch.cat(cols), torch.cat(weights)) if dsts
-                  else (empty, empty, torch.zeros(0, dtype=w.dtype)))
+                  else (empty, empty, torch.zeros(0, 2, dtype=w.dtype)))
         return {"local": (dst_n[local] - lo, src_n[local] - lo, w[local]), "remote": remote, "counts": counts}
 
     @staticmethod
     def _sender_matrix(rank, offsets, splits, pair_edges, src_n, dst_n, w) -> Dict[str, Any]:
-        """S_rank: outgoing rows (grouped by receiver, post rows then pre sums) from own rows."""
+        """S_rank: outgoing rows (grouped by receiver, post rows then pre sums) from own rows, each
+        own row scaled by its source factor (the receiver applies the destination factor)."""
+        src_scale = source_scale(w, src_n, int(offsets[-1]))
         slots, cols, weights = [], [], []
         counts = [0] * (len(offsets) - 1)
         base = 0
@@ -228,16 +237,17 @@ class SuperGCNMode(Mode):
             post_rows, pre_rows = torch.from_numpy(split.post_rows), torch.from_numpy(split.pre_rows)
             slots.append(base + torch.arange(post_rows.numel()))
             cols.append(post_rows)
-            weights.append(torch.ones(post_rows.numel(), dtype=w.dtype))
+            weights.append(torch.stack([src_scale[post_rows + lo], torch.ones(post_rows.numel(), dtype=w.dtype)],
+                                       dim=1))
             pre = torch.from_numpy(pair_edges[(rank, i)])[~torch.from_numpy(split.is_post_edge)]
             slots.append(base + post_rows.numel() + torch.searchsorted(pre_rows, dst_n[pre] - int(offsets[i])))
             cols.append(src_n[pre] - lo)
-            weights.append(w[pre])
+            weights.append(torch.stack([w[pre, 0], torch.ones(pre.numel(), dtype=w.dtype)], dim=1))
             counts[i] = split.rows
             base += split.rows
         empty = torch.zeros(0, dtype=torch.int64)
         return {"send_slots": torch.cat(slots) if slots else empty, "send_cols": torch.cat(cols) if cols else empty,
-                "send_weights": torch.cat(weights) if weights else torch.zeros(0, dtype=w.dtype),
+                "send_weights": torch.cat(weights) if weights else torch.zeros(0, 2, dtype=w.dtype),
                 "send_counts": counts}
 
     # ---------------------------------------------------------------- train
