@@ -167,7 +167,7 @@ def layer_widths(model: str, dims: List[int], aggregate_first: Optional[bool]) -
     """Width each layer hands to its aggregation (mirrors gnntrain.models.gnn)."""
     widths = []
     for d_in, d_out in zip(dims[:-1], dims[1:]):
-        if model == "gcn":
+        if model in ("gcn", "sage"):
             first = (d_in <= d_out) if aggregate_first is None else aggregate_first
             widths.append(d_in if first else d_out)
         else:

@@ -33,12 +33,12 @@ def test_halo_bytes_equal_closed_form(train, cache_dir, model, p):
     halo_rows = _nnz_cols_total(data.src.numpy(), data.dst.numpy(), part.parts, p)
     assert halo_rows == part.metrics.total_volume
     dims = [data.feat_dim, cfg.model.hidden, data.num_classes]
-    if model == "gcn":  # aggregate first only when the layer does not widen
-        widths = [d_in if d_in <= d_out else d_out for d_in, d_out in zip(dims[:-1], dims[1:])]
-        needs_grad = [d_in > d_out for d_in, d_out in zip(dims[:-1], dims[1:])]  # H.W is a grad path
-    else:
-        widths = dims[:-1]
-        needs_grad = [False, True]  # the input features need no gradient
+    # GCN and SAGE aggregate first unless the layer narrows (then H.W, a gradient path, is aggregated);
+    # aggregating the input features themselves needs no gradient
+    first = [d_in <= d_out for d_in, d_out in zip(dims[:-1], dims[1:])]
+    widths = [d_in if f else d_out for f, d_in, d_out in zip(first, dims[:-1], dims[1:])]
+    needs_grad = [layer > 0 or not f for layer, f in enumerate(first)]
+    assert widths == [cfg.model.hidden, data.num_classes] and needs_grad == [True, True]
     fwd = sum(widths) * halo_rows * 8
     bwd = sum(w for w, g in zip(widths, needs_grad) if g) * halo_rows * 8
     kinds = summary["comm_bytes"]["by_kind"]

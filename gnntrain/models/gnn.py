@@ -33,7 +33,7 @@ class ModelSpec:
     out_dim: int
     layers: int
     dropout: float
-    aggregate_first: Optional[bool] = None  # GCN only; None = DGL's rule (aggregate when not widening)
+    aggregate_first: Optional[bool] = None  # GCN and SAGE; None = DGL's rule (aggregate unless narrowing)
     gin_eps_learnable: bool = True
     label_classes: int = 0  # > 0: a learnable label embedding for label-propagation rows (SuperGCN §4.3)
 
@@ -63,10 +63,15 @@ class GCNLayer(nn.Module):
 
 
 class SAGELayer(nn.Module):
-    """h' = h·W_self + mean_{u∈N(v)} h_u · W_neigh + b (Hamilton et al., mean aggregator)."""
+    """h' = h·W_self + mean_{u∈N(v)} h_u · W_neigh + b (Hamilton et al., mean aggregator).
 
-    def __init__(self, d_in: int, d_out: int):
+    The mean is linear, so mean(h)·W_neigh = mean(h·W_neigh): like DGL's ``SAGEConv``
+    the narrower side is aggregated (``aggregate_first`` None: aggregate unless the
+    layer narrows), which halves neither accuracy nor exactness, only the SpMM width."""
+
+    def __init__(self, d_in: int, d_out: int, aggregate_first: Optional[bool] = None):
         super().__init__()
+        self.aggregate_first = (d_in <= d_out) if aggregate_first is None else aggregate_first
         self.fc_self = nn.Linear(d_in, d_out, bias=False)
         self.fc_neigh = nn.Linear(d_in, d_out, bias=False)
         self.bias = nn.Parameter(torch.zeros(d_out))
@@ -75,13 +80,13 @@ class SAGELayer(nn.Module):
         nn.init.xavier_uniform_(self.fc_neigh.weight, gain=gain)
 
     def comm_width(self) -> int:
-        return self.fc_self.weight.shape[1]
+        return self.fc_self.weight.shape[1] if self.aggregate_first else self.fc_self.weight.shape[0]
 
     def aggregate(self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
-        return agg(h)
+        return agg(h) if self.aggregate_first else agg(self.fc_neigh(h))
 
     def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return self.fc_self(h) + self.fc_neigh(z) + self.bias
+        return self.fc_self(h) + (self.fc_neigh(z) if self.aggregate_first else z) + self.bias
 
 
 class GINLayer(nn.Module):
@@ -233,7 +238,7 @@ class GNN(nn.Module):
             if spec.name == "gcn":
                 layers.append(GCNLayer(d_in, d_out, spec.aggregate_first))
             elif spec.name == "sage":
-                layers.append(SAGELayer(d_in, d_out))
+                layers.append(SAGELayer(d_in, d_out, spec.aggregate_first))
             elif spec.name == "gin":
                 layers.append(GINLayer(d_in, d_out, spec.gin_eps_learnable))
             elif spec.name == "gat":
