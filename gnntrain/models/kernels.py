@@ -181,7 +181,7 @@ class SparseAdjacency:
                    else dgl.ops.u_mul_e_sum(self._block, h, edge_w.unsqueeze(-1)))
         else:
             out = _CsrSpmm.apply(h, *csr)
-        return out if dst_scale is None else out * dst_scale
+        return out if dst_scale is None else out.mul_(dst_scale)  # out is fresh and no backward reads it
 
     def flops(self, width: int) -> int:
         """Multiply-adds of one SpMM at feature width ``width`` (2 per edge and column)."""
