@@ -32,29 +32,6 @@ class RankContext:
         return {"float32": torch.float32, "float64": torch.float64}[self.plan.dtype]
 
 
-def retain_freed_host_memory() -> bool:
-    """Make glibc malloc keep freed memory for reuse: large blocks (activations, SpMM outputs,
-    gradients, each tens to hundreds of MiB) come from the heap instead of a fresh mmap, and
-    free() no longer hands them back to the kernel, so the next epoch's temporaries reuse
-    resident pages instead of faulting in zeroed ones. Same effect as the allocator advice
-    in PyTorch's CPU performance guide (jemalloc/tcmalloc), without a preload. On the
-    kernels benchmark graph an SpMM forward+backward drops from 0.39 to 0.31 s.
-    Returns whether it applied (glibc only; elsewhere a no-op)."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
-    return bool(mallopt(m_mmap_threshold, 1 << 30)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
-
-
 def peak_host_bytes() -> int:
     """Peak resident set size of this process image.
 

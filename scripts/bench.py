@@ -170,15 +170,15 @@ def _kernels_spmm(n: int, reps: int) -> dict:
     """Seconds of one SpMM forward+backward at width 128 on the kernels graph (GCN normalisation):
     DGL's copy_u_sum alone (the floor a GraphConv pays), gnntrain's aggregation per kernel, and the
     edge-weighted u_mul_e_sum that gnntrain ran before."""
+    import gnntrain  # noqa: F401  (before torch: huge pages, as in a rank)
+
     import dgl
     import torch
 
     from gnntrain.data import load_dataset
     from gnntrain.models import SparseAdjacency, edge_weight_values, edge_weights
-    from gnntrain.runtime import retain_freed_host_memory
 
     torch.set_num_threads(2)
-    retain_freed_host_memory()  # as in a gnntrain rank; every op below runs under it
 
     data = load_dataset(compose(_kernel_graph(n)))
     src, dst = data.edges(True)
@@ -210,14 +210,16 @@ def _kernels_epoch(candidate: str, n: int, epochs: int, dropout: float) -> dict:
     relu, nn.Dropout, Adam) on the same generated graph; run in a fresh process."""
     import tempfile
 
+    system, model = candidate.split("-")
+    if system == "dgl":  # a user's script: torch's default page policy (gnntrain's import would set THP)
+        os.environ["THP_MEM_ALLOC_ENABLE"] = "0"
     import torch
 
-    torch.set_num_threads(2)
-    system, model = candidate.split("-")
-    if system == "dgl+retain":  # the same DGL loop under the allocator setting gnntrain's ranks use
-        from gnntrain.runtime import retain_freed_host_memory
+    import gnntrain  # noqa: F401  (first: sets THP_MEM_ALLOC_ENABLE=1 unless the candidate set it)
 
-        retain_freed_host_memory()
+    assert os.environ["THP_MEM_ALLOC_ENABLE"] == ("0" if system == "dgl" else "1")
+    torch.set_num_threads(2)
+    system = "dgl" if system == "dgl+thp" else system
     graph = _kernel_graph(n)
     common = [f"model={model}", "model.layers=3", "model.hidden=128", f"model.dropout={dropout}"]
     if system == "gnntrain":
@@ -285,7 +287,7 @@ def suite_kernels(quick: bool) -> dict:
                      f"{min(t) * 1e3:.0f}-{max(t) * 1e3:.0f}", f"{statistics.median(t) / base:.2f}", "", "", ""])
     runs = {}
     for dropout in (0.0, 0.5):
-        systems = ("dgl", "dgl+retain", "gnntrain") if dropout == 0 else ("dgl", "gnntrain")
+        systems = ("dgl", "dgl+thp", "gnntrain") if dropout == 0 else ("dgl", "gnntrain")
         names = [f"{system}-{model}" for model in ("gcn", "sage") for system in systems]
         out = {name: [] for name in names}
         for _ in range(reps):  # interleaved repetitions, each candidate in a fresh process
@@ -305,10 +307,10 @@ def suite_kernels(quick: bool) -> dict:
                          f"{peer_mem / 2**30:.2f}", ""])
             goal = "" if dropout else "<= 1.0 " + ("(met)" if ratio <= 1.0 else "(MISSED)")
             mem_goal = "" if dropout else "<= 1.1 " + ("(met)" if mem_ratio <= 1.1 else "(MISSED)")
-            if f"dgl+retain-{model}" in out:
-                alt = [statistics.median(r["times"][1:]) for r in out[f"dgl+retain-{model}"]]
-                alt_mem = statistics.median(r["peak"] for r in out[f"dgl+retain-{model}"])
-                rows.append([f"epoch, {tag}: plain DGL loop + gnntrain's host_allocator=retain (information)",
+            if f"dgl+thp-{model}" in out:
+                alt = [statistics.median(r["times"][1:]) for r in out[f"dgl+thp-{model}"]]
+                alt_mem = statistics.median(r["peak"] for r in out[f"dgl+thp-{model}"])
+                rows.append([f"epoch, {tag}: plain DGL loop with gnntrain's huge pages (information)",
                              f"{statistics.median(alt) * 1e3:.0f}", f"{min(alt) * 1e3:.0f}-{max(alt) * 1e3:.0f}",
                              f"{statistics.median(alt) / statistics.median(peer):.2f}", "",
                              f"{alt_mem / 2**30:.2f}", ""])
@@ -323,17 +325,17 @@ def suite_kernels(quick: bool) -> dict:
         "columns": ["candidate", "median (ms)", "min-max over reps (ms)", "ratio", "goal", "process peak RSS (GiB)",
                     "memory goal"],
         "rows": rows,
-        "notes": f"SpMM rows: 3 interleaved repetitions in one process, 2 threads, under the "
-                 "host_allocator=retain setting gnntrain's ranks use (glibc keeps freed blocks; see "
-                 "gnntrain/runtime.py). Epoch rows: {reps} interleaved repetitions, "
+        "notes": f"SpMM rows: 3 interleaved repetitions in one process (2 threads, huge pages on as in a "
+                 "gnntrain rank, so both sides share the page policy). Epoch rows: {reps} interleaved repetitions, "
                  f"each candidate in a fresh process (generation included in its peak RSS, VmHWM), {epochs} "
                  "epochs, median epoch with the first dropped; the table gives the median over repetitions. "
                  "gnntrain's epoch is forward+backward+step as in the DGL loop (evaluation only at the end, "
                  f"outside the timed epochs). The plan's kernel choice: {note}. SpMMs by path in the gnntrain GCN "
-                 f"run: {calls}. Both use the same edges "
-                 "(self-loops for GCN, none for SAGE, as gnntrain's model configs). The baseline DGL loop runs with "
-                 "glibc's default allocator, as a user's script would; the '+ host_allocator=retain' row gives "
-                 "the same loop under gnntrain's setting, to separate the allocator's share of the difference.",
+                 f"run: {calls}. Both use the same edges (self-loops for GCN, none for SAGE, as gnntrain's "
+                 "model configs). The baseline DGL loop runs with torch's default 4 KiB pages, as a user's "
+                 "script would; gnntrain sets THP_MEM_ALLOC_ENABLE=1 (transparent huge pages for tensors of "
+                 "2 MiB and more, gnntrain/__init__.py). The 'with gnntrain's huge pages' row is the same DGL "
+                 "loop with that setting, to separate its share of the difference.",
     }
 
 

@@ -30,14 +30,6 @@ class Kernel(str, Enum):
     torch = "torch"
 
 
-class HostAllocator(str, Enum):
-    """glibc malloc on ranks: ``retain`` keeps freed large blocks for reuse (no mmap/munmap and page
-    faults per activation-sized temporary); ``system`` leaves glibc's defaults."""
-
-    retain = "retain"
-    system = "system"
-
-
 class DeviceKind(str, Enum):
     cpu = "cpu"
     cuda = "cuda"
@@ -119,7 +111,6 @@ class HardwareConfig:
     host_memory_gb: float = 0.0  # 0 = detect on this host
     device_memory_gb: float = 0.0  # per device (GPU); 0 when device is cpu
     oversubscribe: float = 2.0  # warn when ranks exceed cores x this
-    host_allocator: HostAllocator = HostAllocator.retain  # see HostAllocator
     # bandwidths for the cost models, GB/s
     intra_node_gbps: float = 10.0
     inter_node_gbps: float = 1.25

@@ -30,7 +30,6 @@ from typing import Any, Dict, List, Optional
 from gnntrain.errors import GnnTrainError, RankFailure
 from gnntrain.metrics import RunRecorder, build_summary, failed_summary, write_json_atomic
 from gnntrain.models.kernels import SPMM_CALLS
-from gnntrain.runtime import retain_freed_host_memory
 
 
 def find_free_port() -> int:
@@ -98,8 +97,6 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
               partition: Dict[str, Any], preprocess_s: float) -> Optional[Dict[str, Any]]:
     """Entry point of one rank, whoever started it."""
     _set_threads(plan.threads_per_rank)
-    if str(plan.config["hardware"].get("host_allocator", "retain")) == "retain":
-        retain_freed_host_memory()
     import torch
 
     from gnntrain.comm import Communicator
