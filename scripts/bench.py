@@ -363,7 +363,8 @@ def suite_overhead(quick: bool) -> dict:
         t = statistics.median(times[name])
         compute = statistics.median(c for c, _, _ in parts[name])
         comm = statistics.median(m for _, m, _ in parts[name])
-        goal = "" if name.startswith("single") else "<= 1.3 " + ("(met)" if t / base <= 1.3 else "(MISSED)")
+        limit = 1.5 if name == "mop" else 1.3  # MoP: #17's goal (it aggregates d_in-wide at every layer)
+        goal = "" if name.startswith("single") else f"<= {limit} " + ("(met)" if t / base <= limit else "(MISSED)")
         rows.append([name, f"{t * 1e3:.1f}", f"{min(times[name]) * 1e3:.1f}-{max(times[name]) * 1e3:.1f}",
                      f"{t / base:.2f}", goal, f"{compute * 1e3:.1f}", f"{comm * 1e3:.1f}",
                      f"{parts[name][0][2] / 2**20:.2f}"])
