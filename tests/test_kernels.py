@@ -149,3 +149,23 @@ def test_dropout_mask_is_a_function_of_the_global_row():
     for other in (other_layer, other_epoch):
         assert abs((mask * other).mean().item() - 0.49) < 0.01
     assert abs(row_hash_keep_mask(torch.arange(1000), 100, 1, 0.9).float().mean().item() - 0.1) < 0.005
+
+
+@pytest.mark.parametrize("mode", [
+    pytest.param(["mode=partition", "mode.comm=sparse", "hardware.ranks_per_node=4", "mode.replication=2"],
+                 id="partition-1.5d"),
+    pytest.param(["mode=partition", "mode.comm=oblivious", "hardware.ranks_per_node=2"], id="partition-oblivious"),
+    pytest.param(["mode=supergcn", "mode.aggregation=hybrid", "mode.bits=2", "hardware.ranks_per_node=2"],
+                 id="supergcn"),
+    pytest.param(["mode=mop", "mode.pipeline_chunks=2", "hardware.ranks_per_node=2"], id="mop"),
+    pytest.param(["mode=hongtu", "mode.chunks=2", "hardware.ranks_per_node=2"], id="hongtu"),
+    pytest.param(["mode=hyscale", "mode.cpu_trainers=1", "mode.accel_trainers=1", "mode.fanouts=[4,4]"],
+                 id="hyscale"),
+])
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_every_mode_aggregates_with_the_unweighted_kernel(train, mode, model):
+    """The global-degree normalisation reaches every mode's blocks as row scales: no SpMM of the
+    run takes the edge-weighted kernel (summary.json counts them over all ranks)."""
+    s = train(["dataset=csbm", "dataset.num_nodes=600", "train.epochs=1", f"model={model}", "kernel=torch"] + mode)
+    assert s["status"] == "completed"
+    assert s["spmm_calls"]["weighted"] == 0 and s["spmm_calls"]["unweighted"] > 0
