@@ -3,6 +3,8 @@ import os as _os
 
 # OGB checks PyPI for a newer version of itself on import; never reach the network for that.
 _os.environ.setdefault("OUTDATED_IGNORE", "1")
+# DGL's backend is PyTorch; naming it spares every rank DGL's "backend not selected" notice.
+_os.environ.setdefault("DGLBACKEND", "pytorch")
 
 # Transparent huge pages for CPU tensors of 2 MiB and more (PyTorch's c10 allocator reads this once, at
 # its first allocation, so it is set before torch is imported: the CLI, spawned ranks and torchrun/srun
