@@ -281,6 +281,9 @@ def choose_kernel(device: str, dtype: str, threads: int, avg_degree: float, widt
         except (OSError, ValueError):
             fresh = {}
         fresh[key] = {"kernel": choice.kernel, "seconds": choice.seconds, "probe": probe}
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(cache_file, json.dumps(fresh, indent=1, sort_keys=True).encode())
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(cache_file, json.dumps(fresh, indent=1, sort_keys=True).encode())
+        except OSError:
+            pass  # a read-only cache only costs the next plan another measurement
     return choice
