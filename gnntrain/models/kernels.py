@@ -241,6 +241,14 @@ def _cache_key(device: str, dtype: str, threads: int, degree_bucket: int, width:
                      f"threads {threads}", f"degree~{degree_bucket}", f"width {width}"])
 
 
+def _read_cache(cache_file: Path) -> Dict[str, dict]:
+    """kernels.json as a dict; missing or corrupt reads as empty (re-measured and rewritten)."""
+    try:
+        return json.loads(cache_file.read_text()) if cache_file.exists() else {}
+    except (OSError, ValueError):
+        return {}
+
+
 def choose_kernel(device: str, dtype: str, threads: int, avg_degree: float, width: int,
                   cache_dir: Optional[Path] = None, probe_nodes: int = 50_000) -> KernelChoice:
     """Time every kernel that supports (device, dtype) on a random graph of ``probe_nodes`` nodes
@@ -252,12 +260,8 @@ def choose_kernel(device: str, dtype: str, threads: int, avg_degree: float, widt
     width = max(1, int(width))
     key = _cache_key(device, dtype, threads, degree_bucket, width)
     cache_file = Path(cache_dir) / "kernels.json" if cache_dir is not None else None
-    cached: Dict[str, dict] = {}
-    if cache_file is not None and cache_file.exists():
-        try:
-            cached = json.loads(cache_file.read_text())
-        except (OSError, ValueError):
-            cached = {}  # a corrupt cache is re-measured and rewritten
+    if cache_file is not None:
+        cached = _read_cache(cache_file)
         if key in cached:
             entry = cached[key]
             return KernelChoice(entry["kernel"], dict(entry["seconds"]), entry["probe"])
@@ -276,10 +280,7 @@ def choose_kernel(device: str, dtype: str, threads: int, avg_degree: float, widt
     probe = f"SpMM fwd+bwd, {probe_nodes} nodes, degree {degree_bucket}, width {width}, {threads} thread(s)"
     choice = KernelChoice(min(seconds, key=seconds.get), seconds, probe)
     if cache_file is not None:
-        try:
-            fresh = json.loads(cache_file.read_text()) if cache_file.exists() else {}
-        except (OSError, ValueError):
-            fresh = {}
+        fresh = _read_cache(cache_file)  # again: another rank may have added a shape meanwhile
         fresh[key] = {"kernel": choice.kernel, "seconds": choice.seconds, "probe": probe}
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)

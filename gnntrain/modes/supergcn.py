@@ -162,12 +162,16 @@ class SuperGCNMode(Mode):
             masks["train"] = masks["train"] & ~label_rows
         counts = {s: int(masks[s].sum()) for s in SPLITS}
 
+        # per-node factors of the edge weights, for rows that travel (senders scale, receivers add the dst factor)
+        src_scale = source_scale(w, src_n, data.num_nodes)
+        dst_scale = torch.zeros(data.num_nodes, dtype=w.dtype).index_put_((dst_n,), w[:, 1])
         shards = []
         for rank in (range(p) if ranks is None else ranks):
             lo, hi = int(offsets[rank]), int(offsets[rank + 1])
             rows = perm[lo:hi]
-            receive = self._receiver_edges(rank, offsets, splits, pair_edges, src_n, dst_n, w, block_src, block_dst)
-            send = self._sender_matrix(rank, offsets, splits, pair_edges, src_n, dst_n, w)
+            receive = self._receiver_edges(rank, offsets, splits, pair_edges, src_n, dst_n, w, dst_scale,
+                                           block_src, block_dst)
+            send = self._sender_matrix(rank, offsets, splits, pair_edges, src_n, dst_n, w, src_scale)
             shards.append(RankShard(
                 rank=rank, world_size=p, num_global_nodes=data.num_nodes, num_classes=data.num_classes,
                 features=data.features[rows], labels=data.labels[rows],
@@ -187,12 +191,12 @@ class SuperGCNMode(Mode):
                         notes=["partition cache hit" if hit else "partition built and cached"])
 
     @staticmethod
-    def _receiver_edges(rank, offsets, splits, pair_edges, src_n, dst_n, w, block_src, block_dst) -> Dict[str, Any]:
+    def _receiver_edges(rank, offsets, splits, pair_edges, src_n, dst_n, w, dst_scale, block_src, block_dst
+                        ) -> Dict[str, Any]:
         """Local edges (own rows → own rows), and edges from the rows received (by sender) → own rows.
 
         Weights stay factored (models/norm.py): senders apply the source factor, so every
         received column has factor 1 and every own row its destination factor."""
-        dst_scale = torch.zeros(int(offsets[-1]), dtype=w.dtype).index_put_((dst_n,), w[:, 1])
         lo = int(offsets[rank])
         local = torch.from_numpy(np.flatnonzero((block_dst == rank) & (block_src == rank)))
         dsts, cols, weights = [], [], []
@@ -222,10 +226,9 @@ class SuperGCNMode(Mode):
         return {"local": (dst_n[local] - lo, src_n[local] - lo, w[local]), "remote": remote, "counts": counts}
 
     @staticmethod
-    def _sender_matrix(rank, offsets, splits, pair_edges, src_n, dst_n, w) -> Dict[str, Any]:
+    def _sender_matrix(rank, offsets, splits, pair_edges, src_n, dst_n, w, src_scale) -> Dict[str, Any]:
         """S_rank: outgoing rows (grouped by receiver, post rows then pre sums) from own rows, each
         own row scaled by its source factor (the receiver applies the destination factor)."""
-        src_scale = source_scale(w, src_n, int(offsets[-1]))
         slots, cols, weights = [], [], []
         counts = [0] * (len(offsets) - 1)
         base = 0
