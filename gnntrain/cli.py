@@ -167,6 +167,7 @@ def partition_task(cfg) -> None:
 def _hydra(task, args: List[str], prog: str) -> int:
     import hydra
 
+    import gnntrain.modes  # noqa: F401  (each mode registers its options schema on import)
     from gnntrain.config.schema import register_configs
 
     register_configs()

@@ -1,122 +1,38 @@
-"""The run plan: one frozen dataclass resolved from the composed config and
-the hardware profile, validated before any process starts."""
+"""The run plan: one frozen :class:`RunPlan` resolved from the composed config and
+the hardware profile, validated before any process starts.
+
+The orchestration layer above the modes: it asks the chosen mode (through its
+:class:`gnntrain.modes.Mode` hooks) for its world size, checks, memory and
+communication estimates. Sizes come from :mod:`gnntrain.sizing`.
+"""
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import socket
-from dataclasses import asdict, dataclass, field
 from enum import Enum
-from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import List, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
 from gnntrain.errors import PlanError
+from gnntrain.sizing import (
+    DTYPE_BYTES,
+    MODELS,
+    MemoryEstimate,
+    PlanContext,
+    RunPlan,
+    dataset_sizes,
+    host_cores,
+    host_memory_bytes,
+    layer_widths,
+    model_dims,
+    param_bytes,
+)
 
-DTYPE_BYTES = {"float32": 4, "float64": 8}
-MODELS = ("gcn", "sage", "gin", "gat")
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Estimated bytes per rank (see :func:`estimate_memory` for the model)."""
-
-    graph_bytes: int
-    feature_bytes: int
-    activation_bytes: int
-
-    @property
-    def total_bytes(self) -> int:
-        return self.graph_bytes + self.feature_bytes + self.activation_bytes
-
-
-@dataclass(frozen=True)
-class PlanContext:
-    """Sizes a mode may use to validate and estimate, before any data is loaded."""
-
-    world_size: int
-    num_nodes: int
-    num_edges: int
-    feat_dim: int
-    num_classes: int
-    dtype_bytes: int
-    dims: Tuple[int, ...]
-    comm_widths: Tuple[int, ...]
-    agg_out_widths: Tuple[int, ...]
-    param_bytes: int
-    model: str
-    train_nodes: int = 0  # expected training nodes when the config implies it (generated graphs), else 0
+__all__ = ["MemoryEstimate", "PlanContext", "RunPlan", "build_plan", "resolve_kernel"]
 
 
-@dataclass(frozen=True)
-class RunPlan:
-    mode: str
-    dataset: str
-    model: str
-    partitioner: str
-    hardware: str
-    world_size: int
-    nodes: int
-    ranks_per_node: int
-    backend: str  # gloo (CPU) | nccl (CUDA)
-    device: str  # cpu | cuda
-    rank_devices: Tuple[str, ...]
-    threads_per_rank: int
-    kernel: str  # dgl | torch (kernel=auto resolved)
-    kernel_note: str  # why: "set by kernel=..." or the measured times behind auto
-    dtype: str
-    epochs: int
-    num_parts: int
-    memory_per_rank: MemoryEstimate
-    comm_per_epoch: Optional[Dict[str, Any]]
-    mode_details: Dict[str, Any]
-    warnings: Tuple[str, ...]
-    config: Dict[str, Any] = field(repr=False)
-
-    @property
-    def config_obj(self) -> DictConfig:
-        return OmegaConf.create(self.config)
-
-    @property
-    def plan_hash(self) -> str:
-        keys = {k: self.config[k] for k in ("dataset", "model", "mode", "partitioner")}
-        keys.update(world_size=self.world_size, dtype=self.dtype, seed=self.config["train"]["seed"])
-        return hashlib.sha1(json.dumps(keys, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-    def to_dict(self) -> Dict[str, Any]:
-        d = asdict(self)
-        d["memory_per_rank"]["total_bytes"] = self.memory_per_rank.total_bytes
-        d["rank_devices"] = list(self.rank_devices)
-        d["warnings"] = list(self.warnings)
-        d["plan_hash"] = self.plan_hash
-        return d
-
-    def write_yaml(self, path: Path) -> Path:
-        path = Path(path)
-        path.write_text(OmegaConf.to_yaml(OmegaConf.create(self.to_dict())))
-        return path
-
-
-# ----------------------------------------------------------------- helpers
 def _value(x):
     return x.value if isinstance(x, Enum) else x
-
-
-def host_cores(hw) -> int:
-    return int(hw.cores_per_node) or (os.cpu_count() or 1)
-
-
-def host_memory_bytes(hw) -> int:
-    if float(hw.host_memory_gb) > 0:
-        return int(float(hw.host_memory_gb) * 2**30)
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().total)
-    except Exception:  # pragma: no cover
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def port_in_use(port: int) -> bool:
@@ -127,18 +43,6 @@ def port_in_use(port: int) -> bool:
         except OSError:
             return True
     return False
-
-
-def dataset_sizes(ds) -> Tuple[int, int, int, int]:
-    """(nodes, directed edges incl. reverse, features, classes) from the config alone."""
-    n, f, c = int(ds.num_nodes), int(ds.feat_dim), int(ds.num_classes)
-    if ds.source == "generated" and ds.name == "csbm":
-        e = int(round(n * float(ds.avg_degree)))
-    elif ds.source == "generated":
-        e = int(ds.num_edges) * (2 if ds.symmetrize else 1)
-    else:
-        e = int(ds.num_edges)
-    return n, e, f, c
 
 
 def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float, width: int) -> Tuple[str, str]:
@@ -161,53 +65,6 @@ def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float
     except ValueError as exc:
         raise PlanError("kernel", f"{exc}.", "use train.dtype=float32 or float64") from None
     return choice.kernel, choice.describe()
-
-
-def layer_widths(model: str, dims: List[int], aggregate_first: Optional[bool]) -> List[int]:
-    """Width each layer hands to its aggregation (mirrors gnntrain.models.gnn)."""
-    widths = []
-    for d_in, d_out in zip(dims[:-1], dims[1:]):
-        if model in ("gcn", "sage"):
-            first = (d_in <= d_out) if aggregate_first is None else aggregate_first
-            widths.append(d_in if first else d_out)
-        else:
-            widths.append(d_in)
-    return widths
-
-
-def param_bytes(model: str, dims: List[int], dtype_bytes: int) -> int:
-    count = 0
-    for d_in, d_out in zip(dims[:-1], dims[1:]):
-        if model == "gcn":
-            count += d_in * d_out + d_out
-        elif model == "sage":
-            count += 2 * d_in * d_out + d_out
-        elif model == "gin":
-            count += 1 + d_in * d_out + d_out + d_out * d_out + d_out
-        else:  # gat: W, attn_l, attn_r, bias (heads=1)
-            count += d_in * d_out + 3 * d_out
-    return count * dtype_bytes
-
-
-def estimate_memory(ctx: PlanContext, num_parts: int, gather_all: bool) -> MemoryEstimate:
-    """Per-rank bytes for a rank holding 1/num_parts of the rows.
-
-    graph: its in-edges (+ self-loops) × 48 B (src, dst, float64 weight and
-    kernel structure); features: rows × F × dtype; activations: per layer,
-    input, aggregate and output rows kept for backward and their gradients
-    (×2), plus the received source rows (all N rows for the oblivious
-    all-gather, about as many as owned otherwise).
-    """
-    rows = -(-ctx.num_nodes // num_parts)
-    edges = -(-(ctx.num_edges + ctx.num_nodes) // num_parts)
-    graph = edges * 48
-    features = rows * ctx.feat_dim * ctx.dtype_bytes
-    act = 0
-    for (d_in, d_out), w in zip(zip(ctx.dims[:-1], ctx.dims[1:]), ctx.comm_widths):
-        act += 2 * rows * (d_in + w + d_out) * ctx.dtype_bytes
-        src_rows = ctx.num_nodes if gather_all else rows
-        act += 2 * (src_rows if num_parts > 1 else 0) * w * ctx.dtype_bytes
-    return MemoryEstimate(graph_bytes=int(graph), feature_bytes=int(features), activation_bytes=int(act))
 
 
 # ------------------------------------------------------------------- build
@@ -249,9 +106,6 @@ def build_plan(cfg: DictConfig) -> RunPlan:
                         "set hardware.ranks_per_node=N with N >= 1")
 
     mode_cls = get_mode(cfg.mode.name)
-    if not mode_cls.implemented:
-        raise PlanError("mode", f"mode '{mode_cls.name}' is not implemented yet (issue {mode_cls.issue}); "
-                        "its options exist as schema only.", "use mode=single or mode=partition")
     mode = mode_cls(cfg)
     if m.name not in mode_cls.models:
         rule = f" {mode_cls.models_rule}" if mode_cls.models_rule else ""
@@ -278,14 +132,12 @@ def build_plan(cfg: DictConfig) -> RunPlan:
                         "drop partitioner.num_parts or change the world size")
 
     dtype = _value(t.dtype)
-    dims = [f] + [int(m.hidden)] * (int(m.layers) - 1) + [c]
-    agg_first = cfg.mode.get("aggregate_first", None)
-    widths = layer_widths(m.name, dims, agg_first)
+    dims = model_dims(f, int(m.hidden), c, int(m.layers))
+    widths = layer_widths(m.name, dims, mode.aggregate_first)
     ctx = PlanContext(world_size=world, num_nodes=n, num_edges=e, feat_dim=f, num_classes=c,
                       dtype_bytes=DTYPE_BYTES[dtype], dims=tuple(dims), comm_widths=tuple(widths),
-                      agg_out_widths=tuple(widths), param_bytes=param_bytes(m.name, dims, DTYPE_BYTES[dtype]),
-                      model=m.name, train_nodes=int(round(n * float(ds.train_fraction)))
-                      if ds.source == "generated" else 0)
+                      param_bytes=param_bytes(m.name, dims, DTYPE_BYTES[dtype]), model=m.name,
+                      train_nodes=int(round(n * float(ds.train_fraction))) if ds.source == "generated" else 0)
     warnings += mode.validate(ctx)
 
     ranks_per_node = min(world, int(hw.ranks_per_node))
@@ -295,8 +147,7 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         warnings.append(f"{world} ranks on {cores} cores exceeds the oversubscription limit "
                         f"(x{hw.oversubscribe}); expect slow collectives")
     kernel, kernel_note = resolve_kernel(cfg, device, dtype, threads, e / max(n, 1), max(widths))
-    comm_mode = str(_value(cfg.mode.get("comm", "")))
-    memory = estimate_memory(ctx, num_parts, gather_all=comm_mode == "oblivious")
+    memory = mode.estimate_memory(ctx)
     host_mem = host_memory_bytes(hw)
     if memory.total_bytes * ranks_per_node > host_mem:
         raise PlanError("dataset/hardware", f"estimated {memory.total_bytes * ranks_per_node / 2**30:.2f} GiB per "

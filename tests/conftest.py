@@ -26,6 +26,7 @@ def compose(overrides: List[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    import gnntrain.modes  # noqa: F401  (each mode registers its options schema on import)
     from gnntrain.config.schema import register_configs
 
     register_configs()

@@ -19,7 +19,7 @@ from gnntrain.checkpoint import Checkpointer
 from gnntrain.data import load_dataset
 from gnntrain.errors import PlanError
 from gnntrain.models import SparseAdjacency, build_model, edge_weight_values
-from gnntrain.modes.fullgraph import model_spec
+from gnntrain.modes.loop import model_spec
 from gnntrain.modes.hyscale import (DRMState, NeighborSampler, algorithm1, drm_step, floor_shares,
                                     global_batches, rebalance, split_batch)
 from gnntrain.modes.single import graph_tensors
@@ -45,7 +45,7 @@ def test_dgl_sampler_is_seeded_per_batch_capped_and_unbiased(monkeypatch):
     reset the shared OpenMP count to 2 and DGL switched to its fused kernel, so a run's first
     batch differed from later runs'); a different seed draws others; at most ``fanout`` in-edges
     per node; weights are w * deg / sampled-deg; fanout -1 is every edge."""
-    from gnntrain.modes import hyscale
+    from gnntrain.modes.hyscale import sampler as hyscale
 
     torch.set_num_threads(torch.get_num_threads())  # what every rank's launcher does
     monkeypatch.setattr(hyscale, "_SAMPLING_THREAD", None)  # a fresh sampling thread for this test

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Dict, Optional, Tuple
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gnntrain.runtime import StageClock
+    from gnntrain.metrics.clock import StageClock
 
 PARAM_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 BITS = (2, 4, 8)

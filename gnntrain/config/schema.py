@@ -4,9 +4,10 @@ Every YAML file under ``configs/`` names one of these dataclasses as its
 schema (``defaults: [<group>_schema/<name>]`` or via the group default), so a
 misspelled key or a wrong type fails at composition with Hydra's own message.
 
-Mode options are owned by the mode modules (``gnntrain/modes/<name>.py``):
-each defines a ``ModeConfig`` subclass that :func:`register_configs` stores
-under ``mode/<name>_schema``.
+Mode options are owned by the mode modules (``gnntrain/modes/<name>``): each
+defines a ``ModeConfig`` subclass, and ``gnntrain.modes.register_mode`` stores it
+under ``mode/<name>_schema`` when the mode is imported. This module imports
+nothing else from gnntrain: it is the bottom of the layer chain.
 """
 from __future__ import annotations
 
@@ -181,17 +182,13 @@ def register_resolvers() -> None:
 
 
 def register_configs() -> None:
-    """Register the root schema, the group schemas and every mode's schema."""
+    """Register the root schema and the group schemas (each mode registers its own)."""
     from hydra.core.config_store import ConfigStore
 
     register_resolvers()
-    from gnntrain.modes import MODE_REGISTRY
-
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     cs.store(group="dataset", name="dataset_schema", node=DatasetConfig)
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="partitioner", name="partitioner_schema", node=PartitionerConfig)
     cs.store(group="hardware", name="hardware_schema", node=HardwareConfig)
-    for name, mode_cls in MODE_REGISTRY.items():
-        cs.store(group="mode", name=f"{name}_schema", node=mode_cls.config_class)

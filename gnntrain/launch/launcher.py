@@ -169,7 +169,7 @@ def prepare(plan, ranks=None):
 
 def check_resume(plan, run_dir: Path) -> None:
     """Before any rank starts: a resume source must hold a valid checkpoint of this very plan."""
-    from gnntrain.checkpoint import CheckpointError, Checkpointer, checkpoint_dir, resume_requested
+    from gnntrain.checkpoint import Checkpointer, CheckpointError, checkpoint_dir, resume_requested
 
     cfg = plan.config
     if not resume_requested(cfg):

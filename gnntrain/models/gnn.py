@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gnntrain.sizing import aggregates_first, model_dims
+
 Aggregate = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -39,7 +41,7 @@ class ModelSpec:
 
     @property
     def dims(self) -> List[int]:
-        return [self.in_dim] + [self.hidden] * (self.layers - 1) + [self.out_dim]
+        return model_dims(self.in_dim, self.hidden, self.out_dim, self.layers)
 
 
 class GCNLayer(nn.Module):
@@ -50,7 +52,7 @@ class GCNLayer(nn.Module):
         self.weight = nn.Parameter(torch.empty(d_in, d_out))
         self.bias = nn.Parameter(torch.zeros(d_out))
         nn.init.xavier_uniform_(self.weight)
-        self.aggregate_first = (d_in <= d_out) if aggregate_first is None else aggregate_first
+        self.aggregate_first = aggregates_first("gcn", d_in, d_out, aggregate_first)
 
     def comm_width(self) -> int:
         return self.weight.shape[0] if self.aggregate_first else self.weight.shape[1]
@@ -71,7 +73,7 @@ class SAGELayer(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, aggregate_first: Optional[bool] = None):
         super().__init__()
-        self.aggregate_first = (d_in <= d_out) if aggregate_first is None else aggregate_first
+        self.aggregate_first = aggregates_first("sage", d_in, d_out, aggregate_first)
         self.fc_self = nn.Linear(d_in, d_out, bias=False)
         self.fc_neigh = nn.Linear(d_in, d_out, bias=False)
         self.bias = nn.Parameter(torch.zeros(d_out))
@@ -261,18 +263,33 @@ class GNN(nn.Module):
         return x.index_add(0, rows, self.label_embedding[labels[rows]])
 
     def forward(self, x: torch.Tensor, agg: Aggregate, dropout: Optional[GlobalDropout] = None) -> torch.Tensor:
-        h = x
-        for i, layer in enumerate(self.layers):
-            if i > 0:
-                h = torch.relu(h)
-                if dropout is not None and self.training:
-                    h = dropout(h, i)
-            h = layer.update(h, layer.aggregate(h, agg))
-        return h
+        return run_layers(self, x, lambda i, layer, h: layer.update(h, layer.aggregate(h, agg)), dropout)
 
     def comm_widths(self) -> List[int]:
         """Feature width each layer hands to its aggregation (what a halo carries)."""
         return [layer.comm_width() for layer in self.layers]
+
+
+Dropout = Callable[[torch.Tensor, int], torch.Tensor]  # (h, layer index) -> h with dropout applied
+LayerStep = Callable[[int, nn.Module, torch.Tensor], torch.Tensor]  # (index, layer, input) -> output
+
+
+def hidden_activation(h: torch.Tensor, layer: int, dropout: Optional[Dropout] = None) -> torch.Tensor:
+    """The input of layer ``layer`` > 0: relu of the previous layer's output, then dropout."""
+    h = torch.relu(h)
+    return h if dropout is None else dropout(h, layer)
+
+
+def run_layers(model: nn.Module, x: torch.Tensor, step: LayerStep, dropout: Optional[Dropout] = None) -> torch.Tensor:
+    """The layer stack every mode runs: ``step`` computes each layer (aggregate + update in
+    the mode's own layout), :func:`hidden_activation` sits between layers; dropout only
+    while ``model.training``."""
+    h = x
+    for i, layer in enumerate(model.layers):
+        if i > 0:
+            h = hidden_activation(h, i, dropout if model.training else None)
+        h = step(i, layer, h)
+    return h
 
 
 def build_model(spec: ModelSpec, seed: int, dtype: torch.dtype) -> GNN:

@@ -4,8 +4,9 @@ A mode is one module in ``gnntrain/modes/`` that defines a ``Mode`` subclass
 (decorated with :func:`register_mode`) and its options dataclass, plus one
 YAML file in ``configs/mode/``. It takes part in three stages:
 
-1. **plan** (no processes yet): :meth:`Mode.world_size`, :meth:`Mode.validate`
-   and :meth:`Mode.estimate_comm` see only sizes from the config;
+1. **plan** (no processes yet): :meth:`Mode.world_size`, :meth:`Mode.validate`,
+   :meth:`Mode.estimate_memory` and :meth:`Mode.estimate_comm` see only sizes from
+   the config (a :class:`~gnntrain.sizing.PlanContext`);
 2. **prepare** (launcher process, or each rank under torchrun/srun):
    :meth:`Mode.prepare` turns the loaded :class:`GraphData` into one
    :class:`RankShard` of plain tensors per rank;
@@ -20,17 +21,22 @@ import torch
 
 from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
+from gnntrain.sizing import MemoryEstimate, PlanContext, RunPlan, estimate_memory
 
 if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.data.graph import GraphData
-    from gnntrain.plan import PlanContext, RunPlan
     from gnntrain.runtime import RankContext
 
 MODE_REGISTRY: Dict[str, Type["Mode"]] = {}
 
 
 def register_mode(cls: Type["Mode"]) -> Type["Mode"]:
+    """Class decorator: add the mode to the registry and its options schema to Hydra's
+    ConfigStore as ``mode/<name>_schema`` (what ``configs/mode/<name>.yaml`` extends)."""
+    from hydra.core.config_store import ConfigStore
+
     MODE_REGISTRY[cls.name] = cls
+    ConfigStore.instance().store(group="mode", name=f"{cls.name}_schema", node=cls.config_class)
     return cls
 
 
@@ -63,7 +69,6 @@ class Prepared:
     shards: List[RankShard]
     partition: Dict[str, Any]  # summary.json "partition" block
     preprocess_s: float = 0.0
-    notes: List[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -76,9 +81,6 @@ class CommEstimate:
 class Mode:
     name: ClassVar[str]
     config_class: ClassVar[Type[ModeConfig]]
-    implemented: ClassVar[bool] = True
-    issue: ClassVar[str] = ""  # the issue that implements it, for "not implemented yet"
-    exact: ClassVar[bool] = True  # reproduces mode=single (notes/exactness.md)
     models: ClassVar[Sequence[str]] = ("gcn", "sage", "gin")
     models_rule: ClassVar[str] = ""  # why other models are refused, for the plan's message
 
@@ -97,31 +99,40 @@ class Mode:
         """Device per rank: on a CUDA profile rank r takes GPU r mod ranks_per_node."""
         return tuple(f"cuda:{r % ranks_per_node}" if device == "cuda" else "cpu" for r in range(world_size))
 
-    def validate(self, ctx: "PlanContext") -> List[str]:
+    @property
+    def aggregate_first(self) -> Optional[bool]:
+        """GCN/SAGE layer order this mode trains with (None: per layer, aggregate unless narrowing)."""
+        return None
+
+    def validate(self, ctx: PlanContext) -> List[str]:
         """Raise PlanError for impossible plans; return warnings."""
         return []
 
-    def estimate_comm(self, ctx: "PlanContext") -> Optional[CommEstimate]:
+    def estimate_memory(self, ctx: PlanContext) -> MemoryEstimate:
+        """Bytes per rank; by default a rank holds 1/num_parts of the rows and of the edges."""
+        return estimate_memory(ctx, self.num_parts(ctx.world_size))
+
+    def estimate_comm(self, ctx: PlanContext) -> Optional[CommEstimate]:
         return None
 
-    def require_rows_per_part(self, ctx: "PlanContext") -> None:
+    def require_rows_per_part(self, ctx: PlanContext) -> None:
         """Refuse a partitioning with more parts than the graph has nodes."""
         parts = self.num_parts(ctx.world_size)
         if parts > ctx.num_nodes:
             raise PlanError("world size", f"{parts} parts for a graph of {ctx.num_nodes} nodes.",
                             "use fewer ranks than nodes")
 
-    def details(self, ctx: "PlanContext") -> Dict[str, Any]:
+    def details(self, ctx: PlanContext) -> Dict[str, Any]:
         """Mode-specific lines for the printed plan."""
         return {}
 
-    def graph_report(self, data: "GraphData", part, plan: "RunPlan") -> Optional[Dict[str, Any]]:
+    def graph_report(self, data: "GraphData", part, plan: RunPlan) -> Optional[Dict[str, Any]]:
         """Plan figures that need the graph and its partitioning (``gnntrain plan``/``partition``
         print them); None when the mode has none."""
         return None
 
     # ---------------------------------------------------------- prepare/train
-    def prepare(self, data: "GraphData", plan: "RunPlan", ranks: Optional[Sequence[int]] = None) -> Prepared:
+    def prepare(self, data: "GraphData", plan: RunPlan, ranks: Optional[Sequence[int]] = None) -> Prepared:
         raise NotImplementedError
 
     def train_rank(self, shard: RankShard, ctx: "RankContext") -> Dict[str, Any]:

@@ -33,10 +33,11 @@ import torch
 from gnntrain.config.schema import ModeConfig
 from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
-from gnntrain.models import SparseAdjacency
+from gnntrain.models import SparseAdjacency, run_layers
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.single import graph_tensors
+from gnntrain.sizing import MemoryEstimate, estimate_memory
 
 
 @dataclass
@@ -211,6 +212,14 @@ class MoPMode(Mode):
     models_rule = ("MoP splits aggregation by feature columns, which only works for element-wise aggregation; "
                    "attention (GAT) needs whole rows.")
 
+    @property
+    def aggregate_first(self) -> Optional[bool]:
+        return True  # feature columns of each layer's input are split across ranks
+
+    def estimate_memory(self, ctx) -> MemoryEstimate:
+        """Every rank holds the whole adjacency (its column slice of features needs all rows)."""
+        return estimate_memory(ctx, ctx.world_size, replicated_graph=True)
+
     def validate(self, ctx) -> List[str]:
         if int(self.options.pipeline_chunks) < 1:
             raise PlanError("mode.pipeline_chunks", "must be at least 1.", "use pipeline_chunks=1 (no pipelining)")
@@ -300,22 +309,16 @@ class MoPMode(Mode):
             z_rows = _FinishToRows.apply(token, layout, width, chunk.sizes, box)
             return layer.update(h_rows[chunk.own], z_rows)
 
-        def forward(model, x_rows, dropout):
-            h_rows, h_cols = x_rows, x_cols
-            for i, layer in enumerate(model.layers):
-                if i > 0:
-                    h_rows = torch.relu(h_rows)
-                    if dropout is not None and model.training:
-                        h_rows = dropout(h_rows, i)
-                    h_cols = layout.to_cols(h_rows)
-                if chunks:
-                    h_rows = layer_pipelined(layer, h_rows, h_cols)
-                else:
-                    z_rows = layout.to_rows(layer.aggregate(h_cols, adj.spmm), h_rows.shape[1])
-                    h_rows = layer.update(h_rows, z_rows)
-            return h_rows
+        def layer_step(i, layer, h_rows):
+            h_cols = x_cols if i == 0 else layout.to_cols(h_rows)
+            if chunks:
+                return layer_pipelined(layer, h_rows, h_cols)
+            return layer.update(h_rows, layout.to_rows(layer.aggregate(h_cols, adj.spmm), h_rows.shape[1]))
 
-        result = train_full_graph(shard, ctx, adj.spmm, aggregate_first=True, forward=forward,
+        def forward(model, x_rows, dropout):
+            return run_layers(model, x_rows, layer_step, dropout)
+
+        result = train_full_graph(shard, ctx, adj.spmm, aggregate_first=self.aggregate_first, forward=forward,
                                   setup_s=time.perf_counter() - start)
         result["mode_report"] = self._flop_balance(ctx, adj, layout, result["model"])
         return result

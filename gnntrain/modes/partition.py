@@ -32,6 +32,10 @@ from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.halo import build_halo_plan, group_all_reduce, halo_exchange, local_source_index
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph
+from gnntrain.sizing import MemoryEstimate, estimate_memory
+
+LAYER_ORDER = {None: "per layer: the narrower side is aggregated", True: "aggregate, then apply the weights",
+               False: "apply the weights, then aggregate"}
 
 
 class CommKind(str, Enum):
@@ -82,6 +86,15 @@ class PartitionMode(Mode):
     def num_parts(self, world_size: int) -> int:
         return world_size // max(1, self.c)
 
+    @property
+    def aggregate_first(self) -> Optional[bool]:
+        return self.options.aggregate_first
+
+    def estimate_memory(self, ctx) -> MemoryEstimate:
+        """The oblivious all-gather receives every row of each layer's input."""
+        return estimate_memory(ctx, self.num_parts(ctx.world_size),
+                               gather_all=self.options.comm == CommKind.oblivious)
+
     def validate(self, ctx) -> List[str]:
         p, c = ctx.world_size, self.c
         if c < 1:
@@ -101,7 +114,7 @@ class PartitionMode(Mode):
         n, q, c = ctx.num_nodes, self.num_parts(ctx.world_size), self.c
         by_kind: Dict[str, int] = {"allreduce": ctx.world_size * ctx.param_bytes} if ctx.world_size > 1 else {}
         if c > 1:
-            by_kind["row_allreduce"] = 2 * c * n * sum(ctx.agg_out_widths) * b
+            by_kind["row_allreduce"] = 2 * c * n * sum(ctx.comm_widths) * b
         if self.options.comm == CommKind.oblivious:
             per = (q - 1) * n * sum(widths) * b
             by_kind.update({"allgather": per, "reduce_scatter": per})
@@ -114,7 +127,8 @@ class PartitionMode(Mode):
         grid = Grid(ctx.world_size, self.c)
         return {"grid": f"{grid.rows} x {grid.c} (block rows x replicas)", "comm": self.options.comm.value
                 if isinstance(self.options.comm, Enum) else str(self.options.comm),
-                "aggregate_first": self.options.aggregate_first, "widths communicated": ctx.comm_widths}
+                "layer order": LAYER_ORDER[self.options.aggregate_first],
+                "widths communicated": list(ctx.comm_widths)}
 
     # ------------------------------------------------------------- prepare
     def prepare(self, data, plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
@@ -157,8 +171,7 @@ class PartitionMode(Mode):
         summary = {"num_parts": q, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
                    "max_send_volume": m.max_send_volume, "partitioner": cfg.partitioner.name,
                    "send_imbalance": m.send_imbalance, "nnz_balance": m.nnz_balance, "cache_hit": hit}
-        return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start,
-                        notes=["partition cache hit" if hit else "partition built and cached"])
+        return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start)
 
     # ---------------------------------------------------------------- train
     def train_rank(self, shard: RankShard, ctx) -> Dict[str, Any]:

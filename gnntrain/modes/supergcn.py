@@ -42,15 +42,15 @@ from gnntrain.comm.quantize import PARAM_DTYPES, packed_row_bytes, param_row_byt
 from gnntrain.config.schema import ModeConfig
 from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
+from gnntrain.metrics.clock import StageClock
 from gnntrain.models import SparseAdjacency, source_scale
-from gnntrain.plan import DTYPE_BYTES
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.halo import ExchangeSpec, start_exchange
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph
 from gnntrain.partition.cover import AGGREGATIONS, pair_grid, rows_per_pair, split_cut_edges
-from gnntrain.runtime import StageClock
+from gnntrain.sizing import DTYPE_BYTES
 
 BITS = (2, 4, 8, 32)
 
@@ -87,7 +87,6 @@ def label_propagation_rows(train_mask: torch.Tensor, rate: float, seed: int) -> 
 class SuperGCNMode(Mode):
     name = "supergcn"
     config_class = SuperGCNConfig
-    exact = False  # exact with bits=32 (notes/exactness.md); quantized runs are unbiased, not exact
     models = ("gcn", "sage", "gin")
     models_rule = ("SuperGCN pre-aggregates weighted sums of source rows at the sender; GAT's attention weights "
                    "depend on both endpoints' features, so they cannot be summed before the exchange.")
@@ -187,8 +186,7 @@ class SuperGCNMode(Mode):
                    "aggregation": str(self.options.aggregation), "halo_rows": int(np.sum(grid)),
                    "rows_per_pair": grid,
                    "label_propagation_nodes": int(label_rows.sum()) if label_rows is not None else 0}
-        return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start,
-                        notes=["partition cache hit" if hit else "partition built and cached"])
+        return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start)
 
     @staticmethod
     def _receiver_edges(rank, offsets, splits, pair_edges, src_n, dst_n, w, dst_scale, block_src, block_dst

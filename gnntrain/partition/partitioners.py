@@ -6,8 +6,6 @@ relabelling with contiguous parts.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import scipy.sparse as sp
 

@@ -1,0 +1,74 @@
+"""The device memory arena: an accounted cap on one rank's device working set (HongTu §4)."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Dict, Iterator, Optional, Sequence
+
+import torch
+
+from gnntrain.modes.hongtu.config import _gib
+
+
+class DeviceMemoryExceeded(RuntimeError):
+    pass
+
+
+class DeviceArena:
+    """Bytes one rank holds on its device, by purpose, with the peak; capped.
+
+    On CUDA the tensors really live on the GPU (and ``torch.cuda`` reports its
+    own peak too); on CPU hosts the same code path runs and this ledger is the
+    device. The recompute working set is measured from autograd's saved
+    tensors (:meth:`saved_tensors`).
+    """
+
+    def __init__(self, cap: int):
+        self.cap = int(cap)
+        self.held: Dict[str, int] = {}
+        self.now = 0
+        self.peak = 0
+
+    def hold(self, tag: str, nbytes: int) -> None:
+        self.now += int(nbytes) - self.held.get(tag, 0)
+        self.held[tag] = int(nbytes)
+        if self.now > self.peak:
+            self.peak = self.now
+            if self.cap and self.peak > self.cap:
+                parts = ", ".join(f"{k} {_gib(v)}" for k, v in self.held.items() if v)
+                raise DeviceMemoryExceeded(
+                    f"device working set {_gib(self.peak)} exceeds mode.device_memory {_gib(self.cap)} ({parts}); "
+                    "raise mode.device_memory or mode.chunks (chunks=0 picks the smallest n that fits)")
+
+    def hold_tensors(self, tag: str, *tensors: Optional[torch.Tensor]) -> None:
+        self.hold(tag, tensor_bytes(*tensors))
+
+    def rename(self, old: str, new: str) -> None:
+        """The bytes held as ``old`` are now held as ``new`` (e.g. this batch's rows become the previous)."""
+        self.drop(new)
+        self.held[new] = self.held.pop(old, 0)
+
+    def drop(self, *tags: str) -> None:
+        for tag in tags:
+            self.now -= self.held.pop(tag, 0)
+
+    @contextmanager
+    def saved_tensors(self, tag: str, exclude: Sequence[torch.Tensor] = ()) -> Iterator[None]:
+        """Count what autograd saves for backward inside the block (each storage once)."""
+        seen = {t.data_ptr() for t in exclude}
+        total = [0]
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            if t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                total[0] += t.numel() * t.element_size()
+                self.hold(tag, total[0])
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            yield
+
+
+def tensor_bytes(*tensors: Optional[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+

@@ -1,0 +1,42 @@
+"""HongTu's options, constants and the device-memory size parser."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from gnntrain.config.schema import ModeConfig
+from gnntrain.errors import PlanError
+
+DEDUP = ("none", "p2p", "reuse", "p2p+reuse")
+CACHED_MODELS = ("gcn", "sage", "gin")  # element-wise aggregation: cache a^l, recompute the update
+SELF_ROW_MODELS = ("sage", "gin")  # the update reads the destination's own input row
+REORGANIZE_VERSION = 3  # bump when Algorithm 4 changes: cached batch orders are keyed by it
+
+
+
+@dataclass
+class HongTuConfig(ModeConfig):
+    name: str = "hongtu"
+    chunks: int = 4  # n chunks per partition; 0 = the smallest n whose device working set fits device_memory
+    dedup: str = "p2p+reuse"  # none | p2p | reuse | p2p+reuse
+    reorganize: bool = True  # greedy chunk-to-batch assignment and batch order (Algorithm 4), cached
+    device_memory: Optional[str] = None  # e.g. "1GiB"; null = the hardware profile's device_memory_gb (0 = no cap)
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(text: Any) -> int:
+    """'1GiB', '512MiB', '2GB', '1e9' or a number → bytes."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise PlanError("mode.device_memory", f"cannot read {text!r} as a size.", "write e.g. 1GiB, 512MiB or 2GB")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.3f} GiB" if nbytes >= 2**27 else f"{nbytes / 2**20:.2f} MiB"
+
+

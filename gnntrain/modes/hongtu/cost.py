@@ -1,0 +1,54 @@
+"""HongTu's transfer cost model (§5.3) and the device working-set estimate per chunk."""
+from __future__ import annotations
+
+from typing import Dict, Sequence
+
+from gnntrain.partition.chunks import ChunkLayout
+
+
+def bandwidths(hardware) -> Dict[str, float]:
+    """Bytes/s for the cost model: host→device, device↔device, on-device reuse."""
+    return {"h2d": float(hardware.h2d_gbps) * 1e9, "d2d": float(hardware.d2d_gbps) * 1e9,
+            "reuse": float(hardware.device_mem_gbps) * 1e9}
+
+
+def cost_model(volumes: Dict[str, int], row_bytes: int, bw: Dict[str, float]) -> Dict[str, float]:
+    """C = V_ru/T_hd + (V_ori − V_p2p)/T_dd + (V_p2p − V_ru)/T_ru (§5.3), seconds for rows of ``row_bytes``."""
+    terms = {"host_to_device_s": volumes["ru"] * row_bytes / bw["h2d"],
+             "peer_s": (volumes["ori"] - volumes["p2p"]) * row_bytes / bw["d2d"],
+             "reuse_s": (volumes["p2p"] - volumes["ru"]) * row_bytes / bw["reuse"]}
+    terms["C_s"] = sum(terms.values())
+    return terms
+
+
+def chunk_working_bytes(layout: ChunkLayout, model: str, dims: Sequence[int], dtype_bytes: int,
+                        param_bytes: int, dedup: str) -> int:
+    """Upper estimate of the peak device bytes of any rank, any layer, any batch.
+
+    Mirrors what :class:`HongTuEngine` holds: parameters and their gradient
+    sums; the resident rows of two consecutive batches while one is assembled
+    (forward inputs, or backward gradient sums); the chunk's topology (both
+    directions); the chunk's aggregation, output and loaded gradient rows;
+    and the recompute's saved tensors (a bound per model).
+    """
+    b = dtype_bytes
+    peak = 0
+    for c, rows in enumerate(layout.neighbours):
+        v = int(layout.offsets[c + 1] - layout.offsets[c])
+        e = int(layout.edge_bounds[c + 1] - layout.edge_bounds[c])
+        nb = rows.size
+        # with p2p a device also holds the rows it loads for others: at most the union of the batch
+        resident = nb if "p2p" not in dedup else nb + (layout.num_parts - 1) * v
+        topo = 2 * e * (16 + b)
+        for d_in, d_out in zip(dims[:-1], dims[1:]):
+            common = 5 * param_bytes + topo + 2 * resident * d_in * b
+            fwd = v * (d_in + 2 * d_out) * b
+            bwd = nb * d_in * b + v * (3 * d_in + 2 * d_out) * b
+            if model == "gat":
+                saved = (resident * d_in + nb * (d_in + 2 * d_out + 4) + e * (d_out + 8)) * b
+            else:
+                saved = v * (3 * d_in + 6 * d_out) * b
+            peak = max(peak, common + max(fwd, bwd + saved))
+    return int(peak)
+
+

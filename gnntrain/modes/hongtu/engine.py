@@ -1,0 +1,307 @@
+"""One rank's HongTu engine: host store, device arena and the layer-major schedule."""
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from gnntrain.metrics.clock import StageClock
+from gnntrain.models import SparseAdjacency, hidden_activation, transposed
+from gnntrain.modes.base import RankShard
+from gnntrain.modes.hongtu.arena import DeviceArena, tensor_bytes
+from gnntrain.modes.hongtu.config import CACHED_MODELS, SELF_ROW_MODELS
+from gnntrain.modes.hongtu.schedule import Step, Sweep, _positions, build_sweep
+from gnntrain.partition.chunks import ChunkLayout
+from gnntrain.sizing import DTYPE_BYTES
+
+
+class HongTuEngine:
+    """One rank's host store, device arena and the layer-major schedule."""
+
+    def __init__(self, shard: RankShard, ctx, model_name: str, dedup: str, cap: int):
+        info = shard.info
+        self.layout: ChunkLayout = info["layout"]
+        self.batches: np.ndarray = info["batches"]
+        self.ctx, self.comm, self.device, self.dtype = ctx, ctx.comm, ctx.device, ctx.dtype
+        self.value_bytes = DTYPE_BYTES[ctx.plan.dtype]
+        self.model_name, self.dedup = model_name, dedup
+        self.rank = shard.rank
+        self.lo = int(self.layout.part_offsets[self.rank])
+        self.arena = DeviceArena(cap)
+        self.clock = StageClock()
+        self.pin = self.device.type == "cuda"
+        self.fwd = build_sweep(self.layout, self.batches, self.rank, dedup)
+        self.bwd = build_sweep(self.layout, self.batches[::-1], self.rank, dedup)
+        dst, src, w = shard.edges  # relabelled ids, dst-sorted, dst within this part
+        self.topology: Dict[int, Tuple[SparseAdjacency, SparseAdjacency, torch.Tensor, torch.Tensor]] = {}
+        kernel = ctx.plan.kernel
+        for step in self.fwd.steps:
+            c = step.chunk
+            v_lo, v_hi = self.layout.rows(c)
+            e_lo, e_hi = (int(x) for x in torch.searchsorted(dst, torch.tensor([v_lo, v_hi])))
+            rows = self.layout.neighbours[c]
+            d_local = dst[e_lo:e_hi] - v_lo
+            s_local = _positions(rows, src[e_lo:e_hi].numpy())
+            v_pos = _positions(rows, np.arange(v_lo, v_hi))
+            fwd = SparseAdjacency(d_local, s_local, w[e_lo:e_hi], v_hi - v_lo, rows.size, kernel=kernel)
+            bwd = SparseAdjacency(s_local, d_local, transposed(w[e_lo:e_hi]), rows.size, v_hi - v_lo, kernel=kernel)
+            self.topology[c] = (fwd, bwd, v_pos, torch.stack([d_local, s_local]))
+        self.rows: Dict[Tuple[str, str], int] = {}  # (direction, kind) → rows of the current pass
+        self.rows_last: Dict[Tuple[str, str], int] = {}  # ... of the last training epoch (forward + backward)
+        self.p = 0.0
+        self._cuda_adj: Dict[int, SparseAdjacency] = {}
+        self.acts: List[torch.Tensor] = []
+        self.cache: List[Optional[torch.Tensor]] = []
+        self.masks: List[Optional[torch.Tensor]] = []
+
+    # ---------------------------------------------------------- host memory
+    def _host(self, shape, like: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(shape, dtype=like.dtype)
+        return out.pin_memory() if self.pin else out
+
+    def _local(self, c: int) -> slice:
+        v_lo, v_hi = self.layout.rows(c)
+        return slice(v_lo - self.lo, v_hi - self.lo)
+
+    # ------------------------------------------------------------ transfers
+    def _count(self, direction: str, kind: str, rows: int, width: int, seconds: float = 0.0,
+               record: bool = True) -> None:
+        self.rows[(direction, kind)] = self.rows.get((direction, kind), 0) + int(rows)
+        if record and rows:
+            self.comm.record_copy(kind, rows * width * self.value_bytes, seconds)
+
+    def to_device(self, host: torch.Tensor, index, direction: str) -> torch.Tensor:
+        """Load ``host[index]`` onto the device; the gather is part of the transfer's time (on a CPU
+        arena it is the whole of it: the device copy itself is free)."""
+        start = time.perf_counter()
+        rows = host[index]
+        out = rows.to(self.device, non_blocking=self.pin)
+        self._count(direction, "h2d", rows.shape[0], rows.shape[1], time.perf_counter() - start)
+        return out
+
+    def to_host(self, host: torch.Tensor, index, rows: torch.Tensor, direction: str, add: bool) -> None:
+        """Write (or ⊕-add) device rows into host memory; a plain write is part of the transfer's
+        time, the ⊕-add is host accumulation."""
+        start = time.perf_counter()
+        moved = rows.to("cpu")
+        if not add:
+            host[index] = moved
+        self._count(direction, "d2h", rows.shape[0], rows.shape[1], time.perf_counter() - start)
+        if add:
+            with self.clock.span("host_accumulate"):
+                host.index_add_(0, index, moved) if isinstance(index, torch.Tensor) else host[index].add_(moved)
+
+    def _carry(self, step: Step, prev: Optional[torch.Tensor], make, width: int, dtype: torch.dtype, tag: str,
+               direction: str) -> torch.Tensor:
+        """D_t's device buffer with the rows kept from D_{t−1} (reuse) copied in; the previous
+        buffer is released once they are."""
+        out = make((step.resident.size, width), dtype=dtype, device=self.device)
+        self.arena.hold_tensors(tag, out)
+        if prev is not None and step.kept_now.numel():
+            out[step.kept_now.to(self.device)] = prev[step.kept_prev.to(self.device)]
+        self._count(direction, "reused", step.kept_now.numel(), width)
+        self.arena.drop(f"{tag}_prev")
+        return out
+
+    def gather(self, step: Step, sweep: Sweep, host: torch.Tensor, prev: Optional[torch.Tensor],
+               direction: str) -> torch.Tensor:
+        """Assemble D_t on the device: kept rows, own host loads, rows from other ranks."""
+        width = host.shape[1]
+        resident = self._carry(step, prev, torch.empty, width, host.dtype, f"{direction}_resident", direction)
+        if step.load_rows.numel():
+            resident[step.load_pos.to(self.device)] = self.to_device(host, step.load_rows, direction)
+        if sweep.needs_exchange:
+            if sweep.p2p:  # the owner loaded the rows; hand them over device to device
+                outgoing = resident[step.give_index.to(self.device)]
+                kind = "peer"
+            else:  # rows straight from the owner's host
+                outgoing = host[step.give_index].to(self.device)
+                kind = "h2d"
+            incoming = self.comm.all_to_all(outgoing, step.give_counts, step.take_counts, kind)
+            self._count(direction, kind, step.take_pos.numel(), width, record=False)
+            resident[step.take_pos.to(self.device)] = incoming.to(self.device)
+        return resident
+
+    def scatter_add(self, step: Step, sweep: Sweep, host: torch.Tensor, block: torch.Tensor,
+                    prev: Optional[torch.Tensor], direction: str) -> torch.Tensor:
+        """Accumulate the chunk's gradient rows into D_t; flush the rows leaving the device."""
+        width = block.shape[1]
+        acc = self._carry(step, prev, torch.zeros, width, block.dtype, f"{direction}_grad_sums", direction)
+        if step.need_pos is None:
+            acc += block
+        else:
+            acc.index_add_(0, step.need_pos.to(self.device), block)
+        if sweep.needs_exchange:
+            outgoing = acc[step.send_pos.to(self.device)]
+            kind = "peer" if sweep.p2p else "d2h"
+            incoming = self.comm.all_to_all(outgoing, step.send_counts, step.recv_counts, kind)
+            self._count(direction, kind, step.send_pos.numel(), width, record=False)
+            if sweep.p2p:
+                acc.index_add_(0, step.recv_index.to(self.device), incoming.to(self.device))
+            else:
+                with self.clock.span("host_accumulate"):
+                    host.index_add_(0, step.recv_index, incoming.to("cpu"))
+        if step.flush_rows.numel():
+            self.to_host(host, step.flush_rows, acc[step.flush_pos.to(self.device)], direction, add=True)
+        return acc
+
+    # --------------------------------------------------------------- layers
+    def _activation(self, out: torch.Tensor, layer: int, c: int, last: bool) -> torch.Tensor:
+        """relu then the replayed dropout mask of the next layer's input (GNN.forward's order)."""
+        if last:
+            return out
+        mask = self.masks[layer + 1]
+        if mask is None:
+            return hidden_activation(out, layer + 1)
+        keep = mask[self._local(c)].to(device=self.device, dtype=out.dtype)
+        return hidden_activation(out, layer + 1, lambda h, _layer: h * keep / (1.0 - self.p))
+
+    def _layer_forward(self, layer_mod, layer: int, c: int, h_n: torch.Tensor, cache: bool
+                       ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        fwd_adj, _, v_pos, edges = self.topology[c]
+        v_pos = v_pos.to(self.device)
+        if self.model_name == "gat":
+            edges = edges.to(self.device)
+            return layer_mod.update(None, layer_mod.attend(h_n, edges[0], edges[1], v_pos)), None
+        agg = self._device_adj(fwd_adj).spmm(h_n)
+        h_v = h_n[v_pos]
+        return layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _: agg)), (agg if cache else None)
+
+    def _device_adj(self, adj: SparseAdjacency) -> SparseAdjacency:
+        if self.device.type == "cpu":
+            return adj
+        key = id(adj)
+        if key not in self._cuda_adj:
+            self._cuda_adj[key] = adj.to(self.device, kernel="torch")
+        return self._cuda_adj[key]
+
+    def _topology_bytes(self, c: int) -> int:
+        fwd_adj, _, _, edges = self.topology[c]
+        return 2 * tensor_bytes(edges) + 2 * fwd_adj.num_edges * self.value_bytes
+
+    def run_forward(self, model, x: torch.Tensor, dropout, training: bool) -> torch.Tensor:
+        """Layer-major forward over all batches; returns the host logits of this rank's rows."""
+        self.rows = {}
+        self.p = dropout.p if (training and dropout is not None) else 0.0
+        layers = list(model.layers)
+        self.masks = [None] * (len(layers) + 1)
+        if self.p > 0:
+            for i in range(1, len(layers)):
+                self.masks[i] = dropout.keep_mask(model.spec.dims[i], i)
+        if self.pin and not x.is_pinned():
+            x = x.pin_memory()
+        self.acts = [x]
+        self.cache = []
+        for layer, layer_mod in enumerate(layers):
+            last = layer == len(layers) - 1
+            d_out = model.spec.dims[layer + 1]
+            out_host = self._host((x.shape[0], d_out), x)
+            cache_host = (self._host((x.shape[0], model.spec.dims[layer]), x)
+                          if training and self.model_name in CACHED_MODELS else None)
+            prev = None
+            for step in self.fwd.steps:
+                c = step.chunk
+                self.arena.hold("topology", self._topology_bytes(c))
+                resident = self.gather(step, self.fwd, self.acts[layer], prev, "fwd")
+                h_n = resident if step.need_pos is None else resident[step.need_pos.to(self.device)]
+                with self.clock.span("device_compute"):
+                    out, agg = self._layer_forward(layer_mod, layer, c, h_n, cache_host is not None)
+                    y = self._activation(out, layer, c, last)
+                self.arena.hold_tensors("chunk", h_n if step.need_pos is not None else None, out, y, agg)
+                local = self._local(c)
+                self.to_host(out_host, local, y, "fwd", add=False)
+                if cache_host is not None:
+                    self.to_host(cache_host, local, agg, "fwd", add=False)
+                self.arena.drop("chunk")
+                prev = resident
+                self.arena.rename("fwd_resident", "fwd_resident_prev")
+            self.arena.drop("fwd_resident_prev", "topology")
+            self.acts.append(out_host)
+            self.cache.append(cache_host)
+        return self.acts[-1]
+
+    def run_backward(self, model, grad_logits: torch.Tensor) -> List[torch.Tensor]:
+        """Layer-major backward (Algorithm 1, lines 9–16); returns the parameter gradients."""
+        layers = list(model.layers)
+        params = list(model.parameters())
+        sums = [torch.zeros_like(p) for p in params]
+        grad_next = grad_logits.contiguous()
+        for layer in range(len(layers) - 1, -1, -1):
+            layer_mod = layers[layer]
+            last = layer == len(layers) - 1
+            want_input_grad = layer > 0
+            grad_host = self._host(self.acts[layer].shape, grad_next) if want_input_grad else None
+            layer_params = list(layer_mod.parameters())
+            index = {id(p): i for i, p in enumerate(params)}
+            prev_inputs = prev_sums = None
+            for step in self.bwd.steps:
+                c = step.chunk
+                local = self._local(c)
+                _, bwd_adj, v_pos, _ = self.topology[c]
+                self.arena.hold("topology", self._topology_bytes(c))
+                g = self.to_device(grad_next, local, "bwd")
+                with torch.enable_grad():
+                    if self.model_name in CACHED_MODELS:
+                        agg = self.to_device(self.cache[layer], local, "bwd").requires_grad_(True)
+                        h_v = (self.to_device(self.acts[layer], local, "bwd")
+                               if self.model_name in SELF_ROW_MODELS else None)
+                        if h_v is not None and want_input_grad:
+                            h_v.requires_grad_(True)
+                        inputs = [agg] + ([h_v] if h_v is not None and want_input_grad else [])
+                        self.arena.hold_tensors("chunk", g, agg, h_v)
+                        with self.clock.span("device_compute"):
+                            with self.arena.saved_tensors("recompute", exclude=params + inputs + [g]):
+                                out = layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _: agg))
+                                y = self._activation(out, layer, c, last)
+                            grads = torch.autograd.grad(y, layer_params + inputs, g, allow_unused=True)
+                            block = None
+                            if want_input_grad:
+                                block = self._device_adj(bwd_adj).spmm(grads[len(layer_params)])
+                                if h_v is not None:
+                                    block.index_add_(0, v_pos.to(self.device), grads[len(layer_params) + 1])
+                    else:  # GAT: recompute the whole layer from reloaded neighbour rows
+                        resident = self.gather(step, self.bwd, self.acts[layer], prev_inputs, "bwd")
+                        prev_inputs = resident
+                        self.arena.rename("bwd_resident", "bwd_resident_prev")
+                        h_n = resident if step.need_pos is None else resident[step.need_pos.to(self.device)]
+                        h_n = h_n.detach().requires_grad_(want_input_grad)
+                        self.arena.hold_tensors("chunk", g)
+                        with self.clock.span("device_compute"):
+                            with self.arena.saved_tensors("recompute", exclude=params + [h_n, resident, g]):
+                                out, _ = self._layer_forward(layer_mod, layer, c, h_n, False)
+                                y = self._activation(out, layer, c, last)
+                            inputs = [h_n] if want_input_grad else []
+                            grads = torch.autograd.grad(y, layer_params + inputs, g, allow_unused=True)
+                            block = grads[len(layer_params)] if want_input_grad else None
+                for p, gp in zip(layer_params, grads[:len(layer_params)]):
+                    if gp is not None:
+                        sums[index[id(p)]] += gp
+                self.arena.drop("recompute")
+                if block is not None:
+                    self.arena.hold_tensors("grad_block", block)
+                    prev_sums = self.scatter_add(step, self.bwd, grad_host, block, prev_sums, "bwd")
+                    self.arena.rename("bwd_grad_sums", "bwd_grad_sums_prev")
+                self.arena.drop("chunk", "grad_block")
+            self.arena.drop("bwd_resident_prev", "bwd_grad_sums_prev", "topology")
+            grad_next = grad_host
+        self.rows_last = dict(self.rows)
+        return sums
+
+
+class _HongTuEpoch(torch.autograd.Function):
+    """The whole layer-major schedule as one autograd node: the shared loop's
+    ``loss.backward()`` calls :meth:`HongTuEngine.run_backward`."""
+
+    @staticmethod
+    def forward(ctx, engine, model, x, dropout, *params):  # type: ignore[override]
+        ctx.engine, ctx.model = engine, model
+        return engine.run_forward(model, x, dropout, training=True)
+
+    @staticmethod
+    def backward(ctx, grad_logits):  # type: ignore[override]
+        sums = ctx.engine.run_backward(ctx.model, grad_logits)
+        return (None, None, None, None, *sums)
+
+

@@ -1,0 +1,254 @@
+"""``mode=hongtu``: planning, layout choice, prepare and train (the Mode protocol)."""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from gnntrain.data import resolve_cache_dir
+from gnntrain.errors import PlanError
+from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.fullgraph import SPLITS, train_full_graph
+from gnntrain.modes.hongtu.arena import tensor_bytes
+from gnntrain.modes.hongtu.config import DEDUP, REORGANIZE_VERSION, HongTuConfig, _gib, parse_bytes
+from gnntrain.modes.hongtu.cost import bandwidths, chunk_working_bytes, cost_model
+from gnntrain.modes.hongtu.engine import HongTuEngine, _HongTuEpoch
+from gnntrain.modes.single import graph_tensors
+from gnntrain.partition import partition_graph, partitioner_options
+from gnntrain.partition.cache import PartitionCache, cache_key
+from gnntrain.partition.chunks import ChunkLayout, chunk_layout, identity_batches, reorganize, transfer_volumes
+from gnntrain.sizing import DTYPE_BYTES, param_bytes
+
+
+@register_mode
+class HongTuMode(Mode):
+    name = "hongtu"
+    config_class = HongTuConfig
+    models = ("gcn", "sage", "gin", "gat")
+
+    @property
+    def dedup(self) -> str:
+        return str(self.options.dedup)
+
+    def device_cap(self) -> int:
+        """mode.device_memory, else the hardware profile's device memory; 0 = no cap."""
+        if self.options.device_memory not in (None, "", 0):
+            return parse_bytes(self.options.device_memory)
+        return int(float(self.cfg.hardware.get("device_memory_gb", 0) or 0) * 2**30)
+
+    @property
+    def aggregate_first(self) -> Optional[bool]:
+        return True  # a chunk aggregates its input rows, then applies the weights on the device
+
+    def validate(self, ctx) -> List[str]:
+        if self.dedup not in DEDUP:
+            raise PlanError("mode.dedup", f"unknown deduplication '{self.dedup}'.", f"use one of {', '.join(DEDUP)}")
+        n = int(self.options.chunks)
+        if n < 0:
+            raise PlanError("mode.chunks", f"{n} chunks per partition.", "use n >= 1, or 0 to pick n automatically")
+        self.require_rows_per_part(ctx)
+        rows_per_part = ctx.num_nodes // ctx.world_size
+        if n > rows_per_part:
+            raise PlanError("mode.chunks", f"{n} chunks per partition, but a partition has about {rows_per_part} "
+                            "rows and every chunk needs one.", f"use mode.chunks <= {rows_per_part}")
+        cap = self.device_cap()
+        floor = 5 * ctx.param_bytes + 4 * max(ctx.dims) * ctx.dtype_bytes
+        if cap and cap < floor:
+            raise PlanError("mode.device_memory", f"{_gib(cap)} cannot hold even the parameters and one row of the "
+                            f"widest layer ({_gib(floor)} at the least).",
+                            f"set mode.device_memory to at least {_gib(floor)}")
+        return []
+
+    def estimate_comm(self, ctx) -> Optional[CommEstimate]:
+        by_kind = {"allreduce": ctx.world_size * ctx.param_bytes} if ctx.world_size > 1 else {}
+        return CommEstimate(None, by_kind, "h2d/peer rows = V_ru/V_p2p/V_ori per layer and direction x width x "
+                            "bytes; known after chunking (gnntrain plan prints them)")
+
+    def details(self, ctx) -> Dict[str, Any]:
+        cap = self.device_cap()
+        return {"chunks per partition": int(self.options.chunks) or "auto (smallest n that fits)",
+                "dedup": self.dedup, "reorganize": bool(self.options.reorganize),
+                "device memory": _gib(cap) if cap else "no cap (accounted only)",
+                "recompute": "whole layer (GAT)" if ctx.model == "gat" else "update only; aggregation cached on host"}
+
+    # ------------------------------------------------------------ layout
+    def _edges(self, data, part):
+        src, dst, w = graph_tensors(data, self.cfg)
+        inverse = torch.from_numpy(part.inverse)
+        src_n, dst_n = inverse[src], inverse[dst]
+        order = torch.argsort(dst_n * data.num_nodes + src_n)
+        return src_n[order], dst_n[order], w[order]
+
+    def choose_layout(self, data, part, plan) -> Dict[str, Any]:
+        """Chunks (given or automatic), batches (reorganized or identity) and their figures."""
+        src_n, dst_n, weights = self._edges(data, part)
+        src_np, dst_np = src_n.numpy(), dst_n.numpy()
+        ctx_dims = self._dims(data)
+        b = DTYPE_BYTES[plan.dtype]
+        pbytes = param_bytes(plan.model, ctx_dims, b)
+        cap = self.device_cap()
+        max_n = int(np.diff(part.offsets).min())
+        n = int(self.options.chunks)
+        tried: List[Tuple[int, int]] = []
+        if n == 0:
+            n = 1
+            while True:
+                layout = chunk_layout(src_np, dst_np, part.offsets, n)
+                need = chunk_working_bytes(layout, plan.model, ctx_dims, b, pbytes, self.dedup)
+                tried.append((n, need))
+                if not cap or need <= cap or n >= max_n:
+                    break
+                n = min(max_n, n * 2)
+        else:
+            if n > max_n:
+                raise PlanError("mode.chunks", f"{n} chunks per partition, but the smallest partition has {max_n} "
+                                "rows and every chunk needs one.", f"use mode.chunks <= {max_n}")
+            layout = chunk_layout(src_np, dst_np, part.offsets, n)
+            need = chunk_working_bytes(layout, plan.model, ctx_dims, b, pbytes, self.dedup)
+        if cap and need > cap:
+            floor_layout = layout if layout.chunks_per_part == max_n else chunk_layout(src_np, dst_np, part.offsets,
+                                                                                      max_n)
+            floor = chunk_working_bytes(floor_layout, plan.model, ctx_dims, b, pbytes, self.dedup)
+            if floor > cap:
+                raise PlanError("mode.device_memory", f"{_gib(cap)} is too small for even one chunk of the largest "
+                                f"layer: the smallest working set ({max_n} chunks per partition) needs {_gib(floor)}.",
+                                f"set mode.device_memory to at least {_gib(floor)}, or use more ranks")
+            raise PlanError("mode.chunks", f"{n} chunks per partition need about {_gib(need)} of device memory, "
+                            f"over mode.device_memory {_gib(cap)}.", "use more chunks, or mode.chunks=0 to pick n")
+        identity = identity_batches(layout.num_parts, layout.chunks_per_part)
+        batches, hit = identity, None
+        if bool(self.options.reorganize):
+            batches, hit = self._reorganized(layout, data, part, plan)
+        return {"layout": layout, "batches": batches, "identity": identity, "device_bytes": need, "cap": cap,
+                "tried": tried, "dims": ctx_dims, "dtype_bytes": b, "reorganize_cache_hit": hit,
+                "edges": (src_n, dst_n, weights)}
+
+    def _dims(self, data) -> List[int]:
+        m = self.cfg.model
+        return [data.features.shape[1]] + [int(m.hidden)] * (int(m.layers) - 1) + [data.num_classes]
+
+    def _reorganized(self, layout: ChunkLayout, data, part, plan) -> Tuple[np.ndarray, bool]:
+        """Algorithm 4 once per graph, partitioning and n: cached beside the partition."""
+        options = {"partitioner": partitioner_options(self.cfg.partitioner),
+                   "hongtu_batches": int(layout.chunks_per_part), "self_loop": bool(self.cfg.model.self_loop),
+                   "algorithm": REORGANIZE_VERSION}
+        key = cache_key(data.content_hash, options, layout.num_parts)
+        arrays, _, hit = PartitionCache(resolve_cache_dir(self.cfg), arrays=("batches",)).get_or_build(
+            key, lambda: ({"batches": reorganize(layout)}, {"k": layout.num_parts}))
+        return arrays["batches"].astype(np.int64), hit
+
+    def figures(self, chosen: Dict[str, Any]) -> Dict[str, Any]:
+        """Volumes, cost model and memory for the plan printout and the run summary."""
+        layout, batches = chosen["layout"], chosen["batches"]
+        volumes = transfer_volumes(layout, batches)
+        row_bytes = sum(chosen["dims"][:-1]) * chosen["dtype_bytes"]  # one row through every layer
+        bw = bandwidths(self.cfg.hardware)
+        out = {"chunks_per_part": layout.chunks_per_part, "batches": int(batches.shape[0]),
+               "chunk_offsets": layout.offsets.tolist(), "batch_order": batches.tolist(),
+               "dedup": self.dedup, "rows_per_layer": volumes,
+               "cost_model_fwd": cost_model(volumes, row_bytes, bw),
+               "estimated_device_bytes": int(chosen["device_bytes"]), "device_memory_cap": int(chosen["cap"])}
+        if bool(self.options.reorganize):
+            out["rows_per_layer_identity_order"] = transfer_volumes(layout, chosen["identity"])
+        if chosen["tried"]:
+            out["auto_chunks_tried"] = [{"chunks": n, "device_bytes": int(b)} for n, b in chosen["tried"]]
+        return out
+
+    def graph_report(self, data, part, plan) -> Optional[Dict[str, Any]]:
+        figures = self.figures(self.choose_layout(data, part, plan))
+        v = figures["rows_per_layer"]
+        report: Dict[str, Any] = {
+            "chunks per partition": figures["chunks_per_part"],
+            "V_ori / V_p2p / V_ru rows per layer": f"{v['ori']} / {v['p2p']} / {v['ru']}",
+            "host->device rows per layer (this dedup)": _rows_for(self.dedup, v),
+            "peer rows per layer (measured form)": v["peer_p2p_reuse" if self.dedup == "p2p+reuse" else "peer_p2p"]
+            if "p2p" in self.dedup else 0,
+        }
+        if "rows_per_layer_identity_order" in figures:
+            ident = figures["rows_per_layer_identity_order"]
+            report["identity order V_ori / V_p2p / V_ru"] = f"{ident['ori']} / {ident['p2p']} / {ident['ru']}"
+        c = figures["cost_model_fwd"]
+        report["cost model C (one forward pass)"] = (
+            f"{c['C_s'] * 1e3:.3f} ms = V_ru/T_hd {c['host_to_device_s'] * 1e3:.3f} + (V_ori-V_p2p)/T_dd "
+            f"{c['peer_s'] * 1e3:.3f} + (V_p2p-V_ru)/T_ru {c['reuse_s'] * 1e3:.3f}")
+        cap = figures["device_memory_cap"]
+        report["estimated peak device bytes"] = (f"{_gib(figures['estimated_device_bytes'])} of "
+                                                 f"{_gib(cap) if cap else 'no cap'}")
+        if "auto_chunks_tried" in figures:
+            report["auto chunks tried"] = ", ".join(f"n={t['chunks']}: {_gib(t['device_bytes'])}"
+                                                    for t in figures["auto_chunks_tried"])
+        return report
+
+    # ------------------------------------------------------------ prepare
+    def prepare(self, data, plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
+        start = time.perf_counter()
+        cfg = self.cfg
+        part, hit = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.world_size,
+                                    cfg.partitioner, data.content_hash, resolve_cache_dir(cfg))
+        chosen = self.choose_layout(data, part, plan)
+        src_n, dst_n, w = chosen["edges"]
+        layout: ChunkLayout = chosen["layout"]
+        perm = torch.from_numpy(part.perm)
+        offsets = part.offsets
+        masks = data.masks
+        counts = {s: int(masks[s].sum()) for s in SPLITS}
+        figures = self.figures(chosen)
+        shards = []
+        for rank in (range(plan.world_size) if ranks is None else ranks):
+            lo, hi = int(offsets[rank]), int(offsets[rank + 1])
+            e_lo, e_hi = (int(x) for x in torch.searchsorted(dst_n, torch.tensor([lo, hi])))
+            rows = perm[lo:hi]
+            shards.append(RankShard(
+                rank=rank, world_size=plan.world_size, num_global_nodes=data.num_nodes,
+                num_classes=data.num_classes, features=data.features[rows], labels=data.labels[rows],
+                count_masks={sp: masks[sp][rows] for sp in SPLITS}, global_counts=counts, global_ids=rows,
+                edges=(dst_n[e_lo:e_hi], src_n[e_lo:e_hi], w[e_lo:e_hi]),
+                info={"layout": layout, "batches": chosen["batches"], "figures": figures},
+            ))
+        m = part.metrics
+        summary = {"num_parts": plan.world_size, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
+                   "max_send_volume": m.max_send_volume, "partitioner": cfg.partitioner.name, "cache_hit": hit,
+                   "chunks_per_part": layout.chunks_per_part, "reorganize_cache_hit": chosen["reorganize_cache_hit"],
+                   "num_edges": int(src_n.numel())}
+        return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start)
+
+    # -------------------------------------------------------------- train
+    def train_rank(self, shard: RankShard, ctx) -> Dict[str, Any]:
+        start = time.perf_counter()
+        engine = HongTuEngine(shard, ctx, str(self.cfg.model.name), self.dedup,
+                              int(shard.info["figures"]["device_memory_cap"]))
+        params_holder: Dict[str, Any] = {}
+
+        def forward(model, x, dropout):
+            if "params" not in params_holder:
+                params_holder["params"] = list(model.parameters())
+                engine.arena.hold("parameters", 5 * tensor_bytes(*params_holder["params"]))
+            if torch.is_grad_enabled():
+                return _HongTuEpoch.apply(engine, model, x, dropout, *params_holder["params"])
+            return engine.run_forward(model, x, None, training=False)
+
+        result = train_full_graph(shard, ctx, aggregate=None, aggregate_first=self.aggregate_first,
+                                  setup_s=time.perf_counter() - start, forward=forward, clock=engine.clock,
+                                  inputs_on_host=True)
+        comm = ctx.comm
+        keys = [(d, k) for d in ("fwd", "bwd") for k in ("h2d", "d2h", "peer", "reused")]
+        totals = comm.reduce_stats([float(engine.rows_last.get(key, 0)) for key in keys])
+        peaks = comm.reduce_stats([float(engine.arena.peak)], op="max")
+        layers = len(result["model"].layers)
+        rows = {d: {k: int(v) for (dd, k), v in zip(keys, totals) if dd == d} for d in ("fwd", "bwd")}
+        report = dict(shard.info["figures"])
+        report.update({
+            "rows_per_epoch": rows,
+            "measured_gather_rows_per_layer": {k: rows["fwd"][k] // layers for k in ("h2d", "peer", "reused")},
+            "peak_device_arena_bytes": int(peaks[0]),
+        })
+        result["mode_report"] = report
+        result["peak_memory_bytes"]["device_arena_max_rank"] = int(peaks[0])
+        return result
+
+
+def _rows_for(dedup: str, volumes: Dict[str, int]) -> int:
+    return {"none": volumes["ori"], "p2p": volumes["p2p"], "reuse": volumes["reuse"], "p2p+reuse": volumes["ru"]}[dedup]
+

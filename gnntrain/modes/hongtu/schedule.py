@@ -1,0 +1,133 @@
+"""Sweeps over the chunk batches: what each rank loads, keeps, exchanges and flushes at
+each step (HongTu Algorithm 1 with the §5 deduplication)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+import numpy as np
+import torch
+
+from gnntrain.partition.chunks import ChunkLayout
+
+
+def _as_index(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+
+
+def _positions(sorted_ids: np.ndarray, ids: np.ndarray) -> torch.Tensor:
+    return _as_index(np.searchsorted(sorted_ids, ids))
+
+
+def _empty() -> np.ndarray:
+    return np.empty(0, dtype=np.int64)
+
+
+@dataclass
+class Step:
+    """What one rank does at one position of a sweep over the batches.
+
+    ``resident`` is D_t, the sorted rows the device holds (own or foreign);
+    ``kept_*`` are the rows of D_{t−1} ∩ D_t that stay (reuse). Forward
+    sweeps use the *arrival* fields (rows that come in: own host loads, and
+    rows from other ranks), backward sweeps the *eviction* fields (rows that
+    leave: own rows to the host, foreign rows to their owner).
+    """
+
+    chunk: int
+    resident: np.ndarray
+    need_pos: Optional[torch.Tensor]  # N_t within D_t (None when D_t == N_t)
+    kept_prev: torch.Tensor
+    kept_now: torch.Tensor
+    # arrivals
+    load_rows: torch.Tensor  # own host rows loaded (local index)
+    load_pos: torch.Tensor
+    give_counts: List[int]  # rows this rank hands each rank (from its device with p2p, else its host)
+    give_index: torch.Tensor  # positions in D_t (p2p) or own host rows (no p2p), by destination
+    take_counts: List[int]
+    take_pos: torch.Tensor  # positions in D_t of rows from other ranks, by source
+    # evictions
+    flush_pos: torch.Tensor  # own rows leaving the device → own host (⊕-add)
+    flush_rows: torch.Tensor
+    send_counts: List[int]  # foreign rows leaving the device, by owner
+    send_pos: torch.Tensor
+    recv_counts: List[int]
+    recv_index: torch.Tensor  # positions in D_t (p2p) or own host rows (no p2p), by source
+
+
+@dataclass
+class Sweep:
+    steps: List[Step]
+    p2p: bool
+    needs_exchange: bool  # some rank moves rows between ranks during this sweep
+
+
+def build_sweep(layout: ChunkLayout, order: np.ndarray, rank: int, dedup: str) -> Sweep:
+    """Rank ``rank``'s steps over the batches in ``order`` (rows of chunk indices per partition)."""
+    m = layout.num_parts
+    p2p, reuse = "p2p" in dedup, "reuse" in dedup
+    po = layout.part_offsets
+    lo = int(po[rank])
+    need = [[layout.neighbours[layout.chunk(k, int(row[k]))] for k in range(m)] for row in order]
+
+    def split_by_owner(rows: np.ndarray) -> List[np.ndarray]:
+        cuts = np.searchsorted(rows, po)
+        return [rows[cuts[k]:cuts[k + 1]] for k in range(m)]
+
+    resident: List[List[np.ndarray]] = []  # D[t][k]
+    for t, sets in enumerate(need):
+        if p2p:
+            union = np.unique(np.concatenate(sets))
+            owned = split_by_owner(union)  # L_k,t = U_t ∩ own_k
+            resident.append([np.union1d(sets[k], owned[k]) for k in range(m)])
+        else:
+            resident.append(list(sets))
+    steps_t = len(order)
+
+    def kept(k: int, t: int) -> np.ndarray:
+        if not reuse or t == 0:
+            return _empty()
+        return np.intersect1d(resident[t - 1][k], resident[t][k], assume_unique=True)
+
+    def arrivals(k: int, t: int) -> List[np.ndarray]:
+        return split_by_owner(np.setdiff1d(resident[t][k], kept(k, t), assume_unique=True))
+
+    def evictions(k: int, t: int) -> List[np.ndarray]:
+        if reuse and t + 1 < steps_t:
+            return split_by_owner(np.setdiff1d(resident[t][k], resident[t + 1][k], assume_unique=True))
+        return split_by_owner(resident[t][k])
+
+    # every rank takes part in an exchange if any rank holds a row it does not own
+    moves = m > 1 and any(np.any((d < po[k]) | (d >= po[k + 1])) for sets in resident for k, d in enumerate(sets))
+    steps = []
+    for t in range(steps_t):
+        d_t = resident[t][rank]
+        mine = need[t][rank]
+        kept_rows = kept(rank, t)
+        prev = resident[t - 1][rank] if t else _empty()
+        arrive = arrivals(rank, t)
+        others_arrive = [arrivals(k, t)[rank] if k != rank else _empty() for k in range(m)]
+        evict = evictions(rank, t)
+        others_evict = [evictions(k, t)[rank] if k != rank else _empty() for k in range(m)]
+        give = [others_arrive[k] for k in range(m)]
+        take = [arrive[k] if k != rank else _empty() for k in range(m)]
+        send = [evict[k] if k != rank else _empty() for k in range(m)]
+        recv = others_evict
+        give_all = np.concatenate(give)
+        recv_all = np.concatenate(recv)
+        steps.append(Step(
+            chunk=layout.chunk(rank, int(order[t][rank])), resident=d_t,
+            need_pos=None if d_t.size == mine.size else _positions(d_t, mine),
+            kept_prev=_positions(prev, kept_rows), kept_now=_positions(d_t, kept_rows),
+            load_rows=_as_index(arrive[rank] - lo), load_pos=_positions(d_t, arrive[rank]),
+            give_counts=[x.size for x in give],
+            give_index=_positions(d_t, give_all) if p2p else _as_index(give_all - lo),
+            take_counts=[x.size for x in take], take_pos=_positions(d_t, np.concatenate(take)),
+            flush_pos=_positions(d_t, evict[rank]), flush_rows=_as_index(evict[rank] - lo),
+            send_counts=[x.size for x in send], send_pos=_positions(d_t, np.concatenate(send)),
+            recv_counts=[x.size for x in recv],
+            recv_index=_positions(d_t, recv_all) if p2p else _as_index(recv_all - lo),
+        ))
+    return Sweep(steps=steps, p2p=p2p, needs_exchange=bool(moves))
+
+

@@ -1,0 +1,50 @@
+"""``mode=hyscale``: hybrid CPU + accelerator mini-batch training with
+two-stage prefetch and dynamic resource management (papers/hyscale-gnn.txt,
+notes/hyscale.md).
+
+* **Trainers** (§III-B): ``cpu_trainers`` then ``accel_trainers`` ranks in one
+  gloo group. Every rank holds the whole graph and the features in host
+  memory. An accelerator trainer computes on its GPU on a CUDA host; on a
+  CPU-only host it is a CPU process that still runs every protocol stage (its
+  "transfer" is a host copy, counted as ``h2d``).
+* **Batches**: ``mode.batch_size`` is the *global* batch; each iteration one
+  global batch of training nodes (a seeded permutation per epoch) is cut into
+  contiguous slices by the current shares (:func:`split_batch`). Each trainer
+  samples its slice with DGL's ``NeighborSampler`` (``mode.fanouts``,
+  -1 = every in-neighbour) and aggregates with the global-degree edge weights
+  rescaled by deg/sampled-deg, the usual unbiased estimator; with fanout -1 it
+  is exactly full-graph aggregation.
+* **Pipeline** (§IV-B): sample+gather in one background thread, transfer in a
+  second, training in the main thread, with depth-2 queues: batch i+2 is
+  gathered while i+1 is transferred and i trains (pinned memory and
+  ``non_blocking`` copies on a side stream on CUDA). ``prefetch=false`` runs
+  the same stages serially.
+* **Gradient sync** (§III-B): synchronous. Loss = Σ CE over a trainer's slice
+  / global batch size, and gradients are all-reduced with SUM, so trainer i's
+  mean gradient enters with weight b_i/B (unbiased for uneven shares).
+* **DRM** (§IV-A, Algorithm 1): :func:`drm_step`, a pure function of the
+  per-trainer stage times; balance_work is the damped proportional rule of
+  :func:`rebalance`. A decision made after iteration t applies to batch t+3
+  (the prefetch queue), in both pipeline settings, so that prefetch never
+  changes which batches are drawn.
+* **Performance model** (§V): :func:`predict_times`, printed by ``gnntrain
+  plan`` and set against the measured stage times in summary.json.
+
+DGL's sampler draws from per-thread engines; :class:`NeighborSampler` runs
+every draw on one dedicated thread, reseeded per (trainer, batch), so that
+prefetch on and off draw the same batches.
+
+Modules: :mod:`.config` (options), :mod:`.batches` (global batches and shares),
+:mod:`.sampler` (neighbour sampling), :mod:`.drm` (dynamic resource management),
+:mod:`.perf_model` (performance model), :mod:`.pipeline` (prefetch),
+:mod:`.trainer` (one trainer's epochs) and :mod:`.mode` (the Mode).
+"""
+from gnntrain.modes.hyscale.batches import global_batches, split_batch
+from gnntrain.modes.hyscale.config import HyScaleConfig
+from gnntrain.modes.hyscale.drm import DRMState, algorithm1, drm_step, floor_shares, rebalance
+from gnntrain.modes.hyscale.mode import HyScaleMode
+from gnntrain.modes.hyscale.perf_model import frontier_sizes, predict_times
+from gnntrain.modes.hyscale.sampler import NeighborSampler
+
+__all__ = ["DRMState", "HyScaleConfig", "HyScaleMode", "NeighborSampler", "algorithm1", "drm_step", "floor_shares",
+           "frontier_sizes", "global_batches", "predict_times", "rebalance", "split_batch"]

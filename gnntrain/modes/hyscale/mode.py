@@ -1,0 +1,131 @@
+"""``mode=hyscale``: planning, prepare and train (the Mode protocol)."""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from gnntrain.errors import PlanError
+from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.hyscale.batches import initial_shares
+from gnntrain.modes.hyscale.config import HyScaleConfig
+from gnntrain.modes.hyscale.perf_model import predict_times
+from gnntrain.modes.loop import SPLITS
+from gnntrain.modes.single import graph_tensors
+from gnntrain.sizing import host_cores
+
+
+@register_mode
+class HyScaleMode(Mode):
+    name = "hyscale"
+    config_class = HyScaleConfig
+    models = ("gcn", "sage", "gin")
+    models_rule = "HyScale trains the aggregate/update models on sampled blocks; GAT is not wired to blocks here."
+
+    @property
+    def trainers(self) -> int:
+        return int(self.options.cpu_trainers) + int(self.options.accel_trainers)
+
+    def world_size(self, hardware_world_size: int) -> int:
+        return max(0, self.trainers)  # one rank per trainer, whatever hardware.ranks_per_node says
+
+    def num_parts(self, world_size: int) -> int:
+        return 1  # no partitioning: every trainer reads the whole graph from host memory
+
+    def rank_devices(self, device: str, world_size: int, ranks_per_node: int) -> Tuple[str, ...]:
+        cpu = int(self.options.cpu_trainers)
+        gpus = max(1, int(self.cfg.hardware.gpus_per_node or 1))
+        return tuple("cpu" if r < cpu or device != "cuda" else f"cuda:{(r - cpu) % gpus}"
+                     for r in range(world_size))
+
+    def validate(self, ctx) -> List[str]:
+        o, cfg = self.options, self.cfg
+        cpu, acc = int(o.cpu_trainers), int(o.accel_trainers)
+        if cpu < 0 or acc < 0 or cpu + acc == 0:
+            raise PlanError("mode.cpu_trainers/mode.accel_trainers", f"{cpu} CPU + {acc} accelerator trainers: "
+                            "at least one trainer is needed and neither count may be negative.",
+                            "set mode.cpu_trainers=1 mode.accel_trainers=1")
+        fanouts = [int(f) for f in o.fanouts]
+        if len(fanouts) != int(cfg.model.layers):
+            raise PlanError("mode.fanouts", f"{len(fanouts)} fanouts for a {cfg.model.layers}-layer model: one "
+                            "fanout per layer is needed.", f"give {cfg.model.layers} fanouts, or set model.layers="
+                            f"{len(fanouts)}")
+        if any(f == 0 or f < -1 for f in fanouts):
+            raise PlanError("mode.fanouts", f"fanouts {fanouts}: each must be a positive count or -1 (all "
+                            "neighbours).", "use e.g. mode.fanouts=[25,10] or [-1,-1]")
+        if int(o.batch_size) < cpu + acc:
+            raise PlanError("mode.batch_size", f"a global batch of {o.batch_size} cannot give each of the "
+                            f"{cpu + acc} trainers a seed.", f"use mode.batch_size >= {cpu + acc}")
+        if acc > 0 and str(getattr(cfg.hardware.device, "value", cfg.hardware.device)) == "cuda" \
+                and not torch.cuda.is_available():
+            raise PlanError("mode.accel_trainers", f"{acc} accelerator trainers on a CUDA profile, but no CUDA "
+                            "device is available here.", "use hardware=local-cpu (accelerator trainers then run "
+                            "as CPU processes), or mode.accel_trainers=0")
+        for key, values in (("mode.shares", o.shares), ("mode.slowdown", o.slowdown)):
+            if values and len(values) != cpu + acc:
+                raise PlanError(key, f"{len(values)} values for {cpu + acc} trainers.",
+                                f"give one value per trainer, or leave {key} empty")
+        if o.shares and any(float(s) <= 0 for s in o.shares):
+            raise PlanError("mode.shares", f"shares {list(o.shares)} must all be positive.",
+                            "use positive fractions, e.g. [0.3, 0.7]")
+        if any(float(s) < 1 for s in o.slowdown):
+            raise PlanError("mode.slowdown", "a slowdown factor below 1 would speed a trainer up.",
+                            "use factors >= 1 (1 = as fast as the hardware)")
+        if not 0.0 <= float(o.drm_min_share) <= 1.0 / (cpu + acc):
+            raise PlanError("mode.drm_min_share", f"{o.drm_min_share} is outside [0, 1/{cpu + acc}]: the floors "
+                            "could not sum to at most the whole batch.", "use e.g. mode.drm_min_share=0.05")
+        if not 0.0 < float(o.drm_ema) <= 1.0:
+            raise PlanError("mode.drm_ema", f"{o.drm_ema} is outside (0, 1].", "use e.g. mode.drm_ema=0.5")
+        warnings = []
+        if acc and str(getattr(cfg.hardware.device, "value", cfg.hardware.device)) == "cpu":
+            warnings.append(f"CPU-only profile: the {acc} accelerator trainer(s) run as CPU processes")
+        return warnings
+
+    def _threads(self) -> int:
+        hw = self.cfg.hardware
+        return max(1, host_cores(hw) // max(1, min(self.trainers, int(hw.ranks_per_node))))
+
+    def estimate_comm(self, ctx) -> Optional[CommEstimate]:
+        model = predict_times(ctx, self.cfg.hardware, self.options, self._threads())
+        acc = int(self.options.accel_trainers)
+        by_kind = {"allreduce": ctx.world_size * ctx.param_bytes} if ctx.world_size > 1 else {}
+        if acc:
+            rows = sum(model["V0_per_trainer"][int(self.options.cpu_trainers):])
+            by_kind["h2d"] = int(rows * ctx.feat_dim * ctx.dtype_bytes)
+        return CommEstimate(None, by_kind, "per iteration (x ceil(train nodes / batch_size) per epoch): allreduce = "
+                            "trainers x model bytes; h2d = sum over accelerator trainers |V0_i| x f0 x dtype bytes "
+                            "(features; + the sampled topology)")
+
+    def details(self, ctx) -> Dict[str, Any]:
+        o = self.options
+        model = predict_times(ctx, self.cfg.hardware, o, self._threads())
+        ms = {k[:-2] + " ms": round(v * 1e3, 4) for k, v in model.items() if k.endswith("_s")}
+        return {"trainers": f"{o.cpu_trainers} CPU + {o.accel_trainers} accelerator", "fanouts": list(o.fanouts),
+                "global batch": int(o.batch_size), "initial shares": [round(s, 4) for s in
+                                                                      initial_shares(o, self.trainers)],
+                "prefetch": bool(o.prefetch), "drm": bool(o.drm), "performance model (per iteration)": ms,
+                "predicted |V0| per trainer": model["V0_per_trainer"]}
+
+    # ------------------------------------------------------------- prepare
+    def prepare(self, data, plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
+        start = time.perf_counter()
+        src, dst, w = graph_tensors(data, self.cfg)
+        masks = data.masks
+        counts = {s: int(masks[s].sum()) for s in SPLITS}
+        shards = [RankShard(rank=r, world_size=plan.world_size, num_global_nodes=data.num_nodes,
+                            num_classes=data.num_classes, features=data.features, labels=data.labels,
+                            count_masks=dict(masks), global_counts=counts, global_ids=torch.arange(data.num_nodes),
+                            edges=(dst, src, w))
+                  for r in (range(plan.world_size) if ranks is None else ranks)]
+        return Prepared(shards=shards, partition={"num_parts": 1, "edge_cut": 0, "total_volume": 0,
+                                                  "max_send_volume": 0, "replicated": "whole graph per trainer"},
+                        preprocess_s=time.perf_counter() - start)
+
+    # ---------------------------------------------------------------- train
+    def train_rank(self, shard: RankShard, ctx) -> Dict[str, Any]:
+        from gnntrain.modes.hyscale.trainer import HyScaleTrainer  # imports DGL: only in trainer ranks
+
+        return HyScaleTrainer(self.options, shard, ctx).run()
+
+

@@ -1,0 +1,276 @@
+"""One HyScale trainer rank: the pipeline, weighted gradient sync, DRM and evaluation."""
+from __future__ import annotations
+
+import copy
+import math
+import statistics
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from gnntrain.models import SparseAdjacency, build_model, run_layers
+from gnntrain.modes.base import RankShard
+from gnntrain.modes.hyscale.batches import batch_seed, global_batches, initial_shares, trainer_slice
+from gnntrain.modes.hyscale.config import DRM_LAG, DRM_WARMUP, HyScaleConfig
+from gnntrain.modes.hyscale.drm import STAGES, DRMState, ShareSchedule, drm_step
+from gnntrain.modes.hyscale.pipeline import Batch, BatchPipeline
+from gnntrain.modes.hyscale.sampler import Block, NeighborSampler
+from gnntrain.modes.loop import SPLITS, EpochLoop, EpochStats, model_spec, run_totals, sync_gradients
+from gnntrain.runtime import RankContext
+
+
+def block_forward(model, adjs: Sequence[SparseAdjacency], x: torch.Tensor,
+                  dropout: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> torch.Tensor:
+    """The model's aggregate/update layers over sampled blocks (dst rows are the first src rows)."""
+    def layer_step(i, layer, h):
+        adj = adjs[i]
+        rows = torch.arange(adj.num_dst, device=h.device)
+        return layer.update(h[:adj.num_dst], layer.aggregate(h, adj.spmm, rows))
+
+    return run_layers(model, x, layer_step, None if dropout is None else lambda h, _layer: dropout(h))
+
+
+class HyScaleTrainer:
+    """One trainer rank (§III-B): pipeline, weighted sync, DRM, evaluation; an
+    :class:`~gnntrain.modes.loop.EpochTask` that the shared :class:`EpochLoop` runs."""
+
+    def __init__(self, options: HyScaleConfig, shard: RankShard, ctx: RankContext):
+        self.o, self.shard, self.ctx = options, shard, ctx
+        self.cfg = ctx.plan.config_obj
+        self.comm, self.device, self.dtype = ctx.comm, ctx.device, ctx.dtype
+        self.rank, self.world = ctx.comm.rank, ctx.comm.world_size
+        cpu = int(self.o.cpu_trainers)
+        self.accel = [r >= cpu for r in range(self.world)]
+        self.is_accel = self.accel[self.rank]
+        self.gpu = self.device.type == "cuda"
+        self.seed = int(self.cfg.train.seed)
+        dst, src, w = shard.edges
+        self.sampler = NeighborSampler(dst, src, w, shard.num_global_nodes, self.o.fanouts)
+        self.drop_gen = torch.Generator(device=self.device)  # reseeded per global batch (see step)
+        self.features = shard.features.to(self.dtype)  # host memory only (§III-B)
+        if self.gpu:
+            self.stream = torch.cuda.Stream(self.device)  # transfers overlap compute on a side stream
+        self.through_host = ctx.plan.backend == "gloo"  # gloo reduces host buffers: stage GPU gradients
+        self.train_ids = shard.count_masks["train"].nonzero().flatten()
+        self.schedule = ShareSchedule()
+        slow = [float(s) for s in self.o.slowdown]
+        self.slowdown = slow[self.rank] if slow else 1.0
+
+    # ---- stages
+    def sample_load(self, k: int, batches: Dict[int, torch.Tensor]) -> Batch:
+        shares = self.schedule.get(k)
+        t0 = time.perf_counter()
+        seeds, sizes = trainer_slice(batches[k], shares, self.rank)
+        input_nodes, blocks = self.sampler.sample(seeds, batch_seed(self.seed, self.rank, k))
+        t1 = time.perf_counter()
+        if self.gpu:  # gather straight into pinned memory so that the copy can be asynchronous
+            x = torch.empty((input_nodes.numel(), self.features.shape[1]), dtype=self.dtype, pin_memory=True)
+            torch.index_select(self.features, 0, input_nodes, out=x)
+        else:
+            x = self.features[input_nodes]
+        y = self.shard.labels[seeds]
+        t2 = time.perf_counter()
+        return Batch(k, seeds, sizes, shares, input_nodes, blocks, x, y,
+                     seconds={"sample": t1 - t0, "load": t2 - t1})
+
+    def transfer(self, b: Batch) -> Batch:
+        """Host → accelerator: features and topology (``h2d``); CPU trainers skip it."""
+        t0 = time.perf_counter()
+        if self.is_accel:
+            to = self.comm.to_device
+            if self.gpu:
+                with torch.cuda.stream(self.stream):
+                    b.x, b.y = to(b.x, self.device), to(b.y, self.device)
+                    b.blocks = [Block(to(bl.dst, self.device), to(bl.src, self.device), to(bl.weight, self.device),
+                                      bl.num_dst, bl.num_src) for bl in b.blocks]
+                    b.ready = torch.cuda.Event()
+                    b.ready.record(self.stream)
+                b.ready.synchronize()  # the transfer stage ends when its bytes have landed
+            else:
+                b.x = to(b.x, self.device)
+                b.blocks = [Block(to(bl.dst, self.device), to(bl.src, self.device), to(bl.weight, self.device),
+                                  bl.num_dst, bl.num_src) for bl in b.blocks]
+        b.seconds["transfer"] = time.perf_counter() - t0
+        return b
+
+    def dropout(self, h: torch.Tensor) -> torch.Tensor:
+        """Per-batch dropout from a generator reseeded per (trainer, global batch), so a resumed run replays it."""
+        p = float(self.cfg.model.dropout)
+        if p <= 0:
+            return h
+        keep = torch.rand(h.shape, generator=self.drop_gen, device=h.device, dtype=h.dtype) >= p
+        return h * keep / (1.0 - p)
+
+    def step(self, b: Batch, model, optimizer, params) -> Tuple[float, float, float]:
+        """Forward/backward on this trainer's slice, weighted SUM all-reduce, update:
+        (Σ CE, train seconds, sync seconds)."""
+        t0 = time.perf_counter()
+        total = sum(b.sizes)
+        optimizer.zero_grad(set_to_none=False)
+        ce = 0.0
+        if b.ready is not None:  # made on the side stream: keep the allocator from reusing them too early
+            for t in [b.x, b.y] + [t for bl in b.blocks for t in (bl.dst, bl.src, bl.weight)]:
+                t.record_stream(torch.cuda.current_stream(self.device))
+        if b.seeds.numel():
+            # dropout masks depend on (seed, trainer, global batch) only, so a resumed run replays them
+            self.drop_gen.manual_seed(batch_seed(self.seed * 31 + 1, self.rank, b.k))
+            kernel = self.ctx.plan.kernel
+            adjs = [SparseAdjacency(bl.dst, bl.src, bl.weight, bl.num_dst, bl.num_src, kernel=kernel,
+                                    device=self.device) for bl in b.blocks]
+            x = b.x.to(self.device, non_blocking=True)
+            y = b.y.to(self.device)
+            logits = block_forward(model, adjs, x, self.dropout)
+            loss_sum = F.cross_entropy(logits, y, reduction="sum")
+            (loss_sum / total).backward()  # weight b_i/B on this trainer's mean gradient
+            ce = float(loss_sum.detach())
+        if self.gpu:
+            torch.cuda.synchronize(self.device)
+        train_s = time.perf_counter() - t0
+        if self.slowdown > 1:  # emulate a slower device: the same work takes slowdown x as long
+            time.sleep((self.slowdown - 1.0) * train_s)
+            train_s *= self.slowdown
+        t1 = time.perf_counter()
+        sync_gradients(params, self.comm, through_host=self.through_host)
+        sync_s = time.perf_counter() - t1
+        optimizer.step()
+        return ce, train_s, sync_s
+
+    # ---- the EpochTask protocol
+    def run(self) -> Dict[str, Any]:
+        setup_start = time.perf_counter()
+        cfg = self.cfg
+        spec = model_spec(cfg, self.features.shape[1], self.shard.num_classes)
+        self.model = build_model(spec, self.seed, self.dtype).to(self.device)
+        self.params = list(self.model.parameters())
+        self.optimizer = torch.optim.Adam(self.params, lr=float(cfg.train.lr),
+                                          weight_decay=float(cfg.train.weight_decay))
+        self.batch_size = int(self.o.batch_size)
+        self.per_epoch = math.ceil(self.train_ids.numel() / self.batch_size)
+        self.n_train = max(1, self.shard.global_counts["train"])
+        self.evaluator = Evaluator(self, self.model) if self.rank == 0 else None
+        setup_s = time.perf_counter() - setup_start
+        result = EpochLoop(self.ctx, self.model, self.optimizer, self.shard.global_counts).run(self)
+        history = result["history"]
+        return {**result, **run_totals(self.ctx, setup_s), "model": self.model,
+                "mode_report": self._report(history) if self.rank == 0 else None}
+
+    def start(self, first_epoch: int, history: List[Dict[str, Any]]) -> None:
+        """DRM state and the share schedule: the resumed run's last shares, else the initial ones."""
+        threads = {"T_SC": 1, "T_Load": 1, "T_TC": int(self.ctx.plan.threads_per_rank)}
+        shares = tuple(history[-1]["hyscale"]["shares"]) if history else initial_shares(self.o, self.world)
+        self.state = DRMState(shares=shares, threads=threads)
+        first = first_epoch * self.per_epoch
+        for k in range(first, first + DRM_LAG):
+            self.schedule.set(k, self.state.shares)
+
+    def train_epoch(self, epoch: int) -> EpochStats:
+        o, comm = self.o, self.comm
+        first_k = epoch * self.per_epoch
+        batches = {first_k + j: b for j, b in enumerate(global_batches(self.train_ids, self.batch_size, self.seed,
+                                                                        epoch))}
+        iterations, ce_sum, t_epoch = [], 0.0, time.perf_counter()
+        stage_tot = dict.fromkeys(STAGES + ("sync", "wait"), 0.0)
+        pipeline = BatchPipeline(lambda k: self.sample_load(k, batches), self.transfer, sorted(batches),
+                                 bool(o.prefetch))
+        t_wait = time.perf_counter()
+        for b in pipeline:
+            wait_s = time.perf_counter() - t_wait
+            t_iter = time.perf_counter() - wait_s
+            ce, train_s, sync_s = self.step(b, self.model, self.optimizer, self.params)
+            ce_sum += ce
+            mine = dict(b.seconds, train=train_s, sync=sync_s, wait=wait_s)
+            for key in stage_tot:
+                stage_tot[key] += mine.get(key, 0.0)
+            # every trainer's stage times, for DRM and the log (bookkeeping, not training traffic)
+            slots = [0.0] * (len(STAGES) + 1) * self.world
+            base = self.rank * (len(STAGES) + 1)
+            slots[base:base + len(STAGES) + 1] = [mine[s] for s in STAGES] + [sync_s]
+            gathered = comm.reduce_stats(slots)
+            times = [dict(zip(STAGES + ("sync",), gathered[r * 5:(r + 1) * 5])) for r in range(self.world)]
+            iter_s = time.perf_counter() - t_iter
+            decision = ""
+            if o.drm and b.k >= DRM_WARMUP:
+                self.state = drm_step(self.state, times, b.sizes, self.accel, float(o.drm_ema),
+                                      float(o.drm_min_share))
+                decision = f"{self.state.bottleneck}: {self.state.action}"
+            self.schedule.set(b.k + DRM_LAG, self.state.shares)
+            iterations.append({"iter": b.k, "shares": [round(s, 5) for s in b.shares], "batch": b.sizes,
+                               "input_rows": int(b.input_nodes.numel()),
+                               "stage_s": {s: [round(t[s], 6) for t in times] for s in STAGES + ("sync",)},
+                               "iter_s": round(iter_s, 6), "drm": decision})
+            t_wait = time.perf_counter()
+        extra = {"hyscale": {"shares": list(self.state.shares), "threads": dict(self.state.threads),
+                             "iterations": iterations}}
+        return EpochStats(loss=ce_sum, seconds=time.perf_counter() - t_epoch, stages=stage_tot,
+                          loss_divisor=self.n_train, other_stage=False, extra=extra)
+
+    def evaluate(self, epoch: int) -> List[float]:
+        """Rank 0 evaluates on the whole graph; the others add nothing to the sums."""
+        return self.evaluator.correct() if self.evaluator is not None else [0.0, 0.0, 0.0]
+
+    def _report(self, history: List[Dict[str, Any]]) -> Dict[str, Any]:
+        """summary.json ``mode_report``: shares and stage times per trainer, predicted vs measured."""
+        its = [it for h in history for it in h["hyscale"]["iterations"]]
+        med = statistics.median
+        per_trainer = {s: [med(it["stage_s"][s][r] for it in its) for r in range(self.world)]
+                       for s in STAGES + ("sync",)}
+        accel = self.accel
+
+        def measured(it) -> Dict[str, float]:
+            st = it["stage_s"]
+            trans = [t for t, a in zip(st["transfer"], accel) if a]
+            sync = max(st["sync"])
+            return {"T_samp_s": max(st["sample"]), "T_load_s": sum(st["load"]), "T_trans_s": max(trans or [0.0]),
+                    "T_sync_s": sync, "T_prop_s": max(st["train"]) + sync, "T_exec_s": it["iter_s"]}
+
+        rows = [measured(it) for it in its]
+        got = {k: med(r[k] for r in rows) for k in rows[0]} if rows else {}
+        details = self.ctx.plan.mode_details
+        predicted = {k[:-3] + "_s": v / 1e3 for k, v in details["performance model (per iteration)"].items()}
+        predicted["V0_per_trainer"] = details["predicted |V0| per trainer"]
+        return {
+            "trainers": [("accel" if a else "cpu") + f":{d}" for a, d in zip(accel, self.ctx.plan.rank_devices)],
+            "shares_final": [round(s, 5) for s in history[-1]["hyscale"]["shares"]],
+            "shares_per_iteration": [it["shares"] for it in its],
+            "batch_per_iteration": [it["batch"] for it in its],
+            "stage_time_median_s": per_trainer,
+            "predicted_vs_measured_s": {k: {"predicted": predicted.get(k), "measured": got.get(k)}
+                                        for k in ("T_samp_s", "T_load_s", "T_trans_s", "T_sync_s", "T_prop_s",
+                                                  "T_exec_s")},
+            "input_rows_rank0_median": med(it["input_rows"] for it in its) if its else None,
+            "predicted_V0_per_trainer": predicted.get("V0_per_trainer"),
+            "iterations": len(its), "prefetch": bool(self.o.prefetch), "drm": bool(self.o.drm),
+            "table": [["final shares", " / ".join(f"{s:.3f}" for s in history[-1]["hyscale"]["shares"])]]
+            + [[f"{k[:-2]} predicted / measured", f"{_ms(predicted.get(k))} / {_ms(got.get(k))}"]
+               for k in ("T_samp_s", "T_load_s", "T_trans_s", "T_sync_s", "T_prop_s", "T_exec_s")],
+        }
+
+
+def _ms(seconds: Optional[float]) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f} ms"
+
+
+class Evaluator:
+    """Full-neighbour inference on rank 0 (fanout -1 everywhere = the whole graph,
+    layer by layer, with the global-degree weights) on the host."""
+
+    def __init__(self, trainer: HyScaleTrainer, model):
+        self.trainer, self.model = trainer, model
+        dst, src, w = trainer.shard.edges
+        n = trainer.shard.num_global_nodes
+        self.adj = SparseAdjacency(dst, src, w, n, n, kernel=trainer.ctx.plan.kernel)
+        self.masks = trainer.shard.count_masks
+
+    def correct(self) -> List[float]:
+        model = self.model
+        if next(model.parameters()).device.type != "cpu":
+            model = copy.deepcopy(model).cpu()
+        model.eval()
+        with torch.no_grad():
+            pred = model(self.trainer.features.cpu(), self.adj.spmm).argmax(dim=1)
+        self.model.train()
+        labels = self.trainer.shard.labels
+        return [float(((pred == labels) & self.masks[s]).sum()) for s in SPLITS]
+

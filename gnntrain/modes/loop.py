@@ -1,0 +1,233 @@
+"""One epoch loop for every mode: resume, checkpoints, preemption, fault injection,
+metrics and progress.
+
+A mode supplies an :class:`EpochTask` (how to train one epoch, how to count correct
+predictions); :class:`EpochLoop` runs it. Full-graph modes use
+:func:`gnntrain.modes.fullgraph.train_full_graph`, which builds their task; HyScale's
+mini-batch trainer is a task of its own. The conventions that make the exact modes
+equal ``mode=single`` (docs/design.md, "Exactness") live here and in ``fullgraph``:
+
+* loss = Σ CE over the train rows this rank counts / global train count;
+* parameter gradients all-reduced with SUM (never AVG) over all ranks;
+* identical initial weights from one seeded generator.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Protocol
+
+import torch
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from gnntrain.checkpoint import preemption_boundary, resume_requested, run_checkpointer, slurm_restarted
+from gnntrain.comm.accounting import KINDS, Phase
+from gnntrain.models import ModelSpec
+from gnntrain.models.kernels import SPMM_CALLS
+from gnntrain.runtime import RankContext, peak_device_bytes, peak_host_bytes
+
+SPLITS = ("train", "val", "test")
+
+
+def model_spec(cfg, in_dim: int, num_classes: int, aggregate_first: Optional[bool] = None,
+               label_inputs: bool = False) -> ModelSpec:
+    m = cfg.model
+    return ModelSpec(name=m.name, in_dim=in_dim, hidden=m.hidden, out_dim=num_classes, layers=m.layers,
+                     dropout=m.dropout, aggregate_first=aggregate_first, gin_eps_learnable=m.gin_eps_learnable,
+                     label_classes=num_classes if label_inputs else 0)
+
+
+def sync_gradients(params: List[torch.nn.Parameter], comm, through_host: bool = False) -> None:
+    """One flat SUM all-reduce of every parameter gradient (kind ``allreduce``).
+
+    ``through_host``: gradients on an accelerator are staged through host
+    memory (``d2h``, all-reduce over gloo, ``h2d``), as HyScale's trainers do.
+    """
+    if not comm.distributed:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = _flatten_dense_tensors(grads)
+    if through_host and flat.device.type != "cpu":
+        device = flat.device
+        staged = comm.to_device(flat, torch.device("cpu"), "d2h", non_blocking=False)
+        flat = comm.to_device(comm.all_reduce(staged, "allreduce"), device, "h2d", non_blocking=False)
+    else:
+        comm.all_reduce(flat, "allreduce")
+    for p, g in zip(params, _unflatten_dense_tensors(flat, grads)):
+        if p.grad is None:
+            p.grad = g.clone()
+        else:
+            p.grad.copy_(g)
+
+
+def inject_fault(rank: int, epoch: int) -> None:
+    """Failure-test hook: ``GNNTRAIN_INJECT_FAULT=rank:epoch:raise|kill|hang``.
+
+    Lets the reliability tests make one rank fail mid-run the way real ranks
+    do (an exception, a SIGKILL, a silent stall); unset in normal runs. A
+    requeued SLURM job runs clean: the fault stands for a failure of the
+    first attempt, and the job inherits the submission's environment.
+    """
+    spec = os.environ.get("GNNTRAIN_INJECT_FAULT")
+    if not spec or slurm_restarted():
+        return
+    fault_rank, fault_epoch, action = spec.split(":")
+    if int(fault_rank) != rank or int(fault_epoch) != epoch:
+        return
+    if action == "raise":
+        raise RuntimeError(f"injected fault on rank {rank} at epoch {epoch}")
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "hang":
+        time.sleep(3600)
+
+
+@dataclass
+class EpochStats:
+    """What one training epoch hands the loop (this rank's figures)."""
+
+    loss: float  # this rank's loss; the record holds the sum over ranks / loss_divisor
+    seconds: float  # the epoch's training time on this rank
+    stages: Dict[str, float] = field(default_factory=dict)  # named parts of ``seconds``
+    loss_divisor: float = 1.0
+    other_stage: bool = True  # book the time no stage claims as "other"
+    extra: Dict[str, Any] = field(default_factory=dict)  # mode's own fields, merged into the record
+
+
+class EpochTask(Protocol):
+    """How a mode trains one epoch and evaluates; :class:`EpochLoop` does the rest."""
+
+    def start(self, first_epoch: int, history: List[Dict[str, Any]]) -> None:
+        """Called once before the first epoch; ``history`` holds the resumed epochs' records."""
+
+    def train_epoch(self, epoch: int) -> EpochStats:
+        """One training epoch (runs inside the ledger's train phase)."""
+
+    def evaluate(self, epoch: int) -> List[float]:
+        """Correct predictions per split (train, val, test) this rank counts (eval phase, no grad)."""
+
+
+class EpochLoop:
+    """Runs an :class:`EpochTask` for ``train.epochs`` epochs.
+
+    Owns resume from the newest checkpoint (model, optimizer, RNG and history),
+    checkpoint cadence (``train.checkpoint_every``), the preemption boundary (an
+    epoch shown in the metrics survives a SIGUSR2), fault injection for the
+    reliability tests, evaluation cadence (``train.eval_every`` and the last
+    epoch), the reduced metrics record per epoch and rank 0's recorder.
+    """
+
+    def __init__(self, ctx: RankContext, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 global_counts: Dict[str, int]):
+        self.ctx, self.model, self.optimizer = ctx, model, optimizer
+        self.global_counts = global_counts
+        self.cfg = ctx.plan.config_obj
+
+    def run(self, task: EpochTask) -> Dict[str, Any]:
+        """Train; returns ``{"history": [...], "accuracy": {split: value}}``."""
+        ctx, model, optimizer, train_cfg = self.ctx, self.model, self.optimizer, self.cfg.train
+        comm, ledger = ctx.comm, ctx.comm.ledger
+        epochs, eval_every, every = int(train_cfg.epochs), int(train_cfg.eval_every), int(train_cfg.checkpoint_every)
+        history: List[Dict[str, Any]] = []
+        accuracy: Dict[str, float] = {}
+        start_epoch = 0
+        checkpointer = run_checkpointer(self.cfg, ctx.run_dir, ctx.plan.plan_hash)
+        if checkpointer is not None and resume_requested(self.cfg):
+            state = checkpointer.load_latest()  # run_training already refused foreign or missing ones
+            if state is not None:
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+                torch.set_rng_state(state["rng"])
+                history, start_epoch = list(state["history"]), int(state["epoch"])
+                accuracy = {s: history[-1][f"{s}_acc"] for s in SPLITS if f"{s}_acc" in history[-1]}
+        task.start(start_epoch, history)
+        if ctx.recorder is not None:
+            ctx.recorder.start(epochs, resumed=history)
+        boundary = preemption_boundary(checkpointer, comm.rank)
+
+        for epoch in range(start_epoch, epochs):
+            ledger.reset(Phase.train)
+            inject_fault(comm.rank, epoch)
+            model.train()
+            with ledger.in_phase(Phase.train):
+                stats = task.train_epoch(epoch)
+            correct: Optional[List[float]] = None
+            if (epoch + 1) % eval_every == 0 or epoch + 1 == epochs:
+                model.eval()
+                with ledger.in_phase(Phase.eval), torch.no_grad():
+                    correct = task.evaluate(epoch)
+            record = epoch_record(comm, epoch, stats.loss, correct, stats.seconds, stats.stages, self.global_counts,
+                                  loss_divisor=stats.loss_divisor, other_stage=stats.other_stage)
+            record.update(stats.extra)
+            if correct is not None:
+                accuracy = {s: record[f"{s}_acc"] for s in SPLITS}
+            history.append(record)
+            if boundary is not None:  # before the metrics line: an epoch shown there survives preemption
+                boundary.update(epoch + 1, model, optimizer, history)
+            if ctx.recorder is not None:
+                ctx.recorder.epoch(record)
+            if checkpointer is not None and every and (epoch + 1) % every == 0 and comm.rank == 0:
+                checkpointer.save(epoch + 1, model, optimizer, history)
+        if boundary is not None:
+            boundary.close()
+        return {"history": history, "accuracy": accuracy}
+
+
+def epoch_record(comm, epoch: int, loss: float, correct: Optional[List[float]], epoch_time: float,
+                 stages: Dict[str, float], global_counts: Dict[str, int], loss_divisor: float = 1.0,
+                 other_stage: bool = True) -> Dict[str, Any]:
+    """One epoch's metrics row, reduced over ranks (a collective).
+
+    ``loss`` (this rank's part; the row holds the sum / ``loss_divisor``) and
+    ``correct`` (per split, or None when the epoch does not evaluate) are
+    summed; epoch time, time blocked in collectives and each of ``stages``
+    are the slowest rank's (it sets the pace); bytes are the train phase's,
+    summed by kind. With ``other_stage``, what no stage claims is "other".
+    """
+    ledger = comm.ledger
+    sent = ledger.sent_vector(Phase.train)
+    comm_time = ledger.seconds(Phase.train)
+    stats = [float(loss)] + list(correct or [])
+    totals = comm.reduce_stats(stats + sent)
+    maxima = comm.reduce_stats([float(sum(s for k, s in zip(KINDS, sent) if k != "reused")),
+                                epoch_time, comm_time, *stages.values()], op="max")
+    by_kind = {k: int(v) for k, v in zip(KINDS, totals[len(stats):len(stats) + len(KINDS)]) if v}
+    record = {
+        "epoch": epoch, "loss": totals[0] / loss_divisor,
+        "epoch_time_s": maxima[1],
+        "comm_bytes": int(sum(v for k, v in by_kind.items() if k != "reused")),
+        "comm_by_kind": by_kind, "max_rank_send": int(maxima[0]),
+        "time_breakdown_s": {"compute": max(0.0, maxima[1] - maxima[2]), "comm": maxima[2]},
+    }
+    if stages:
+        slowest = dict(zip(stages, maxima[3:]))
+        record["time_breakdown_s"].update(slowest)
+        if other_stage:
+            record["time_breakdown_s"]["other"] = max(0.0, maxima[1] - maxima[2] - sum(slowest.values()))
+    if correct is not None:
+        record.update({f"{s}_acc": totals[1 + i] / max(1, global_counts[s]) for i, s in enumerate(SPLITS)})
+    return record
+
+
+def run_totals(ctx: RankContext, setup_s: float = 0.0) -> Dict[str, Any]:
+    """Per-rank peak memory and the setup figures, gathered from every rank (a collective)."""
+    comm, device = ctx.comm, ctx.device
+    # per-rank peaks: each rank fills its own slot of a zero vector, a SUM gathers them
+    slots = [0.0] * (2 * comm.world_size)
+    slots[comm.rank] = float(peak_host_bytes())
+    slots[comm.world_size + comm.rank] = float(peak_device_bytes(device) or 0)
+    peaks = comm.reduce_stats(slots)
+    host, dev = [int(x) for x in peaks[:comm.world_size]], [int(x) for x in peaks[comm.world_size:]]
+    any_device = any(dev)
+    setup_bytes, unweighted, weighted = comm.reduce_stats([float(comm.ledger.total_sent(Phase.setup)),
+                                                           float(SPMM_CALLS["unweighted"]),
+                                                           float(SPMM_CALLS["weighted"])])
+    return {
+        "spmm_calls": {"unweighted": int(unweighted), "weighted": int(weighted)},
+        "peak_memory_bytes": {"host_max_rank": max(host), "device_max_rank": max(dev) if any_device else None,
+                              "host_per_rank": host, "device_per_rank": dev if any_device else None},
+        "setup": {"preprocess_s": ctx.preprocess_s + setup_s, "setup_comm_bytes": int(setup_bytes)},
+    }
+
