@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from conftest import CONFIG_DIR, compose
@@ -17,13 +19,50 @@ def _options(group: str):
     return sorted(p.stem for p in (Path(CONFIG_DIR) / group).glob("*.yaml"))
 
 
+def _schema_class(group: str, option: str) -> type:
+    from gnntrain.config import schema
+    from gnntrain.modes import MODE_REGISTRY
+
+    if group == "mode":
+        return MODE_REGISTRY[option].config_class
+    return {"dataset": schema.DatasetConfig, "model": schema.ModelConfig, "partitioner": schema.PartitionerConfig,
+            "hardware": schema.HardwareConfig}[group]
+
+
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in _options(g)])
 def test_every_shipped_yaml_composes_against_its_schema(group, option):
     cfg = compose([f"{group}={option}"])
     assert cfg[group].name == option
-    # the node is typed by its schema: unknown keys are refused
+    assert OmegaConf.get_type(cfg[group]) is _schema_class(group, option)
+    # the node is typed by its schema: unknown keys are refused, also with Hydra's struct flag off
+    OmegaConf.set_struct(cfg, False)
     with pytest.raises((ConfigKeyError, AttributeError, ValidationError)):
         cfg[group].this_key_does_not_exist = 1
+
+
+# the schema each YAML must name in its defaults list (mode/<name>.yaml: <name>_schema). A group
+# directory missing here fails the test below: give it a schema, then add it.
+SCHEMA_OF_GROUP = {".": "run_schema", "dataset": "dataset_schema", "model": "model_schema",
+                   "partitioner": "partitioner_schema", "hardware": "hardware_schema",
+                   "hydra/launcher": "submitit_slurm"}
+ALL_YAMLS = sorted(p.relative_to(CONFIG_DIR).as_posix() for p in Path(CONFIG_DIR).rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("rel", ALL_YAMLS)
+def test_every_yaml_names_its_schema(rel):
+    """The YAML itself names its schema: the root schema types the group nodes even
+    without it, so composing alone cannot tell (gnntrain/config/schema.py: every YAML names one)."""
+    from hydra.core.config_store import ConfigStore
+
+    path = Path(CONFIG_DIR) / rel
+    group = path.parent.relative_to(CONFIG_DIR).as_posix()
+    assert group in SCHEMA_OF_GROUP or group == "mode", f"{rel}: no known schema for group '{group}'"
+    expected = f"{path.stem}_schema" if group == "mode" else SCHEMA_OF_GROUP[group]
+    defaults = yaml.safe_load(path.read_text()).get("defaults") or []
+    assert expected in defaults, f"{rel}: defaults {defaults} do not name its schema {expected}"
+    compose([])  # registers gnntrain's schemas and the launcher plugins' in the ConfigStore
+    prefix = "" if group == "." else f"{group}/"
+    assert ConfigStore.instance().load(f"{prefix}{expected}.yaml") is not None, f"{expected} is not registered"
 
 
 def test_default_config_is_gcn_on_csbm_with_two_ranks():

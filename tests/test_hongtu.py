@@ -132,8 +132,9 @@ def test_bytes_by_kind_follow_the_rows(train):
     widths = [128, 16]  # csbm features, hidden (GCN loads each layer's input width)
     assert report["measured_gather_rows_per_layer"]["peer"] == v["peer_p2p_reuse"]
     assert kinds["peer"] >= v["peer_p2p_reuse"] * sum(widths) * 8
-    assert "reused" not in summary["comm_bytes"] or summary["comm_bytes"]["per_epoch"] == sum(
-        b for k, b in kinds.items() if k != "reused")
+    # reuse avoided some traffic: recorded under its own kind, but never part of the epoch's total
+    assert kinds["reused"] > 0
+    assert summary["comm_bytes"]["per_epoch"] == sum(b for k, b in kinds.items() if k != "reused")
 
 
 # --------------------------------------------------------------------- dedup

@@ -3,12 +3,17 @@ failure handling: a rank that raises, is killed or stalls ends the job
 promptly with a message naming it, and summary.json says failed."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+import uuid
+from pathlib import Path
 
 import psutil
 import pytest
 
-from conftest import read_summary, run_cli
+from conftest import read_summary
 from gnntrain.launch.launcher import expand_nodelist, external_identity
 
 
@@ -41,24 +46,71 @@ def test_nodelist_expansion(nodelist, hosts):
     assert expand_nodelist(nodelist) == hosts
 
 
+RUN_MARK = "GNNTRAIN_TEST_RUN_MARK"  # set in the launcher's environment; spawned ranks inherit it
+
+
+def _run_ranks(mark: str) -> dict:
+    """Live rank processes of the run marked ``mark``: spawned interpreters (``spawn_main``) whose
+    environment carries the mark. Found through /proc, whoever their parent is now."""
+    found = {}
+    for pid in psutil.pids():
+        try:
+            p = psutil.Process(pid)
+            if p.environ().get(RUN_MARK) != mark or "spawn_main" not in " ".join(p.cmdline()):
+                continue
+            if p.status() != psutil.STATUS_ZOMBIE:
+                found[pid] = p
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:  # is_running also compares the creation time: a reused pid is not our rank
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+
+
 @pytest.mark.parametrize("action,needle", [("raise", "injected fault"), ("kill", "SIGKILL"),
-                                           ("hang", "rank")])
+                                           ("hang", "Timed out")])  # the stall ends by the collective timeout
 def test_failing_rank_ends_the_job(tmp_path, action, needle):
+    mark = uuid.uuid4().hex
+    env = {**os.environ, "GNNTRAIN_INJECT_FAULT": f"1:1:{action}", RUN_MARK: mark}
+    exe = Path(sys.executable).parent / "gnntrain"
+    cmd = ([str(exe)] if exe.exists() else [sys.executable, "-m", "gnntrain"]) + [
+        # kernel=torch: no DGL import inside the ranks, so a short collective timeout only catches the fault
+        "run", f"hydra.run.dir={tmp_path}/run", f"cache_dir={tmp_path}/cache", "train.epochs=4",
+        "comm_timeout_s=5", "kernel=torch"]
+    # output to files, not pipes: a leftover process holding a pipe would stall the read, not fail the check
+    seen = {}
     start = time.perf_counter()
-    # kernel=torch: no DGL import inside the ranks, so a short collective timeout only catches the fault
-    proc = run_cli(["run", f"hydra.run.dir={tmp_path}/run", f"cache_dir={tmp_path}/cache", "train.epochs=4",
-                    "comm_timeout_s=5", "kernel=torch"], cwd=tmp_path, timeout=120,
-                   env_extra={"GNNTRAIN_INJECT_FAULT": f"1:1:{action}"})
+    with open(tmp_path / "out.txt", "w") as out_f:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out_f, stderr=subprocess.STDOUT)
+        try:
+            while proc.poll() is None and time.perf_counter() - start < 120:
+                seen.update(_run_ranks(mark))  # the rank pids, recorded while they run
+                time.sleep(0.1)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
     elapsed = time.perf_counter() - start
-    out = proc.stdout + proc.stderr
+    out = (tmp_path / "out.txt").read_text()
+    leftovers = {pid: p for pid, p in {**seen, **_run_ranks(mark)}.items() if _alive(p)}
+    for p in leftovers.values():  # this test's own processes: do not leave them to the next test
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
     assert proc.returncode == 1, out
+    # both ranks were seen running, so the leftover check looks at real processes
+    assert len(seen) >= 2, f"rank processes seen while running: {sorted(seen)}\n{out}"
+    assert not leftovers, f"rank processes alive after the launcher exited: {sorted(leftovers)}\n{out}"
     assert needle in out and "rank" in out
     assert elapsed < 30, f"took {elapsed:.0f}s"
     summary = read_summary(tmp_path / "run")
     assert summary["status"] == "failed" and summary["error"]
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if "spawn_main" in " ".join(p.info["cmdline"] or [])
-                 and p.ppid() == proc.pid]
-    assert not leftovers
 
 
 def test_run_on_the_torchrun_path(tmp_path):

@@ -54,11 +54,22 @@ def test_metrics_equal_brute_force(seed, k):
     assert m.send_imbalance == pytest.approx((max(send) - avg) / avg)
 
 
-@pytest.mark.parametrize("name", ["metis", "random", "range", "volume"])
-def test_partitioners_relabel_into_contiguous_parts(name):
+PARTITIONERS_UNDER_TEST = ["metis", "random", "range", "volume"]
+
+
+@pytest.mark.parametrize("name", PARTITIONERS_UNDER_TEST)
+def test_partitioners_relabel_into_contiguous_parts(name, tmp_path):
     src, dst = _random_graph(200, 1200, 1)
-    part, hit = partition_graph(src, dst, 200, 4, _pcfg(name), "g")
-    assert not hit and part.num_parts == 4
+    # another partitioner's entry for the same graph and k is already cached: it must not serve this one
+    other = next(n for n in PARTITIONERS_UNDER_TEST if n != name)
+    _, other_hit = partition_graph(src, dst, 200, 4, _pcfg(other), "g", tmp_path)
+    part, hit = partition_graph(src, dst, 200, 4, _pcfg(name), "g", tmp_path)
+    assert (other_hit, hit) == (False, False) and part.num_parts == 4
+    # the same call again is served from the cache, unchanged
+    again, hit_again = partition_graph(src, dst, 200, 4, _pcfg(name), "g", tmp_path)
+    assert hit_again
+    for field in ("parts", "perm", "inverse", "offsets"):
+        assert np.array_equal(getattr(again, field), getattr(part, field)), field
     # the permutation round-trips and makes every part a contiguous block of new ids
     assert np.array_equal(part.perm[part.inverse], np.arange(200))
     assert np.array_equal(part.inverse[part.perm], np.arange(200))

@@ -57,12 +57,43 @@ def test_invalid_plans_name_the_option(overrides, option):
 
 
 def test_not_implemented_mode_says_so(monkeypatch):
-    from gnntrain.modes import MODE_REGISTRY
+    """A mode whose options exist as schema only (``implemented = False``) is refused by name
+    before any of its hooks run. Every shipped mode is implemented, so such a mode is registered
+    here the way a mode module registers one (its config class in the ConfigStore, its class in
+    MODE_REGISTRY), not made by switching off a working mode."""
+    from dataclasses import dataclass
 
-    # every shipped mode is implemented now; a schema-only mode must still be refused by name
-    monkeypatch.setattr(MODE_REGISTRY["hongtu"], "implemented", False)
-    with pytest.raises(PlanError, match="not implemented yet"):
-        build_plan(compose(["mode=hongtu"]))
+    from hydra.core.config_store import ConfigStore
+
+    from gnntrain.config.schema import ModeConfig
+    from gnntrain.modes import MODE_REGISTRY, Mode, register_mode
+
+    @dataclass
+    class PlannedConfig(ModeConfig):
+        name: str = "planned"
+
+    class PlannedMode(Mode):
+        name = "planned"
+        config_class = PlannedConfig
+        implemented = False
+        issue = "#99"
+
+        def __init__(self, cfg):
+            raise AssertionError("build_plan instantiated a schema-only mode")
+
+    monkeypatch.setitem(MODE_REGISTRY, "planned", PlannedMode)  # removed again after the test
+    register_mode(PlannedMode)
+    store = ConfigStore.instance()
+    store.store(group="mode", name="planned", node=PlannedConfig)
+    try:
+        cfg = compose(["mode=planned"])  # register_configs also stores mode/planned_schema
+        assert cfg.mode.name == "planned"
+        with pytest.raises(PlanError, match=r"mode 'planned' is not implemented yet \(issue #99\)") as info:
+            build_plan(cfg)
+        assert info.value.option == "mode"
+    finally:
+        for entry in ("planned.yaml", "planned_schema.yaml"):
+            store.repo["mode"].pop(entry, None)
 
 
 def test_port_in_use_is_refused():

@@ -44,24 +44,41 @@ def _job_state(env, job_id: str, settle_s: float = 60) -> str:
         time.sleep(1)
 
 
+def _queue(env) -> dict:
+    """Job id -> state of every job squeue lists, finished ones included (MinJobAge=300 keeps them);
+    array tasks one a line, as <array id>_<index>."""
+    out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i %T"], capture_output=True, text=True,
+                         env={**os.environ, **env}, check=True).stdout
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
 def test_sweep_through_submitit_slurm(slurm_env, tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_cli(["run", "-m", "hydra/launcher=slurm", "mode=single,partition", "train.epochs=3",
                     "train.progress=false", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path}/cache",
                     "hardware.timeout_min=10"], cwd=tmp_path, timeout=600, env_extra=slurm_env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # submitit sends a sweep as one job array: one array task per sweep job (e.g. 4_0, 4_1)
+    job_ids = sorted(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", p.name))
+    assert len(job_ids) == 2
+    # the queue's own view, right after the sweep returned: the array holds exactly these tasks, and
+    # within seconds none is still pending or running (a job must not linger once its result is back)
+    array_ids = {job_id.split("_")[0] for job_id in job_ids}
+    deadline = time.monotonic() + 15
+    while True:
+        ours = {job: state for job, state in _queue(slurm_env).items() if job.split("_")[0] in array_ids}
+        if set(ours.values()) <= {"COMPLETED", "COMPLETING"} or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert sorted(ours) == job_ids and set(ours.values()) <= {"COMPLETED", "COMPLETING"}, ours
     summaries = sorted(sweep.rglob("summary.json"))
     assert len(summaries) == 2
     for path in summaries:
         assert read_summary(path.parent)["status"] == "completed", path
-    # submitit sends a sweep as one job array: one array task per sweep job (e.g. 4_0, 4_1)
-    job_ids = sorted(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", p.name))
-    assert len(job_ids) == 2
     for job_id in job_ids:
         assert _job_state(slurm_env, job_id) == "COMPLETED"
-    squeue = subprocess.run(["squeue", "-h", "-u", "root"], capture_output=True, text=True,
-                            env={**os.environ, **slurm_env})
-    assert squeue.returncode == 0
+    queue = _queue(slurm_env)  # squeue agrees once the states have settled
+    assert {job_id: queue.get(job_id) for job_id in job_ids} == dict.fromkeys(job_ids, "COMPLETED"), queue
 
 
 def test_sbatch_template_with_two_tasks(slurm_env, tmp_path):

@@ -37,7 +37,17 @@ def test_report_gathers_runs_into_table_markdown_and_plots(tmp_path):
     rep = run_cli(["report", str(sweep)], cwd=tmp_path)
     assert rep.returncode == 0, rep.stdout + rep.stderr
     md = (sweep / "report.md").read_text()
-    assert "| mode |" in md.replace("| run | mode |", "| mode |") and "partition" in md and "single" in md
+    # the markdown table, read by column: run directory names hold the modes too, so a bare
+    # "partition" in md would pass even with a wrong mode column
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table]
+    header, rule, rows = cells[0], cells[1], cells[2:]
+    assert "mode" in header and "status" in header and all(set(c) <= {"-"} for c in rule), table[:2]
+    assert all(len(r) == len(header) for r in rows), table
+    runs = [dict(zip(header, r)) for r in rows]
+    assert len(runs) == 2, table
+    assert {r["mode"]: r["world size"] for r in runs} == {"single": "1", "partition": "2"}, table
+    assert all(r["status"] == "completed" for r in runs), table
     for name in ("report_loss.png", "report_time.png", "report_comm.png"):
         png = sweep / name
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
