@@ -56,43 +56,51 @@ def test_invalid_plans_name_the_option(overrides, option):
     assert info.value.option.startswith(option)
 
 
-def test_not_implemented_mode_says_so(monkeypatch):
-    """A mode whose options exist as schema only (``implemented = False``) is refused by name
-    before any of its hooks run. Every shipped mode is implemented, so such a mode is registered
-    here the way a mode module registers one (its config class in the ConfigStore, its class in
-    MODE_REGISTRY), not made by switching off a working mode."""
+def test_a_registered_mode_plugs_into_composition_and_the_plan(monkeypatch):
+    """A new mode is one module: ``register_mode`` puts it in the registry and its options
+    schema in Hydra's ConfigStore (mode/<name>_schema), and the plan asks the mode's own
+    hooks for the world size, warnings and memory estimate."""
     from dataclasses import dataclass
 
     from hydra.core.config_store import ConfigStore
+    from hydra.errors import ConfigCompositionException
 
     from gnntrain.config.schema import ModeConfig
     from gnntrain.modes import MODE_REGISTRY, Mode, register_mode
+    from gnntrain.sizing import MemoryEstimate
 
     @dataclass
-    class PlannedConfig(ModeConfig):
-        name: str = "planned"
+    class ToyConfig(ModeConfig):
+        name: str = "toy"
+        factor: int = 2
 
-    class PlannedMode(Mode):
-        name = "planned"
-        config_class = PlannedConfig
-        implemented = False
-        issue = "#99"
+    class ToyMode(Mode):
+        name = "toy"
+        config_class = ToyConfig
 
-        def __init__(self, cfg):
-            raise AssertionError("build_plan instantiated a schema-only mode")
+        def world_size(self, hardware_world_size):
+            return 1
 
-    monkeypatch.setitem(MODE_REGISTRY, "planned", PlannedMode)  # removed again after the test
-    register_mode(PlannedMode)
+        def validate(self, ctx):
+            return [f"toy factor {self.options.factor}"]
+
+        def estimate_memory(self, ctx):
+            return MemoryEstimate(graph_bytes=7, feature_bytes=0, activation_bytes=0)
+
     store = ConfigStore.instance()
-    store.store(group="mode", name="planned", node=PlannedConfig)
+    monkeypatch.setitem(MODE_REGISTRY, "toy", ToyMode)  # removed again after the test
+    register_mode(ToyMode)
     try:
-        cfg = compose(["mode=planned"])  # register_configs also stores mode/planned_schema
-        assert cfg.mode.name == "planned"
-        with pytest.raises(PlanError, match=r"mode 'planned' is not implemented yet \(issue #99\)") as info:
-            build_plan(cfg)
-        assert info.value.option == "mode"
+        assert "toy_schema.yaml" in store.repo["mode"]
+        store.store(group="mode", name="toy", node={"defaults": ["toy_schema"], "factor": 3})
+        plan = build_plan(compose(["mode=toy", "hardware.ranks_per_node=2"]))
+        assert (plan.mode, plan.world_size) == ("toy", 1)
+        assert "toy factor 3" in plan.warnings
+        assert plan.memory_per_rank.total_bytes == 7
+        with pytest.raises(ConfigCompositionException):
+            compose(["mode=toy", "mode.not_an_option=1"])
     finally:
-        for entry in ("planned.yaml", "planned_schema.yaml"):
+        for entry in ("toy.yaml", "toy_schema.yaml"):
             store.repo["mode"].pop(entry, None)
 
 
