@@ -8,7 +8,7 @@ export GNNTRAIN_CACHE_DIR ?= $(CURDIR)/.cache/gnntrain
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export OUTDATED_IGNORE := 1
 
-.PHONY: run test test-all bench bench-all clean venv
+.PHONY: run test test-all lint bench bench-all clean venv
 
 venv: $(STAMP)
 
@@ -22,6 +22,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	GNNTRAIN_OFFLINE=1 $(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check gnntrain tests scripts hydra_plugins
 
 test-all: $(STAMP)
 	GNNTRAIN_OFFLINE=1 $(BIN)/python -m pytest -q -m ''

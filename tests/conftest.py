@@ -90,7 +90,7 @@ def single_losses(train, overrides: List[str]):
 
 
 def assert_exact(losses, reference, tol: float = 1e-9) -> None:
-    """float64 losses equal the reference within ``tol`` relative (notes/exactness.md)."""
+    """float64 losses equal the reference within ``tol`` relative (docs/design.md#exactness)."""
     import numpy as np
 
     losses, reference = np.asarray(losses), np.asarray(reference)

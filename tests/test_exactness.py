@@ -1,4 +1,4 @@
-"""Every exact distributed layout reproduces mode=single (notes/exactness.md):
+"""Every exact distributed layout reproduces mode=single (docs/design.md#exactness):
 float64 losses within 1e-9 relative, dropout off, same seed."""
 from __future__ import annotations
 

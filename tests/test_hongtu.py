@@ -1,4 +1,4 @@
-"""mode=hongtu (issue #7): exactness against single, transfer row counts against
+"""mode=hongtu (docs/design.md#hongtu): exactness against single, transfer row counts against
 the closed forms (recomputed here from the edges), dedup on a power-law graph,
 the device-memory cap, automatic chunks and bad input."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""mode=hyscale (notes/hyscale.md, issue #8): one synchronous step with full
+"""mode=hyscale (docs/design.md#hyscale): one synchronous step with full
 neighbourhoods and uneven shares equals the single-process step on the union
 batch; prefetch changes no batch and no weight; every branch of the DRM
 decision; DRM moves work off a slowed trainer and respects the floor;
@@ -248,7 +248,7 @@ def test_drm_moves_work_off_a_slowed_trainer(train):
 @requires_shared
 def test_cora_sage_minibatch_matches_full_graph_single(train):
     """Mean test accuracy over seeds 0-2 within 1.5 pp of full-graph single SAGE
-    (issue #8), both trained to convergence with the same model and optimiser: single
+    (docs/design.md#hyscale), both trained to convergence with the same model and optimiser: single
     takes one step per epoch (200 epochs; 50 give 78.8%, 150 give 80.2%, 200 give
     80.5%), hyscale three (global batch 64 of 140 seeds, fanouts [25,10], 50 epochs:
     81.2%). Prefetch is off: it changes no batch and no weight (the prefetch test), and
@@ -309,6 +309,13 @@ def test_bad_plans_are_refused(overrides, option):
     with pytest.raises(PlanError) as info:
         build_plan(compose(["mode=hyscale"] + overrides))
     assert info.value.option.startswith(option) and info.value.fix
+
+
+def test_fanout_fix_suggests_only_valid_settings():
+    """No fanouts at all: the fix gives a fanout list for the model's layers, never model.layers=0."""
+    with pytest.raises(PlanError) as info:
+        build_plan(compose(["mode=hyscale", "mode.fanouts=[]", "model.layers=3"]))
+    assert "model.layers=0" not in info.value.fix and "mode.fanouts=[10,10,10]" in info.value.fix
 
 
 def test_accelerator_trainers_need_cuda_on_a_cuda_profile():

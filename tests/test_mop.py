@@ -1,4 +1,4 @@
-"""mode=mop (MixGCN, notes/mop.md): exact against single, all-to-all bytes
+"""mode=mop (MixGCN, docs/design.md#mop): exact against single, all-to-all bytes
 equal the closed form with floor splits, aggregation FLOPs balanced, and its
 limits refused by the plan."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Partition mode's measured bytes equal the closed forms of
-notes/sparsity-aware.md, computed independently from the partition here."""
+docs/design.md#partition, computed independently from the partition here."""
 from __future__ import annotations
 
 import numpy as np
@@ -72,3 +72,18 @@ def test_sparse_sends_less_than_oblivious(train):
     sparse = train(common + ["mode.comm=sparse"])["comm_bytes"]["by_kind"]
     oblivious = train(common + ["mode.comm=oblivious"])["comm_bytes"]["by_kind"]
     assert sparse["halo_fwd"] < oblivious["allgather"]
+
+
+def test_sub_groups_get_the_run_comm_timeout(monkeypatch):
+    """1.5D row groups carry ``comm_timeout_s``; torch's default for a new group is 30 minutes,
+    so without it a stalled peer would hang a row all-reduce that long."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from gnntrain.comm import Communicator
+
+    seen = {}
+    monkeypatch.setattr(dist, "new_group", lambda ranks, timeout=None: seen.update(ranks=ranks, timeout=timeout))
+    Communicator(0, 4, timeout_s=5.0).new_group([0, 1])
+    assert seen == {"ranks": [0, 1], "timeout": timedelta(seconds=5.0)}

@@ -1,4 +1,4 @@
-"""mode=supergcn (notes/supergcn.md): bits=32 is exact against single for pre,
+"""mode=supergcn (docs/design.md#supergcn): bits=32 is exact against single for pre,
 post and hybrid; the hybrid cover is minimum; the quantizer is unbiased,
 bounded and packs losslessly; measured bytes equal the closed form; label
 propagation never reads validation/test labels; bad options are refused."""

@@ -35,7 +35,7 @@ class Phase(str, Enum):
 NOT_TRAFFIC = frozenset({"reused"})
 
 
-# Every kind a mode may record (CONTRACT.md plus extensions), in report order.
+# Every kind a mode may record (docs/design.md#byte-accounting), in report order.
 KINDS = ("allreduce", "allgather", "reduce_scatter", "halo_fwd", "halo_bwd", "quant_params", "row_allreduce",
          "all_to_all_fwd", "all_to_all_bwd", "h2d", "d2h", "peer", "reused", "setup")
 
@@ -86,9 +86,6 @@ class CommLedger:
 
     def sent_by_kind(self, phase: Phase) -> Dict[str, int]:
         return {k: c.sent for (p, k), c in self.counters.items() if p == phase}
-
-    def received_by_kind(self, phase: Phase) -> Dict[str, int]:
-        return {k: c.received for (p, k), c in self.counters.items() if p == phase}
 
     def total_sent(self, phase: Phase) -> int:
         return sum(v for k, v in self.sent_by_kind(phase).items() if k not in NOT_TRAFFIC)

@@ -7,6 +7,8 @@ local no-op, so ``mode=single`` runs the same code without a process group.
 """
 from __future__ import annotations
 
+from datetime import timedelta
+
 import math
 import time
 from typing import List, Optional, Sequence
@@ -17,10 +19,12 @@ from gnntrain.comm.accounting import CommLedger
 
 
 class Communicator:
-    def __init__(self, rank: int, world_size: int, ledger: Optional[CommLedger] = None):
+    def __init__(self, rank: int, world_size: int, ledger: Optional[CommLedger] = None,
+                 timeout_s: Optional[float] = None):
         self.rank = rank
         self.world_size = world_size
         self.ledger = ledger if ledger is not None else CommLedger()
+        self.timeout_s = timeout_s  # the run's comm_timeout_s, for sub-groups too
 
     @property
     def distributed(self) -> bool:
@@ -38,12 +42,18 @@ class Communicator:
 
     # ---------------------------------------------------------------- groups
     def new_group(self, ranks: Sequence[int]):
-        """Create a sub-group; every rank must call this for every group, in order."""
+        """Create a sub-group; every rank must call this for every group, in order.
+
+        The group gets the run's ``comm_timeout_s``: torch's ``new_group`` (and
+        ``init_device_mesh``, which has no timeout argument in torch 2.2) would give it
+        the 30-minute default, so a stalled peer would hang a 1.5D row all-reduce that long.
+        """
         if not self.distributed:
             return None
         import torch.distributed as dist
 
-        return dist.new_group(ranks=list(ranks))
+        timeout = None if self.timeout_s is None else timedelta(seconds=float(self.timeout_s))
+        return dist.new_group(ranks=list(ranks), timeout=timeout)
 
     # ------------------------------------------------------------ collectives
     def all_reduce(self, tensor: torch.Tensor, kind: str, group=None, group_size: Optional[int] = None,
@@ -98,11 +108,6 @@ class Communicator:
         self.ledger.record(kind, *self._peer_bytes(send, send_counts, recv_counts))
         return PendingExchange(recv, work, self.ledger, kind)
 
-    def all_to_all_quantized(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int],
-                             kind: str, quantizer, direction: str) -> torch.Tensor:
-        """:meth:`all_to_all` of rows coded by ``quantizer``; see :meth:`all_to_all_quantized_start`."""
-        return self.all_to_all_quantized_start(send, send_counts, recv_counts, kind, quantizer, direction).wait()
-
     def all_to_all_quantized_start(self, send: torch.Tensor, send_counts: Sequence[int],
                                    recv_counts: Sequence[int], kind: str, quantizer,
                                    direction: str) -> "PendingDecode":
@@ -138,21 +143,6 @@ class Communicator:
         send = torch.tensor(list(counts), dtype=torch.int64, device=self._bookkeeping_device())
         recv = self.all_to_all(send, [1] * self.world_size, [1] * self.world_size, kind)
         return recv.tolist()
-
-    def broadcast(self, tensor: torch.Tensor, src: int, kind: str) -> torch.Tensor:
-        if not self.distributed:
-            return tensor
-        import torch.distributed as dist
-
-        start = time.perf_counter()
-        dist.broadcast(tensor, src=src)
-        elapsed = time.perf_counter() - start
-        nbytes = tensor.numel() * tensor.element_size()
-        if self.rank == src:
-            self.ledger.record(kind, nbytes * (self.world_size - 1), 0, elapsed)
-        else:
-            self.ledger.record(kind, 0, nbytes, elapsed)
-        return tensor
 
     def barrier(self) -> None:
         if self.distributed:

@@ -117,12 +117,12 @@ class HardwareConfig:
     inter_node_gbps: float = 1.25
     h2d_gbps: float = 10.0
     d2d_gbps: float = 10.0
-    # compute/memory rates for the HyScale performance model (papers/hyscale-gnn.txt §V)
+    # compute/memory rates for the HyScale performance model (HyScale-GNN: A Scalable Hybrid GNN Training System on Single-Node Heterogeneous Architecture, §V, Eqs. (7)–(13); docs/design.md#hyscale)
     host_mem_gbps: float = 20.0  # effective host DRAM bandwidth (feature loading, CPU aggregation)
     core_gmacs: float = 8.0  # multiply-adds per second per core, in 1e9 (CPU feature update)
     device_mem_gbps: float = 500.0  # accelerator memory bandwidth (HyScale aggregation; HongTu's reuse T_ru)
     device_gmacs: float = 10000.0  # accelerator multiply-adds per second, in 1e9
-    # SLURM mapping (issue #9)
+    # SLURM mapping for hydra/launcher=slurm (configs/hydra/launcher/slurm.yaml; docs/design.md#launcher)
     gpus_per_node: int = 0
     mem_gb: int = 0
     timeout_min: int = 60

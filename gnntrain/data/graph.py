@@ -64,15 +64,6 @@ class GraphData:
             self._dgl_cache[self_loop] = g
         return self._dgl_cache[self_loop]
 
-    def summary(self) -> Dict[str, object]:
-        return {
-            "name": self.name, "nodes": self.num_nodes, "edges": self.num_edges,
-            "features": self.feat_dim, "classes": self.num_classes,
-            "train": int(self.train_mask.sum()), "val": int(self.val_mask.sum()),
-            "test": int(self.test_mask.sum()), "hash": self.content_hash, "origin": self.origin,
-        }
-
-
 def hash_tensors(*tensors: torch.Tensor, extra: str = "") -> str:
     h = hashlib.sha1(extra.encode())
     for t in tensors:

@@ -1,5 +1,5 @@
 """What a run writes: ``metrics.jsonl`` per epoch and ``summary.json`` at the
-end (also on failure), exactly as in CONTRACT.md; plus rank 0's progress bar
+end (also on failure), exactly as in docs/design.md#outputs; plus rank 0's progress bar
 and final table."""
 from __future__ import annotations
 

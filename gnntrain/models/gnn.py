@@ -37,7 +37,7 @@ class ModelSpec:
     dropout: float
     aggregate_first: Optional[bool] = None  # GCN and SAGE; None = DGL's rule (aggregate unless narrowing)
     gin_eps_learnable: bool = True
-    label_classes: int = 0  # > 0: a learnable label embedding for label-propagation rows (SuperGCN §4.3)
+    label_classes: int = 0  # > 0: a learnable label embedding for label-propagation rows (SuperGCN §2 and §3 Eq. (5); docs/design.md#supergcn)
 
     @property
     def dims(self) -> List[int]:

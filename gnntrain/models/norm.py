@@ -1,4 +1,4 @@
-"""Edge weights from *global* degrees (notes/exactness.md, first rule), kept as
+"""Edge weights from *global* degrees (docs/design.md#exactness, rule 1), kept as
 the two factors of each weight.
 
 They are computed once on the whole graph, before partitioning, and shipped

@@ -1,5 +1,5 @@
-"""``mode=mop``: MixGCN's mixture of parallelism (papers/mixgcn-mop.txt,
-notes/mop.md).
+"""``mode=mop``: MixGCN's mixture of parallelism (MixGCN: Scalable GCN Training by Mixture of Parallelism and Mixture of Accelerators, §3.1.2 and Algorithm 2;
+docs/design.md#mop).
 
 Per layer, every one of the m ranks holds the whole normalised Â:
 

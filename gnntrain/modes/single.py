@@ -1,5 +1,5 @@
 """``mode=single``: full-graph training in one process, the reference that
-every exact mode must reproduce (notes/exactness.md)."""
+every exact mode must reproduce (docs/design.md#exactness)."""
 from __future__ import annotations
 
 import time

@@ -1,10 +1,10 @@
 """``mode=supergcn``: pre/post/hybrid aggregated halo exchange with int2/4/8
-stochastic quantization and label propagation (papers/supergcn.txt,
-notes/supergcn.md).
+stochastic quantization and label propagation (SuperGCN paper, §2 "Distributed-level Optimizations";
+docs/design.md#supergcn).
 
 Layout: 1D partition parallelism, one block of rows per rank (as in
 ``mode=partition``, whose exchange machinery this mode shares: ``halo.py``).
-Per layer and rank i (§4.1):
+Per layer and rank i (SuperGCN §2, "Subgraph construction based on a hybrid of Pre- and Post-aggregation"; docs/design.md#supergcn):
 
 * local edges (both ends in block i) aggregate straight from i's rows;
 * for every sender j the cut edges j→i are split by a vertex cover of their
@@ -13,7 +13,7 @@ Per layer and rank i (§4.1):
   into one partial sum per destination. Rows per pair = |cover|.
 
 The exchange starts asynchronously and the local aggregation runs while it
-is in flight (``mode.overlap``, §4.4); backward exchanges synchronously.
+is in flight (``mode.overlap``, SuperGCN §2 "Overview of the SuperGCN", step 5); backward exchanges synchronously.
 
 Both halves are sparse products: the sender builds its outgoing rows as
 ``S_j · H_j`` (S_j selects post rows and sums pre edges, each source row
@@ -25,8 +25,8 @@ SAGE's mean is exactly "exchange partial sums, divide by the global
 in-degree". Backward runs the same path in reverse.
 
 With ``bits < 32`` the exchanged rows (and with ``quantize_backward`` their
-gradients) are coded per row by ``comm/quantize.py`` (§4.2). Label
-propagation (§4.3) adds a learnable label embedding to the input features of
+gradients) are coded per row by ``comm/quantize.py`` (SuperGCN §2, "Quantization of communication to Int2"). Label
+propagation (SuperGCN §2, same part; analysed in §3, Lemma 3 and Eq. (5)) adds a learnable label embedding to the input features of
 a fixed random subset of training nodes, which the loss then leaves out.
 """
 from __future__ import annotations

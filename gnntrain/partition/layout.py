@@ -2,8 +2,8 @@
 and HongTu's second level (chunks)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Dict, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -28,11 +28,6 @@ class PartitionMetrics:
     vertex_balance: float  # max/avg of per-part node count
     send_volume: tuple
     recv_volume: tuple
-
-    def to_dict(self) -> Dict[str, object]:
-        d = asdict(self)
-        d["send_volume"], d["recv_volume"] = list(self.send_volume), list(self.recv_volume)
-        return d
 
 
 def compute_metrics(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, k: int) -> PartitionMetrics:
@@ -71,9 +66,6 @@ class Partitioning:
     @property
     def num_parts(self) -> int:
         return int(self.offsets.size - 1)
-
-    def part_sizes(self) -> np.ndarray:
-        return np.diff(self.offsets)
 
 
 def relabel(parts: np.ndarray, k: int, order_within=None) -> tuple:

@@ -223,7 +223,7 @@ class HongTuEngine:
         return self.acts[-1]
 
     def run_backward(self, model, grad_logits: torch.Tensor) -> List[torch.Tensor]:
-        """Layer-major backward (Algorithm 1, lines 9–16); returns the parameter gradients."""
+        """Layer-major backward (HongTu Algorithm 1, backward loop: lines 14–21 as printed, 12–19 in the §4.3 prose); returns the parameter gradients."""
         layers = list(model.layers)
         params = list(model.parameters())
         sums = [torch.zeros_like(p) for p in params]

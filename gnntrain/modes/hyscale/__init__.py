@@ -1,6 +1,6 @@
 """``mode=hyscale``: hybrid CPU + accelerator mini-batch training with
-two-stage prefetch and dynamic resource management (papers/hyscale-gnn.txt,
-notes/hyscale.md).
+two-stage prefetch and dynamic resource management (HyScale-GNN: A Scalable Hybrid GNN Training System on Single-Node Heterogeneous Architecture;
+docs/design.md#hyscale).
 
 * **Trainers** (§III-B): ``cpu_trainers`` then ``accel_trainers`` ranks in one
   gloo group. Every rank holds the whole graph and the features in host
@@ -19,7 +19,7 @@ notes/hyscale.md).
   gathered while i+1 is transferred and i trains (pinned memory and
   ``non_blocking`` copies on a side stream on CUDA). ``prefetch=false`` runs
   the same stages serially.
-* **Gradient sync** (§III-B): synchronous. Loss = Σ CE over a trainer's slice
+* **Gradient sync** (§III-A "Synchronizer"; synchronous SGD as in §II-B): synchronous. Loss = Σ CE over a trainer's slice
   / global batch size, and gradients are all-reduced with SUM, so trainer i's
   mean gradient enters with weight b_i/B (unbiased for uneven shares).
 * **DRM** (§IV-A, Algorithm 1): :func:`drm_step`, a pure function of the

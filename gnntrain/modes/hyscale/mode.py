@@ -48,9 +48,13 @@ class HyScaleMode(Mode):
                             "set mode.cpu_trainers=1 mode.accel_trainers=1")
         fanouts = [int(f) for f in o.fanouts]
         if len(fanouts) != int(cfg.model.layers):
-            raise PlanError("mode.fanouts", f"{len(fanouts)} fanouts for a {cfg.model.layers}-layer model: one "
-                            "fanout per layer is needed.", f"give {cfg.model.layers} fanouts, or set model.layers="
-                            f"{len(fanouts)}")
+            layers = int(cfg.model.layers)
+            example = "[" + ",".join(["10"] * layers) + "]"
+            fix = f"give {layers} fanouts, e.g. mode.fanouts={example}"
+            if fanouts:
+                fix += f", or set model.layers={len(fanouts)}"
+            raise PlanError("mode.fanouts", f"{len(fanouts)} fanouts for a {layers}-layer model: one "
+                            "fanout per layer is needed.", fix)
         if any(f == 0 or f < -1 for f in fanouts):
             raise PlanError("mode.fanouts", f"fanouts {fanouts}: each must be a positive count or -1 (all "
                             "neighbours).", "use e.g. mode.fanouts=[25,10] or [-1,-1]")
