@@ -76,13 +76,15 @@ def test_default_config_is_gcn_on_csbm_with_two_ranks():
     ("mode.bogus=1", "bogus"),
     ("train.epochs=many", "epochs"),
     ("mode.comm=broadcast", "comm"),
+    ("mode=supergcn mode.aggregation=both", "aggregation"),
+    ("mode=supergcn mode.param_dtype=int8", "param_dtype"),
     ("train.dtype=float16", "dtype"),
     ("mode=nosuchmode", "nosuchmode"),
     ("dataset=nosuchdata", "nosuchdata"),
 ])
 def test_bad_keys_and_values_fail_at_composition(override, fragment):
     with pytest.raises((ConfigCompositionException, ValidationError, ConfigKeyError)) as info:
-        compose([override])
+        compose(override.split())
     assert fragment in str(info.value) or fragment in str(info.value.__cause__)
 
 
@@ -92,3 +94,17 @@ def test_mode_options_are_typed_per_mode():
         compose(["mode=single", "mode.comm=sparse"])
     cfg = compose(["mode=partition", "mode.replication=2", "mode.comm=oblivious"])
     assert cfg.mode.replication == 2 and cfg.mode.comm.value == "oblivious"
+
+
+def test_modes_read_typed_options_at_plan_time_and_in_the_ranks():
+    """A mode sees its options as its dataclass with enum members, whether built from the composed
+    config (plan) or from the plain dict a rank reads back from the plan."""
+    from gnntrain.modes import get_mode
+    from gnntrain.modes.supergcn import Aggregation, SuperGCNConfig
+    from gnntrain.plan import build_plan
+
+    plan = build_plan(compose(["mode=supergcn", "mode.aggregation=pre"]))
+    for cfg in (compose(["mode=supergcn", "mode.aggregation=pre"]), plan.config_obj):
+        options = get_mode("supergcn")(cfg).options
+        assert isinstance(options, SuperGCNConfig) and options.aggregation is Aggregation.pre
+    assert plan.config_obj is plan.config_obj  # built once per plan, not per access

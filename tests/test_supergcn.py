@@ -272,8 +272,7 @@ def test_label_propagation_never_reads_val_or_test_labels(train, monkeypatch):
 # --------------------------------------------------------------- the plan
 @pytest.mark.parametrize("override,option", [("mode.bits=3", "mode.bits"), ("mode.bits=16", "mode.bits"),
                                              ("mode.label_propagation=1.0", "mode.label_propagation"),
-                                             ("mode.label_propagation=-0.1", "mode.label_propagation"),
-                                             ("mode.aggregation=both", "mode.aggregation")])
+                                             ("mode.label_propagation=-0.1", "mode.label_propagation")])
 def test_bad_options_are_refused(override, option):
     with pytest.raises(PlanError) as err:
         build_plan(compose(["mode=supergcn", override]))

@@ -7,10 +7,9 @@ local no-op, so ``mode=single`` runs the same code without a process group.
 """
 from __future__ import annotations
 
-from datetime import timedelta
-
 import math
 import time
+from datetime import timedelta
 from typing import List, Optional, Sequence
 
 import torch

@@ -21,12 +21,14 @@ uint8).
 """
 from __future__ import annotations
 
-import hashlib
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 import torch
+
+from gnntrain.seeding import Stream, derive_seed
 
 if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.metrics.clock import StageClock
@@ -146,8 +148,8 @@ class RowQuantizer:
     def _generator(self, direction: str, device: torch.device) -> torch.Generator:
         call = self._calls.get(direction, 0)
         self._calls[direction] = call + 1
-        key = (self.seed, self.rank, self._epoch, self._stream, direction, call)
-        seed = int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little") >> 1
+        seed = derive_seed(self.seed, Stream.quantize, self.rank, self._epoch, self._stream,
+                           zlib.crc32(direction.encode()), call)
         return torch.Generator(device=device).manual_seed(seed)
 
     @property

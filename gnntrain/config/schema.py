@@ -113,8 +113,6 @@ class HardwareConfig:
     device_memory_gb: float = 0.0  # per device (GPU); 0 when device is cpu
     oversubscribe: float = 2.0  # warn when ranks exceed cores x this
     # bandwidths for the cost models, GB/s
-    intra_node_gbps: float = 10.0
-    inter_node_gbps: float = 1.25
     h2d_gbps: float = 10.0
     d2d_gbps: float = 10.0
     # compute/memory rates for the HyScale performance model (HyScale-GNN: A Scalable Hybrid GNN Training System on Single-Node Heterogeneous Architecture, §V, Eqs. (7)–(13); docs/design.md#hyscale)

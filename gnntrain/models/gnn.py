@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gnntrain.seeding import Stream, derive_words
 from gnntrain.sizing import aggregates_first, model_dims
 
 Aggregate = Callable[[torch.Tensor], torch.Tensor]
@@ -213,8 +213,7 @@ class GlobalDropout:
 
     def stream(self, layer: int) -> int:
         """A 63-bit key of (seed, epoch, layer)."""
-        words = np.random.SeedSequence([int(self.seed), int(self.epoch), int(layer)]).generate_state(2, np.uint64)
-        return int(words[0]) >> 1
+        return int(derive_words(self.seed, Stream.dropout, self.epoch, layer)[0]) >> 1
 
     def keep_mask(self, width: int, layer: int) -> torch.Tensor:
         """The boolean keep mask of this epoch and layer for the held rows (CPU)."""

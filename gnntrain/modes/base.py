@@ -78,6 +78,15 @@ class CommEstimate:
     formula: str
 
 
+def typed_options(config_class: Type[ModeConfig], mode_cfg) -> Any:
+    """The mode's options as an instance of its dataclass (enums as members, lists as lists),
+    the same whether they come from Hydra's composition or from a rank's ``plan.config``."""
+    from omegaconf import OmegaConf
+
+    values = OmegaConf.to_container(mode_cfg, resolve=True) if OmegaConf.is_config(mode_cfg) else dict(mode_cfg)
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(config_class), values))
+
+
 class Mode:
     name: ClassVar[str]
     config_class: ClassVar[Type[ModeConfig]]
@@ -86,7 +95,8 @@ class Mode:
 
     def __init__(self, cfg):
         self.cfg = cfg  # the whole composed run config
-        self.options = cfg.mode
+        self.options = typed_options(self.config_class, cfg.mode)
+
 
     # ------------------------------------------------------------- planning
     def world_size(self, hardware_world_size: int) -> int:

@@ -125,8 +125,7 @@ class PartitionMode(Mode):
 
     def details(self, ctx) -> Dict[str, Any]:
         grid = Grid(ctx.world_size, self.c)
-        return {"grid": f"{grid.rows} x {grid.c} (block rows x replicas)", "comm": self.options.comm.value
-                if isinstance(self.options.comm, Enum) else str(self.options.comm),
+        return {"grid": f"{grid.rows} x {grid.c} (block rows x replicas)", "comm": self.options.comm.value,
                 "layer order": LAYER_ORDER[self.options.aggregate_first],
                 "widths communicated": list(ctx.comm_widths)}
 
@@ -183,7 +182,7 @@ class PartitionMode(Mode):
         blocks = grid.group_blocks(k)
         block_rank = [grid.sender(j, k) for j in range(grid.rows)]
         dst, src, w = shard.edges
-        sparse = CommKind(self.options.comm) == CommKind.sparse
+        sparse = self.options.comm == CommKind.sparse
         kinds = ("halo_fwd", "halo_bwd") if sparse else ("allgather", "reduce_scatter")
         plan = build_halo_plan(comm, src, offsets, i, blocks, block_rank, sparse, kinds)
         own_included = i in blocks

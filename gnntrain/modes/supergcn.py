@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
 
-from gnntrain.comm.quantize import PARAM_DTYPES, packed_row_bytes, param_row_bytes, quantizer_for
+from gnntrain.comm.quantize import packed_row_bytes, param_row_bytes, quantizer_for
 from gnntrain.config.schema import ModeConfig
 from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
@@ -49,20 +50,37 @@ from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.halo import ExchangeSpec, start_exchange
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph
-from gnntrain.partition.cover import AGGREGATIONS, pair_grid, rows_per_pair, split_cut_edges
+from gnntrain.partition.cover import pair_grid, rows_per_pair, split_cut_edges
+from gnntrain.seeding import Stream, derive_seed
 from gnntrain.sizing import DTYPE_BYTES
 
 BITS = (2, 4, 8, 32)
 
 
+class Aggregation(str, Enum):
+    """Which side aggregates a cut edge (docs/design.md#supergcn)."""
+
+    pre = "pre"
+    post = "post"
+    hybrid = "hybrid"
+
+
+class ParamDType(str, Enum):
+    """dtype of each quantized row's scale and zero point."""
+
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    float32 = "float32"
+
+
 @dataclass
 class SuperGCNConfig(ModeConfig):
     name: str = "supergcn"
-    aggregation: str = "hybrid"  # pre | post | hybrid
+    aggregation: Aggregation = Aggregation.hybrid
     bits: int = 2  # 32 | 8 | 4 | 2; 32 = unquantized (training dtype)
     quantize_backward: bool = True
     label_propagation: float = 0.0  # fraction of train nodes given a label embedding, in [0, 1)
-    param_dtype: str = "bfloat16"  # scale/zero point dtype: bfloat16 | float16 | float32
+    param_dtype: ParamDType = ParamDType.bfloat16  # scale/zero point dtype
     overlap: bool = True  # local aggregation runs while the halo exchange is in flight
 
 
@@ -77,7 +95,7 @@ def label_propagation_rows(train_mask: torch.Tensor, rate: float, seed: int) -> 
     """The fixed random subset of *training* nodes whose labels become inputs (global mask)."""
     rows = train_mask.nonzero().flatten()
     take = int(round(rate * rows.numel()))
-    gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + 17)
+    gen = torch.Generator().manual_seed(derive_seed(seed, Stream.label_rows))
     mask = torch.zeros_like(train_mask)
     mask[rows[torch.randperm(rows.numel(), generator=gen)[:take]]] = True
     return mask
@@ -105,11 +123,6 @@ class SuperGCNMode(Mode):
             raise PlanError("mode.label_propagation", f"label_propagation={rate} is outside [0, 1): it is the "
                             "fraction of training nodes whose labels become inputs.",
                             "use a rate in [0, 1), e.g. 0.1; 0 turns it off")
-        if str(o.aggregation) not in AGGREGATIONS:
-            raise PlanError("mode.aggregation", f"unknown aggregation '{o.aggregation}'.", "use pre, post or hybrid")
-        if str(o.param_dtype) not in PARAM_DTYPES:
-            raise PlanError("mode.param_dtype", f"unknown parameter dtype '{o.param_dtype}'.",
-                            f"use one of {', '.join(PARAM_DTYPES)}")
         self.require_rows_per_part(ctx)
         warnings = []
         if self.bits < 32 and ctx.dtype_bytes == 8:
@@ -118,15 +131,15 @@ class SuperGCNMode(Mode):
 
     def estimate_comm(self, ctx) -> Optional[CommEstimate]:
         by_kind: Dict[str, int] = {"allreduce": ctx.world_size * ctx.param_bytes} if ctx.world_size > 1 else {}
-        per_row = [row_bytes(w, self.bits, ctx.dtype_bytes, self.options.param_dtype) for w in ctx.comm_widths]
+        per_row = [row_bytes(w, self.bits, ctx.dtype_bytes, self.options.param_dtype.value) for w in ctx.comm_widths]
         return CommEstimate(None, by_kind, f"halo = sum_l sum_pairs |cover_ji| * bytes_per_row(f_l) per direction; "
                             f"bytes per row by layer {per_row} (bits={self.bits}); |cover| per pair needs the "
                             "graph: see 'rows per pair' below or gnntrain partition")
 
     def details(self, ctx) -> Dict[str, Any]:
         o = self.options
-        return {"aggregation": o.aggregation, "bits": self.bits, "overlap": bool(o.overlap),
-                "quantize_backward": bool(o.quantize_backward), "param_dtype": o.param_dtype,
+        return {"aggregation": o.aggregation.value, "bits": self.bits, "overlap": bool(o.overlap),
+                "quantize_backward": bool(o.quantize_backward), "param_dtype": o.param_dtype.value,
                 "label_propagation": float(o.label_propagation), "widths communicated": ctx.comm_widths}
 
     def graph_report(self, data, part, plan) -> Dict[str, Any]:
@@ -134,7 +147,7 @@ class SuperGCNMode(Mode):
         src, dst, _ = graph_tensors(data, self.cfg)
         table = rows_per_pair(part.inverse[src.numpy()], part.inverse[dst.numpy()], part.offsets)
         widths = plan.mode_details["widths communicated"]
-        per_row = sum(row_bytes(w, self.bits, DTYPE_BYTES[plan.dtype], self.options.param_dtype) for w in widths)
+        per_row = sum(row_bytes(w, self.bits, DTYPE_BYTES[plan.dtype], self.options.param_dtype.value) for w in widths)
         return {aggregation: {"rows": int(np.sum(grid)), "rows_per_pair": grid,
                               "halo_fwd_bytes_per_epoch": int(np.sum(grid)) * per_row}
                 for aggregation, grid in table.items()}
@@ -150,7 +163,7 @@ class SuperGCNMode(Mode):
         perm = torch.from_numpy(part.perm)
         offsets = part.offsets.astype(np.int64)
         src_n, dst_n = inverse[src], inverse[dst]
-        splits, pair_edges = split_cut_edges(src_n.numpy(), dst_n.numpy(), offsets, str(self.options.aggregation))
+        splits, pair_edges = split_cut_edges(src_n.numpy(), dst_n.numpy(), offsets, self.options.aggregation.value)
         block_src = np.searchsorted(offsets, src_n.numpy(), side="right") - 1
         block_dst = np.searchsorted(offsets, dst_n.numpy(), side="right") - 1
 
@@ -183,7 +196,7 @@ class SuperGCNMode(Mode):
         grid = pair_grid(splits, p)
         summary = {"num_parts": p, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
                    "max_send_volume": m.max_send_volume, "partitioner": cfg.partitioner.name, "cache_hit": hit,
-                   "aggregation": str(self.options.aggregation), "halo_rows": int(np.sum(grid)),
+                   "aggregation": self.options.aggregation.value, "halo_rows": int(np.sum(grid)),
                    "rows_per_pair": grid,
                    "label_propagation_nodes": int(label_rows.sum()) if label_rows is not None else 0}
         return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start)
@@ -263,7 +276,7 @@ class SuperGCNMode(Mode):
         send = SparseAdjacency(info["send_slots"], info["send_cols"], info["send_weights"], sum(send_counts), n_own,
                                kernel=kernel, device=device)
         clock = StageClock()
-        quantizer = quantizer_for(self.bits, int(ctx.plan.config_obj.train.seed), comm.rank, str(o.param_dtype),
+        quantizer = quantizer_for(self.bits, int(ctx.plan.config_obj.train.seed), comm.rank, o.param_dtype.value,
                                   clock)
         spec = ExchangeSpec(comm, send_counts, recv_counts, quantizer=quantizer,
                             quantize_backward=bool(o.quantize_backward))

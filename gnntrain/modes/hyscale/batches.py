@@ -6,6 +6,8 @@ from typing import List, Sequence, Tuple
 
 import torch
 
+from gnntrain.seeding import Stream, derive_seed
+
 
 def initial_shares(options, trainers: int) -> Tuple[float, ...]:
     given = [float(s) for s in options.shares]
@@ -31,7 +33,7 @@ def split_batch(total: int, shares: Sequence[float]) -> List[int]:
 
 def global_batches(train_ids: torch.Tensor, batch_size: int, seed: int, epoch: int) -> List[torch.Tensor]:
     """The epoch's global batches: a permutation seeded by (seed, epoch), cut every ``batch_size``."""
-    gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
+    gen = torch.Generator().manual_seed(derive_seed(seed, Stream.batches, epoch))
     perm = train_ids[torch.randperm(train_ids.numel(), generator=gen)]
     return list(torch.split(perm, int(batch_size)))
 
@@ -40,12 +42,3 @@ def trainer_slice(batch: torch.Tensor, shares: Sequence[float], rank: int) -> Tu
     sizes = split_batch(batch.numel(), shares)
     start = sum(sizes[:rank])
     return batch[start:start + sizes[rank]], sizes
-
-
-
-
-def batch_seed(seed: int, rank: int, k: int) -> int:
-    """The DGL sampling seed of trainer ``rank``'s slice of global batch ``k`` (fits DGL's int32)."""
-    return (seed * 1_000_003 + rank * 7_919 + k * 104_729) % (2**31 - 1)
-
-

@@ -12,13 +12,14 @@ import torch.nn.functional as F
 
 from gnntrain.models import SparseAdjacency, build_model, run_layers
 from gnntrain.modes.base import RankShard
-from gnntrain.modes.hyscale.batches import batch_seed, global_batches, initial_shares, trainer_slice
+from gnntrain.modes.hyscale.batches import global_batches, initial_shares, trainer_slice
 from gnntrain.modes.hyscale.config import DRM_LAG, DRM_WARMUP, HyScaleConfig
 from gnntrain.modes.hyscale.drm import STAGES, DRMState, ShareSchedule, drm_step
 from gnntrain.modes.hyscale.pipeline import Batch, BatchPipeline
 from gnntrain.modes.hyscale.sampler import Block, NeighborSampler
 from gnntrain.modes.loop import SPLITS, EpochLoop, EpochStats, model_spec, run_totals, sync_gradients
 from gnntrain.runtime import RankContext
+from gnntrain.seeding import Stream, derive_seed
 
 
 def block_forward(model, adjs: Sequence[SparseAdjacency], x: torch.Tensor,
@@ -63,7 +64,7 @@ class HyScaleTrainer:
         shares = self.schedule.get(k)
         t0 = time.perf_counter()
         seeds, sizes = trainer_slice(batches[k], shares, self.rank)
-        input_nodes, blocks = self.sampler.sample(seeds, batch_seed(self.seed, self.rank, k))
+        input_nodes, blocks = self.sampler.sample(seeds, derive_seed(self.seed, Stream.sampling, self.rank, k))
         t1 = time.perf_counter()
         if self.gpu:  # gather straight into pinned memory so that the copy can be asynchronous
             x = torch.empty((input_nodes.numel(), self.features.shape[1]), dtype=self.dtype, pin_memory=True)
@@ -115,7 +116,7 @@ class HyScaleTrainer:
                 t.record_stream(torch.cuda.current_stream(self.device))
         if b.seeds.numel():
             # dropout masks depend on (seed, trainer, global batch) only, so a resumed run replays them
-            self.drop_gen.manual_seed(batch_seed(self.seed * 31 + 1, self.rank, b.k))
+            self.drop_gen.manual_seed(derive_seed(self.seed, Stream.batch_dropout, self.rank, b.k))
             kernel = self.ctx.plan.kernel
             adjs = [SparseAdjacency(bl.dst, bl.src, bl.weight, bl.num_dst, bl.num_src, kernel=kernel,
                                     device=self.device) for bl in b.blocks]
