@@ -37,16 +37,23 @@ def config_dir() -> str:
     return str(Path(__file__).resolve().parents[1] / "configs")
 
 
-def _console():
+def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console()
+    return Console(stderr=stderr)
 
 
 def _error(message: str) -> None:
+    """Every user-facing error: on stderr, as one unbroken message (the exit code says it failed)."""
     from rich.markup import escape
 
-    _console().print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)  # one unbroken line
+    _console(stderr=True).print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)
+
+
+def _setup_logging() -> None:
+    from gnntrain.logs import setup_logging
+
+    setup_logging()
 
 
 def _is_multirun() -> bool:
@@ -82,6 +89,7 @@ def _plan_or_exit(cfg, run_dir: Path):
 
 
 def run_task(cfg) -> Optional[dict]:
+    _setup_logging()  # again: Hydra's job logging put its own console handler back
     from gnntrain.errors import GnnTrainError
     from gnntrain.launch import run_training
     from gnntrain.metrics.report import print_plan
@@ -105,6 +113,7 @@ def run_task(cfg) -> Optional[dict]:
 
 
 def plan_task(cfg) -> None:
+    _setup_logging()
     from gnntrain.metrics.report import print_plan
     from gnntrain.modes import MODE_REGISTRY, Mode
 
@@ -147,6 +156,7 @@ def _graph_report(cfg, plan, data=None, part=None) -> None:
 
 
 def partition_task(cfg) -> None:
+    _setup_logging()
     from gnntrain.errors import GnnTrainError
     from gnntrain.metrics.report import print_partition
 
@@ -171,7 +181,11 @@ def _hydra(task, args: List[str], prog: str) -> int:
     from gnntrain.config.schema import register_configs
 
     register_configs()
-    sys.argv = [prog] + list(args)
+    args = list(args)
+    if not any(a.startswith(("hydra/hydra_logging=", "+hydra/hydra_logging=")) for a in args):
+        # Hydra's own lines (sweep launches) go through the same handler as ours, not its stdout format
+        args.append("hydra/hydra_logging=none")
+    sys.argv = [prog] + args
     hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)()
     return 0
 
@@ -183,6 +197,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(USAGE)
         return 0
     command, rest = argv[0], argv[1:]
+    _setup_logging()
     if command == "run":
         return _hydra(run_task, rest, "gnntrain run")
     if command == "plan":

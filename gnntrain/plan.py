@@ -70,10 +70,12 @@ def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float
 # ------------------------------------------------------------------- build
 def build_plan(cfg: DictConfig) -> RunPlan:
     """Resolve and validate; raises PlanError with the offending option."""
+    from gnntrain.data import check_dataset_config
     from gnntrain.modes import get_mode
 
     t, m, hw, ds = cfg.train, cfg.model, cfg.hardware, cfg.dataset
     warnings: List[str] = []
+    check_dataset_config(ds)  # sizes, ratios and fractions a generator or the estimates can use
     if int(t.epochs) < 1:
         raise PlanError("train.epochs", f"must be at least 1 (got {t.epochs}).", "set train.epochs=N with N >= 1")
     if float(t.lr) <= 0:

@@ -148,3 +148,48 @@ def test_oversubscription_warns_but_plans():
     plan = build_plan(compose(["hardware.cores_per_node=1", "hardware.ranks_per_node=4", "hardware.oversubscribe=2"]))
     assert plan.world_size == 4 and any("oversubscription" in w for w in plan.warnings)
     assert plan.threads_per_rank == 1
+
+
+@pytest.mark.parametrize("overrides,option", [
+    (["dataset.feat_dim=-5"], "dataset.feat_dim"),
+    (["dataset.feat_dim=0"], "dataset.feat_dim"),
+    (["dataset.num_nodes=0"], "dataset.num_nodes"),
+    (["dataset.num_classes=1"], "dataset.num_classes"),
+    (["dataset=rmat", "dataset.num_edges=0"], "dataset.num_edges"),
+    (["dataset.avg_degree=0"], "dataset.avg_degree"),
+    (["dataset.avg_degree=-1.5"], "dataset.avg_degree"),
+    (["dataset.avg_degree=nan"], "dataset.avg_degree"),
+    (["dataset.intra_ratio=1.2"], "dataset.intra_ratio"),
+    (["dataset.intra_ratio=-0.1"], "dataset.intra_ratio"),
+    (["dataset.feature_snr=-1"], "dataset.feature_snr"),
+    (["dataset.seed=-1"], "dataset.seed"),
+    (["dataset.val_fraction=1.5"], "dataset.val_fraction"),
+    (["dataset.train_fraction=-0.1"], "dataset.train_fraction"),
+    (["dataset.train_fraction=0.5", "dataset.val_fraction=0.3", "dataset.test_fraction=0.3"], "dataset.train_fraction"),
+    (["dataset=rmat", "dataset.rmat_abcd=[0.5,0.5,0.5,0.1]"], "dataset.rmat_abcd"),
+    (["dataset=rmat", "dataset.rmat_abcd=[0.5,0.5]"], "dataset.rmat_abcd"),
+    (["dataset=rmat", "dataset.rmat_abcd=[1.2,-0.2,0,0]"], "dataset.rmat_abcd"),
+    (["dataset=cora", "dataset.feat_dim=-1"], "dataset.feat_dim"),  # published sizes size the plan too
+])
+def test_bad_dataset_values_are_plan_errors(overrides, option):
+    from gnntrain.data import check_dataset_config
+
+    cfg = compose(overrides)
+    with pytest.raises(PlanError) as info:
+        check_dataset_config(cfg.dataset)
+    assert info.value.option.startswith(option) and info.value.fix
+    with pytest.raises(PlanError) as info:
+        build_plan(cfg)
+    assert info.value.option.startswith(option)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("overrides", [
+    [], ["dataset=rmat"], ["dataset=cora"], ["dataset.intra_ratio=0"], ["dataset.intra_ratio=1"],
+    ["dataset.feature_snr=0"], ["dataset.train_fraction=0.4", "dataset.val_fraction=0.2", "dataset.test_fraction=0.4"],
+    ["dataset=rmat", "dataset.rmat_abcd=[0.25,0.25,0.25,0.25]"], ["dataset=rmat", "dataset.rmat_abcd=[1,0,0,0]"],
+])
+def test_good_dataset_values_pass_the_checks(overrides):
+    from gnntrain.data import check_dataset_config
+
+    check_dataset_config(compose(overrides).dataset)

@@ -57,4 +57,4 @@ def test_report_gathers_runs_into_table_markdown_and_plots(tmp_path):
 
 def test_report_rejects_missing_directory(tmp_path):
     proc = run_cli(["report", str(tmp_path / "nope")], cwd=tmp_path)
-    assert proc.returncode == 2 and "not a directory" in proc.stdout
+    assert proc.returncode == 2 and "not a directory" in proc.stderr and proc.stdout == ""

@@ -5,10 +5,11 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from gnntrain.data.checks import check_dataset_config
 from gnntrain.data.graph import GraphData
 from gnntrain.errors import DatasetError
 
-__all__ = ["GraphData", "load_dataset", "resolve_cache_dir", "resolve_data_dir"]
+__all__ = ["GraphData", "check_dataset_config", "load_dataset", "resolve_cache_dir", "resolve_data_dir"]
 
 
 def resolve_data_dir(cfg) -> Optional[str]:

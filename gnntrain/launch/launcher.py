@@ -141,6 +141,9 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
 
 
 def _spawned_rank(rank: int, plan, shards, *args) -> None:
+    from gnntrain.logs import setup_logging
+
+    setup_logging(rank)  # a fresh interpreter: rank 0 logs info, the others warnings and errors only
     rank_main(rank, plan, shards[rank], *args)
     # A finished rank leaves without interpreter teardown: destroying gloo's
     # process group there raced its worker threads ("terminate called without

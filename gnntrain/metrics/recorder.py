@@ -4,11 +4,14 @@ and final table."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
+from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -82,15 +85,12 @@ class RunRecorder:
         self._progress: Optional[Progress] = None
         self._task = None
 
-    def start(self, epochs: int, comm_widths: Optional[List[int]] = None,
-              resumed: Optional[List[Dict[str, Any]]] = None) -> None:
+    def start(self, epochs: int, resumed: Optional[List[Dict[str, Any]]] = None) -> None:
         for record in resumed or []:  # epochs restored from a checkpoint keep their lines
             with open(self.metrics_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
         if resumed:
             self.console.print(f"[dim]resumed after epoch {len(resumed)} from a checkpoint[/dim]")
-        if comm_widths is not None:
-            self.console.print(f"[dim]feature widths communicated per layer: {comm_widths}[/dim]")
         if self.show_progress:
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -120,8 +120,8 @@ class RunRecorder:
 
 
 def _fmt_bytes(n: Optional[float]) -> str:
-    if n is None:
-        return "-"
+    if n is None or (isinstance(n, float) and not math.isfinite(n)):
+        return "—"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
@@ -129,18 +129,56 @@ def _fmt_bytes(n: Optional[float]) -> str:
     return str(n)
 
 
+def _fmt_number(x: float) -> str:
+    if not math.isfinite(x):
+        return "—"
+    if float(x).is_integer():
+        return str(int(x))
+    return f"{x:.1f}" if abs(x) >= 100 else f"{x:.4g}"
+
+
+def fmt_value(value: Any, key: str = "") -> str:
+    """A value as a person reads it, never a Python repr: None is "auto", booleans yes/no,
+    numbers under a key naming bytes get units, NaN is a dash, sequences are joined
+    with commas and mappings as ``k: v; ...`` (a printer that can nest shows them as children)."""
+    if value is None:
+        return "auto"
+    if isinstance(value, Enum):
+        value = value.value
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # numpy scalars and arrays
+        value = value.tolist()
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        k = str(key).lower()
+        if k.endswith("bytes") or "bytes_" in k or "bytes " in k:
+            return _fmt_bytes(value)
+        return _fmt_number(value)
+    if isinstance(value, dict):
+        return "; ".join(f"{fmt_value(k)}: {fmt_value(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ", ".join(fmt_value(v) for v in value) or "none"
+    return str(value)
+
+
+def _fmt_acc(acc: Any) -> str:
+    return f"{acc:.4f}" if isinstance(acc, (int, float)) and math.isfinite(acc) else "—"
+
+
 def summary_table(summary: Dict[str, Any]) -> Table:
     table = Table(title=f"gnntrain {summary.get('mode')} on {summary.get('dataset')}", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
-    acc = summary.get("accuracy") or {}
+    acc = [_fmt_acc((summary.get("accuracy") or {}).get(s)) for s in ("train", "val", "test")]
+    median = summary.get("epoch_time_median_s")
     rows = [
         ("status", summary.get("status")),
-        ("model / ranks / dtype", f"{summary.get('model')} / {summary.get('world_size')} / {summary.get('dtype')}"),
-        ("final loss", f"{summary['losses'][-1]:.6f}" if summary.get("losses") else "-"),
-        ("accuracy train/val/test", " / ".join(f"{acc.get(s, float('nan')):.4f}" for s in ("train", "val", "test"))),
-        ("median epoch time", f"{summary.get('epoch_time_median_s', 0) * 1000:.2f} ms"),
+        ("model / ranks / dtype", " / ".join(str(summary.get(k) or "—") for k in ("model", "world_size", "dtype"))),
+        ("final loss", f"{summary['losses'][-1]:.6f}" if summary.get("losses") else "—"),
     ]
+    if any(a != "—" for a in acc):  # a split without a figure (never evaluated, or no nodes) reads "—"
+        rows.append(("accuracy train/val/test", " / ".join(acc)))
+    rows.append(("median epoch time", f"{median * 1000:.2f} ms" if median is not None else "—"))
     tb = summary.get("time_breakdown_s") or {}
     rows.append(("compute / comm / preprocess", " / ".join(f"{tb.get(k, 0):.4f} s"
                                                             for k in ("compute", "comm", "preprocess"))))
@@ -162,5 +200,5 @@ def summary_table(summary: Dict[str, Any]) -> Table:
         rows.append(("partition", f"{part.get('num_parts')} parts, cut {part.get('edge_cut')}, "
                                   f"volume {part.get('total_volume')}, max send {part.get('max_send_volume')}"))
     for k, v in rows:
-        table.add_row(k, str(v))
+        table.add_row(escape(str(k)), escape(v if isinstance(v, str) else fmt_value(v)))
     return table

@@ -3,55 +3,172 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any, Dict, List
 
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
-from gnntrain.metrics.recorder import _fmt_bytes
+from gnntrain.metrics.recorder import _fmt_bytes, fmt_value
 
-console = Console()
+console = Console()  # width follows the terminal (rich's default 80 when not a terminal)
+
+GUIDE = 4  # columns a Tree level indents by
+GRID_MAX = 8  # k x k grids up to this k are printed as tables, larger ones are left to summary.json
 
 
-def print_plan(plan, brief: bool = False) -> None:
-    tree = Tree(f"[bold]run plan[/bold] {plan.mode} · {plan.model} on {plan.dataset}  [dim]({plan.plan_hash})[/dim]")
-    launch = tree.add("launch")
-    launch.add(f"world size {plan.world_size} = {plan.nodes} node(s) x {plan.ranks_per_node} rank(s); "
-               f"backend {plan.backend}; device {plan.device}; {plan.threads_per_rank} thread(s)/rank")
-    launch.add(f"dtype {plan.dtype}; epochs {plan.epochs}; parts {plan.num_parts} ({plan.partitioner})")
-    kernel = launch.add(f"sparse kernel {plan.kernel}")
-    kernel.add(plan.kernel_note)
+def _break_priorities(words: List[str]) -> List[int]:
+    """For the gap after each word: 3 after ";" or ":" outside parentheses, 2 after "," or
+    before "+" outside parentheses, 1 the same inside parentheses or before "(", 0 mid-phrase."""
+    prio, depth = [], 0
+    for i, word in enumerate(words):
+        depth = max(0, depth + word.count("(") + word.count("[") - word.count(")") - word.count("]"))
+        nxt = words[i + 1] if i + 1 < len(words) else ""
+        p = 0
+        if word.endswith((";", ":")):
+            p = 3 if depth == 0 else 1
+        elif word.endswith(",") or nxt == "+":
+            p = 2 if depth == 0 else 1
+        elif nxt.startswith("("):
+            p = 1
+        prio.append(p)
+    return prio
+
+
+def phrase_lines(text: str, width: int) -> str:
+    """``text`` wrapped to ``width`` columns, breaking between phrases (after a semicolon or
+    comma, before a "+" or a parenthesis) rather than inside one where a line stays at least
+    half full; a phrase longer than a line still wraps at a space."""
+    width = max(20, width)
+    words = str(text).split()
+    prio = _break_priorities(words)
+    lines: List[str] = []
+    start = 0
+    while start < len(words):
+        end, length = start, 0  # the longest run of words from start that fits
+        while end < len(words) and (length + (end > start) + len(words[end]) <= width or end == start):
+            length += (end > start) + len(words[end])
+            end += 1
+        if end < len(words):  # pick the best gap in the second half of the line
+            best, best_p, used = end, -1, 0
+            for i in range(start, end):
+                used += (i > start) + len(words[i])
+                if used >= width // 2 and prio[i] >= best_p:
+                    best, best_p = i + 1, prio[i]
+            end = best
+        lines.append(" ".join(words[start:end]))
+        start = end
+    return "\n".join(lines)
+
+
+def _plural(count: int, word: str, plural: str = "") -> str:
+    return f"{count} {word if count == 1 else (plural or word + 's')}"
+
+
+def _is_grid(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(r, (list, tuple)) for r in value)
+
+
+def _grid_table(grid) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("from", justify="right", style="dim")
+    for j in range(len(grid[0])):
+        table.add_column(f"to {j}", justify="right")
+    for i, row in enumerate(grid):
+        table.add_row(str(i), *(fmt_value(x) for x in row))
+    return table
+
+
+def add_entry(node: Tree, key: Any, value: Any, depth: int, width: int) -> None:
+    """One ``key: value`` line under ``node`` (a child at ``depth``), without any Python repr:
+    dicts become child nodes, k x k grids small tables, lists are joined, None reads "auto",
+    byte counts get units; a line that would not fit ``width`` puts its value on its own line."""
+    key = str(key)
+    if isinstance(value, dict):
+        child = node.add(Text(key))
+        for k, v in value.items():
+            add_entry(child, k, v, depth + 1, width)
+        return
+    if _is_grid(value):
+        k = len(value)
+        if k <= GRID_MAX:
+            node.add(Text(key)).add(_grid_table(value))
+        else:
+            node.add(Text(f"{key}: {k} x {len(value[0])} grid (in summary.json)"))
+        return
+    unit = ""
+    for suffix in (" ms", " s"):  # "T_load ms": 0.16  ->  "T_load: 0.16 ms"
+        if key.endswith(suffix) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            key, unit = key[: -len(suffix)], suffix
+    text = fmt_value(value, key) + unit
+    if GUIDE * depth + len(key) + 2 + len(text) <= width:
+        node.add(Text(f"{key}: {text}"))
+    else:  # a long note: its own line, wrapped between phrases if it must be
+        node.add(Text(key)).add(Text(phrase_lines(text, width - GUIDE * (depth + 1))))
+
+
+def print_plan(plan, brief: bool = False, out: Console = None) -> None:
+    out = out or console
+    width = out.width
+    tree = Tree(Text.assemble(("run plan", "bold"), f" {plan.mode} · {plan.model} on {plan.dataset}  ",
+                              (f"({plan.plan_hash})", "dim")))
+    launch = tree.add(Text("launch"))
+    launch.add(Text(f"world size {plan.world_size} = {_plural(plan.nodes, 'node')} × "
+                    f"{_plural(plan.ranks_per_node, 'rank')}"))
+    devices = sorted(set(plan.rank_devices))
+    launch.add(Text(f"backend {plan.backend}, device {', '.join(devices) if len(devices) > 1 else plan.device}, "
+                    f"{_plural(plan.threads_per_rank, 'thread')} per rank"))
+    launch.add(Text(f"dtype {plan.dtype}, {_plural(plan.epochs, 'epoch')}, "
+                    f"{_plural(plan.num_parts, 'part')} ({plan.partitioner})"))
+    kernel = launch.add(Text(f"sparse kernel: {plan.kernel}"))
+    if plan.kernel_note:
+        kernel.add(Text(phrase_lines(plan.kernel_note, width - 3 * GUIDE), style="dim"))
+
     mem = plan.memory_per_rank
-    m = tree.add(f"estimated memory per rank: {_fmt_bytes(mem.total_bytes)}")
+    m = tree.add(Text(f"estimated memory per rank: {_fmt_bytes(mem.total_bytes)}"))
     if not brief:
-        m.add(f"graph {_fmt_bytes(mem.graph_bytes)}, features {_fmt_bytes(mem.feature_bytes)}, "
-              f"activations {_fmt_bytes(mem.activation_bytes)}")
+        for name, value in (("graph", mem.graph_bytes), ("features", mem.feature_bytes),
+                            ("activations", mem.activation_bytes)):
+            m.add(Text(f"{name}: {_fmt_bytes(value)}"))
+
     if plan.comm_per_epoch is not None:
         c = plan.comm_per_epoch
-        total = c["per_epoch_bytes"]
-        node = tree.add(f"estimated communication per epoch: {_fmt_bytes(total) if total is not None else 'see formula'}")
+        total, by_kind = c.get("per_epoch_bytes"), dict(c.get("by_kind") or {})
+        head = _fmt_bytes(total) if total is not None else "depends on the graph"
+        node = tree.add(Text(f"estimated communication per epoch: {head}"))
+        if total is None and brief:
+            node.add(Text("measured per epoch in the summary at the end", style="dim"))
         if not brief:
-            for kind, value in c["by_kind"].items():
-                node.add(f"{kind}: {_fmt_bytes(value)}")
-            node.add(f"[dim]{c['formula']}[/dim]")
+            # with a total, by kind it adds up to it; without, these are the terms known now (per the formula)
+            terms = node if total is not None or not by_kind else node.add(Text("terms known before loading"))
+            for kind, value in by_kind.items():
+                terms.add(Text(f"{kind}: {fmt_value(value, 'bytes')}"))
+            if c.get("formula"):
+                node.add(Text("formula")).add(Text(phrase_lines(c["formula"], width - 3 * GUIDE), style="dim"))
+
     if plan.mode_details and not brief:
-        d = tree.add(f"mode {plan.mode}")
+        d = tree.add(Text(f"mode {plan.mode}"))
         for k, v in plan.mode_details.items():
-            d.add(f"{k}: {v}")
+            add_entry(d, k, v, 2, width)
     for w in plan.warnings:
-        tree.add(f"[yellow]warning:[/yellow] {w}")
-    console.print(tree)
+        tree.add(Text.assemble(("warning: ", "yellow"), phrase_lines(w, width - GUIDE - len("warning: "))))
+    out.print(tree)
 
 
-def print_partition(data, pcfg, part, hit: bool) -> None:
+def print_partition(data, pcfg, part, hit: bool, out: Console = None) -> None:
+    out = out or console
     m = part.metrics
     table = Table(title=f"{pcfg.name} partition of {data.name} into {m.num_parts} parts"
                         f"{' (from cache)' if hit else ''}")
-    for col in ("metric", "value"):
-        table.add_column(col)
+    table.add_column("metric", ratio=3)
+    table.add_column("value", ratio=2, overflow="fold")
     rows = [("nodes / edges", f"{data.num_nodes} / {data.num_edges}"),
             ("edge cut (directed edges across parts)", m.edge_cut),
             ("total communication volume (rows)", m.total_volume),
@@ -62,42 +179,82 @@ def print_partition(data, pcfg, part, hit: bool) -> None:
     if part.bandwidth is not None:
         rows.append(("bandwidth after RCM", part.bandwidth))
     for k, v in rows:
-        table.add_row(k, str(v))
-    console.print(table)
-    console.print("[dim]partition cache hit: reused the cached partitioning[/dim]" if hit
-                  else "[dim]partition built and cached[/dim]")
+        table.add_row(k, fmt_value(v))
+    out.print(table)
+    out.print("[dim]partition cache hit: reused the cached partitioning[/dim]" if hit
+              else "[dim]partition built and cached[/dim]")
 
 
-def print_graph_report(plan, report: Dict[str, Any]) -> None:
+def print_graph_report(plan, report: Dict[str, Any], out: Console = None) -> None:
     """A mode's graph-dependent plan figures: scalars, and one table per k×k grid (rows = sender)."""
-    tree = Tree(f"[bold]{plan.mode}[/bold] figures on {plan.dataset} with {plan.num_parts} parts")
+    out = out or console
+    tree = Tree(Text.assemble((plan.mode, "bold"), f" figures on {plan.dataset} with {plan.num_parts} parts"))
     for name, block in report.items():
-        node = tree.add(f"[bold]{name}[/bold]")
-        for key, value in (block.items() if isinstance(block, dict) else [("value", block)]):
-            if isinstance(value, list) and value and isinstance(value[0], list):
-                if len(value) <= 8:
-                    node.add(f"{key} (row = sender, column = receiver):")
-                    for j, row in enumerate(value):
-                        node.add(f"  {j}: {row}")
-                else:
-                    node.add(f"{key}: {len(value)}x{len(value)} grid (in summary.json)")
-            else:
-                node.add(f"{key}: {_fmt_bytes(value) if key.endswith('bytes') or 'bytes_' in key else value}")
-    console.print(tree)
+        if isinstance(block, dict):
+            node = tree.add(Text(str(name), style="bold"))
+            for key, value in block.items():
+                add_entry(node, key, value, 2, out.width)
+        else:
+            add_entry(tree, name, block, 1, out.width)
+    out.print(tree)
 
 
-def print_datasets(dataset_dir: Path) -> None:
+def _fmt_count(n: Any) -> str:
+    """2708, 19.7k, 61.9M: a size in a narrow column."""
+    try:
+        n = int(n)
+    except (TypeError, ValueError):
+        return str(n) if n is not None else ""
+    if n < 10_000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1e3:.1f}k"
+    return f"{n / 1e6:.1f}M"
+
+
+def _fits(table: Table, out: Console) -> bool:
+    """Whether ``table`` fits the console with wrapping columns broken at words only and
+    ``no_wrap`` columns whole (rich would otherwise crop them with an ellipsis)."""
+    from rich.measure import Measurement
+
+    need = 1 + 3 * len(table.columns)  # vertical lines and one space of padding each side
+    for column in table.columns:
+        sizes = [Measurement.get(out, out.options, cell) for cell in (column.header, *column.cells)]
+        need += max(m.maximum for m in sizes) if column.no_wrap else \
+            max([column.min_width or 0] + [m.minimum for m in sizes])
+    return need <= out.width
+
+
+def print_datasets(dataset_dir: Path, out: Console = None) -> None:
+    """One row per dataset; on a terminal too narrow for the columns, sizes and
+    description move into one wrapping cell under each name."""
     import yaml
 
-    table = Table(title="datasets (configs/dataset)")
-    for col in ("name", "source", "nodes", "edges", "features", "classes"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("where it comes from", overflow="fold")
+    out = out or console
+    entries = []
     for path in sorted(dataset_dir.glob("*.yaml")):
         d = yaml.safe_load(path.read_text()) or {}
-        table.add_row(path.stem, str(d.get("source", "")), str(d.get("num_nodes", "")), str(d.get("num_edges", "")),
-                      str(d.get("feat_dim", "")), str(d.get("num_classes", "")), str(d.get("description", "")))
-    Console(width=max(console.width, 130)).print(table)
+        entries.append((path.stem, str(d.get("source", "")), _fmt_count(d.get("num_nodes")),
+                        _fmt_count(d.get("num_edges")), _fmt_count(d.get("feat_dim")),
+                        _fmt_count(d.get("num_classes")), str(d.get("description", ""))))
+    title = "datasets (configs/dataset)"
+    table = Table(title=title)
+    table.add_column("name", no_wrap=True)
+    table.add_column("source", no_wrap=True)
+    for col in ("nodes", "edges", "features", "classes"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("where it comes from", min_width=24, ratio=1)  # the one column that wraps
+    for entry in entries:
+        table.add_row(*(escape(x) for x in entry))
+    if not _fits(table, out):
+        table = Table(title=title)
+        table.add_column("name", no_wrap=True)
+        table.add_column("source, sizes and origin", ratio=1)
+        for name, source, nodes, edges, feats, classes, description in entries:
+            table.add_row(escape(name), Text.assemble(
+                f"{source}: {nodes} nodes, {edges} edges, {feats} features, {classes} classes\n",
+                (description, "dim")))
+    out.print(table)
 
 
 # ------------------------------------------------------------------ report
@@ -121,43 +278,61 @@ def _label(s: Dict[str, Any]) -> str:
     return f"{s.get('mode')}/{s.get('dataset')}/p{s.get('world_size')} ({Path(s['_dir']).name})"
 
 
+def _fmt_acc(acc: Any) -> str:
+    return f"{acc:.4f}" if isinstance(acc, (int, float)) and math.isfinite(acc) else "—"
+
+
 def report_command(args: List[str]) -> int:
+    err = Console(stderr=True, soft_wrap=True)
     if not args:
-        console.print("[bold red]error:[/bold red] gnntrain report needs at least one directory (gnntrain report DIR...)")
+        err.print("[bold red]error:[/bold red] gnntrain report needs at least one directory (gnntrain report DIR...)")
         return 2
     missing = [a for a in args if not Path(a).is_dir()]
     if missing:
-        console.print(f"[bold red]error:[/bold red] not a directory: {', '.join(missing)}")
+        err.print(f"[bold red]error:[/bold red] not a directory: {escape(', '.join(missing))}")
         return 2
     runs = collect(args)
     if not runs:
-        console.print(f"[bold red]error:[/bold red] no summary.json under {', '.join(args)}")
+        err.print(f"[bold red]error:[/bold red] no summary.json under {escape(', '.join(args))}")
         return 1
     out = Path(args[0])
     headers = ["run", "mode", "dataset", "world size", "test acc", "median epoch (ms)", "comm/epoch", "peak mem",
                "status"]
+    numeric = {"world size", "test acc", "median epoch (ms)", "comm/epoch", "peak mem"}
     rows = []
     for s in runs:
         acc = (s.get("accuracy") or {}).get("test")
         med = s.get("epoch_time_median_s")
         comm = (s.get("comm_bytes") or {}).get("per_epoch")
         mem = (s.get("peak_memory_bytes") or {}).get("host_max_rank")
-        rows.append([Path(s["_dir"]).name, str(s.get("mode")), str(s.get("dataset")), str(s.get("world_size")),
-                     f"{acc:.4f}" if acc is not None else "-", f"{med * 1000:.2f}" if med else "-",
-                     _fmt_bytes(comm) if comm is not None else "-", _fmt_bytes(mem) if mem else "-",
-                     str(s.get("status"))])
-    table = Table(title=f"gnntrain report: {len(runs)} run(s)")
-    for h in headers:
-        table.add_column(h)
+        rows.append([Path(s["_dir"]).name] + [str(s.get(k) or "—") for k in ("mode", "dataset", "world_size")]
+                    + [_fmt_acc(acc), f"{med * 1000:.2f}" if med else "—",
+                       _fmt_bytes(comm) if comm is not None else "—", _fmt_bytes(mem) if mem else "—",
+                       str(s.get("status") or "—")])
+    title = f"gnntrain report: {len(runs)} run(s)"
+    table = Table(title=title)
+    for h in headers:  # headers wrap at words, values stay whole, a long run name folds
+        table.add_column(h, justify="right" if h in numeric else "left",
+                         **({"overflow": "fold", "ratio": 1} if h == "run" else {"no_wrap": True}))
     for r in rows:
-        table.add_row(*r)
-    Console(width=max(console.width, 150)).print(table)
+        table.add_row(*(escape(c) for c in r))
+    if not _fits(table, console):
+        # narrow terminal: what the run was and how it ended go under its name, the figures keep columns
+        table = Table(title=title)
+        table.add_column("run", overflow="fold", ratio=1)
+        for h in headers[4:-1]:
+            table.add_column(h, justify="right", no_wrap=h != "median epoch (ms)")
+        for r, s in zip(rows, runs):
+            what = [f"{s['mode']} on {s['dataset']}" if s.get("mode") and s.get("dataset") else "",
+                    f"{s['world_size']} ranks" if s.get("world_size") else "", str(s.get("status") or "")]
+            table.add_row(Text.assemble(r[0], "\n", (", ".join(x for x in what if x), "dim")), *r[4:-1])
+    console.print(table)
     md = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     md += ["| " + " | ".join(r) + " |" for r in rows]
     pngs = _plots(runs, out)
     md += ["", *[f"![{p.stem}]({p.name})" for p in pngs]]
     (out / "report.md").write_text("# gnntrain report\n\n" + "\n".join(md) + "\n")
-    console.print(f"[dim]wrote {out / 'report.md'} and {len(pngs)} plot(s)[/dim]")
+    console.print(f"[dim]wrote {escape(str(out / 'report.md'))} and {len(pngs)} plot(s)[/dim]")
     return 0
 
 

@@ -1,0 +1,87 @@
+"""Checks of a dataset config before anything is generated, loaded or sized.
+
+A value no generator can use (a negative width, a ratio outside [0, 1], R-MAT
+probabilities that do not sum to 1, ...) is refused with a PlanError naming
+the option, instead of surfacing later as a numpy or torch traceback.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gnntrain.errors import PlanError
+
+FRACTIONS = ("train_fraction", "val_fraction", "test_fraction")
+TOLERANCE = 1e-6
+
+
+def _number(ds, key: str) -> float:
+    value = ds.get(key)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise PlanError(f"dataset.{key}", f"must be a number (got {value!r}).",
+                        f"set dataset.{key} to a number") from None
+    if not math.isfinite(number):
+        raise PlanError(f"dataset.{key}", f"must be a finite number (got {value}).",
+                        f"set dataset.{key} to a finite number")
+    return number
+
+
+def _at_least(ds, key: str, low: int, why: str = "") -> None:
+    value = _number(ds, key)
+    if value < low or not float(value).is_integer():
+        raise PlanError(f"dataset.{key}", f"must be a whole number >= {low} (got {ds.get(key)}){why}.",
+                        f"set dataset.{key}=N with N >= {low}")
+
+
+def _in_unit_interval(ds, key: str, what: str) -> float:
+    value = _number(ds, key)
+    if not 0.0 <= value <= 1.0:
+        raise PlanError(f"dataset.{key}", f"{what} must lie in [0, 1] (got {ds.get(key)}).",
+                        f"set dataset.{key} to a value between 0 and 1")
+    return value
+
+
+def check_dataset_config(ds: Any) -> None:
+    """Refuse a dataset config no loader or generator can use; raises PlanError(option, problem, fix).
+
+    Sizes (``num_nodes``, ``num_edges``, ``feat_dim``, ``num_classes``) are checked
+    for every source (file-backed datasets use them to size the plan before
+    loading); the generator keys only for generated graphs.
+    """
+    _at_least(ds, "num_nodes", 1)
+    _at_least(ds, "num_edges", 1)
+    _at_least(ds, "feat_dim", 1)
+    _at_least(ds, "num_classes", 2, "; node classification needs two classes")
+    if ds.get("source") != "generated":
+        return
+    _at_least(ds, "seed", 0)  # numpy's generators refuse negative seeds
+    name = ds.get("name")
+    if name == "csbm":
+        if not _number(ds, "avg_degree") > 0:
+            raise PlanError("dataset.avg_degree", f"must be > 0 (got {ds.avg_degree}).",
+                            "set dataset.avg_degree to a positive value, e.g. 4")
+        _in_unit_interval(ds, "intra_ratio", "the fraction of edges inside a class")
+        if not _number(ds, "feature_snr") >= 0:
+            raise PlanError("dataset.feature_snr", f"must be >= 0 (got {ds.feature_snr}).",
+                            "set dataset.feature_snr to 0 or more")
+    if name == "rmat":
+        abcd = ds.get("rmat_abcd")
+        try:
+            values = [float(x) for x in abcd]
+        except (TypeError, ValueError):
+            values = []
+        if len(values) != 4 or not all(math.isfinite(v) and v >= 0 for v in values) \
+                or abs(sum(values) - 1.0) > TOLERANCE:
+            try:
+                shown = "[" + ", ".join(str(x) for x in abcd) + "]"
+            except TypeError:
+                shown = str(abcd)
+            raise PlanError("dataset.rmat_abcd", f"must be 4 non-negative quadrant probabilities summing to 1 "
+                            f"(got {shown}).", "use e.g. dataset.rmat_abcd=[0.57,0.19,0.19,0.05]")
+    total = sum(_in_unit_interval(ds, key, "a split fraction") for key in FRACTIONS)
+    if total > 1.0 + TOLERANCE:
+        raise PlanError("dataset.train_fraction/val_fraction/test_fraction",
+                        f"the split fractions sum to {total:g}; they must sum to at most 1.",
+                        "lower one of dataset.train_fraction, dataset.val_fraction, dataset.test_fraction")
