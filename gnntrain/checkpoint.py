@@ -95,15 +95,15 @@ class Checkpointer:
             data = path.read_bytes()
             expected = sidecar.read_text().strip()
         except OSError as exc:
-            warnings.warn(f"skipping checkpoint {path}: {exc}")
+            warnings.warn(f"skipping checkpoint {path}: {exc}", stacklevel=2)
             return None
         if hashlib.sha1(data).hexdigest() != expected:
-            warnings.warn(f"skipping checkpoint {path}: checksum mismatch (truncated or corrupt)")
+            warnings.warn(f"skipping checkpoint {path}: checksum mismatch (truncated or corrupt)", stacklevel=2)
             return None
         try:
             return torch.load(io.BytesIO(data), weights_only=True)
         except Exception as exc:
-            warnings.warn(f"skipping checkpoint {path}: cannot load it ({type(exc).__name__})")
+            warnings.warn(f"skipping checkpoint {path}: cannot load it ({type(exc).__name__})", stacklevel=2)
             return None
 
 

@@ -21,6 +21,7 @@ from gnntrain.sizing import (
     PlanContext,
     RunPlan,
     dataset_sizes,
+    format_bytes,
     host_cores,
     host_memory_bytes,
     layer_widths,
@@ -152,8 +153,8 @@ def build_plan(cfg: DictConfig) -> RunPlan:
     memory = mode.estimate_memory(ctx)
     host_mem = host_memory_bytes(hw)
     if memory.total_bytes * ranks_per_node > host_mem:
-        raise PlanError("dataset/hardware", f"estimated {memory.total_bytes * ranks_per_node / 2**30:.2f} GiB per "
-                        f"node for {ds.name} does not fit the profile's {host_mem / 2**30:.2f} GiB host memory.",
+        raise PlanError("dataset/hardware", f"estimated {format_bytes(memory.total_bytes * ranks_per_node)} per "
+                        f"node for {ds.name} does not fit the profile's {format_bytes(host_mem)} host memory.",
                         "use more nodes, a smaller dataset, or a profile with more memory")
     estimate = mode.estimate_comm(ctx)
     comm = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
@@ -104,6 +105,18 @@ class RunPlan:
         path = Path(path)
         path.write_text(OmegaConf.to_yaml(OmegaConf.create(self.to_dict())))
         return path
+
+
+# ------------------------------------------------------------------ units
+def format_bytes(n: Optional[float]) -> str:
+    """Bytes in binary units, the one formatter of every printed size ("—" when unknown)."""
+    if n is None or (isinstance(n, float) and not math.isfinite(n)):
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 # ------------------------------------------------------------------ host

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = str(ROOT / "configs")
 SHARED_DGL = ROOT.parent / "shared" / "datasets" / "dgl"
-CORA = [f"dataset=cora", f"data_dir={SHARED_DGL}"]
+CORA = ["dataset=cora", f"data_dir={SHARED_DGL}"]
 
 os.environ.setdefault("GNNTRAIN_OFFLINE", "1")
 os.environ.setdefault("OUTDATED_IGNORE", "1")

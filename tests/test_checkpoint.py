@@ -2,9 +2,8 @@
 epoch e and resumed ends bit-identical to an uninterrupted run (CPU)."""
 from __future__ import annotations
 
-import torch
 import pytest
-
+import torch
 from conftest import read_summary, run_cli
 
 
@@ -79,6 +78,7 @@ def test_preemption_while_the_next_snapshot_is_built_saves_the_last_epoch(tmp_pa
     cleared the old state first and saved nothing, so the requeued job restarted from epoch 0),
     and the requeued job (SLURM_RESTART_COUNT=1) resumes from it to the same losses."""
     from conftest import compose
+
     from gnntrain.checkpoint import Checkpointer, save_for_preemption
     from gnntrain.launch import run_training
     from gnntrain.plan import build_plan

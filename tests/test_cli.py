@@ -6,6 +6,7 @@ import json
 import time
 
 from conftest import CORA, read_summary, requires_shared, run_cli
+
 from gnntrain.metrics.recorder import SUMMARY_FIELDS
 
 
@@ -102,7 +103,6 @@ import io  # noqa: E402
 import re  # noqa: E402
 
 import pytest  # noqa: E402
-
 from conftest import compose  # noqa: E402
 
 MODES = ["partition", "single", "hongtu", "hyscale", "mop", "supergcn"]
@@ -295,7 +295,7 @@ def test_logging_setup_rank_levels_warnings_and_hydra_handler(capsys):
         logging.getLogger("gnntrain.test").info("an info line from rank 0")
         with warnings.catch_warnings():
             warnings.simplefilter("always")
-            warnings.warn("a routed warning")  # setup_logging routed warnings through the handler
+            warnings.warn("a routed warning", stacklevel=2)  # setup_logging routed warnings through the handler
         captured = capsys.readouterr()
         assert "an info line from rank 0" in captured.err and "rank 1" not in captured.err
         assert "WARNING" in captured.err and "a routed warning" in captured.err

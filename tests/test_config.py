@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import CONFIG_DIR, compose
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
-
-from conftest import CONFIG_DIR, compose
 
 GROUPS = ["dataset", "model", "mode", "partitioner", "hardware"]
 

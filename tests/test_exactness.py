@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import EXACT, GRAPHS, assert_exact, requires_shared, single_losses
 
 # The layout matrix runs on the torch-native kernel (EXACT): each spawned rank then skips DGL's ~4 s import.

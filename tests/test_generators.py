@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import CORA, compose, requires_shared
+
 from gnntrain.data import load_dataset
 
 

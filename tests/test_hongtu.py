@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
 from conftest import CORA, EXACT, assert_exact, compose, requires_shared, run_cli, single_losses
+
 from gnntrain.errors import PlanError
 from gnntrain.plan import build_plan
 

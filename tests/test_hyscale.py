@@ -13,15 +13,23 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import CORA, compose, requires_shared, run_cli
+
 from gnntrain.checkpoint import Checkpointer
 from gnntrain.data import load_dataset
 from gnntrain.errors import PlanError
 from gnntrain.models import SparseAdjacency, build_model, edge_weight_values
+from gnntrain.modes.hyscale import (
+    DRMState,
+    NeighborSampler,
+    algorithm1,
+    drm_step,
+    floor_shares,
+    global_batches,
+    rebalance,
+    split_batch,
+)
 from gnntrain.modes.loop import model_spec
-from gnntrain.modes.hyscale import (DRMState, NeighborSampler, algorithm1, drm_step, floor_shares,
-                                    global_batches, rebalance, split_batch)
 from gnntrain.modes.single import graph_tensors
 from gnntrain.plan import build_plan
 
@@ -164,7 +172,7 @@ ONE = {"T_SC": 1, "T_Load": 1, "T_TC": 1}
 
 
 def _stages(**times):
-    return {**{k: 0.5 for k in ALL}, **{f"T_{k}": v for k, v in times.items()}}
+    return {**dict.fromkeys(ALL, 0.5), **{f"T_{k}": v for k, v in times.items()}}
 
 
 @pytest.mark.parametrize("stages,threads,expected", [

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnntrain.models import GlobalDropout, SparseAdjacency, edge_weight_values, edge_weights, transposed
-from gnntrain.models import kernels
+from gnntrain.models import GlobalDropout, SparseAdjacency, edge_weight_values, edge_weights, kernels, transposed
 from gnntrain.models.gnn import row_hash_keep_mask
 
 

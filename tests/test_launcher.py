@@ -12,8 +12,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import read_summary
+
 from gnntrain.launch.launcher import expand_nodelist, external_identity
 
 

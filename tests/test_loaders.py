@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-
 from conftest import compose
+
 from gnntrain.data import load_dataset
 from gnntrain.data.loaders import DGL_SOURCES
 from gnntrain.errors import DatasetError

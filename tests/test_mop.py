@@ -4,8 +4,8 @@ limits refused by the plan."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import CORA, GRAPHS, assert_exact, compose, requires_shared, single_losses
+
 from gnntrain.errors import PlanError
 from gnntrain.modes.mop import exchanged_elements, floor_splits
 from gnntrain.plan import build_plan
@@ -39,7 +39,7 @@ def test_pipelined_mop_equals_single(train, graph, model, m):
 
 
 def _expected(n, dims, m, gin=False):
-    e = lambda d: exchanged_elements(n, d, m)  # noqa: E731
+    e = lambda d: exchanged_elements(n, d, m)
     hidden = sum(e(d) for d in dims[1:-1])
     return (e(dims[0]) + 2 * hidden) * 8, (2 * hidden + (e(dims[0]) if gin else 0)) * 8
 

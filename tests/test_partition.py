@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+from conftest import compose
 from omegaconf import OmegaConf
 
-from conftest import compose
 from gnntrain.data import load_dataset
-from gnntrain.partition import compute_metrics, partition_graph, relabel, split_chunks
+from gnntrain.partition import compute_metrics, partition_graph, split_chunks
 from gnntrain.partition.cache import PartitionCache
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import compose
+
 from gnntrain.data import load_dataset
 from gnntrain.partition import partition_graph
 

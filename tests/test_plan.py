@@ -5,8 +5,8 @@ from __future__ import annotations
 import socket
 
 import pytest
-
 from conftest import compose, run_cli
+
 from gnntrain.errors import PlanError
 from gnntrain.plan import build_plan
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from conftest import CORA, EXACT, GRAPHS, assert_exact, compose, requires_shared, run_cli, single_losses
 from scipy.sparse.csgraph import maximum_bipartite_matching
 
-from conftest import CORA, EXACT, GRAPHS, assert_exact, compose, requires_shared, run_cli, single_losses
-from gnntrain.comm.quantize import (dequantize_rows, pack_codes, packed_row_bytes, quantize_rows, unpack_codes)
+from gnntrain.comm.quantize import dequantize_rows, pack_codes, packed_row_bytes, quantize_rows, unpack_codes
 from gnntrain.data import load_dataset
 from gnntrain.errors import PlanError
 from gnntrain.partition import partition_graph

@@ -169,7 +169,7 @@ class Communicator:
         return out
 
     # ------------------------------------------------------- metrics traffic
-    def reduce_stats(self, values: Sequence[float], op: str = "sum") -> List[float]:  # noqa: D401
+    def reduce_stats(self, values: Sequence[float], op: str = "sum") -> List[float]:
         """All-reduce a few float64 statistics (losses, counts, byte counters).
 
         Bookkeeping, not training traffic: it is not recorded in the ledger.

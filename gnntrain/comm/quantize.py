@@ -1,4 +1,5 @@
-"""Per-row stochastic min/max quantization for halo rows (SuperGCN paper, §2 "Quantization of communication to Int2", quantizer of §1 "Stochastic Integer Quantization";
+"""Per-row stochastic min/max quantization for halo rows (SuperGCN paper, §2 "Quantization of communication to
+Int2", quantizer of §1 "Stochastic Integer Quantization";
 docs/design.md#supergcn).
 
 For a row x with zero point Z = min(x) and scale S = (max(x) − Z)/(2^b − 1),

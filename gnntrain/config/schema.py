@@ -115,7 +115,8 @@ class HardwareConfig:
     # bandwidths for the cost models, GB/s
     h2d_gbps: float = 10.0
     d2d_gbps: float = 10.0
-    # compute/memory rates for the HyScale performance model (HyScale-GNN: A Scalable Hybrid GNN Training System on Single-Node Heterogeneous Architecture, §V, Eqs. (7)–(13); docs/design.md#hyscale)
+    # compute/memory rates for the HyScale performance model (HyScale-GNN: A Scalable Hybrid GNN Training
+    # System on Single-Node Heterogeneous Architecture, §V, Eqs. (7)–(13); docs/design.md#hyscale)
     host_mem_gbps: float = 20.0  # effective host DRAM bandwidth (feature loading, CPU aggregation)
     core_gmacs: float = 8.0  # multiply-adds per second per core, in 1e9 (CPU feature update)
     device_mem_gbps: float = 500.0  # accelerator memory bandwidth (HyScale aggregation; HongTu's reuse T_ru)

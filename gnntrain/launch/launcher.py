@@ -118,7 +118,8 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
     recorder = None
     if rank == 0 and run_dir is not None:
         recorder = RunRecorder(Path(run_dir), plan, progress=bool(plan.config["train"]["progress"]))
-    ctx = RankContext(plan=plan, comm=Communicator(rank, plan.world_size, timeout_s=float(plan.config["comm_timeout_s"])), device=device,
+    comm = Communicator(rank, plan.world_size, timeout_s=float(plan.config["comm_timeout_s"]))
+    ctx = RankContext(plan=plan, comm=comm, device=device,
                       run_dir=Path(run_dir) if run_dir else None, recorder=recorder, preprocess_s=preprocess_s)
     mode = get_mode(plan.mode)(plan.config_obj)
     SPMM_CALLS.clear()  # this rank's run only (in-process ranks run one after another)

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gnntrain.atomic import atomic_write_bytes
+from gnntrain.sizing import format_bytes
 
 SUMMARY_FIELDS = ("status", "mode", "dataset", "model", "world_size", "epochs", "dtype", "losses", "accuracy",
                   "epoch_time_s", "epoch_time_median_s", "time_breakdown_s", "comm_bytes", "peak_memory_bytes",
@@ -119,16 +120,6 @@ class RunRecorder:
         self.console.print(summary_table(summary))
 
 
-def _fmt_bytes(n: Optional[float]) -> str:
-    if n is None or (isinstance(n, float) and not math.isfinite(n)):
-        return "—"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def _fmt_number(x: float) -> str:
     if not math.isfinite(x):
         return "—"
@@ -152,7 +143,7 @@ def fmt_value(value: Any, key: str = "") -> str:
     if isinstance(value, (int, float)):
         k = str(key).lower()
         if k.endswith("bytes") or "bytes_" in k or "bytes " in k:
-            return _fmt_bytes(value)
+            return format_bytes(value)
         return _fmt_number(value)
     if isinstance(value, dict):
         return "; ".join(f"{fmt_value(k)}: {fmt_value(v)}" for k, v in value.items()) or "none"
@@ -186,14 +177,14 @@ def summary_table(summary: Dict[str, Any]) -> Table:
     if extra:  # stages the mode timed, e.g. SuperGCN's aggregation / quantization / other
         rows.append((" / ".join(extra), " / ".join(f"{tb[k]:.4f} s" for k in extra)))
     cb = summary.get("comm_bytes") or {}
-    rows.append(("comm per epoch (all ranks)", _fmt_bytes(cb.get("per_epoch"))))
+    rows.append(("comm per epoch (all ranks)", format_bytes(cb.get("per_epoch"))))
     for kind, value in sorted((cb.get("by_kind") or {}).items()):
-        rows.append((f"  {kind}", _fmt_bytes(value)))
-    rows.append(("max rank send per epoch", _fmt_bytes(cb.get("max_rank_send"))))
+        rows.append((f"  {kind}", format_bytes(value)))
+    rows.append(("max rank send per epoch", format_bytes(cb.get("max_rank_send"))))
     pm = summary.get("peak_memory_bytes") or {}
-    rows.append(("peak host memory (max rank)", _fmt_bytes(pm.get("host_max_rank"))))
+    rows.append(("peak host memory (max rank)", format_bytes(pm.get("host_max_rank"))))
     if pm.get("device_max_rank") is not None:
-        rows.append(("peak device memory (max rank)", _fmt_bytes(pm.get("device_max_rank"))))
+        rows.append(("peak device memory (max rank)", format_bytes(pm.get("device_max_rank"))))
     rows += [tuple(row) for row in (summary.get("mode_report") or {}).get("table", [])]  # the mode's own lines
     part = summary.get("partition") or {}
     if part.get("num_parts", 1) > 1:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from pathlib import Path
 from typing import Any, Dict, List
@@ -16,7 +15,8 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from gnntrain.metrics.recorder import _fmt_bytes, fmt_value
+from gnntrain.metrics.recorder import fmt_value
+from gnntrain.sizing import format_bytes
 
 console = Console()  # width follows the terminal (rich's default 80 when not a terminal)
 
@@ -132,16 +132,16 @@ def print_plan(plan, brief: bool = False, out: Console = None) -> None:
         kernel.add(Text(phrase_lines(plan.kernel_note, width - 3 * GUIDE), style="dim"))
 
     mem = plan.memory_per_rank
-    m = tree.add(Text(f"estimated memory per rank: {_fmt_bytes(mem.total_bytes)}"))
+    m = tree.add(Text(f"estimated memory per rank: {format_bytes(mem.total_bytes)}"))
     if not brief:
         for name, value in (("graph", mem.graph_bytes), ("features", mem.feature_bytes),
                             ("activations", mem.activation_bytes)):
-            m.add(Text(f"{name}: {_fmt_bytes(value)}"))
+            m.add(Text(f"{name}: {format_bytes(value)}"))
 
     if plan.comm_per_epoch is not None:
         c = plan.comm_per_epoch
         total, by_kind = c.get("per_epoch_bytes"), dict(c.get("by_kind") or {})
-        head = _fmt_bytes(total) if total is not None else "depends on the graph"
+        head = format_bytes(total) if total is not None else "depends on the graph"
         node = tree.add(Text(f"estimated communication per epoch: {head}"))
         if total is None and brief:
             node.add(Text("measured per epoch in the summary at the end", style="dim"))
@@ -307,7 +307,7 @@ def report_command(args: List[str]) -> int:
         mem = (s.get("peak_memory_bytes") or {}).get("host_max_rank")
         rows.append([Path(s["_dir"]).name] + [str(s.get(k) or "—") for k in ("mode", "dataset", "world_size")]
                     + [_fmt_acc(acc), f"{med * 1000:.2f}" if med else "—",
-                       _fmt_bytes(comm) if comm is not None else "—", _fmt_bytes(mem) if mem else "—",
+                       format_bytes(comm) if comm is not None else "—", format_bytes(mem) if mem else "—",
                        str(s.get("status") or "—")])
     title = f"gnntrain report: {len(runs)} run(s)"
     table = Table(title=title)

@@ -37,7 +37,8 @@ class ModelSpec:
     dropout: float
     aggregate_first: Optional[bool] = None  # GCN and SAGE; None = DGL's rule (aggregate unless narrowing)
     gin_eps_learnable: bool = True
-    label_classes: int = 0  # > 0: a learnable label embedding for label-propagation rows (SuperGCN §2 and §3 Eq. (5); docs/design.md#supergcn)
+    # > 0: a learnable label embedding for label-propagation rows (SuperGCN §2 and §3 Eq. (5); docs/design.md#supergcn)
+    label_classes: int = 0
 
     @property
     def dims(self) -> List[int]:

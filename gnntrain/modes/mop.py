@@ -1,4 +1,5 @@
-"""``mode=mop``: MixGCN's mixture of parallelism (MixGCN: Scalable GCN Training by Mixture of Parallelism and Mixture of Accelerators, §3.1.2 and Algorithm 2;
+"""``mode=mop``: MixGCN's mixture of parallelism (MixGCN: Scalable GCN Training by Mixture of Parallelism and
+Mixture of Accelerators, §3.1.2 and Algorithm 2;
 docs/design.md#mop).
 
 Per layer, every one of the m ranks holds the whole normalised Â:
@@ -37,7 +38,7 @@ from gnntrain.models import SparseAdjacency, run_layers
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.single import graph_tensors
-from gnntrain.sizing import MemoryEstimate, estimate_memory
+from gnntrain.sizing import EDGE_BYTES, MemoryEstimate, estimate_memory, format_bytes
 
 
 @dataclass
@@ -250,7 +251,8 @@ class MoPMode(Mode):
 
     def details(self, ctx) -> Dict[str, Any]:
         edges = ctx.num_edges + ctx.num_nodes
-        return {"adjacency replicated per rank": f"{edges} edges, ~{edges * 24 / 2**20:.1f} MiB (not divided by m)",
+        replicated = f"{edges} edges, ~{format_bytes(edges * EDGE_BYTES)} (not divided by m)"
+        return {"adjacency replicated per rank": replicated,
                 "aggregation": "element-wise only (GAT is refused)",
                 "column split of widths": {d: floor_splits(d, ctx.world_size) for d in ctx.dims[:-1]}}
 
@@ -328,7 +330,7 @@ class MoPMode(Mode):
         """Per-rank aggregation and update FLOPs (max/mean over ranks)."""
         dims = model.spec.dims
         agg, upd = 0.0, 0.0
-        for layer, (d_in, d_out) in zip(model.layers, zip(dims[:-1], dims[1:])):
+        for layer, d_in in zip(model.layers, dims[:-1]):
             cols = floor_splits(d_in, layout.m)
             agg += adj.flops(cols[layout.rank + 1] - cols[layout.rank])
             upd += 2.0 * layout.n_own * sum(p.numel() for p in layer.parameters() if p.dim() == 2)

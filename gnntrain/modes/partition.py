@@ -1,6 +1,7 @@
 """``mode=partition``: 1D / 1.5D partition parallelism with sparsity-aware
 halo exchange, and the sparsity-oblivious (CAGNET all-gather) baseline
-(Sparsity-Aware Communication for Distributed Graph Neural Network Training, §4.1 (1D) and §4.2 (1.5D); docs/design.md#partition).
+(Sparsity-Aware Communication for Distributed Graph Neural Network Training, §4.1 (1D) and §4.2 (1.5D);
+docs/design.md#partition).
 
 Layout. The graph is partitioned into q = p/c parts, relabelled so part i
 is the contiguous block row i. Ranks form a q×c grid, rank = i·c + k; block

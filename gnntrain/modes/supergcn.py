@@ -4,7 +4,8 @@ docs/design.md#supergcn).
 
 Layout: 1D partition parallelism, one block of rows per rank (as in
 ``mode=partition``, whose exchange machinery this mode shares: ``halo.py``).
-Per layer and rank i (SuperGCN §2, "Subgraph construction based on a hybrid of Pre- and Post-aggregation"; docs/design.md#supergcn):
+Per layer and rank i (SuperGCN §2, "Subgraph construction based on a hybrid of Pre- and Post-aggregation";
+docs/design.md#supergcn):
 
 * local edges (both ends in block i) aggregate straight from i's rows;
 * for every sender j the cut edges j→i are split by a vertex cover of their
@@ -26,7 +27,8 @@ in-degree". Backward runs the same path in reverse.
 
 With ``bits < 32`` the exchanged rows (and with ``quantize_backward`` their
 gradients) are coded per row by ``comm/quantize.py`` (SuperGCN §2, "Quantization of communication to Int2"). Label
-propagation (SuperGCN §2, same part; analysed in §3, Lemma 3 and Eq. (5)) adds a learnable label embedding to the input features of
+propagation (SuperGCN §2, same part; analysed in §3, Lemma 3 and Eq. (5)) adds a learnable label embedding to
+the input features of
 a fixed random subset of training nodes, which the loss then leaves out.
 """
 from __future__ import annotations

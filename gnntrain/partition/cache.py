@@ -58,11 +58,12 @@ class PartitionCache:
                 arrays = {name: z[name] for name in self.arrays}
                 meta = json.loads(bytes(z["meta"]).decode())
         except Exception as exc:  # truncated zip, bad header, missing member ...
-            warnings.warn(f"partition cache entry {path} is unreadable ({type(exc).__name__}); rebuilding it")
+            warnings.warn(f"partition cache entry {path} is unreadable ({type(exc).__name__}); rebuilding it",
+                          stacklevel=2)
             return None
         if meta.get("key") != key or meta.get("checksum") != _checksum(arrays, self.arrays):
             warnings.warn(f"partition cache entry {path} failed its checksum or belongs to another "
-                          "partitioning; rebuilding it")
+                          "partitioning; rebuilding it", stacklevel=2)
             return None
         return arrays, meta
 

@@ -1,4 +1,5 @@
-"""HongTu's two-level layout (HongTu §4.1 "Edge-Cut 2-Level Graph Partitioning"; volumes from §5.3; docs/design.md#hongtu).
+"""HongTu's two-level layout (HongTu §4.1 "Edge-Cut 2-Level Graph Partitioning"; volumes from §5.3;
+docs/design.md#hongtu).
 
 m partitions (one per device) are each range-split into n chunks. Chunk
 G_ij holds the destination rows V_ij, all their in-edges, and its

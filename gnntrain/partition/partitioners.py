@@ -1,6 +1,7 @@
 """Partitioners: metis (pymetis k-way), random, range, and volume (METIS +
 greedy max-send-volume refinement, an approximation of the GVB partitioner of
-Sparsity-Aware Communication for Distributed Graph Neural Network Training, §5; docs/design.md#partitioners). Optional Reverse Cuthill–McKee reordering inside
+Sparsity-Aware Communication for Distributed Graph Neural Network Training, §5; docs/design.md#partitioners).
+Optional Reverse Cuthill–McKee reordering inside
 parts. All return a part id per node; :mod:`layout` turns that into a
 relabelling with contiguous parts.
 """

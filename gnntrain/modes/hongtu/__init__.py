@@ -1,6 +1,7 @@
 """``mode=hongtu``: full-graph training with host-resident vertex data, chunked
 layer-major execution, a recomputation–caching hybrid and deduplicated
-transfers (HongTu: Scalable Full-Graph GNN Training on Multiple GPUs (via communication-optimized CPU data offloading); docs/design.md#hongtu).
+transfers (HongTu: Scalable Full-Graph GNN Training on Multiple GPUs (via communication-optimized CPU data
+offloading); docs/design.md#hongtu).
 
 Placement (§4). Each rank is one device with its host memory. The host holds,
 for the rank's partition, every layer's input x^l, its gradient ∇x^l and the

@@ -6,7 +6,7 @@ from typing import Dict, Iterator, Optional, Sequence
 
 import torch
 
-from gnntrain.modes.hongtu.config import _gib
+from gnntrain.sizing import format_bytes
 
 
 class DeviceMemoryExceeded(RuntimeError):
@@ -34,9 +34,10 @@ class DeviceArena:
         if self.now > self.peak:
             self.peak = self.now
             if self.cap and self.peak > self.cap:
-                parts = ", ".join(f"{k} {_gib(v)}" for k, v in self.held.items() if v)
+                parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in self.held.items() if v)
                 raise DeviceMemoryExceeded(
-                    f"device working set {_gib(self.peak)} exceeds mode.device_memory {_gib(self.cap)} ({parts}); "
+                    f"device working set {format_bytes(self.peak)} exceeds mode.device_memory "
+                    f"{format_bytes(self.cap)} ({parts}); "
                     "raise mode.device_memory or mode.chunks (chunks=0 picks the smallest n that fits)")
 
     def hold_tensors(self, tag: str, *tensors: Optional[torch.Tensor]) -> None:

@@ -34,9 +34,3 @@ def parse_bytes(text: Any) -> int:
     if not match or match.group(2).lower() not in _UNITS:
         raise PlanError("mode.device_memory", f"cannot read {text!r} as a size.", "write e.g. 1GiB, 512MiB or 2GB")
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-
-
-def _gib(nbytes: float) -> str:
-    return f"{nbytes / 2**30:.3f} GiB" if nbytes >= 2**27 else f"{nbytes / 2**20:.2f} MiB"
-
-

@@ -167,7 +167,7 @@ class HongTuEngine:
             return layer_mod.update(None, layer_mod.attend(h_n, edges[0], edges[1], v_pos)), None
         agg = self._device_adj(fwd_adj).spmm(h_n)
         h_v = h_n[v_pos]
-        return layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _: agg)), (agg if cache else None)
+        return layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached)), (agg if cache else None)
 
     def _device_adj(self, adj: SparseAdjacency) -> SparseAdjacency:
         if self.device.type == "cpu":
@@ -223,7 +223,8 @@ class HongTuEngine:
         return self.acts[-1]
 
     def run_backward(self, model, grad_logits: torch.Tensor) -> List[torch.Tensor]:
-        """Layer-major backward (HongTu Algorithm 1, backward loop: lines 14–21 as printed, 12–19 in the §4.3 prose); returns the parameter gradients."""
+        """Layer-major backward (HongTu Algorithm 1, backward loop: lines 14–21 as printed, 12–19 in the §4.3
+        prose); returns the parameter gradients."""
         layers = list(model.layers)
         params = list(model.parameters())
         sums = [torch.zeros_like(p) for p in params]
@@ -253,7 +254,7 @@ class HongTuEngine:
                         self.arena.hold_tensors("chunk", g, agg, h_v)
                         with self.clock.span("device_compute"):
                             with self.arena.saved_tensors("recompute", exclude=params + inputs + [g]):
-                                out = layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _: agg))
+                                out = layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached))
                                 y = self._activation(out, layer, c, last)
                             grads = torch.autograd.grad(y, layer_params + inputs, g, allow_unused=True)
                             block = None

@@ -12,14 +12,14 @@ from gnntrain.errors import PlanError
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.hongtu.arena import tensor_bytes
-from gnntrain.modes.hongtu.config import DEDUP, REORGANIZE_VERSION, HongTuConfig, _gib, parse_bytes
+from gnntrain.modes.hongtu.config import DEDUP, REORGANIZE_VERSION, HongTuConfig, parse_bytes
 from gnntrain.modes.hongtu.cost import bandwidths, chunk_working_bytes, cost_model
 from gnntrain.modes.hongtu.engine import HongTuEngine, _HongTuEpoch
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph, partitioner_options
 from gnntrain.partition.cache import PartitionCache, cache_key
 from gnntrain.partition.chunks import ChunkLayout, chunk_layout, identity_batches, reorganize, transfer_volumes
-from gnntrain.sizing import DTYPE_BYTES, param_bytes
+from gnntrain.sizing import DTYPE_BYTES, format_bytes, param_bytes
 
 
 @register_mode
@@ -56,9 +56,9 @@ class HongTuMode(Mode):
         cap = self.device_cap()
         floor = 5 * ctx.param_bytes + 4 * max(ctx.dims) * ctx.dtype_bytes
         if cap and cap < floor:
-            raise PlanError("mode.device_memory", f"{_gib(cap)} cannot hold even the parameters and one row of the "
-                            f"widest layer ({_gib(floor)} at the least).",
-                            f"set mode.device_memory to at least {_gib(floor)}")
+            raise PlanError("mode.device_memory", f"{format_bytes(cap)} cannot hold even the parameters and one "
+                            f"row of the widest layer ({format_bytes(floor)} at the least).",
+                            f"set mode.device_memory to at least {format_bytes(floor)}")
         return []
 
     def estimate_comm(self, ctx) -> Optional[CommEstimate]:
@@ -70,7 +70,7 @@ class HongTuMode(Mode):
         cap = self.device_cap()
         return {"chunks per partition": int(self.options.chunks) or "auto (smallest n that fits)",
                 "dedup": self.dedup, "reorganize": bool(self.options.reorganize),
-                "device memory": _gib(cap) if cap else "no cap (accounted only)",
+                "device memory": format_bytes(cap) if cap else "no cap (accounted only)",
                 "recompute": "whole layer (GAT)" if ctx.model == "gat" else "update only; aggregation cached on host"}
 
     # ------------------------------------------------------------ layout
@@ -112,11 +112,13 @@ class HongTuMode(Mode):
                                                                                       max_n)
             floor = chunk_working_bytes(floor_layout, plan.model, ctx_dims, b, pbytes, self.dedup)
             if floor > cap:
-                raise PlanError("mode.device_memory", f"{_gib(cap)} is too small for even one chunk of the largest "
-                                f"layer: the smallest working set ({max_n} chunks per partition) needs {_gib(floor)}.",
-                                f"set mode.device_memory to at least {_gib(floor)}, or use more ranks")
-            raise PlanError("mode.chunks", f"{n} chunks per partition need about {_gib(need)} of device memory, "
-                            f"over mode.device_memory {_gib(cap)}.", "use more chunks, or mode.chunks=0 to pick n")
+                raise PlanError("mode.device_memory", f"{format_bytes(cap)} is too small for even one chunk of the "
+                                f"largest layer: the smallest working set ({max_n} chunks per partition) needs "
+                                f"{format_bytes(floor)}.",
+                                f"set mode.device_memory to at least {format_bytes(floor)}, or use more ranks")
+            raise PlanError("mode.chunks", f"{n} chunks per partition need about {format_bytes(need)} of device "
+                            f"memory, over mode.device_memory {format_bytes(cap)}.",
+                            "use more chunks, or mode.chunks=0 to pick n")
         identity = identity_batches(layout.num_parts, layout.chunks_per_part)
         batches, hit = identity, None
         if bool(self.options.reorganize):
@@ -174,10 +176,10 @@ class HongTuMode(Mode):
             f"{c['C_s'] * 1e3:.3f} ms = V_ru/T_hd {c['host_to_device_s'] * 1e3:.3f} + (V_ori-V_p2p)/T_dd "
             f"{c['peer_s'] * 1e3:.3f} + (V_p2p-V_ru)/T_ru {c['reuse_s'] * 1e3:.3f}")
         cap = figures["device_memory_cap"]
-        report["estimated peak device bytes"] = (f"{_gib(figures['estimated_device_bytes'])} of "
-                                                 f"{_gib(cap) if cap else 'no cap'}")
+        report["estimated peak device bytes"] = (f"{format_bytes(figures['estimated_device_bytes'])} of "
+                                                 f"{format_bytes(cap) if cap else 'no cap'}")
         if "auto_chunks_tried" in figures:
-            report["auto chunks tried"] = ", ".join(f"n={t['chunks']}: {_gib(t['device_bytes'])}"
+            report["auto chunks tried"] = ", ".join(f"n={t['chunks']}: {format_bytes(t['device_bytes'])}"
                                                     for t in figures["auto_chunks_tried"])
         return report
 

@@ -75,7 +75,7 @@ def build_sweep(layout: ChunkLayout, order: np.ndarray, rank: int, dedup: str) -
         return [rows[cuts[k]:cuts[k + 1]] for k in range(m)]
 
     resident: List[List[np.ndarray]] = []  # D[t][k]
-    for t, sets in enumerate(need):
+    for sets in need:
         if p2p:
             union = np.unique(np.concatenate(sets))
             owned = split_by_owner(union)  # L_k,t = U_t ∩ own_k

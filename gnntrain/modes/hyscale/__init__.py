@@ -1,5 +1,6 @@
 """``mode=hyscale``: hybrid CPU + accelerator mini-batch training with
-two-stage prefetch and dynamic resource management (HyScale-GNN: A Scalable Hybrid GNN Training System on Single-Node Heterogeneous Architecture;
+two-stage prefetch and dynamic resource management (HyScale-GNN: A Scalable Hybrid GNN Training System on
+Single-Node Heterogeneous Architecture;
 docs/design.md#hyscale).
 
 * **Trainers** (§III-B): ``cpu_trainers`` then ``accel_trainers`` ranks in one
@@ -19,7 +20,8 @@ docs/design.md#hyscale).
   gathered while i+1 is transferred and i trains (pinned memory and
   ``non_blocking`` copies on a side stream on CUDA). ``prefetch=false`` runs
   the same stages serially.
-* **Gradient sync** (§III-A "Synchronizer"; synchronous SGD as in §II-B): synchronous. Loss = Σ CE over a trainer's slice
+* **Gradient sync** (§III-A "Synchronizer"; synchronous SGD as in §II-B): synchronous. Loss = Σ CE over a
+  trainer's slice
   / global batch size, and gradients are all-reduced with SUM, so trainer i's
   mean gradient enters with weight b_i/B (unbiased for uneven shares).
 * **DRM** (§IV-A, Algorithm 1): :func:`drm_step`, a pure function of the
