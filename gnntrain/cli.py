@@ -88,6 +88,13 @@ def _plan_or_exit(cfg, run_dir: Path):
         sys.exit(1)
 
 
+def _is_rank_zero() -> bool:
+    from gnntrain.launch import external_identity
+
+    identity = external_identity()
+    return identity is None or identity.rank == 0
+
+
 def run_task(cfg) -> Optional[dict]:
     _setup_logging()  # again: Hydra's job logging put its own console handler back
     from gnntrain.errors import GnnTrainError
@@ -99,7 +106,8 @@ def run_task(cfg) -> Optional[dict]:
     if plan is None:
         return None
     plan.write_yaml(run_dir / "plan.yaml")
-    print_plan(plan, brief=True)
+    if _is_rank_zero():  # under torchrun/srun every rank runs this task: one plan on the console
+        print_plan(plan, brief=True)
     try:
         summary = run_training(plan, run_dir)
     except GnnTrainError as exc:

@@ -68,6 +68,19 @@ def test_resume_without_checkpoint_is_refused(tmp_path):
     assert proc.returncode == 1 and "no valid checkpoint" in proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_resume_without_checkpoint_is_refused_under_an_external_launcher(tmp_path, rank):
+    """As torchrun starts them (RANK/WORLD_SIZE set): every rank refuses before any rendezvous,
+    instead of silently training from scratch, and only rank 0 prints the plan."""
+    (tmp_path / "empty").mkdir()
+    env = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "1", "TORCHELASTIC_RUN_ID": "test"}
+    proc = run_cli(["run", f"resume={tmp_path}/empty", f"hydra.run.dir={tmp_path}/r{rank}",
+                    "dataset.num_nodes=300"], cwd=tmp_path, env_extra=env, timeout=120)
+    assert proc.returncode == 1 and "no valid checkpoint" in proc.stderr
+    assert ("run plan" in proc.stdout) is (rank == 0)
+
+
 @pytest.mark.parametrize("mode_args", [["mode=single"],
                                        ["mode=hyscale", "mode.cpu_trainers=1", "mode.accel_trainers=0",
                                         "mode.fanouts=[5,5]", "mode.batch_size=128"]])

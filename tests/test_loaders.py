@@ -286,3 +286,69 @@ def test_cache_follows_data_dir(tmp_path):
     edited = _load("reddit", a, cache)
     assert edited.content_hash not in (from_a.content_hash, from_b.content_hash)
     assert _load("reddit", a, tmp_path / "fresh").content_hash == edited.content_hash
+
+
+# ------------------------------------------------- shared caches, many processes
+def test_a_data_dir_that_does_not_exist_is_an_error_naming_it(tmp_path):
+    """Never a silent substitute: with data_dir missing, no processed copy of an earlier run stands in."""
+    data_dir = tmp_path / "a"
+    write_reddit(data_dir)
+    _load("reddit", data_dir, tmp_path / "cache")  # leaves a processed copy in the cache
+    missing = tmp_path / "nonexistent"
+    with pytest.raises(DatasetError) as err:
+        load_dataset(compose(["dataset=reddit", f"data_dir={missing}", f"cache_dir={tmp_path / 'cache'}",
+                              "allow_download=true"]))
+    assert f"data_dir={missing} does not exist" in str(err.value)
+
+
+def test_same_files_in_two_folders_share_one_processed_cache(tmp_path):
+    """The farm is keyed by the raw files' content: a copy elsewhere reuses it, other content does not."""
+    a, b, c, cache = tmp_path / "a", tmp_path / "b", tmp_path / "c", tmp_path / "cache"
+    write_reddit(a)
+    write_reddit(b)
+    write_reddit(c, feature_offset=1.0)
+    for folder in (a, b, c):
+        _load("reddit", folder, cache)
+    roots = [p for p in (cache / "dgl").iterdir() if p.is_dir()]
+    assert len(roots) == 2
+
+
+def test_concurrent_loads_of_one_new_dataset_share_one_farm(tmp_path):
+    """Two processes load Cora into one empty cache at once (two ranks under torchrun, or two jobs):
+    both succeed and see the same graph. Before the farm lock, one rank's rebuild removed the
+    other's files (shutil.rmtree in the link farm)."""
+    import subprocess
+    import sys
+
+    from conftest import SHARED_DGL
+
+    if not SHARED_DGL.exists():
+        pytest.skip(f"{SHARED_DGL} is not present")
+    script = ("import sys; from conftest import compose; from gnntrain.data import load_dataset; "
+              f"d = load_dataset(compose(['dataset=cora', 'data_dir={SHARED_DGL}', 'cache_dir=' + sys.argv[1]])); "
+              "print(d.content_hash)")
+    tests_dir = Path(__file__).resolve().parent
+    for attempt in range(3):
+        cache = tmp_path / f"cache{attempt}"
+        procs = [subprocess.Popen([sys.executable, "-c", script, str(cache)], cwd=tests_dir, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+        outs = [p.communicate(timeout=180) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+        assert outs[0][0] == outs[1][0]
+
+
+def test_loading_waits_for_the_farm_lock(tmp_path):
+    """A load does not touch a farm another process is building: it waits for the farm's lock."""
+    import threading
+
+    from gnntrain.atomic import file_lock
+
+    data_dir, cache = tmp_path / "a", tmp_path / "cache"
+    write_reddit(data_dir)
+    done = threading.Event()
+    with file_lock(cache / "dgl" / f".{DGL_SOURCES['reddit'].folder()}.lock"):
+        worker = threading.Thread(target=lambda: (_load("reddit", data_dir, cache), done.set()))
+        worker.start()
+        assert not done.wait(timeout=2.0), "the load ran while another holder had the farm lock"
+    worker.join(timeout=120)
+    assert done.is_set()

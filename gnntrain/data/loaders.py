@@ -10,6 +10,7 @@ processed files into.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import shutil
@@ -20,6 +21,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
+from gnntrain.atomic import file_lock
 from gnntrain.data.graph import GraphData, clean_edges, hash_tensors
 from gnntrain.errors import DatasetError
 
@@ -82,18 +84,27 @@ def offline() -> bool:
     return os.environ.get("GNNTRAIN_OFFLINE", "") not in ("", "0", "false")
 
 
+HASHED_FILE_BYTES = 256 * 2**20  # raw files up to this size are keyed by content, larger ones by size and mtime
+
+
 def _source_stamp(source_dir: Path) -> str:
-    """The source folder and the path, size and mtime of every raw file under it."""
-    lines = [str(source_dir.resolve())]
+    """What the raw files under ``source_dir`` are: per file its relative path, size and a
+    content digest (size and mtime for files over HASHED_FILE_BYTES). Independent of where
+    the folder lives, so two copies of the same files share one processed cache."""
+    lines = []
     for path in sorted(source_dir.rglob("*")):
         rel = path.relative_to(source_dir)
         if rel.parts[0] != "processed" and path.is_file():
             st = path.stat()
-            lines.append(f"{rel}\t{st.st_size}\t{st.st_mtime_ns}")
+            if st.st_size <= HASHED_FILE_BYTES:
+                digest = hashlib.sha1(path.read_bytes()).hexdigest()
+            else:
+                digest = f"mtime {st.st_mtime_ns}"
+            lines.append(f"{rel}\t{st.st_size}\t{digest}")
     return "\n".join(lines) + "\n"
 
 
-def _link_farm(source_dir: Path, farm_dir: Path) -> None:
+def _link_farm(source_dir: Path, farm_dir: Path, content: str) -> None:
     """Mirror ``source_dir``'s entries as symlinks in ``farm_dir`` (idempotent).
 
     The library's processed files live in ``farm_dir`` too, so when the source
@@ -101,7 +112,7 @@ def _link_farm(source_dir: Path, farm_dir: Path) -> None:
     built from, the farm is rebuilt rather than serving stale data.
     """
     stamp_file = farm_dir / ".gnntrain-source"
-    stamp = _source_stamp(source_dir)
+    stamp = f"{source_dir.resolve()}\n{content}"  # the links point into source_dir: a moved copy relinks
     if farm_dir.exists() and (not stamp_file.exists() or stamp_file.read_text() != stamp):
         shutil.rmtree(farm_dir)  # symlinks are unlinked, never followed
     farm_dir.mkdir(parents=True, exist_ok=True)
@@ -111,6 +122,12 @@ def _link_farm(source_dir: Path, farm_dir: Path) -> None:
         if entry.name == "processed" or link.exists() or link.is_symlink():
             continue
         link.symlink_to(entry.resolve())
+
+
+def _farm_lock(farm_root: Path, folder: str):
+    """The lock under which one process links, downloads and processes ``folder``'s files
+    (DGL and OGB write their processed files beside them; two ranks at once raced there)."""
+    return file_lock(farm_root / f".{folder}.lock")
 
 
 def _quiet(fn: Callable[[], object]) -> object:
@@ -133,16 +150,26 @@ def _from_dgl_graph(name: str, g, masks, num_classes: int, symmetrize: bool, ori
 
 def _locate(name: str, data_dir: Optional[str], folder: str, files: List[str], farm_root: Path,
             allow_download: bool, library: str):
-    """Find ``<data_dir>/<folder>/<files>`` and link it into the farm, or explain what is missing.
+    """Find ``<data_dir>/<folder>/<files>`` and link it into a farm keyed by the files' content,
+    or explain what is missing. Call it holding the farm lock (:func:`_farm_lock`).
 
-    Returns (folder found or None when the library will download, origin text).
+    Returns (folder found or None when the library will download, origin text, the library's
+    root folder). A downloaded copy has a root of its own, so it never stands in for a
+    ``data_dir``'s files, nor they for it.
     """
+    if data_dir and not Path(data_dir).is_dir():
+        raise DatasetError(f"dataset '{name}': data_dir={data_dir} does not exist. Set data_dir=DIR (or "
+                           f"GNNTRAIN_DATA_DIR) to the folder holding {folder}/, or leave it unset to let "
+                           f"{library} download the files.")
     found = Path(data_dir) / folder if data_dir else None
     if found is not None and all((found / f).exists() for f in files):
-        _link_farm(found, farm_root / folder)
-        return found, str(found)
+        content = _source_stamp(found)
+        root = farm_root / hashlib.sha1(content.encode()).hexdigest()[:16]
+        _link_farm(found, root / folder, content)
+        return found, str(found), root
     if allow_download and not offline():
-        return None, f"downloaded by {library} into {farm_root / folder}"
+        root = farm_root / "downloaded"
+        return None, f"downloaded by {library} into {root / folder}", root
     searched = str(found) if found is not None else "(no data_dir set)"
     raise DatasetError(
         f"dataset '{name}': raw files not found at {searched}, and downloading is "
@@ -158,17 +185,18 @@ def load_dgl_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_downlo
     import dgl.data
 
     folder = source.folder()
-    farm_root = cache_dir / "dgl"
-    found, origin = _locate(name, data_dir, folder, source.files, farm_root, allow_download, "DGL")
     cls = getattr(dgl.data, source.dgl_class)
-    try:
-        ds = _quiet(lambda: cls(raw_dir=str(farm_root), verbose=False, **(source.kwargs or {})))
-    except Exception as exc:  # corrupt files, failed download, ...
-        raise DatasetError(
-            f"dataset '{name}': DGL could not read {origin}: {type(exc).__name__}: {exc}. "
-            f"Check the files in {found or farm_root / folder} (DGL layout <data_dir>/{folder}/...), "
-            f"or delete {farm_root / folder} to rebuild DGL's processed cache."
-        ) from exc
+    with _farm_lock(cache_dir / "dgl", folder):  # ranks and jobs sharing the cache build the farm once
+        found, origin, root = _locate(name, data_dir, folder, source.files, cache_dir / "dgl", allow_download,
+                                      "DGL")
+        try:
+            ds = _quiet(lambda: cls(raw_dir=str(root), verbose=False, **(source.kwargs or {})))
+        except Exception as exc:  # corrupt files, failed download, ...
+            raise DatasetError(
+                f"dataset '{name}': DGL could not read {origin}: {type(exc).__name__}: {exc}. "
+                f"Check the files in {found or root / folder} (DGL layout <data_dir>/{folder}/...), "
+                f"or delete {root / folder} to rebuild DGL's processed cache."
+            ) from exc
     g = ds[0]
     masks = tuple(g.ndata[f"{s}_mask"].to(torch.bool) for s in ("train", "val", "test"))
     return _from_dgl_graph(name, g, masks, ds.num_classes, bool(cfg.symmetrize), origin)
@@ -180,25 +208,26 @@ def load_ogb_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_downlo
     farm_root = cache_dir / "ogb"
     required = [OGB_RELEASE[name]] + OGB_REQUIRED + OGB_EXTRA.get(name, []) + [
         f"split/{OGB_SPLITS[name]}/{part}.csv.gz" for part in ("train", "valid", "test")]
-    found, origin = _locate(name, data_dir, folder, required, farm_root, allow_download, "OGB")
     silence_ogb_version_check()
-    try:
-        from ogb.nodeproppred import DglNodePropPredDataset
+    with _farm_lock(farm_root, folder):  # ranks and jobs sharing the cache build the farm once
+        found, origin, root = _locate(name, data_dir, folder, required, farm_root, allow_download, "OGB")
+        try:
+            from ogb.nodeproppred import DglNodePropPredDataset
 
-        # OGB asks on stdin before replacing a folder of another release: never wait for an answer
-        with open(os.devnull) as devnull, contextlib.redirect_stdout(io.StringIO()):
-            stdin, sys.stdin = sys.stdin, devnull
-            try:
-                ds = DglNodePropPredDataset(name=name, root=str(farm_root))
-            finally:
-                sys.stdin = stdin
-        g, labels = ds[0]
-        split = ds.get_idx_split()
-    except Exception as exc:
-        raise DatasetError(
-            f"dataset '{name}': OGB could not read {origin}: {type(exc).__name__}: {exc}. "
-            f"Check the files (OGB layout <data_dir>/{folder}/raw, split/), or delete {farm_root / folder}."
-        ) from exc
+            # OGB asks on stdin before replacing a folder of another release: never wait for an answer
+            with open(os.devnull) as devnull, contextlib.redirect_stdout(io.StringIO()):
+                stdin, sys.stdin = sys.stdin, devnull
+                try:
+                    ds = DglNodePropPredDataset(name=name, root=str(root))
+                finally:
+                    sys.stdin = stdin
+            g, labels = ds[0]
+            split = ds.get_idx_split()
+        except Exception as exc:
+            raise DatasetError(
+                f"dataset '{name}': OGB could not read {origin}: {type(exc).__name__}: {exc}. "
+                f"Check the files (OGB layout <data_dir>/{folder}/raw, split/), or delete {root / folder}."
+            ) from exc
     n = g.num_nodes()
     g.ndata["label"] = labels.reshape(n, -1)[:, 0].to(torch.int64)
     masks = []

@@ -267,6 +267,13 @@ def _describe_failure(rank: int, message: str) -> str:
 
 
 def _run_external(plan, run_dir: Path, identity: RankIdentity) -> Dict[str, Any]:
+    # every rank checks (they read the same directory), so all refuse before any rendezvous
+    try:
+        check_resume(plan, run_dir)
+    except GnnTrainError as exc:
+        if identity.rank == 0:
+            write_json_atomic(run_dir / "summary.json", failed_summary(plan, str(exc)))
+        raise
     if plan.world_size == 1:
         # a one-process plan (mode=single) inside a multi-task allocation: task 0 runs it alone
         if identity.rank != 0:
