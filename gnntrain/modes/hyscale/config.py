@@ -2,12 +2,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import List
 
 from gnntrain.config.schema import ModeConfig
 
 DRM_LAG = 3  # a decision after iteration t applies to batch t + DRM_LAG (depth-2 queue + the batch in flight)
 DRM_WARMUP = 1  # the run's first iterations pay one-time costs (allocations, lazy init): DRM ignores them
+
+
+class SamplerKind(str, Enum):
+    """Neighbour sampler: DGL's where it imports (auto), or the torch-native one."""
+
+    auto = "auto"
+    dgl = "dgl"
+    torch = "torch"
 
 
 @dataclass
@@ -23,5 +32,6 @@ class HyScaleConfig(ModeConfig):
     drm_min_share: float = 0.05  # no trainer's share falls below this fraction of the batch
     drm_ema: float = 0.5  # weight of the newest throughput sample in the EMA
     slowdown: List[float] = field(default_factory=list)  # per trainer >= 1: emulate a slower device (tests)
+    sampler: SamplerKind = SamplerKind.auto  # auto = dgl where DGL imports, else torch
 
 

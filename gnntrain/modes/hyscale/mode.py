@@ -11,6 +11,7 @@ from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, registe
 from gnntrain.modes.hyscale.batches import initial_shares
 from gnntrain.modes.hyscale.config import HyScaleConfig
 from gnntrain.modes.hyscale.perf_model import predict_times
+from gnntrain.modes.hyscale.sampler import resolve_sampler
 from gnntrain.modes.loop import SPLITS
 from gnntrain.modes.single import graph_tensors
 from gnntrain.sizing import host_cores
@@ -108,7 +109,9 @@ class HyScaleMode(Mode):
         return {"trainers": f"{o.cpu_trainers} CPU + {o.accel_trainers} accelerator", "fanouts": list(o.fanouts),
                 "global batch": int(o.batch_size), "initial shares": [round(s, 4) for s in
                                                                       initial_shares(o, self.trainers)],
-                "prefetch": bool(o.prefetch), "drm": bool(o.drm), "performance model (per iteration)": ms,
+                "prefetch": bool(o.prefetch), "drm": bool(o.drm),
+                "sampler": resolve_sampler(o.sampler.value) + (" (auto)" if o.sampler.value == "auto" else ""),
+                "performance model (per iteration)": ms,
                 "predicted |V0| per trainer": model["V0_per_trainer"]}
 
     # ------------------------------------------------------------- prepare

@@ -89,3 +89,82 @@ def _sampling_thread() -> ThreadPoolExecutor:
         return _SAMPLING_THREAD
 
 
+
+
+class TorchNeighborSampler:
+    """Uniform neighbour sampling without replacement over an in-edge CSR, in plain torch:
+    the same draw rule as :class:`NeighborSampler` (at most ``fanout`` in-edges per node,
+    -1 = all; weights rescaled by deg / sampled-deg) without DGL.
+
+    Each draw uses its own ``torch.Generator`` seeded with the per-(trainer, batch) seed, so
+    it is reproducible from any thread; no dedicated sampling thread is needed. Without
+    replacement: every candidate edge gets a uniform key and each node keeps its ``fanout``
+    smallest keys, which makes every ``fanout``-subset equally likely.
+    """
+
+    def __init__(self, dst: torch.Tensor, src: torch.Tensor, weight: torch.Tensor, num_nodes: int,
+                 fanouts: Sequence[int]):
+        order = torch.argsort(dst, stable=True)
+        self.indices = src[order]  # in-neighbours, grouped by destination
+        self.edge_ids = order  # position in (dst, src, weight)
+        counts = torch.bincount(dst, minlength=num_nodes)
+        self.indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
+        torch.cumsum(counts, 0, out=self.indptr[1:])
+        self.deg = counts.to(torch.float64)
+        self.weight = weight
+        self.fanouts = [int(f) for f in fanouts]
+        self._local = torch.full((num_nodes,), -1, dtype=torch.int64)  # global → local id, reset after use
+
+    def sample(self, seeds: torch.Tensor, seed: int) -> Tuple[torch.Tensor, List[Block]]:
+        """(input nodes, blocks input side first) for ``seeds``; the last block's dst rows are ``seeds``."""
+        gen = torch.Generator().manual_seed(int(seed))
+        frontier = seeds.to(torch.int64)
+        blocks: List[Block] = []
+        for fanout in reversed(self.fanouts):  # output layer first, as DGL samples
+            eids, dst_pos = self._draw(frontier, fanout, gen)
+            src_global = self.indices[eids]
+            self._local[frontier] = torch.arange(frontier.numel())
+            unseen = self._local[src_global] < 0
+            new_nodes = torch.unique(src_global[unseen])  # sorted: a reproducible order
+            self._local[new_nodes] = torch.arange(frontier.numel(), frontier.numel() + new_nodes.numel())
+            src_local = self._local[src_global]
+            src_nodes = torch.cat([frontier, new_nodes])
+            self._local[src_nodes] = -1
+            sampled = torch.bincount(dst_pos, minlength=frontier.numel()).to(torch.float64).clamp(min=1)
+            weight = self.weight[self.edge_ids[eids]].clone()  # (src, dst) factors; the dst one rescales
+            weight[:, 1] *= (self.deg[frontier] / sampled)[dst_pos].to(weight.dtype)
+            blocks.append(Block(dst_pos, src_local, weight, frontier.numel(), src_nodes.numel()))
+            frontier = src_nodes
+        blocks.reverse()
+        return frontier, blocks
+
+    def _draw(self, nodes: torch.Tensor, fanout: int, gen: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
+        """CSR positions of the kept in-edges of ``nodes`` and, per kept edge, its node's position."""
+        start, deg = self.indptr[nodes], self.indptr[nodes + 1] - self.indptr[nodes]
+        owner = torch.repeat_interleave(torch.arange(nodes.numel()), deg)
+        offset = torch.arange(owner.numel()) - torch.repeat_interleave(torch.cumsum(deg, 0) - deg, deg)
+        eids = start[owner] + offset
+        if fanout < 0 or owner.numel() == 0 or int(deg.max()) <= fanout:
+            return eids, owner
+        keys = torch.rand(owner.numel(), generator=gen, dtype=torch.float64)
+        order = torch.argsort(owner.to(torch.float64) * 2.0 + keys)  # by node, then by key
+        rank = offset  # after sorting by node the within-node rank is the same arange
+        keep = order[rank < fanout]
+        keep = keep.sort().values  # CSR order within each node
+        return eids[keep], owner[keep]
+
+
+def resolve_sampler(kind: str) -> str:
+    """``auto`` is DGL's sampler where DGL imports, the torch one otherwise."""
+    if kind != "auto":
+        return kind
+    from gnntrain.models.kernels import dgl_available
+
+    return "dgl" if dgl_available() else "torch"
+
+
+def make_sampler(kind: str, dst: torch.Tensor, src: torch.Tensor, weight: torch.Tensor, num_nodes: int,
+                 fanouts: Sequence[int]):
+    """``kind``: auto, dgl (DGL's sampler on its dedicated thread) or torch (:class:`TorchNeighborSampler`)."""
+    cls = NeighborSampler if resolve_sampler(kind) == "dgl" else TorchNeighborSampler
+    return cls(dst, src, weight, num_nodes, fanouts)

@@ -16,7 +16,7 @@ from gnntrain.modes.hyscale.batches import global_batches, initial_shares, train
 from gnntrain.modes.hyscale.config import DRM_LAG, DRM_WARMUP, HyScaleConfig
 from gnntrain.modes.hyscale.drm import STAGES, DRMState, ShareSchedule, drm_step
 from gnntrain.modes.hyscale.pipeline import Batch, BatchPipeline
-from gnntrain.modes.hyscale.sampler import Block, NeighborSampler
+from gnntrain.modes.hyscale.sampler import Block, make_sampler
 from gnntrain.modes.loop import SPLITS, EpochLoop, EpochStats, model_spec, run_totals, sync_gradients
 from gnntrain.runtime import RankContext
 from gnntrain.seeding import Stream, derive_seed
@@ -48,7 +48,7 @@ class HyScaleTrainer:
         self.gpu = self.device.type == "cuda"
         self.seed = int(self.cfg.train.seed)
         dst, src, w = shard.edges
-        self.sampler = NeighborSampler(dst, src, w, shard.num_global_nodes, self.o.fanouts)
+        self.sampler = make_sampler(self.o.sampler.value, dst, src, w, shard.num_global_nodes, self.o.fanouts)
         self.drop_gen = torch.Generator(device=self.device)  # reseeded per global batch (see step)
         self.features = shard.features.to(self.dtype)  # host memory only (§III-B)
         if self.gpu:
