@@ -54,3 +54,14 @@ def test_every_mode_trains_without_dgl(tmp_path, cache_dir, without_dgl, mode_ar
     assert "kernel: torch" in plan  # kernel=auto falls back to the torch CSR path
     if "mode=hyscale" in mode_args:
         assert "sampler: torch (auto)" in plan
+
+
+def test_a_dgl_dataset_without_dgl_is_one_clear_error(tmp_path, cache_dir, without_dgl):
+    """Cora is read with DGL's class: without DGL the run ends with one message naming the extra."""
+    from conftest import SHARED_DGL
+
+    proc = run_cli(["run", "dataset=cora", f"data_dir={SHARED_DGL}", "mode=single", "train.epochs=1",
+                    f"cache_dir={cache_dir}", f"hydra.run.dir={tmp_path / 'run'}"],
+                   cwd=tmp_path, env_extra=without_dgl, timeout=120)
+    assert proc.returncode == 1
+    assert "pip install 'gnntrain[dgl]'" in proc.stderr and "Traceback" not in proc.stderr

@@ -38,6 +38,8 @@ def load_dataset(cfg) -> GraphData:
 
     cache = resolve_cache_dir(cfg)
     allow = bool(cfg.get("allow_download", True))
+    if ds.source in ("dgl", "ogb"):
+        loaders.require_dgl(ds.name)
     if ds.source == "dgl":
         if ds.name not in loaders.DGL_SOURCES:
             raise DatasetError(f"dataset '{ds.name}': not a DGL dataset known to gnntrain "

@@ -80,6 +80,21 @@ def silence_ogb_version_check() -> None:
     sys.modules["outdated"] = stand_in
 
 
+def require_dgl(name: str) -> None:
+    """DGL and OGB datasets are read with DGL's classes: without DGL, one clear error."""
+    os.environ.setdefault("DGLBACKEND", "pytorch")
+    try:
+        import dgl  # noqa: F401
+    except Exception as exc:
+        import torch as _torch
+
+        raise DatasetError(
+            f"dataset '{name}' is read with DGL, which does not import here ({type(exc).__name__}: {exc}). "
+            f"Install the extra: pip install 'gnntrain[dgl]' (DGL 2.1 needs torch 2.0-2.2; this is torch "
+            f"{_torch.__version__}), or train on a generated graph (dataset=csbm or dataset=rmat)."
+        ) from None
+
+
 def offline() -> bool:
     return os.environ.get("GNNTRAIN_OFFLINE", "") not in ("", "0", "false")
 
