@@ -89,10 +89,9 @@ def _plan_or_exit(cfg, run_dir: Path):
 
 
 def _is_rank_zero() -> bool:
-    from gnntrain.launch import external_identity
+    from gnntrain.logs import process_rank  # the rank the logging setup uses; imports no torch
 
-    identity = external_identity()
-    return identity is None or identity.rank == 0
+    return process_rank() == 0
 
 
 def run_task(cfg) -> Optional[dict]:
