@@ -29,7 +29,7 @@ from gnntrain.sizing import (
     param_bytes,
 )
 
-__all__ = ["MemoryEstimate", "PlanContext", "RunPlan", "build_plan", "resolve_kernel"]
+__all__ = ["MemoryEstimate", "PlanContext", "RunPlan", "build_plan", "resolve_kernel", "resolve_reader"]
 
 
 def _value(x):
@@ -44,6 +44,28 @@ def port_in_use(port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def resolve_reader(ds) -> str:
+    """``dataset.reader`` checked against this install ("" for datasets it does not apply to):
+    the reader, with " (auto)" when auto chose it (:func:`gnntrain.data.resolve_reader`)."""
+    if ds.source != "dgl":
+        return ""
+    from gnntrain.data import resolve_reader as chosen_reader
+    from gnntrain.data.loaders import dgl_problem
+    from gnntrain.data.pyg import pyg_problem
+
+    requested = _value(ds.get("reader", "auto"))
+    reader = chosen_reader(ds)
+    problem = dgl_problem() if reader == "dgl" else pyg_problem()
+    if problem is not None and reader == "dgl":
+        raise PlanError("dataset.reader", f"dataset.reader=dgl, but DGL does not import here ({problem}).",
+                        "install the extra: pip install 'gnntrain[dgl]' (DGL 2.1 needs torch 2.0-2.2), "
+                        "or read the same files with PyG: dataset.reader=pyg")
+    if problem is not None:
+        raise PlanError("dataset.reader", f"{ds.name} is read with PyG here, which does not import ({problem}).",
+                        "pip install torch_geometric, or install the extra gnntrain[dgl] and use dataset.reader=dgl")
+    return reader + (" (auto)" if requested == "auto" else "")
 
 
 def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float, width: int) -> Tuple[str, str]:
@@ -150,6 +172,7 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         warnings.append(f"{world} ranks on {cores} cores exceeds the oversubscription limit "
                         f"(x{hw.oversubscribe}); expect slow collectives")
     kernel, kernel_note = resolve_kernel(cfg, device, dtype, threads, e / max(n, 1), max(widths))
+    reader = resolve_reader(ds)
     memory = mode.estimate_memory(ctx)
     host_mem = host_memory_bytes(hw)
     if memory.total_bytes * ranks_per_node > host_mem:
@@ -171,5 +194,5 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         rank_devices=rank_devices, threads_per_rank=threads, kernel=kernel, kernel_note=kernel_note, dtype=dtype,
         epochs=int(t.epochs), num_parts=num_parts, memory_per_rank=memory, comm_per_epoch=comm,
         mode_details=mode.details(ctx), warnings=tuple(warnings),
-        config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+        config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), reader=reader,
     )

@@ -79,6 +79,7 @@ class RunPlan:
     mode_details: Dict[str, Any]
     warnings: Tuple[str, ...]
     config: Dict[str, Any] = field(repr=False)
+    reader: str = ""  # dataset.reader resolved for Planetoid/Reddit: "dgl", "pyg (auto)", ...; "" for others
 
     @cached_property
     def config_obj(self) -> DictConfig:

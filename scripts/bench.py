@@ -70,12 +70,13 @@ def dgl_example_epoch_times(epochs: int) -> tuple:
     from dgl.data import CoraGraphDataset
 
     from gnntrain.data import resolve_cache_dir
-    from gnntrain.data.loaders import DGL_SOURCES, _link_farm
+    from gnntrain.data.farm import link_farm, source_stamp
+    from gnntrain.data.loaders import DGL_SOURCES
 
-    cache = resolve_cache_dir(compose([]))
+    cache = resolve_cache_dir(compose([])) / "bench-dgl-example"
     folder = DGL_SOURCES["cora"].folder()
-    _link_farm(SHARED / folder, cache / "dgl" / folder)
-    g = CoraGraphDataset(raw_dir=str(cache / "dgl"), verbose=False)[0]
+    link_farm(SHARED / folder, cache / folder, source_stamp(SHARED / folder))
+    g = CoraGraphDataset(raw_dir=str(cache), verbose=False)[0]
     g = dgl.add_self_loop(dgl.remove_self_loop(g))
     features, labels = g.ndata["feat"], g.ndata["label"]
     train_mask, test_mask = g.ndata["train_mask"], g.ndata["test_mask"]

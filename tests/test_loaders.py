@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from conftest import compose
+from conftest import compose, requires_shared
 
 from gnntrain.data import load_dataset
 from gnntrain.data.loaders import DGL_SOURCES
@@ -352,3 +352,66 @@ def test_loading_waits_for_the_farm_lock(tmp_path):
         assert not done.wait(timeout=2.0), "the load ran while another holder had the farm lock"
     worker.join(timeout=120)
     assert done.is_set()
+
+
+# ------------------------------------------------- readers: DGL's classes and PyG's agree
+def _assert_same_graph(a, b) -> None:
+    for field in ("src", "dst", "features", "labels", "train_mask", "val_mask", "test_mask"):
+        assert torch.equal(getattr(a, field), getattr(b, field)), field
+    assert (a.num_nodes, a.num_classes, a.content_hash) == (b.num_nodes, b.num_classes, b.content_hash)
+
+
+def _load_with(name: str, data_dir: Path, cache_dir: Path, reader: str):
+    return load_dataset(compose([f"dataset={name}", f"data_dir={data_dir}", f"cache_dir={cache_dir}",
+                                 f"dataset.reader={reader}"]))
+
+
+@requires_shared
+@pytest.mark.parametrize("name", ["cora", "citeseer"])
+def test_dgl_and_pyg_readers_give_identical_planetoid_graphs(tmp_path, name):
+    """The same raw files in ../shared read by DGL's class and by PyG's Planetoid: the same edges,
+    features (DGL's row normalisation, bit for bit), labels, splits and content hash."""
+    from conftest import SHARED_DGL
+
+    by_dgl = _load_with(name, SHARED_DGL, tmp_path / "cache", "dgl")
+    by_pyg = _load_with(name, SHARED_DGL, tmp_path / "cache", "pyg")
+    _assert_same_graph(by_dgl, by_pyg)
+    assert by_pyg.origin == str(SHARED_DGL / DGL_SOURCES[name].folder())
+    assert (tmp_path / "cache" / "pyg").is_dir()
+
+
+@requires_shared
+def test_pyg_reader_takes_pygs_own_layout_too(tmp_path):
+    """<data_dir>/Cora/raw/ind.cora.* (what PyG downloads) is found as well as DGL's layout."""
+    from conftest import SHARED_DGL
+
+    raw = tmp_path / "pyg_data" / "Cora" / "raw"
+    raw.mkdir(parents=True)
+    dgl_folder = SHARED_DGL / DGL_SOURCES["cora"].folder()
+    for path in dgl_folder.iterdir():
+        (raw / path.name.replace("ind.cora_v2.", "ind.cora.")).symlink_to(path)
+    from_pyg_layout = _load_with("cora", tmp_path / "pyg_data", tmp_path / "cache", "pyg")
+    _assert_same_graph(from_pyg_layout, _load_with("cora", SHARED_DGL, tmp_path / "cache", "dgl"))
+
+
+@pytest.mark.parametrize("name", ["pubmed", "reddit"])
+def test_dgl_and_pyg_readers_agree_on_generated_files(tmp_path, name):
+    """PubMed-layout Planetoid files (float32, a self-loop, a duplicate edge) and Reddit files (DGL
+    reorders Reddit's nodes by reverse Cuthill-McKee; the PyG path applies the same order)."""
+    data_dir = tmp_path / "data"
+    write_planetoid(data_dir, name) if name == "pubmed" else write_reddit(data_dir)
+    _assert_same_graph(_load_with(name, data_dir, tmp_path / "cache", "dgl"),
+                       _load_with(name, data_dir, tmp_path / "cache", "pyg"))
+
+
+def test_dgl_folder_name_is_computed_as_dgl_does(monkeypatch):
+    """The raw folder is found without importing DGL; its name must be the one DGL derives."""
+    import hashlib
+
+    from dgl.data.utils import _get_dgl_url
+    for repo in (None, "https://mirror.example/dgl"):
+        if repo:
+            monkeypatch.setenv("DGL_REPO", repo)
+        for source in DGL_SOURCES.values():
+            want = source.folder_name + "_" + hashlib.sha1(_get_dgl_url(source.url_path).encode()).hexdigest()[:8]
+            assert source.folder() == want

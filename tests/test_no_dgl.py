@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from conftest import run_cli
+from conftest import requires_shared, run_cli
 
 BLOCK_DGL = ("import sys\n"
              "sys.modules['dgl'] = None  # `import dgl` now raises ImportError in this process\n")
@@ -56,12 +56,49 @@ def test_every_mode_trains_without_dgl(tmp_path, cache_dir, without_dgl, mode_ar
         assert "sampler: torch (auto)" in plan
 
 
-def test_a_dgl_dataset_without_dgl_is_one_clear_error(tmp_path, cache_dir, without_dgl):
-    """Cora is read with DGL's class: without DGL the run ends with one message naming the extra."""
+CORA_MODES = {
+    "single": ["mode=single"],
+    "partition": ["mode=partition"],
+    "oblivious": ["mode=partition", "mode.comm=oblivious"],
+    "partition-1.5d": ["mode=partition", "mode.replication=2", "hardware.ranks_per_node=4"],
+    "supergcn": ["mode=supergcn"],
+    "mop": ["mode=mop"],
+    "hongtu": ["mode=hongtu"],
+}
+CORA_FLOAT64 = ["dataset=cora", "train.dtype=float64", "model.dropout=0", "train.epochs=2", "train.seed=3",
+                "train.progress=false"]
+
+
+@requires_shared
+@pytest.mark.parametrize("mode", list(CORA_MODES))
+def test_cora_without_dgl_equals_the_dgl_backed_run(tmp_path, cache_dir, without_dgl, mode):
+    """Without DGL, Cora is read by PyG and aggregated by the torch kernel; with DGL installed the
+    same run reads it with DGL's class and picks its kernel itself (kernel=auto). float64 losses
+    agree to 1e-9 (docs/design.md#exactness)."""
+    from conftest import SHARED_DGL, assert_exact
+
+    def losses(tag: str, env_extra) -> list:
+        run_dir = tmp_path / tag
+        proc = run_cli(["run", *CORA_FLOAT64, f"data_dir={SHARED_DGL}", *CORA_MODES[mode],
+                        f"cache_dir={cache_dir}", f"hydra.run.dir={run_dir}"],
+                       cwd=tmp_path, env_extra=env_extra, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads((run_dir / "summary.json").read_text())["losses"], (run_dir / "plan.yaml").read_text()
+
+    no_dgl, no_dgl_plan = losses("without", without_dgl)
+    with_dgl, with_dgl_plan = losses("with", None)
+    assert "reader: pyg (auto)" in no_dgl_plan and "reader: dgl (auto)" in with_dgl_plan
+    assert_exact(no_dgl, with_dgl)
+
+
+def test_reader_dgl_without_dgl_is_one_clear_error(tmp_path, cache_dir, without_dgl):
+    """Asking for DGL's reader where DGL does not import ends with one message naming the extra and
+    the alternative reader."""
     from conftest import SHARED_DGL
 
-    proc = run_cli(["run", "dataset=cora", f"data_dir={SHARED_DGL}", "mode=single", "train.epochs=1",
-                    f"cache_dir={cache_dir}", f"hydra.run.dir={tmp_path / 'run'}"],
+    proc = run_cli(["run", "dataset=cora", f"data_dir={SHARED_DGL}", "dataset.reader=dgl", "mode=single",
+                    "train.epochs=1", f"cache_dir={cache_dir}", f"hydra.run.dir={tmp_path / 'run'}"],
                    cwd=tmp_path, env_extra=without_dgl, timeout=120)
     assert proc.returncode == 1
-    assert "pip install 'gnntrain[dgl]'" in proc.stderr and "Traceback" not in proc.stderr
+    assert "pip install 'gnntrain[dgl]'" in proc.stderr and "dataset.reader=pyg" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -31,6 +31,15 @@ class Kernel(str, Enum):
     torch = "torch"
 
 
+class DatasetReader(str, Enum):
+    """Which library reads a Planetoid or Reddit dataset's raw files: DGL's classes, or PyG's
+    (pure Python, any torch). Both give the same graph; auto = DGL where it imports."""
+
+    auto = "auto"
+    dgl = "dgl"
+    pyg = "pyg"
+
+
 class DeviceKind(str, Enum):
     cpu = "cpu"
     cuda = "cuda"
@@ -47,7 +56,8 @@ class DatasetConfig:
     """
 
     name: str = MISSING
-    source: str = MISSING  # generated | dgl | ogb
+    source: str = MISSING  # generated | dgl (Planetoid, Reddit: DGL's file layout) | ogb
+    reader: DatasetReader = DatasetReader.auto  # source=dgl only: the library that reads the files
     num_nodes: int = 2708
     num_edges: int = 10556  # directed edge count (rmat: generated edges before symmetrising)
     feat_dim: int = 1433

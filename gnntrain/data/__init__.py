@@ -9,7 +9,8 @@ from gnntrain.data.checks import check_dataset_config
 from gnntrain.data.graph import GraphData
 from gnntrain.errors import DatasetError
 
-__all__ = ["GraphData", "check_dataset_config", "load_dataset", "resolve_cache_dir", "resolve_data_dir"]
+__all__ = ["GraphData", "check_dataset_config", "load_dataset", "resolve_cache_dir", "resolve_data_dir",
+           "resolve_reader"]
 
 
 def resolve_data_dir(cfg) -> Optional[str]:
@@ -38,13 +39,25 @@ def load_dataset(cfg) -> GraphData:
 
     cache = resolve_cache_dir(cfg)
     allow = bool(cfg.get("allow_download", True))
-    if ds.source in ("dgl", "ogb"):
-        loaders.require_dgl(ds.name)
     if ds.source == "dgl":
         if ds.name not in loaders.DGL_SOURCES:
             raise DatasetError(f"dataset '{ds.name}': not a DGL dataset known to gnntrain "
                                f"({sorted(loaders.DGL_SOURCES)})")
-        return loaders.load_dgl_dataset(ds, resolve_data_dir(cfg), cache, allow)
+        if resolve_reader(ds) == "dgl":
+            return loaders.load_dgl_dataset(ds, resolve_data_dir(cfg), cache, allow)
+        from gnntrain.data.pyg import load_pyg_dataset
+
+        return load_pyg_dataset(ds, resolve_data_dir(cfg), cache, allow)
     if ds.source == "ogb":
         return loaders.load_ogb_dataset(ds, resolve_data_dir(cfg), cache, allow)
     raise DatasetError(f"dataset '{ds.name}': unknown source '{ds.source}'; use generated, dgl or ogb")
+
+
+def resolve_reader(ds) -> str:
+    """``dataset.reader`` with auto resolved: DGL where it imports, else PyG."""
+    reader = getattr(ds.get("reader", "auto"), "value", ds.get("reader", "auto"))
+    if reader != "auto":
+        return str(reader)
+    from gnntrain.data.loaders import dgl_problem
+
+    return "dgl" if dgl_problem() is None else "pyg"

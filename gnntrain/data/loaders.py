@@ -1,11 +1,8 @@
-"""File-backed datasets through DGL's own dataset classes and OGB's loader.
+"""File-backed datasets read by DGL's own dataset classes, and OGB's library-agnostic loader.
 
-``data_dir`` is where raw files are looked for, in each library's own layout
-(so files placed there are used without a download). Both libraries write
-their processed caches beside the raw files; to keep a read-only
-``data_dir`` untouched we build a *link farm* under ``cache_dir``: a folder of
-symbolic links to the raw files, which the library then reads and writes its
-processed files into.
+Raw files are found in ``data_dir`` in DGL's (or OGB's) layout and read through a link farm
+under ``cache_dir`` (:mod:`gnntrain.data.farm`). The same Planetoid and Reddit files can be
+read by PyG instead (:mod:`gnntrain.data.pyg`, ``dataset.reader``); OGB's loader needs neither.
 """
 from __future__ import annotations
 
@@ -13,17 +10,19 @@ import contextlib
 import hashlib
 import io
 import os
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
+import numpy as np
 import torch
 
-from gnntrain.atomic import file_lock
+from gnntrain.data.farm import Layout, farm_lock, locate, quiet
 from gnntrain.data.graph import GraphData, clean_edges, hash_tensors
 from gnntrain.errors import DatasetError
+
+DGL_REPO = "https://data.dgl.ai/"  # DGL's default download repository (overridden by $DGL_REPO, as DGL does)
 
 
 @dataclass(frozen=True)
@@ -35,11 +34,12 @@ class DGLSource:
     kwargs: Optional[Dict[str, object]] = None
 
     def folder(self) -> str:
-        import hashlib
-
-        from dgl.data.utils import _get_dgl_url
-
-        return self.folder_name + "_" + hashlib.sha1(_get_dgl_url(self.url_path).encode()).hexdigest()[:8]
+        """DGL's raw folder name: ``<name>_<first 8 hex digits of sha1(download URL)>``
+        (dgl.data.DGLBuiltinDataset), computed without importing DGL so that other readers find
+        the same files."""
+        repo = os.environ.get("DGL_REPO", DGL_REPO)
+        url = repo + ("" if repo.endswith("/") else "/") + self.url_path
+        return self.folder_name + "_" + hashlib.sha1(url.encode()).hexdigest()[:8]
 
 
 def _planetoid(prefix: str) -> List[str]:
@@ -80,174 +80,111 @@ def silence_ogb_version_check() -> None:
     sys.modules["outdated"] = stand_in
 
 
-def require_dgl(name: str) -> None:
-    """DGL and OGB datasets are read with DGL's classes: without DGL, one clear error."""
+def dgl_problem() -> Optional[str]:
+    """Why DGL cannot be used here (None: it imports)."""
     os.environ.setdefault("DGLBACKEND", "pytorch")
     try:
         import dgl  # noqa: F401
     except Exception as exc:
-        import torch as _torch
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
+
+def require_dgl(name: str) -> None:
+    """``dataset.reader=dgl`` without a DGL that imports: one clear error."""
+    problem = dgl_problem()
+    if problem is not None:
         raise DatasetError(
-            f"dataset '{name}' is read with DGL, which does not import here ({type(exc).__name__}: {exc}). "
+            f"dataset '{name}': dataset.reader=dgl, but DGL does not import here ({problem}). "
             f"Install the extra: pip install 'gnntrain[dgl]' (DGL 2.1 needs torch 2.0-2.2; this is torch "
-            f"{_torch.__version__}), or train on a generated graph (dataset=csbm or dataset=rmat)."
-        ) from None
+            f"{torch.__version__}), or read the same files with PyG: dataset.reader=pyg (or auto)."
+        )
 
 
-def offline() -> bool:
-    return os.environ.get("GNNTRAIN_OFFLINE", "") not in ("", "0", "false")
+def _dgl_layout(source: DGLSource) -> Layout:
+    return Layout(source.folder(), source.files)
 
 
-HASHED_FILE_BYTES = 256 * 2**20  # raw files up to this size are keyed by content, larger ones by size and mtime
-
-
-def _source_stamp(source_dir: Path) -> str:
-    """What the raw files under ``source_dir`` are: per file its relative path, size and a
-    content digest (size and mtime for files over HASHED_FILE_BYTES). Independent of where
-    the folder lives, so two copies of the same files share one processed cache."""
-    lines = []
-    for path in sorted(source_dir.rglob("*")):
-        rel = path.relative_to(source_dir)
-        if rel.parts[0] != "processed" and path.is_file():
-            st = path.stat()
-            if st.st_size <= HASHED_FILE_BYTES:
-                digest = hashlib.sha1(path.read_bytes()).hexdigest()
-            else:
-                digest = f"mtime {st.st_mtime_ns}"
-            lines.append(f"{rel}\t{st.st_size}\t{digest}")
-    return "\n".join(lines) + "\n"
-
-
-def _link_farm(source_dir: Path, farm_dir: Path, content: str) -> None:
-    """Mirror ``source_dir``'s entries as symlinks in ``farm_dir`` (idempotent).
-
-    The library's processed files live in ``farm_dir`` too, so when the source
-    (another data_dir, or changed raw files) differs from the one the farm was
-    built from, the farm is rebuilt rather than serving stale data.
-    """
-    stamp_file = farm_dir / ".gnntrain-source"
-    stamp = f"{source_dir.resolve()}\n{content}"  # the links point into source_dir: a moved copy relinks
-    if farm_dir.exists() and (not stamp_file.exists() or stamp_file.read_text() != stamp):
-        shutil.rmtree(farm_dir)  # symlinks are unlinked, never followed
-    farm_dir.mkdir(parents=True, exist_ok=True)
-    stamp_file.write_text(stamp)
-    for entry in source_dir.iterdir():
-        link = farm_dir / entry.name
-        if entry.name == "processed" or link.exists() or link.is_symlink():
-            continue
-        link.symlink_to(entry.resolve())
-
-
-def _farm_lock(farm_root: Path, folder: str):
-    """The lock under which one process links, downloads and processes ``folder``'s files
-    (DGL and OGB write their processed files beside them; two ranks at once raced there)."""
-    return file_lock(farm_root / f".{folder}.lock")
-
-
-def _quiet(fn: Callable[[], object]) -> object:
-    with contextlib.redirect_stdout(io.StringIO()):
-        return fn()
-
-
-def _from_dgl_graph(name: str, g, masks, num_classes: int, symmetrize: bool, origin: str) -> GraphData:
-    src, dst = g.edges()
-    n = g.num_nodes()
-    src, dst = clean_edges(src, dst, n, symmetrize=symmetrize)
-    features = g.ndata["feat"].to(torch.float32)
-    labels = g.ndata["label"].reshape(n, -1)[:, 0].to(torch.int64) if "label" in g.ndata else None
+def graph_data(name: str, src: torch.Tensor, dst: torch.Tensor, num_nodes: int, features: torch.Tensor,
+               labels: torch.Tensor, masks, num_classes: int, symmetrize: bool, origin: str) -> GraphData:
+    """The GraphData every file reader yields: edges cleaned (:func:`clean_edges`), float32
+    features, int64 labels, bool masks, and a content hash of the result (so two readers that
+    agree give the same hash)."""
+    src, dst = clean_edges(torch.as_tensor(src), torch.as_tensor(dst), num_nodes, symmetrize=symmetrize)
+    features = torch.as_tensor(features).to(torch.float32)
+    labels = torch.as_tensor(labels).reshape(num_nodes, -1)[:, 0].to(torch.int64)
+    masks = tuple(torch.as_tensor(m).to(torch.bool) for m in masks)
     return GraphData(
-        name=name, num_nodes=n, src=src, dst=dst, features=features, labels=labels,
+        name=name, num_nodes=num_nodes, src=src, dst=dst, features=features, labels=labels,
         train_mask=masks[0], val_mask=masks[1], test_mask=masks[2], num_classes=int(num_classes),
         content_hash=f"{name}-" + hash_tensors(src, dst, features, labels, *masks), origin=origin,
     )
 
 
-def _locate(name: str, data_dir: Optional[str], folder: str, files: List[str], farm_root: Path,
-            allow_download: bool, library: str):
-    """Find ``<data_dir>/<folder>/<files>`` and link it into a farm keyed by the files' content,
-    or explain what is missing. Call it holding the farm lock (:func:`_farm_lock`).
-
-    Returns (folder found or None when the library will download, origin text, the library's
-    root folder). A downloaded copy has a root of its own, so it never stands in for a
-    ``data_dir``'s files, nor they for it.
-    """
-    if data_dir and not Path(data_dir).is_dir():
-        raise DatasetError(f"dataset '{name}': data_dir={data_dir} does not exist. Set data_dir=DIR (or "
-                           f"GNNTRAIN_DATA_DIR) to the folder holding {folder}/, or leave it unset to let "
-                           f"{library} download the files.")
-    found = Path(data_dir) / folder if data_dir else None
-    if found is not None and all((found / f).exists() for f in files):
-        content = _source_stamp(found)
-        root = farm_root / hashlib.sha1(content.encode()).hexdigest()[:16]
-        _link_farm(found, root / folder, content)
-        return found, str(found), root
-    if allow_download and not offline():
-        root = farm_root / "downloaded"
-        return None, f"downloaded by {library} into {root / folder}", root
-    searched = str(found) if found is not None else "(no data_dir set)"
-    raise DatasetError(
-        f"dataset '{name}': raw files not found at {searched}, and downloading is "
-        f"{'disabled (GNNTRAIN_OFFLINE)' if offline() else 'off'}. Expected {library}'s layout: "
-        f"<data_dir>/{folder}/{{{', '.join(files)}}}. Set data_dir=DIR (or GNNTRAIN_DATA_DIR) "
-        f"to the folder holding it, or run online to let {library} download it."
-    )
-
-
 def load_dgl_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_download: bool) -> GraphData:
+    """Planetoid and Reddit through DGL's own dataset classes."""
     name = cfg.name
+    require_dgl(name)
     source = DGL_SOURCES[name]
     import dgl.data
 
     folder = source.folder()
     cls = getattr(dgl.data, source.dgl_class)
-    with _farm_lock(cache_dir / "dgl", folder):  # ranks and jobs sharing the cache build the farm once
-        found, origin, root = _locate(name, data_dir, folder, source.files, cache_dir / "dgl", allow_download,
-                                      "DGL")
+    farm_root = cache_dir / "dgl"
+    with farm_lock(farm_root, folder):  # ranks and jobs sharing the cache build the farm once
+        where = locate(name, data_dir, [_dgl_layout(source)], farm_root, folder, allow_download, "DGL")
         try:
-            ds = _quiet(lambda: cls(raw_dir=str(root), verbose=False, **(source.kwargs or {})))
+            ds = quiet(lambda: cls(raw_dir=str(where.root), verbose=False, **(source.kwargs or {})))
         except Exception as exc:  # corrupt files, failed download, ...
             raise DatasetError(
-                f"dataset '{name}': DGL could not read {origin}: {type(exc).__name__}: {exc}. "
-                f"Check the files in {found or root / folder} (DGL layout <data_dir>/{folder}/...), "
-                f"or delete {root / folder} to rebuild DGL's processed cache."
+                f"dataset '{name}': DGL could not read {where.origin}: {type(exc).__name__}: {exc}. "
+                f"Check the files in {where.found or where.root / folder} (DGL layout <data_dir>/{folder}/...), "
+                f"or delete {where.root / folder} to rebuild DGL's processed cache."
             ) from exc
     g = ds[0]
-    masks = tuple(g.ndata[f"{s}_mask"].to(torch.bool) for s in ("train", "val", "test"))
-    return _from_dgl_graph(name, g, masks, ds.num_classes, bool(cfg.symmetrize), origin)
+    src, dst = g.edges()
+    masks = [g.ndata[f"{s}_mask"] for s in ("train", "val", "test")]
+    return graph_data(name, src, dst, g.num_nodes(), g.ndata["feat"], g.ndata["label"], masks, ds.num_classes,
+                      bool(cfg.symmetrize), where.origin)
 
 
 def load_ogb_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_download: bool) -> GraphData:
+    """OGB node-property datasets through OGB's library-agnostic loader (numpy arrays: no DGL, no PyG)."""
     name = cfg.name
     folder = name.replace("-", "_")
     farm_root = cache_dir / "ogb"
     required = [OGB_RELEASE[name]] + OGB_REQUIRED + OGB_EXTRA.get(name, []) + [
         f"split/{OGB_SPLITS[name]}/{part}.csv.gz" for part in ("train", "valid", "test")]
     silence_ogb_version_check()
-    with _farm_lock(farm_root, folder):  # ranks and jobs sharing the cache build the farm once
-        found, origin, root = _locate(name, data_dir, folder, required, farm_root, allow_download, "OGB")
+    with farm_lock(farm_root, folder):  # ranks and jobs sharing the cache build the farm once
+        where = locate(name, data_dir, [Layout(folder, required)], farm_root, folder, allow_download, "OGB")
+        if where.found is not None:
+            (where.root / folder / "processed").mkdir(exist_ok=True)  # OGB's numpy loader saves without mkdir
         try:
-            from ogb.nodeproppred import DglNodePropPredDataset
+            from ogb.nodeproppred import NodePropPredDataset
 
             # OGB asks on stdin before replacing a folder of another release: never wait for an answer
-            with open(os.devnull) as devnull, contextlib.redirect_stdout(io.StringIO()):
+            with open(os.devnull) as devnull, contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):
                 stdin, sys.stdin = sys.stdin, devnull
                 try:
-                    ds = DglNodePropPredDataset(name=name, root=str(root))
+                    ds = NodePropPredDataset(name=name, root=str(where.root))
                 finally:
                     sys.stdin = stdin
-            g, labels = ds[0]
+            graph, labels = ds[0]
             split = ds.get_idx_split()
         except Exception as exc:
             raise DatasetError(
-                f"dataset '{name}': OGB could not read {origin}: {type(exc).__name__}: {exc}. "
-                f"Check the files (OGB layout <data_dir>/{folder}/raw, split/), or delete {root / folder}."
+                f"dataset '{name}': OGB could not read {where.origin}: {type(exc).__name__}: {exc}. "
+                f"Check the files (OGB layout <data_dir>/{folder}/raw, split/), or delete {where.root / folder}."
             ) from exc
-    n = g.num_nodes()
-    g.ndata["label"] = labels.reshape(n, -1)[:, 0].to(torch.int64)
+    n = int(graph["num_nodes"])
     masks = []
     for key in ("train", "valid", "test"):
         m = torch.zeros(n, dtype=torch.bool)
-        m[torch.as_tensor(split[key], dtype=torch.int64)] = True
+        m[torch.as_tensor(np.asarray(split[key]), dtype=torch.int64)] = True
         masks.append(m)
-    return _from_dgl_graph(name, g, tuple(masks), ds.num_classes, bool(cfg.symmetrize), origin)
+    edges = torch.from_numpy(np.asarray(graph["edge_index"], dtype=np.int64))
+    return graph_data(name, edges[0], edges[1], n, torch.from_numpy(graph["node_feat"]),
+                      torch.from_numpy(np.asarray(labels)), masks, ds.num_classes, bool(cfg.symmetrize),
+                      where.origin)

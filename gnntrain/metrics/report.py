@@ -127,6 +127,8 @@ def print_plan(plan, brief: bool = False, out: Console = None) -> None:
                     f"{_plural(plan.threads_per_rank, 'thread')} per rank"))
     launch.add(Text(f"dtype {plan.dtype}, {_plural(plan.epochs, 'epoch')}, "
                     f"{_plural(plan.num_parts, 'part')} ({plan.partitioner})"))
+    if plan.reader:
+        launch.add(Text(f"dataset reader: {plan.reader}"))
     kernel = launch.add(Text(f"sparse kernel: {plan.kernel}"))
     if plan.kernel_note:
         kernel.add(Text(phrase_lines(plan.kernel_note, width - 3 * GUIDE), style="dim"))

@@ -1,0 +1,142 @@
+"""Planetoid and Reddit read by PyTorch Geometric's own dataset classes (pure Python, any torch).
+
+The raw files are DGL's (``<data_dir>/cora_v2_d697a464/ind.cora_v2.*``, ...) or PyG's
+(``<data_dir>/Cora/raw/ind.cora.*``), linked into PyG's layout in a farm
+(:mod:`gnntrain.data.farm`). The result is made identical to what DGL's reader yields, so
+``dataset.reader`` never changes a run (tests/test_loaders.py compares both on Cora, CiteSeer
+and a generated Reddit):
+
+- Planetoid features are row-normalised as DGL's ``_normalize`` does: ``x * rowsum**-1`` in
+  the dtype DGL's stacked matrix has. That is float64 when the test rows have gaps (CiteSeer:
+  DGL pads them with a float64 ``lil_matrix``) or the raw matrix is float64, else float32.
+- Reddit's nodes are put in the reverse Cuthill-McKee order DGL's ``RedditDataset`` applies
+  (``dgl.reorder_graph(node_permute_algo="rcmk")``: scipy's RCM over the CSR of src → dst).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import pickle
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from gnntrain.data.farm import Layout, farm_lock, locate, quiet
+from gnntrain.data.graph import GraphData
+from gnntrain.data.loaders import DGL_SOURCES, graph_data
+from gnntrain.errors import DatasetError
+
+PLANETOID_NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}  # PyG's Planetoid(name=...)
+PLANETOID_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
+REDDIT_FILES = ["reddit_data.npz", "reddit_graph.npz"]
+REDDIT_CLASSES = 41  # DGL's RedditDataset.num_classes; PyG counts the labels present
+
+
+def pyg_problem() -> Optional[str]:
+    """Why PyG cannot be used here (None: it imports)."""
+    try:
+        import torch_geometric.datasets  # noqa: F401
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _layouts(name: str) -> List[Layout]:
+    """DGL's layout first (what ../shared and DGL's downloads hold), then PyG's own."""
+    dgl_folder = DGL_SOURCES[name].folder()
+    if name == "reddit":
+        return [Layout(dgl_folder, REDDIT_FILES, {f"raw/{f}": f for f in REDDIT_FILES}),
+                Layout("Reddit/raw", REDDIT_FILES, {f"raw/{f}": f for f in REDDIT_FILES})]
+    prefix = DGL_SOURCES[name].files[0].split(".")[1]  # ind.<prefix>.x
+    pyg = PLANETOID_NAMES[name].lower()
+    return [
+        Layout(dgl_folder, [f"ind.{prefix}.{p}" for p in PLANETOID_PARTS],
+               {f"raw/ind.{pyg}.{p}": f"ind.{prefix}.{p}" for p in PLANETOID_PARTS}),
+        Layout(f"{PLANETOID_NAMES[name]}/raw", [f"ind.{pyg}.{p}" for p in PLANETOID_PARTS],
+               {f"raw/ind.{pyg}.{p}": f"ind.{pyg}.{p}" for p in PLANETOID_PARTS}),
+    ]
+
+
+def _planetoid_facts(raw_dir: Path, prefix: str) -> Tuple[np.dtype, int]:
+    """(the dtype DGL row-normalises the features in, see the module docstring; the number of
+    classes, the width of the one-hot label rows, as DGL counts it)."""
+    def raw(part: str):
+        with open(raw_dir / f"ind.{prefix}.{part}", "rb") as f:
+            return pickle.load(f, encoding="latin1")  # Planetoid's raw files are pickles by definition
+
+    allx, ally = raw("allx"), raw("ally")
+    test_index = np.loadtxt(raw_dir / f"ind.{prefix}.test.index", dtype=np.int64, ndmin=1)
+    has_gaps = test_index.size and int(test_index.max() - test_index.min() + 1) != int(test_index.size)
+    dtype = np.dtype(np.float64) if has_gaps or allx.dtype == np.float64 else np.dtype(np.float32)
+    return dtype, int(np.asarray(ally).shape[1])
+
+
+def _row_normalise(x: torch.Tensor, dtype: np.dtype) -> torch.Tensor:
+    """DGL's ``_normalize``: multiply each row by ``rowsum**-1`` (0 for empty rows) in ``dtype``."""
+    arr = x.numpy().astype(dtype)
+    rowsum = arr.sum(1)
+    empty = rowsum == 0
+    rowsum[empty] = np.nan
+    inverse = np.power(rowsum, -1)
+    inverse[empty] = 0.0
+    return torch.from_numpy((arr * inverse[:, None]).astype(np.float32))
+
+
+def _rcm_order(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
+    """DGL's ``rcmk_perm``: reverse Cuthill-McKee over the src → dst CSR, duplicates kept."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    order = np.lexsort((dst, src))
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+    csr = sp.csr_matrix((np.ones(len(src), dtype=np.float32), dst[order], indptr), shape=(n, n))
+    return np.asarray(reverse_cuthill_mckee(csr)).copy()
+
+
+def _read(name: str, root: Path):
+    from torch_geometric.datasets import Planetoid, Reddit
+
+    if name == "reddit":
+        return Reddit(str(root / "Reddit"))[0]
+    return Planetoid(str(root), PLANETOID_NAMES[name])[0]
+
+
+def load_pyg_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_download: bool) -> GraphData:
+    name = cfg.name
+    problem = pyg_problem()
+    if problem is not None:
+        raise DatasetError(f"dataset '{name}': dataset.reader=pyg, but torch_geometric does not import here "
+                           f"({problem}). Install it: pip install torch_geometric (pure Python, any torch), "
+                           f"or use dataset.reader=dgl with the extra gnntrain[dgl].")
+    farm_folder = "Reddit" if name == "reddit" else PLANETOID_NAMES[name]
+    farm_root = cache_dir / "pyg"
+    with farm_lock(farm_root, farm_folder):  # ranks and jobs sharing the cache build the farm once
+        where = locate(name, data_dir, _layouts(name), farm_root, farm_folder, allow_download, "PyG")
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):  # PyG reports "Processing..." on stderr
+                data = quiet(lambda: _read(name, where.root))
+        except Exception as exc:  # corrupt files, failed download, ...
+            raise DatasetError(
+                f"dataset '{name}': PyG could not read {where.origin}: {type(exc).__name__}: {exc}. "
+                f"Check the files in {where.found or where.root / farm_folder}, "
+                f"or delete {where.root / farm_folder} to rebuild PyG's processed cache."
+            ) from exc
+        features, num_classes = data.x, REDDIT_CLASSES
+        if name != "reddit":
+            dtype, num_classes = _planetoid_facts(where.root / farm_folder / "raw", PLANETOID_NAMES[name].lower())
+            features = _row_normalise(features, dtype)
+    n = int(data.num_nodes)
+    src, dst = data.edge_index[0].numpy(), data.edge_index[1].numpy()
+    labels, masks = data.y, [data.train_mask, data.val_mask, data.test_mask]
+    if name == "reddit":
+        order = torch.from_numpy(_rcm_order(src, dst, n))  # new id i is old id order[i]
+        new_id = torch.empty(n, dtype=torch.int64)
+        new_id[order] = torch.arange(n)
+        src, dst = new_id[torch.from_numpy(src)].numpy(), new_id[torch.from_numpy(dst)].numpy()
+        features, labels, masks = features[order], labels[order], [m[order] for m in masks]
+    return graph_data(name, torch.from_numpy(np.ascontiguousarray(src)), torch.from_numpy(np.ascontiguousarray(dst)),
+                      n, features, labels, masks, num_classes, bool(cfg.symmetrize), where.origin)
+
