@@ -186,6 +186,9 @@ def build_plan(cfg: DictConfig) -> RunPlan:
                 "formula": estimate.formula}
 
     rank_devices = mode.rank_devices(device, world, ranks_per_node)
+    rank_threads = mode.rank_threads(rank_devices, ranks_per_node, cores)
+    if len(set(rank_threads)) <= 1:
+        rank_threads = ()  # even: threads_per_rank says it
     backend = "nccl" if all(d.startswith("cuda") for d in rank_devices) else "gloo"  # gloo once a CPU rank joins
     return RunPlan(
         mode=mode_cls.name, dataset=str(ds.name), model=str(m.name), partitioner=str(cfg.partitioner.name),
@@ -195,4 +198,5 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         epochs=int(t.epochs), num_parts=num_parts, memory_per_rank=memory, comm_per_epoch=comm,
         mode_details=mode.details(ctx), warnings=tuple(warnings),
         config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), reader=reader,
+        rank_threads=tuple(rank_threads),
     )

@@ -79,6 +79,7 @@ class RunPlan:
     mode_details: Dict[str, Any]
     warnings: Tuple[str, ...]
     config: Dict[str, Any] = field(repr=False)
+    rank_threads: Tuple[int, ...] = ()  # per rank, where the mode does not share cores evenly (HyScale on GPUs)
     reader: str = ""  # dataset.reader resolved for Planetoid/Reddit: "dgl", "pyg (auto)", ...; "" for others
 
     @cached_property
@@ -87,6 +88,10 @@ class RunPlan:
         cfg = OmegaConf.create(self.config)
         OmegaConf.set_readonly(cfg, True)
         return cfg
+
+    def threads_of(self, rank: int) -> int:
+        """Intra-op threads of ``rank``."""
+        return int(self.rank_threads[rank]) if self.rank_threads else int(self.threads_per_rank)
 
     @property
     def plan_hash(self) -> str:
@@ -98,6 +103,7 @@ class RunPlan:
         d = asdict(self)
         d["memory_per_rank"]["total_bytes"] = self.memory_per_rank.total_bytes
         d["rank_devices"] = list(self.rank_devices)
+        d["rank_threads"] = list(self.rank_threads)
         d["warnings"] = list(self.warnings)
         d["plan_hash"] = self.plan_hash
         return d

@@ -8,13 +8,13 @@ local no-op, so ``mode=single`` runs the same code without a process group.
 from __future__ import annotations
 
 import math
-import time
 from datetime import timedelta
 from typing import List, Optional, Sequence
 
 import torch
 
 from gnntrain.comm.accounting import CommLedger
+from gnntrain.metrics.clock import timed
 
 
 class Communicator:
@@ -64,10 +64,11 @@ class Communicator:
         import torch.distributed as dist
 
         reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
-        start = time.perf_counter()
+        now = timed(tensor.device)  # on CUDA: the collective's work, not its launch
+        start = now()
         dist.all_reduce(tensor, op=reduce_op, group=group)
         nbytes = tensor.numel() * tensor.element_size()
-        self.ledger.record(kind, nbytes, nbytes, time.perf_counter() - start)
+        self.ledger.record(kind, nbytes, nbytes, now() - start)
         return tensor
 
     def all_to_all(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int],
@@ -84,10 +85,11 @@ class Communicator:
         import torch.distributed as dist
 
         recv = send.new_empty((int(sum(recv_counts)),) + row_shape)
-        start = time.perf_counter()
+        now = timed(send.device)
+        start = now()
         dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=list(map(int, recv_counts)),
                                input_split_sizes=list(map(int, send_counts)))
-        self.ledger.record(kind, *self._peer_bytes(send, send_counts, recv_counts), time.perf_counter() - start)
+        self.ledger.record(kind, *self._peer_bytes(send, send_counts, recv_counts), now() - start)
         return recv
 
     def all_to_all_start(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int],
@@ -159,13 +161,14 @@ class Communicator:
         ``non_blocking`` a pinned source overlaps with compute; the caller
         synchronises (a CUDA event) before it reads the result.
         """
-        start = time.perf_counter()
+        now = timed(device if torch.device(device).type != "cpu" else tensor.device)
+        start = now()
         if torch.device(device) == tensor.device:
             out = tensor.clone()
         else:
             out = tensor.to(device, non_blocking=non_blocking)
         nbytes = tensor.numel() * tensor.element_size()
-        self.ledger.record(kind, nbytes, nbytes, time.perf_counter() - start)
+        self.ledger.record(kind, nbytes, nbytes, now() - start)
         return out
 
     # ------------------------------------------------------- metrics traffic
@@ -191,9 +194,10 @@ class PendingExchange:
 
     def wait(self) -> torch.Tensor:
         if self.work is not None:
-            start = time.perf_counter()
+            now = timed(self.recv.device)  # NCCL's wait only orders streams: settle to see the transfer
+            start = now()
             self.work.wait()
-            self.ledger.add_seconds(self.kind, time.perf_counter() - start)
+            self.ledger.add_seconds(self.kind, now() - start)
             self.work = None
         return self.recv
 

@@ -22,13 +22,13 @@ uint8).
 """
 from __future__ import annotations
 
-import time
 import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 import torch
 
+from gnntrain.metrics.clock import timed
 from gnntrain.seeding import Stream, derive_seed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -158,17 +158,19 @@ class RowQuantizer:
         return PARAM_DTYPES[self.param_dtype]
 
     def encode(self, x: torch.Tensor, direction: str) -> Tuple[torch.Tensor, torch.Tensor]:
-        start = time.perf_counter()
+        now = timed(x.device)
+        start = now()
         out = quantize_rows(x, self.bits, self._generator(direction, x.device), self.dtype)
         if self.clock is not None:
-            self.clock.add("quantization", time.perf_counter() - start)
+            self.clock.add("quantization", now() - start)
         return out
 
     def decode(self, packed: torch.Tensor, params: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
-        start = time.perf_counter()
+        now = timed(packed.device)
+        start = now()
         out = dequantize_rows(packed, params, self.bits, width, dtype)
         if self.clock is not None:
-            self.clock.add("quantization", time.perf_counter() - start)
+            self.clock.add("quantization", now() - start)
         return out
 
 

@@ -96,7 +96,7 @@ def _set_threads(threads: int) -> None:
 def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, port: int,
               partition: Dict[str, Any], preprocess_s: float) -> Optional[Dict[str, Any]]:
     """Entry point of one rank, whoever started it."""
-    _set_threads(plan.threads_per_rank)
+    _set_threads(plan.threads_of(rank))
     import torch
 
     from gnntrain.comm import Communicator
@@ -226,7 +226,7 @@ def _spawn_and_watch(plan, prepared, run_dir: Path, port: int) -> None:
     args = (plan, prepared.shards, str(run_dir), "127.0.0.1", port, prepared.partition, prepared.preprocess_s)
     # children inherit the thread limit at spawn time; the launcher's own environment is left as it was
     saved = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = str(plan.threads_per_rank)
+    os.environ["OMP_NUM_THREADS"] = str(max(plan.threads_of(r) for r in range(plan.world_size)))
     try:
         context = mp.start_processes(_spawned_rank, args=args, nprocs=plan.world_size, join=False,
                                      start_method="spawn")

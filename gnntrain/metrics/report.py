@@ -123,8 +123,10 @@ def print_plan(plan, brief: bool = False, out: Console = None) -> None:
     launch.add(Text(f"world size {plan.world_size} = {_plural(plan.nodes, 'node')} × "
                     f"{_plural(plan.ranks_per_node, 'rank')}"))
     devices = sorted(set(plan.rank_devices))
+    threads = (f"threads per rank {', '.join(map(str, plan.rank_threads))}" if plan.rank_threads
+               else f"{_plural(plan.threads_per_rank, 'thread')} per rank")
     launch.add(Text(f"backend {plan.backend}, device {', '.join(devices) if len(devices) > 1 else plan.device}, "
-                    f"{_plural(plan.threads_per_rank, 'thread')} per rank"))
+                    f"{threads}"))
     launch.add(Text(f"dtype {plan.dtype}, {_plural(plan.epochs, 'epoch')}, "
                     f"{_plural(plan.num_parts, 'part')} ({plan.partitioner})"))
     if plan.reader:

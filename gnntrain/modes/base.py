@@ -109,6 +109,10 @@ class Mode:
         """Device per rank: on a CUDA profile rank r takes GPU r mod ranks_per_node."""
         return tuple(f"cuda:{r % ranks_per_node}" if device == "cuda" else "cpu" for r in range(world_size))
 
+    def rank_threads(self, rank_devices: Tuple[str, ...], ranks_per_node: int, cores: int) -> Tuple[int, ...]:
+        """Intra-op threads per rank: the host's cores shared evenly by the ranks of a node."""
+        return tuple(max(1, cores // max(1, ranks_per_node)) for _ in rank_devices)
+
     @property
     def aggregate_first(self) -> Optional[bool]:
         """GCN/SAGE layer order this mode trains with (None: per layer, aggregate unless narrowing)."""

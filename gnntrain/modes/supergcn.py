@@ -277,7 +277,7 @@ class SuperGCNMode(Mode):
         remote = SparseAdjacency(*info["remote_edges"], n_own, sum(recv_counts), kernel=kernel, device=device)
         send = SparseAdjacency(info["send_slots"], info["send_cols"], info["send_weights"], sum(send_counts), n_own,
                                kernel=kernel, device=device)
-        clock = StageClock()
+        clock = StageClock(device)
         quantizer = quantizer_for(self.bits, int(ctx.plan.config_obj.train.seed), comm.rank, o.param_dtype.value,
                                   clock)
         spec = ExchangeSpec(comm, send_counts, recv_counts, quantizer=quantizer,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Dict, Iterator, Optional, Sequence
+from typing import Callable, Dict, Iterator, Optional, Sequence
 
 import torch
 
@@ -20,13 +20,22 @@ class DeviceArena:
     own peak too); on CPU hosts the same code path runs and this ledger is the
     device. The recompute working set is measured from autograd's saved
     tensors (:meth:`saved_tensors`).
+
+    ``allocator_peak`` (on CUDA: ``torch.cuda.max_memory_allocated``) is read at
+    every hold too, so the cap binds what the device really holds, not only
+    what this ledger counts; its largest reading is :attr:`allocator_max`.
     """
 
-    def __init__(self, cap: int):
+    def __init__(self, cap: int, allocator_peak: Optional[Callable[[], int]] = None):
         self.cap = int(cap)
         self.held: Dict[str, int] = {}
         self.now = 0
         self.peak = 0
+        self.allocator_peak = allocator_peak
+        self.allocator_max = 0
+
+    def _fix(self) -> str:
+        return "raise mode.device_memory or mode.chunks (chunks=0 picks the smallest n that fits)"
 
     def hold(self, tag: str, nbytes: int) -> None:
         self.now += int(nbytes) - self.held.get(tag, 0)
@@ -37,8 +46,14 @@ class DeviceArena:
                 parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in self.held.items() if v)
                 raise DeviceMemoryExceeded(
                     f"device working set {format_bytes(self.peak)} exceeds mode.device_memory "
-                    f"{format_bytes(self.cap)} ({parts}); "
-                    "raise mode.device_memory or mode.chunks (chunks=0 picks the smallest n that fits)")
+                    f"{format_bytes(self.cap)} ({parts}); {self._fix()}")
+        if self.allocator_peak is not None:
+            self.allocator_max = max(self.allocator_max, int(self.allocator_peak()))
+            if self.cap and self.allocator_max > self.cap:
+                raise DeviceMemoryExceeded(
+                    f"the device allocator's peak {format_bytes(self.allocator_max)} exceeds mode.device_memory "
+                    f"{format_bytes(self.cap)} (the working-set ledger counted {format_bytes(self.peak)}); "
+                    f"{self._fix()}")
 
     def hold_tensors(self, tag: str, *tensors: Optional[torch.Tensor]) -> None:
         self.hold(tag, tensor_bytes(*tensors))

@@ -13,6 +13,7 @@ from gnntrain.modes.base import RankShard
 from gnntrain.modes.hongtu.arena import DeviceArena, tensor_bytes
 from gnntrain.modes.hongtu.config import CACHED_MODELS, SELF_ROW_MODELS
 from gnntrain.modes.hongtu.schedule import Step, Sweep, _positions, build_sweep
+from gnntrain.modes.hongtu.staging import HostToDeviceStager
 from gnntrain.partition.chunks import ChunkLayout
 from gnntrain.sizing import DTYPE_BYTES
 
@@ -29,9 +30,14 @@ class HongTuEngine:
         self.model_name, self.dedup = model_name, dedup
         self.rank = shard.rank
         self.lo = int(self.layout.part_offsets[self.rank])
-        self.arena = DeviceArena(cap)
-        self.clock = StageClock()
         self.pin = self.device.type == "cuda"
+        allocator_peak = None
+        if self.pin:  # the cap binds the CUDA allocator's real peak, counted from here
+            torch.cuda.reset_peak_memory_stats(self.device)
+            allocator_peak = lambda: torch.cuda.max_memory_allocated(self.device)
+        self.arena = DeviceArena(cap, allocator_peak)
+        self.clock = StageClock(self.device)
+        self.stager = HostToDeviceStager(self.device)
         self.fwd = build_sweep(self.layout, self.batches, self.rank, dedup)
         self.bwd = build_sweep(self.layout, self.batches[::-1], self.rank, dedup)
         dst, src, w = shard.edges  # relabelled ids, dst-sorted, dst within this part
@@ -51,7 +57,7 @@ class HongTuEngine:
         self.rows: Dict[Tuple[str, str], int] = {}  # (direction, kind) → rows of the current pass
         self.rows_last: Dict[Tuple[str, str], int] = {}  # ... of the last training epoch (forward + backward)
         self.p = 0.0
-        self._cuda_adj: Dict[int, SparseAdjacency] = {}
+        self.device_topology: Optional[Tuple[Tuple[int, int], SparseAdjacency]] = None  # the current chunk's only
         self.acts: List[torch.Tensor] = []
         self.cache: List[Optional[torch.Tensor]] = []
         self.masks: List[Optional[torch.Tensor]] = []
@@ -73,12 +79,12 @@ class HongTuEngine:
             self.comm.record_copy(kind, rows * width * self.value_bytes, seconds)
 
     def to_device(self, host: torch.Tensor, index, direction: str) -> torch.Tensor:
-        """Load ``host[index]`` onto the device; the gather is part of the transfer's time (on a CPU
-        arena it is the whole of it: the device copy itself is free)."""
+        """Load ``host[index]`` onto the device through the pinned stager; the gather is part of the
+        transfer's time (on a CPU arena it is the whole of it: the device copy itself is free; on
+        CUDA the copy runs on a side stream and overlaps compute, so only its issue is timed)."""
         start = time.perf_counter()
-        rows = host[index]
-        out = rows.to(self.device, non_blocking=self.pin)
-        self._count(direction, "h2d", rows.shape[0], rows.shape[1], time.perf_counter() - start)
+        out = self.stager.load(host, index)
+        self._count(direction, "h2d", out.shape[0], out.shape[1], time.perf_counter() - start)
         return out
 
     def to_host(self, host: torch.Tensor, index, rows: torch.Tensor, direction: str, add: bool) -> None:
@@ -160,22 +166,28 @@ class HongTuEngine:
 
     def _layer_forward(self, layer_mod, layer: int, c: int, h_n: torch.Tensor, cache: bool
                        ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        fwd_adj, _, v_pos, edges = self.topology[c]
+        _, _, v_pos, edges = self.topology[c]
         v_pos = v_pos.to(self.device)
         if self.model_name == "gat":
             edges = edges.to(self.device)
             return layer_mod.update(None, layer_mod.attend(h_n, edges[0], edges[1], v_pos)), None
-        agg = self._device_adj(fwd_adj).spmm(h_n)
+        agg = self._device_adj(c, 0).spmm(h_n)
         h_v = h_n[v_pos]
         return layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached)), (agg if cache else None)
 
-    def _device_adj(self, adj: SparseAdjacency) -> SparseAdjacency:
+    def _device_adj(self, c: int, which: int) -> SparseAdjacency:
+        """Chunk ``c``'s forward (``which=0``) or backward (1) adjacency on the device. Only the
+        current chunk's topology lives there (HongTu §4: topology is streamed with its chunk): the
+        previous one is released before the next is loaded, so the arena's "topology" entry (one
+        chunk) is what the device holds."""
+        adj = self.topology[c][which]
         if self.device.type == "cpu":
             return adj
-        key = id(adj)
-        if key not in self._cuda_adj:
-            self._cuda_adj[key] = adj.to(self.device, kernel="torch")
-        return self._cuda_adj[key]
+        key = (c, which)
+        if self.device_topology is None or self.device_topology[0] != key:
+            self.device_topology = None  # free the last chunk's before allocating this one's
+            self.device_topology = (key, adj.to(self.device, kernel="torch"))
+        return self.device_topology[1]
 
     def _topology_bytes(self, c: int) -> int:
         fwd_adj, _, _, edges = self.topology[c]
@@ -240,7 +252,7 @@ class HongTuEngine:
             for step in self.bwd.steps:
                 c = step.chunk
                 local = self._local(c)
-                _, bwd_adj, v_pos, _ = self.topology[c]
+                _, _, v_pos, _ = self.topology[c]
                 self.arena.hold("topology", self._topology_bytes(c))
                 g = self.to_device(grad_next, local, "bwd")
                 with torch.enable_grad():
@@ -259,7 +271,7 @@ class HongTuEngine:
                             grads = torch.autograd.grad(y, layer_params + inputs, g, allow_unused=True)
                             block = None
                             if want_input_grad:
-                                block = self._device_adj(bwd_adj).spmm(grads[len(layer_params)])
+                                block = self._device_adj(c, 1).spmm(grads[len(layer_params)])
                                 if h_v is not None:
                                     block.index_add_(0, v_pos.to(self.device), grads[len(layer_params) + 1])
                     else:  # GAT: recompute the whole layer from reloaded neighbour rows

@@ -159,7 +159,7 @@ class HyScaleTrainer:
 
     def start(self, first_epoch: int, history: List[Dict[str, Any]]) -> None:
         """DRM state and the share schedule: the resumed run's last shares, else the initial ones."""
-        threads = {"T_SC": 1, "T_Load": 1, "T_TC": int(self.ctx.plan.threads_per_rank)}
+        threads = {"T_SC": 1, "T_Load": 1, "T_TC": self.ctx.plan.threads_of(self.rank)}
         shares = tuple(history[-1]["hyscale"]["shares"]) if history else initial_shares(self.o, self.world)
         self.state = DRMState(shares=shares, threads=threads)
         first = first_epoch * self.per_epoch

@@ -1,0 +1,62 @@
+"""Host → device row loads through pinned staging buffers on a side stream (HongTu §4.2).
+
+A gather ``host[index]`` lands in pageable memory, and a copy from pageable memory is
+synchronous whatever ``non_blocking`` says. So on CUDA the rows are gathered straight into
+one of two pinned buffers, copied on a side stream, and the compute stream waits for that
+copy (a CUDA event) only where it uses the rows. A buffer is refilled only once its previous
+copy has landed (its event), so the host-side gather and the copy of step t+1 overlap the
+device's compute of step t. On a CPU "device" the gather is the whole load.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Union
+
+import torch
+
+Index = Union[torch.Tensor, slice]
+
+
+class HostToDeviceStager:
+    """Loads host rows onto ``device``; double-buffered pinned staging on CUDA."""
+
+    def __init__(self, device: torch.device, buffers: int = 2):
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self._buffers: List[Optional[torch.Tensor]] = [None] * buffers
+        self._landed: List[Optional[object]] = [None] * buffers  # CUDA events: the buffer's last copy is done
+        self._next = 0
+
+    def _staging(self, slot: int, rows: int, like: torch.Tensor) -> torch.Tensor:
+        """A pinned buffer of at least ``rows`` rows shaped like ``like``'s rows (grown as needed)."""
+        buf = self._buffers[slot]
+        shape = (rows,) + tuple(like.shape[1:])
+        if buf is None or buf.dtype != like.dtype or buf.shape[1:] != shape[1:] or buf.shape[0] < rows:
+            buf = torch.empty((max(rows, 1),) + shape[1:], dtype=like.dtype, pin_memory=True)
+            self._buffers[slot] = buf
+        return buf[:rows]
+
+    def load(self, host: torch.Tensor, index: Index) -> torch.Tensor:
+        """``host[index]`` on the device, ready for the current stream to use."""
+        if not self.cuda:
+            rows = host[index]
+            return rows if self.device.type == "cpu" else rows.to(self.device)
+        slot, self._next = self._next, (self._next + 1) % len(self._buffers)
+        if self._landed[slot] is not None:
+            self._landed[slot].synchronize()  # the buffer's previous copy has left it
+        if isinstance(index, slice):
+            start, stop, _ = index.indices(host.shape[0])
+            staging = self._staging(slot, stop - start, host)
+            staging.copy_(host[index])
+        else:
+            staging = self._staging(slot, int(index.numel()), host)
+            torch.index_select(host, 0, index.to(torch.int64), out=staging)
+        compute = torch.cuda.current_stream(self.device)
+        with torch.cuda.stream(self.stream):
+            out = staging.to(self.device, non_blocking=True)
+            landed = torch.cuda.Event()
+            landed.record(self.stream)
+        self._landed[slot] = landed
+        compute.wait_event(landed)
+        out.record_stream(compute)  # allocated on the side stream, used on the compute stream
+        return out
