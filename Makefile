@@ -8,7 +8,7 @@ export GNNTRAIN_CACHE_DIR ?= $(CURDIR)/.cache/gnntrain
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export OUTDATED_IGNORE := 1
 
-.PHONY: run test test-all lint bench bench-all clean venv
+.PHONY: run test test-all lint bench bench-all clean venv check-newest-torch
 
 venv: $(STAMP)
 
@@ -35,5 +35,18 @@ bench: $(STAMP)
 bench-all: $(STAMP)
 	GNNTRAIN_OFFLINE=1 $(BIN)/python scripts/bench.py
 
+# A fresh venv with the newest torch PyPI serves for NEWEST_PYTHON, gnntrain without DGL (no
+# constraints), and the suite's no-DGL subset. Heavy (a ~3 GB download): run it by hand, not in CI.
+NEWEST_PYTHON ?= $(PYTHON)
+NEWEST_VENV   ?= .venv-newest
+NO_DGL_TESTS  := tests/test_no_dgl.py tests/test_cuda_hygiene.py tests/test_loaders.py::test_pyg_reader_takes_pygs_own_layout_too
+check-newest-torch:
+	rm -rf $(NEWEST_VENV) && $(NEWEST_PYTHON) -m venv $(NEWEST_VENV)
+	@if ! $(NEWEST_VENV)/bin/pip install --quiet --upgrade pip torch; then \
+	  echo "check-newest-torch: SKIPPED - PyPI is unreachable from here (pip install torch failed)"; exit 0; fi; \
+	$(NEWEST_VENV)/bin/pip install --quiet -e '.[test]' && \
+	$(NEWEST_VENV)/bin/python -c "import torch, importlib.util as u; print('torch', torch.__version__, '| dgl importable:', u.find_spec('dgl') is not None)" && \
+	GNNTRAIN_OFFLINE=1 $(NEWEST_VENV)/bin/python -m pytest -q -p no:cacheprovider $(NO_DGL_TESTS)
+
 clean:
-	rm -rf $(VENV) .cache outputs multirun .pytest_cache
+	rm -rf $(VENV) $(NEWEST_VENV) .cache outputs multirun .pytest_cache

@@ -51,9 +51,8 @@ def resolve_reader(ds) -> str:
     the reader, with " (auto)" when auto chose it (:func:`gnntrain.data.resolve_reader`)."""
     if ds.source != "dgl":
         return ""
+    from gnntrain.backends import dgl_problem, pyg_problem
     from gnntrain.data import resolve_reader as chosen_reader
-    from gnntrain.data.loaders import dgl_problem
-    from gnntrain.data.pyg import pyg_problem
 
     requested = _value(ds.get("reader", "auto"))
     reader = chosen_reader(ds)

@@ -391,7 +391,8 @@ def test_pyg_reader_takes_pygs_own_layout_too(tmp_path):
     for path in dgl_folder.iterdir():
         (raw / path.name.replace("ind.cora_v2.", "ind.cora.")).symlink_to(path)
     from_pyg_layout = _load_with("cora", tmp_path / "pyg_data", tmp_path / "cache", "pyg")
-    _assert_same_graph(from_pyg_layout, _load_with("cora", SHARED_DGL, tmp_path / "cache", "dgl"))
+    _assert_same_graph(from_pyg_layout, _load_with("cora", SHARED_DGL, tmp_path / "cache", "pyg"))
+    assert from_pyg_layout.origin == str(raw)
 
 
 @pytest.mark.parametrize("name", ["pubmed", "reddit"])

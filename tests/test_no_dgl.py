@@ -70,7 +70,7 @@ CORA_FLOAT64 = ["dataset=cora", "train.dtype=float64", "model.dropout=0", "train
 
 
 def _dgl_imports() -> bool:
-    from gnntrain.data.loaders import dgl_problem
+    from gnntrain.backends import dgl_problem
 
     return dgl_problem() is None
 

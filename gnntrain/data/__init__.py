@@ -58,6 +58,6 @@ def resolve_reader(ds) -> str:
     reader = getattr(ds.get("reader", "auto"), "value", ds.get("reader", "auto"))
     if reader != "auto":
         return str(reader)
-    from gnntrain.data.loaders import dgl_problem
+    from gnntrain.backends import dgl_problem
 
     return "dgl" if dgl_problem() is None else "pyg"

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
+from gnntrain.backends import dgl_problem
 from gnntrain.data.farm import Layout, farm_lock, locate, quiet
 from gnntrain.data.graph import GraphData, clean_edges, hash_tensors
 from gnntrain.errors import DatasetError
@@ -78,16 +79,6 @@ def silence_ogb_version_check() -> None:
     stand_in.check_outdated = lambda *args, **kwargs: (False, None)
     stand_in.warn_if_outdated = lambda *args, **kwargs: None
     sys.modules["outdated"] = stand_in
-
-
-def dgl_problem() -> Optional[str]:
-    """Why DGL cannot be used here (None: it imports)."""
-    os.environ.setdefault("DGLBACKEND", "pytorch")
-    try:
-        import dgl  # noqa: F401
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
 
 
 def require_dgl(name: str) -> None:

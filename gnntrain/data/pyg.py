@@ -23,6 +23,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 import torch
 
+from gnntrain.backends import pyg_problem
 from gnntrain.data.farm import Layout, farm_lock, locate, quiet
 from gnntrain.data.graph import GraphData
 from gnntrain.data.loaders import DGL_SOURCES, graph_data
@@ -32,15 +33,6 @@ PLANETOID_NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}  
 PLANETOID_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
 REDDIT_FILES = ["reddit_data.npz", "reddit_graph.npz"]
 REDDIT_CLASSES = 41  # DGL's RedditDataset.num_classes; PyG counts the labels present
-
-
-def pyg_problem() -> Optional[str]:
-    """Why PyG cannot be used here (None: it imports)."""
-    try:
-        import torch_geometric.datasets  # noqa: F401
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
 
 
 def _layouts(name: str) -> List[Layout]:

@@ -34,18 +34,10 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from gnntrain.atomic import atomic_write_bytes
+from gnntrain.backends import dgl_available
 
 KERNELS = ("dgl", "torch")
 SPMM_CALLS: Counter = Counter()  # SpMMs run in this process by path: "unweighted" (row scales) | "weighted"
-
-
-def dgl_available() -> bool:
-    try:
-        os.environ.setdefault("DGLBACKEND", "pytorch")
-        import dgl  # noqa: F401
-    except Exception:  # pragma: no cover - depends on the install
-        return False
-    return True
 
 
 def kernel_problem(kernel: str, device: str, dtype: torch.dtype) -> Optional[str]:
@@ -73,7 +65,7 @@ def _unit_csr(rows: torch.Tensor, cols: torch.Tensor, values: Optional[torch.Ten
               dtype: torch.dtype) -> torch.Tensor:
     """CSR of (rows, cols) with ``values`` (ones if None); duplicate entries are summed."""
     vals = torch.ones(rows.numel(), dtype=dtype, device=rows.device) if values is None else values.to(dtype)
-    coo = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, shape).coalesce()
+    coo = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, shape, check_invariants=False).coalesce()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         return coo.to_sparse_csr()

@@ -158,7 +158,7 @@ def resolve_sampler(kind: str) -> str:
     """``auto`` is DGL's sampler where DGL imports, the torch one otherwise."""
     if kind != "auto":
         return kind
-    from gnntrain.models.kernels import dgl_available
+    from gnntrain.backends import dgl_available
 
     return "dgl" if dgl_available() else "torch"
 
