@@ -926,7 +926,7 @@ def _sample_statistics(data, fanouts: list, draws: int) -> dict:
             inputs.append(float(input_nodes.numel()))
             last = blocks[-1]
             source_degree.append(float(degree[input_nodes[last.src]].mean()))
-        stats[kind] = {"|V0|": torch.tensor(inputs), "source in-degree": torch.tensor(source_degree)}
+        stats[kind] = {"input nodes V0": torch.tensor(inputs), "source in-degree": torch.tensor(source_degree)}
     return stats
 
 
@@ -946,13 +946,13 @@ def suite_hyscale_sampler(quick: bool) -> dict:
     rows = []
     for fanouts in ([5, 5], [10, 10]):
         stats = _sample_statistics(data, fanouts, draws)
-        for name in ("|V0|", "source in-degree"):
+        for name in ("input nodes V0", "source in-degree"):
             a, b = stats["dgl"][name], stats["torch"][name]
             rel = float(b.mean() / a.mean() - 1)
             z = float((b.mean() - a.mean()) / math.sqrt(float(a.var()) / a.numel() + float(b.var()) / b.numel()))
             rows.append([f"{name}, fanouts {fanouts}", f"{float(a.mean()):.2f} (sd {float(a.std()):.2f})",
                          f"{float(b.mean()):.2f} (sd {float(b.std()):.2f})", f"{100 * rel:+.2f}% (z {z:+.2f})",
-                         "|z| < 3 " + ("(met)" if abs(z) < 3 else "(MISSED)")])
+                         "abs(z) < 3 " + ("(met)" if abs(z) < 3 else "(MISSED)")])
     epochs, seeds = (10, 2) if quick else (40, 5)
     base = ["dataset=cora", f"data_dir={SHARED}", "mode=hyscale", "mode.fanouts=[10,10]", "mode.batch_size=64",
             f"train.epochs={epochs}", f"train.eval_every={epochs}", "train.progress=false"]
@@ -974,7 +974,7 @@ def suite_hyscale_sampler(quick: bool) -> dict:
         "columns": ["figure", "DGL sampler", "torch sampler", "difference", "goal"],
         "rows": rows,
         "notes": f"Sample statistics: a 2-layer sample of Cora's 140 training nodes drawn {draws} times per sampler "
-                 f"(different seeds); |V0| is the number of input nodes, 'source in-degree' the mean full-graph "
+                 f"(different seeds); V0 is the set of input nodes, 'source in-degree' the mean full-graph "
                  f"in-degree of the sources of the output layer's kept edges (uniform sampling keeps high-degree "
                  f"neighbours as often as the graph offers them). z is the two-sample z-score of the means; each "
                  f"node keeps exactly min(fanout, in-degree) edges under both. Accuracy: GCN 2-layer hidden 16, "
