@@ -5,13 +5,27 @@
 #                                  # slurmctld and slurmd; prints `export SLURM_CONF=...`
 #   scripts/slurm-local.sh stop    # stops them
 #   scripts/slurm-local.sh env     # prints the export line
+#   eval "$(scripts/slurm-local.sh start)"   # start, and set SLURM_CONF in this shell
 #
-# Runs as root. The config lives in $SLURM_LOCAL_DIR (default /tmp/gnntrain-slurm) and uses this
-# machine's hostname and CPU count. Exit 3 means apt-get cannot install the packages here.
+# Two nodes (`start-two-node`, `stop-two-node`, `env-two-node`): each slurmd runs in a network
+# namespace of its own (gtslurm1, gtslurm2) with its own hostname (gtnode1, gtnode2, UTS namespace)
+# and address ($SLURM_LOCAL_NET.1, .2), joined to slurmctld by a bridge (gtsbr0, .254). Job
+# steps on a node run in that node's namespace, so ranks on two nodes talk over the bridge as two
+# hosts would. /etc/hosts gets the two names (lines tagged "gnntrain slurm-local", removed by stop).
+#
+# Runs as root. The config lives in $SLURM_LOCAL_DIR (default /tmp/gnntrain-slurm, or
+# /tmp/gnntrain-slurm-two-node) and uses this machine's hostname and CPU count. Exit 3 means
+# apt-get cannot install the packages here; exit 4 that network namespaces cannot be made.
 set -euo pipefail
-DIR=${SLURM_LOCAL_DIR:-/tmp/gnntrain-slurm}
-CONF=$DIR/slurm.conf
 cmd=${1:-start}
+case "$cmd" in
+  *two-node) DIR=${SLURM_LOCAL_DIR:-/tmp/gnntrain-slurm-two-node} ;;
+  *) DIR=${SLURM_LOCAL_DIR:-/tmp/gnntrain-slurm} ;;
+esac
+CONF=$DIR/slurm.conf
+NET=${SLURM_LOCAL_NET:-10.78.0}  # the two-node cluster's own subnet, inside its own namespaces
+BRIDGE=gtsbr0
+TAG="# gnntrain slurm-local"
 
 log() { echo "slurm-local: $*" >&2; }
 
@@ -64,6 +78,118 @@ PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscr
 CONF
 }
 
+write_two_node_config() {
+  local cpus mem
+  cpus=$(getconf _NPROCESSORS_ONLN)
+  mem=$(awk '/MemTotal/ {print int($2 / 1024 * 0.4)}' /proc/meminfo)
+  mkdir -p "$DIR"/{spool,state,log}
+  cat > "$CONF" <<CONF
+ClusterName=gnntrain-two-node
+SlurmctldHost=$(hostname -s)($NET.254)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+SlurmctldPort=${SLURM_LOCAL_CTLD_PORT:-16827}
+SlurmdPort=${SLURM_LOCAL_SLURMD_PORT:-16828}
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool/%n
+SlurmctldPidFile=$DIR/slurmctld.pid
+SlurmdPidFile=$DIR/slurmd-%n.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$DIR/log/jobcomp.log
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+KillWait=5
+InactiveLimit=0
+MinJobAge=300
+NodeName=gtnode1 NodeAddr=$NET.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
+NodeName=gtnode2 NodeAddr=$NET.2 CPUs=$cpus RealMemory=$mem State=UNKNOWN
+PartitionName=debug Nodes=gtnode1,gtnode2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+CONF
+}
+
+two_node_network() {
+  command -v ip >/dev/null || { log "iproute2 (ip) is missing"; exit 4; }
+  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link add "$BRIDGE" type bridge || { log "cannot create bridge $BRIDGE"; exit 4; }
+    ip addr add "$NET.254/24" dev "$BRIDGE"
+    ip link set "$BRIDGE" up
+  fi
+  local i ns
+  for i in 1 2; do
+    ns=gtslurm$i
+    if ! ip netns list | grep -qw "$ns"; then
+      ip netns add "$ns" || { log "cannot create network namespace $ns"; exit 4; }
+      ip link del "gtsp$i" 2>/dev/null || true  # a peer left behind by an earlier namespace
+      ip link add "gtsv$i" type veth peer name "gtsp$i"
+      ip link set "gtsp$i" master "$BRIDGE"
+      ip link set "gtsp$i" up
+      ip link set "gtsv$i" netns "$ns"
+      ip -n "$ns" addr add "$NET.$i/24" dev "gtsv$i"
+      ip -n "$ns" link set "gtsv$i" up
+      ip -n "$ns" link set lo up
+      ip -n "$ns" route add default via "$NET.254"
+    fi
+    grep -q "^$NET.$i gtnode$i " /etc/hosts || echo "$NET.$i gtnode$i $TAG" >> /etc/hosts
+  done
+}
+
+start_two_node() {
+  install_packages
+  two_node_network
+  write_two_node_config
+  start_munge
+  export SLURM_CONF=$CONF
+  pgrep -f "slurmctld -f $CONF" >/dev/null || slurmctld -f "$CONF"
+  local i
+  for i in 1 2; do  # nsenter, not `ip netns exec`: that remounts /sys, hiding the cgroup fs slurmd reads
+    mkdir -p "$DIR/spool/gtnode$i"
+    pgrep -f "slurmd -f $CONF -N gtnode$i" >/dev/null || \
+      nsenter --net="/run/netns/gtslurm$i" unshare --uts sh -c "hostname gtnode$i && exec slurmd -f $CONF -N gtnode$i"
+  done
+  for _ in $(seq 1 60); do
+    if [ "$(sinfo -h -N -o '%T' 2>/dev/null | grep -cE '^(idle|mixed|allocated)')" = 2 ]; then
+      echo "export SLURM_CONF=$CONF"
+      return 0
+    fi
+    scontrol update nodename=gtnode1,gtnode2 state=resume >/dev/null 2>&1 || true
+    sleep 1
+  done
+  log "the two nodes did not become idle; see $DIR/log/"
+  tail -n 20 "$DIR"/log/*.log >&2 || true
+  exit 1
+}
+
+wait_gone() {  # a daemon still saving its state would make the next start think it is running
+  local _
+  for _ in $(seq 1 30); do pgrep -f "$1" >/dev/null || return 0; sleep 0.5; done
+  pkill -9 -f "$1" 2>/dev/null || true
+}
+
+stop_two_node() {
+  pkill -f "slurmd -f $CONF" 2>/dev/null || true
+  pkill -f "slurmctld -f $CONF" 2>/dev/null || true
+  wait_gone "slurmd -f $CONF"
+  wait_gone "slurmctld -f $CONF"
+  local i
+  for i in 1 2; do
+    ip link del "gtsp$i" 2>/dev/null || true  # not every kernel removes a veth with its peer's namespace
+    ip netns del "gtslurm$i" 2>/dev/null || true
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+  sed -i "/$TAG\$/d" /etc/hosts 2>/dev/null || true
+}
+
 start_munge() {
   if pgrep -x munged >/dev/null; then return 0; fi
   mkdir -p /run/munge /var/log/munge /var/lib/munge /etc/munge
@@ -98,12 +224,15 @@ start() {
 stop() {
   pkill -f "slurmd -f $CONF" 2>/dev/null || true
   pkill -f "slurmctld -f $CONF" 2>/dev/null || true
-  sleep 1
+  wait_gone "slurmd -f $CONF"
+  wait_gone "slurmctld -f $CONF"
 }
 
 case "$cmd" in
   start) start ;;
   stop) stop ;;
-  env) echo "export SLURM_CONF=$CONF" ;;
-  *) echo "usage: $0 start|stop|env" >&2; exit 2 ;;
+  env|env-two-node) echo "export SLURM_CONF=$CONF" ;;
+  start-two-node) start_two_node ;;
+  stop-two-node) stop_two_node ;;
+  *) echo "usage: $0 start|stop|env|start-two-node|stop-two-node|env-two-node" >&2; exit 2 ;;
 esac

@@ -71,6 +71,19 @@ def expand_nodelist(nodelist: str) -> List[str]:
     return hosts
 
 
+def node_address(node: str) -> str:
+    """A SLURM node's ``NodeAddr`` (its NodeName need not resolve), else the name itself."""
+    try:
+        out = subprocess.run(["scontrol", "show", "node", "-o", node], capture_output=True, text=True,
+                             timeout=10, check=True).stdout
+        match = re.search(r"\bNodeAddr=(\S+)", out)
+        if match:
+            return match.group(1)
+    except Exception:
+        pass
+    return node
+
+
 def external_identity(env: Optional[Dict[str, str]] = None) -> Optional[RankIdentity]:
     """This process's rank when an external launcher started several ranks."""
     env = dict(os.environ) if env is None else env
@@ -79,7 +92,7 @@ def external_identity(env: Optional[Dict[str, str]] = None) -> Optional[RankIden
                             env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", 29500)), "torchrun")
     if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
         nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "127.0.0.1"
-        master = env.get("MASTER_ADDR") or expand_nodelist(nodelist)[0]
+        master = env.get("MASTER_ADDR") or node_address(expand_nodelist(nodelist)[0])
         port = int(env.get("MASTER_PORT") or 20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
         return RankIdentity(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0)),
                             master, port, "slurm")
@@ -100,6 +113,7 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
     import torch
 
     from gnntrain.comm import Communicator
+    from gnntrain.comm.peers import describe_lost_peers, gather_hosts
     from gnntrain.modes import get_mode
     from gnntrain.runtime import RankContext
 
@@ -119,18 +133,24 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
     if rank == 0 and run_dir is not None:
         recorder = RunRecorder(Path(run_dir), plan, progress=bool(plan.config["train"]["progress"]))
     comm = Communicator(rank, plan.world_size, timeout_s=float(plan.config["comm_timeout_s"]))
+    hosts = gather_hosts(comm, master_addr)  # to name the ranks a lost connection belonged to
     ctx = RankContext(plan=plan, comm=comm, device=device,
                       run_dir=Path(run_dir) if run_dir else None, recorder=recorder, preprocess_s=preprocess_s)
     mode = get_mode(plan.mode)(plan.config_obj)
     SPMM_CALLS.clear()  # this rank's run only (in-process ranks run one after another)
     try:
         result = mode.train_rank(shard, ctx)
+    except RuntimeError as exc:
+        lost = describe_lost_peers(str(exc), hosts, rank, comm.timeout_s) if distributed else None
+        if lost is None:
+            raise
+        raise RankFailure(lost) from None
     finally:
         if recorder is not None:
             recorder.stop()
     summary = None
     if rank == 0:
-        summary = build_summary(plan, result, partition)
+        summary = build_summary(plan, {**result, "rank_hosts": hosts}, partition)
         if recorder is not None:
             recorder.finish(summary)
     if distributed:

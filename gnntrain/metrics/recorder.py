@@ -57,6 +57,7 @@ def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Di
         "plan_hash": plan.plan_hash,
         "kernel": plan.kernel,
         "spmm_calls": result.get("spmm_calls"),  # all ranks, by path: unweighted (row scales) | weighted
+        "rank_hosts": result.get("rank_hosts"),  # the address each rank reached rank 0's host from
         **({"mode_report": result["mode_report"]} if result.get("mode_report") else {}),
     }
 

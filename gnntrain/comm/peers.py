@@ -1,0 +1,63 @@
+"""Which host each rank runs on, learned once at start-up, so that a lost connection is reported
+as the rank(s) lost rather than as a socket error (docs/design.md#launcher).
+
+When a host dies, its peers' pending gloo operations fail at once ("Read error [ADDR]:PORT:
+Connection reset by peer", "Connection closed by peer [ADDR]:PORT"); a host that hangs is caught
+by ``comm_timeout_s``. Either way the job ends with one message that names the ranks on the lost
+host, which the rendezvous store could no longer tell (it may have lived on that host).
+"""
+from __future__ import annotations
+
+import re
+import socket
+from typing import List, Optional
+
+import torch
+
+HOST_BYTES = 64  # one fixed-size record per rank: gathered as a tensor, no pickle
+_PEER_ADDRESS = re.compile(r"\[([0-9a-fA-F:.]+)\]:\d+")  # gloo: "Read error [10.0.0.2]:38087: ..."
+_TIMEOUT = re.compile(r"timed out|timeout", re.IGNORECASE)
+
+
+def local_address(master_addr: str, port: int = 9) -> str:
+    """The address this host uses to reach ``master_addr`` (what its peers see), else its name."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((master_addr, port))  # UDP: picks the route, sends nothing
+            return str(probe.getsockname()[0])
+    except OSError:
+        return socket.gethostname()
+
+
+def gather_hosts(comm, master_addr: str) -> List[str]:
+    """Every rank's :func:`local_address`, in rank order (a collective; ``[address]`` on one rank)."""
+    mine = local_address(master_addr)
+    if not comm.distributed:
+        return [mine]
+    import torch.distributed as dist
+
+    raw = mine.encode()[:HOST_BYTES].ljust(HOST_BYTES, b"\0")
+    device = comm._bookkeeping_device()
+    record = torch.tensor(list(raw), dtype=torch.uint8, device=device)
+    records = [torch.empty_like(record) for _ in range(comm.world_size)]
+    dist.all_gather(records, record)
+    return [bytes(r.cpu().tolist()).rstrip(b"\0").decode() for r in records]
+
+
+def describe_lost_peers(message: str, hosts: List[str], rank: int, timeout_s: Optional[float]) -> Optional[str]:
+    """One sentence for a collective that failed because peers went away; None when ``message``
+    is not such a failure (an ordinary error keeps its own text)."""
+    lowered = message.lower()
+    match = _PEER_ADDRESS.search(message)
+    if match and any(word in lowered for word in ("closed", "reset", "connection", "read error", "write error")):
+        address = match.group(1)
+        lost = [r for r, host in enumerate(hosts) if host == address and r != rank]
+        who = (f"rank{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} on host {address}" if lost
+               else f"the rank(s) on host {address}")
+        return (f"lost {who}: rank {rank}'s connection to it broke (the host or its processes died). "
+                f"The job stops; restart it with resume= to continue from the last checkpoint.")
+    if _TIMEOUT.search(message) and ("gloo" in lowered or "nccl" in lowered or "wait" in lowered):
+        waited = f"{timeout_s:g} s (comm_timeout_s)" if timeout_s else "the collective timeout"
+        return (f"rank {rank}: a collective got no answer from its peers within {waited}; a host is down or "
+                f"stalled (hosts by rank: {', '.join(hosts)}). Raise comm_timeout_s for slow networks.")
+    return None
