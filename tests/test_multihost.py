@@ -147,3 +147,20 @@ def test_lost_peers_are_named_from_gloos_messages(message, expected):
     hosts = ["10.77.0.1", "10.77.0.2", "10.77.0.3", "10.77.0.3"]
     described = describe_lost_peers(message, hosts, rank=0, timeout_s=20.0)
     assert (described is None) if expected is None else (expected in described)
+
+
+def test_every_rank_runs_rank_zeros_kernel(monkeypatch):
+    """kernel=auto is measured per host; a host that chose otherwise takes rank 0's choice."""
+    import dataclasses
+
+    from gnntrain.comm import peers
+    from gnntrain.launch import launcher
+    from gnntrain.plan import build_plan
+
+    plan = dataclasses.replace(build_plan(compose(["dataset=csbm", "dataset.num_nodes=300", "kernel=torch"])),
+                               kernel="dgl")  # as if this host had measured DGL faster
+    monkeypatch.setattr(peers, "gather_text", lambda comm, text: ["torch", text])
+    agreed = launcher._agree_on_kernel(plan, comm=None, rank=1)
+    assert agreed.kernel == "torch" and "rank 0's choice" in agreed.kernel_note
+    monkeypatch.setattr(peers, "gather_text", lambda comm, text: [text, text])
+    assert launcher._agree_on_kernel(plan, comm=None, rank=1) is plan

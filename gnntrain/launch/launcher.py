@@ -134,6 +134,7 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
         recorder = RunRecorder(Path(run_dir), plan, progress=bool(plan.config["train"]["progress"]))
     comm = Communicator(rank, plan.world_size, timeout_s=float(plan.config["comm_timeout_s"]))
     hosts = gather_hosts(comm, master_addr)  # to name the ranks a lost connection belonged to
+    plan = _agree_on_kernel(plan, comm, rank)
     ctx = RankContext(plan=plan, comm=comm, device=device,
                       run_dir=Path(run_dir) if run_dir else None, recorder=recorder, preprocess_s=preprocess_s)
     mode = get_mode(plan.mode)(plan.config_obj)
@@ -159,6 +160,22 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
         # already torn down its side.
         ctx.comm.barrier()
     return summary
+
+
+def _agree_on_kernel(plan, comm, rank: int):
+    """Under torchrun or srun every host resolves ``kernel=auto`` by its own measurement, and two
+    hosts may pick different kernels: all ranks take rank 0's, so every rank runs one plan."""
+    import dataclasses
+    import logging
+
+    from gnntrain.comm.peers import gather_text
+
+    kernels = gather_text(comm, plan.kernel)
+    if kernels[0] == plan.kernel:
+        return plan
+    logging.getLogger(__name__).warning("rank %d resolved kernel=%s, rank 0 %s: using rank 0's", rank, plan.kernel,
+                                        kernels[0])
+    return dataclasses.replace(plan, kernel=kernels[0], kernel_note=f"rank 0's choice ({plan.kernel_note})")
 
 
 def _spawned_rank(rank: int, plan, shards, *args) -> None:
