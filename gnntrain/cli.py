@@ -178,6 +178,15 @@ def partition_task(cfg) -> None:
         sys.exit(1)
     print_partition(data, cfg.partitioner, part, hit)
     _graph_report(cfg, plan, data, part)
+    from gnntrain.launch.shards import ensure_store, uses_store
+    from gnntrain.sizing import format_bytes
+
+    if uses_store(plan):  # what the ranks of `gnntrain run` will open, one part each
+        del data
+        directory, meta, build_s = ensure_store(plan)
+        sizes = ", ".join(format_bytes(b) for b in meta["bytes_per_part"])
+        how = f"built in {build_s:.1f} s" if build_s > 0.05 else "reused"
+        _console().print(f"partition store ({how}): {directory}\n  per part: {sizes}", soft_wrap=True)
     return None
 
 

@@ -20,7 +20,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
@@ -178,11 +177,12 @@ def _agree_on_kernel(plan, comm, rank: int):
     return dataclasses.replace(plan, kernel=kernels[0], kernel_note=f"rank 0's choice ({plan.kernel_note})")
 
 
-def _spawned_rank(rank: int, plan, shards, *args) -> None:
+def _spawned_rank(rank: int, plan, source, *args) -> None:
     from gnntrain.logs import setup_logging
 
     setup_logging(rank)  # a fresh interpreter: rank 0 logs info, the others warnings and errors only
-    rank_main(rank, plan, shards[rank], *args)
+    shard, _ = source.shard(plan, rank)  # its own part only, from the store where the mode has one
+    rank_main(rank, plan, shard, *args)
     # A finished rank leaves without interpreter teardown: destroying gloo's
     # process group there raced its worker threads ("terminate called without
     # an active exception", SIGABRT) after every output was already written,
@@ -193,19 +193,10 @@ def _spawned_rank(rank: int, plan, shards, *args) -> None:
 
 
 def prepare(plan, ranks=None):
-    from gnntrain.data import load_dataset
-    from gnntrain.modes import get_mode
+    """Every rank's shard (or ``ranks``'), prepared in this process from the loaded graph."""
+    from gnntrain.launch.shards import prepare_in_memory
 
-    cfg = plan.config_obj
-    start = time.perf_counter()
-    data = load_dataset(cfg)
-    load_s = time.perf_counter() - start
-    prepared = get_mode(plan.mode)(cfg).prepare(data, plan, ranks)
-    prepared.preprocess_s += load_s
-    # the graph as loaded (directed edges, before any model's self-loops), for summary.json
-    prepared.partition.setdefault("graph_nodes", data.num_nodes)
-    prepared.partition.setdefault("graph_edges", data.num_edges)
-    return prepared
+    return prepare_in_memory(plan, ranks)
 
 
 def check_resume(plan, run_dir: Path) -> None:
@@ -231,15 +222,14 @@ def run_training(plan, run_dir: Path) -> Dict[str, Any]:
         return _run_external(plan, run_dir, identity)
     try:
         check_resume(plan, run_dir)
-        prepared = prepare(plan)
+        source, partition, preprocess_s = _shard_source(plan)
         if plan.world_size == 1:
-            summary = rank_main(0, plan, prepared.shards[0], str(run_dir), "127.0.0.1", 0, prepared.partition,
-                                prepared.preprocess_s)
+            summary = rank_main(0, plan, source.shards[0], str(run_dir), "127.0.0.1", 0, partition, preprocess_s)
             return summary
         fixed_port = int(plan.config.get("port") or 0)
         for attempt in range(3):
             try:
-                _spawn_and_watch(plan, prepared, run_dir, fixed_port or find_free_port())
+                _spawn_and_watch(plan, source, partition, preprocess_s, run_dir, fixed_port or find_free_port())
                 break
             except RankFailure as exc:
                 # a free port picked here can be taken by another process before rank 0 binds it
@@ -257,10 +247,24 @@ def run_training(plan, run_dir: Path) -> Dict[str, Any]:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def _spawn_and_watch(plan, prepared, run_dir: Path, port: int) -> None:
+def _shard_source(plan):
+    """(what the ranks open, the partition figures, preprocessing seconds). Store modes: the store is
+    built (or reused) here and the ranks get its path, so neither this process nor a rank holds
+    more than its part while training; other modes prepare every shard here."""
+    from gnntrain.launch.shards import ShardSource, ensure_store, uses_store
+
+    if uses_store(plan):
+        directory, meta, build_s = ensure_store(plan)
+        partition = dict(meta["partition"], store=str(directory), store_bytes_per_part=meta["bytes_per_part"])
+        return ShardSource(store=str(directory)), partition, build_s or float(meta.get("preprocess_s", 0.0))
+    prepared = prepare(plan)
+    return ShardSource(shards=prepared.shards), prepared.partition, prepared.preprocess_s
+
+
+def _spawn_and_watch(plan, source, partition, preprocess_s: float, run_dir: Path, port: int) -> None:
     import torch.multiprocessing as mp
 
-    args = (plan, prepared.shards, str(run_dir), "127.0.0.1", port, prepared.partition, prepared.preprocess_s)
+    args = (plan, source, str(run_dir), "127.0.0.1", port, partition, preprocess_s)
     # children inherit the thread limit at spawn time; the launcher's own environment is left as it was
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(max(plan.threads_of(r) for r in range(plan.world_size)))
@@ -325,9 +329,15 @@ def _run_external(plan, run_dir: Path, identity: RankIdentity) -> Dict[str, Any]
             write_json_atomic(run_dir / "summary.json", failed_summary(plan, error))
         raise RankFailure(error)
     try:
-        prepared = prepare(plan, ranks=[identity.rank])
-        summary = rank_main(identity.rank, plan, prepared.shards[0], str(run_dir), identity.master_addr,
-                            identity.master_port, prepared.partition, prepared.preprocess_s)
+        from gnntrain.launch.shards import open_rank_shard, uses_store
+
+        if uses_store(plan):  # the first rank builds the store under its lock; all open their own part
+            shard, partition, preprocess_s = open_rank_shard(plan, identity.rank)
+        else:
+            prepared = prepare(plan, ranks=[identity.rank])
+            shard, partition, preprocess_s = prepared.shards[0], prepared.partition, prepared.preprocess_s
+        summary = rank_main(identity.rank, plan, shard, str(run_dir), identity.master_addr,
+                            identity.master_port, partition, preprocess_s)
         return summary or {"status": "completed", "rank": identity.rank}
     except Exception as exc:
         if identity.rank == 0:

@@ -92,6 +92,10 @@ class Mode:
     config_class: ClassVar[Type[ModeConfig]]
     models: ClassVar[Sequence[str]] = ("gcn", "sage", "gin")
     models_rule: ClassVar[str] = ""  # why other models are refused, for the plan's message
+    # each rank opens only its own part from the partition store; False: the mode needs the whole
+    # graph in every rank (single holds it by definition, HyScale samples from all of it)
+    part_store: ClassVar[bool] = True
+    whole_graph_reason: ClassVar[str] = ""
 
     def __init__(self, cfg):
         self.cfg = cfg  # the whole composed run config

@@ -32,6 +32,8 @@ def graph_tensors(data, cfg):
 class SingleMode(Mode):
     name = "single"
     config_class = SingleConfig
+    part_store = False
+    whole_graph_reason = "one rank holds the whole graph by definition"
     models = ("gcn", "sage", "gin", "gat")
 
     def world_size(self, hardware_world_size: int) -> int:

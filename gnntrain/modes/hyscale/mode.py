@@ -21,6 +21,8 @@ from gnntrain.sizing import host_cores
 class HyScaleMode(Mode):
     name = "hyscale"
     config_class = HyScaleConfig
+    part_store = False
+    whole_graph_reason = "every trainer samples neighbourhoods from the whole graph in host memory (HyScale §IV)"
     models = ("gcn", "sage", "gin")
     models_rule = "HyScale trains the aggregate/update models on sampled blocks; GAT is not wired to blocks here."
 

@@ -1,0 +1,131 @@
+"""Where each rank's shard comes from (docs/design.md#partition-store).
+
+Modes with ``part_store`` (partition, supergcn, mop, hongtu) train from the partition store:
+one process builds every part once (load the graph, ``Mode.prepare``, write), under the store's
+lock, and each rank then opens only its own part. The launcher does not keep the graph while the
+ranks train, and under torchrun or srun no rank loads the graph when the store is already there.
+``single`` and ``hyscale`` need the whole graph in their ranks and prepare it in memory as before.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from gnntrain.data import load_dataset, resolve_cache_dir, resolve_data_dir
+from gnntrain.modes import get_mode
+from gnntrain.modes.base import Prepared, RankShard
+from gnntrain.partition import store
+
+log = logging.getLogger(__name__)
+
+# config keys that cannot change a part: scheduling, run length, logging, where things live
+_IGNORED = {"train": {"epochs", "eval_every", "checkpoint_every", "resume", "progress", "lr", "weight_decay"},
+            "hardware": {"timeout_min", "partition", "account"}}
+_KEYED_SECTIONS = ("dataset", "model", "mode", "partitioner", "hardware", "train")
+
+
+def uses_store(plan) -> bool:
+    return bool(get_mode(plan.mode).part_store) and plan.world_size > 1
+
+
+def _raw_files(cfg) -> List[Tuple[str, int, int]]:
+    """(path, size, mtime) of a file-backed dataset's raw files, in each reader's layout: a changed
+    or moved file makes a new store."""
+    data_dir = resolve_data_dir(cfg)
+    ds = cfg.dataset
+    if ds.source == "generated" or not data_dir:
+        return []
+    from gnntrain.data.loaders import DGL_SOURCES
+
+    if ds.source == "dgl" and ds.name in DGL_SOURCES:
+        folders = [DGL_SOURCES[ds.name].folder(), "Reddit" if ds.name == "reddit" else ds.name.capitalize()]
+    else:
+        folders = [str(ds.name).replace("-", "_")]
+    found = []
+    for folder in folders:
+        root = Path(data_dir) / folder
+        if root.is_dir():
+            found += [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+                      if p.is_file() and "processed" not in p.relative_to(root).parts]
+    return sorted(found)
+
+
+def store_dir(plan) -> Path:
+    """``cache_dir/parts/<dataset>-<mode>-p<parts>-<key>``: the key hashes every config value that
+    shapes a part (dataset and its raw files, model, mode, partitioner, hardware, seed, dtype),
+    the world size and the store format."""
+    cfg = plan.config
+    keyed: Dict[str, Any] = {}
+    for section in _KEYED_SECTIONS:
+        values = dict(cfg.get(section) or {})
+        for ignored in _IGNORED.get(section, ()):
+            values.pop(ignored, None)
+        keyed[section] = values
+    keyed.update(world_size=plan.world_size, format=store.FORMAT_VERSION, raw=_raw_files(plan.config_obj))
+    key = hashlib.sha1(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return resolve_cache_dir(plan.config_obj) / "parts" / f"{plan.dataset}-{plan.mode}-p{plan.world_size}-{key}"
+
+
+def prepare_in_memory(plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
+    """Load the graph and prepare ``ranks``' shards (all when None) in this process."""
+    cfg = plan.config_obj
+    start = time.perf_counter()
+    data = load_dataset(cfg)
+    load_s = time.perf_counter() - start
+    prepared = get_mode(plan.mode)(cfg).prepare(data, plan, ranks)
+    prepared.preprocess_s += load_s
+    # the graph as loaded (directed edges, before any model's self-loops), for summary.json
+    prepared.partition.setdefault("graph_nodes", data.num_nodes)
+    prepared.partition.setdefault("graph_edges", data.num_edges)
+    prepared.partition.setdefault("dataset_hash", data.content_hash)
+    return prepared
+
+
+def _build(plan):
+    """(every part's fields, the store's figures): what ``gnntrain partition`` and the first rank write."""
+    prepared = prepare_in_memory(plan)
+    parts = [{f.name: getattr(shard, f.name) for f in dataclasses.fields(RankShard)} for shard in prepared.shards]
+    return parts, {"partition": prepared.partition, "preprocess_s": prepared.preprocess_s, "mode": plan.mode,
+                   "dataset": plan.dataset, "world_size": plan.world_size}
+
+
+def ensure_store(plan) -> Tuple[Path, Dict[str, Any], float]:
+    """(the store's folder, its meta, seconds this call spent building it: 0 when reused)."""
+    directory = store_dir(plan)
+    start = time.perf_counter()
+    meta = store.ensure_store(directory, lambda: _build(plan))
+    return directory, meta, time.perf_counter() - start
+
+
+def _warn(message: str) -> None:
+    log.warning(message)
+
+
+def open_rank_shard(plan, rank: int) -> Tuple[RankShard, Dict[str, Any], float]:
+    """(rank's shard from its own part, the partition figures, preprocessing seconds): opened from
+    the store, which this call builds first when it is missing or its part is corrupt."""
+    start = time.perf_counter()
+    fields, meta = store.open_or_build(store_dir(plan), rank, lambda: _build(plan), _warn)
+    partition = dict(meta["partition"], store=str(store_dir(plan)),
+                     store_bytes_per_part=meta["bytes_per_part"])
+    return RankShard(**fields), partition, float(meta.get("preprocess_s", 0.0)) + time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class ShardSource:
+    """What a spawned rank gets: its shard, or where to open it (a path, never the graph)."""
+
+    shards: Optional[List[RankShard]] = None  # modes that need the whole graph in their ranks
+    store: Optional[str] = None
+
+    def shard(self, plan, rank: int) -> Tuple[RankShard, Optional[Dict[str, Any]]]:
+        if self.shards is not None:
+            return self.shards[rank], None
+        fields, meta = store.open_or_build(Path(self.store), rank, lambda: _build(plan), _warn)
+        return RankShard(**fields), meta
