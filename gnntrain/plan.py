@@ -46,6 +46,13 @@ def port_in_use(port: int) -> bool:
     return False
 
 
+def _graph_per_rank(mode_cls, world: int) -> str:
+    """What each rank holds of the graph (docs/design.md#partition-store)."""
+    if mode_cls.part_store and world > 1:
+        return "its own part, opened from the partition store"
+    return "the whole graph" + (f": {mode_cls.whole_graph_reason}" if mode_cls.whole_graph_reason else "")
+
+
 def resolve_reader(ds) -> str:
     """``dataset.reader`` checked against this install ("" for datasets it does not apply to):
     the reader, with " (auto)" when auto chose it (:func:`gnntrain.data.resolve_reader`)."""
@@ -195,7 +202,7 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         ranks_per_node=ranks_per_node, backend=backend, device=device,
         rank_devices=rank_devices, threads_per_rank=threads, kernel=kernel, kernel_note=kernel_note, dtype=dtype,
         epochs=int(t.epochs), num_parts=num_parts, memory_per_rank=memory, comm_per_epoch=comm,
-        mode_details=mode.details(ctx), warnings=tuple(warnings),
+        mode_details={**mode.details(ctx), "graph per rank": _graph_per_rank(mode_cls, world)}, warnings=tuple(warnings),
         config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), reader=reader,
         rank_threads=tuple(rank_threads),
     )
