@@ -791,6 +791,62 @@ def run_cli_measured(overrides: list, run_dir: Path) -> tuple:
     return summary, watch.run_peak, wall, tail
 
 
+def suite_memory(quick: bool) -> dict:
+    """Issue #19's memory figures: csbm 1M nodes, average degree 20, f=128, 3-layer GCN hidden 128:
+    the per-rank peak of partition at p = 2, 4, 8 (each rank opens its own part of the store) and
+    the machine-wide peak (launcher + ranks), each against mode=single's on the same graph, and the
+    plan's per-rank estimate against the measured peak for every run."""
+    import tempfile
+
+    from gnntrain.plan import build_plan
+
+    n = 50_000 if quick else 1_000_000
+    graph = ["dataset=csbm", f"dataset.num_nodes={n}", "dataset.avg_degree=20", "dataset.feat_dim=128",
+             "model=gcn", "model.layers=3", "model.hidden=128", "train.epochs=2", "train.eval_every=2",
+             "train.progress=false", "comm_timeout_s=1800", "kernel=torch"]
+    runs = [("single", ["mode=single", "hardware.ranks_per_node=1"])]
+    runs += [(f"partition p={p}", ["mode=partition", f"hardware.ranks_per_node={p}"]) for p in (2, 4, 8)]
+    runs += [("mop p=2", ["mode=mop", "hardware.ranks_per_node=2"]),
+             ("supergcn p=2", ["mode=supergcn", "hardware.ranks_per_node=2"]),
+             ("hongtu p=1, 1 GiB device", ["mode=hongtu", "mode.chunks=0", "mode.device_memory=1GiB",
+                                           "hardware.ranks_per_node=1"])]
+    rows, measured = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = [f"cache_dir={tmp}/cache"]
+        for i, (name, extra) in enumerate(runs):
+            plan = build_plan(compose(graph + extra + cache))
+            estimate = plan.memory_per_rank.total_bytes
+            s, machine_peak, wall, tail = run_cli_measured(graph + extra + cache, Path(tmp) / f"{i}")
+            if s is None:
+                rows.append([name, "failed", "", "", "", "", f"{wall:.0f}", tail[-300:]])
+                continue
+            rank_peak = s["peak_memory_bytes"]["host_max_rank"]
+            measured[name] = (rank_peak, machine_peak)
+            single_rank, single_machine = measured.get("single", (rank_peak, machine_peak))
+            per_part = s["partition"].get("store_bytes_per_part")
+            rows.append([name, f"{rank_peak / 2**30:.2f}", f"{rank_peak / single_rank:.2f}",
+                         f"{machine_peak / 2**30:.2f}", f"{machine_peak / single_machine:.2f}",
+                         f"{estimate / 2**30:.2f} ({estimate / rank_peak:.2f}x)",
+                         f"{wall:.0f}", "" if not per_part else f"{max(per_part) / 2**30:.2f}"])
+    goals = []
+    if "single" in measured and "partition p=4" in measured:
+        r = measured["partition p=4"][0] / measured["single"][0]
+        m = measured["partition p=4"][1] / measured["single"][1]
+        goals.append(f"partition p=4 per-rank peak {r:.2f}x single's (goal <= 0.40: {'met' if r <= 0.40 else 'MISSED'})"
+                     f"; machine-wide {m:.2f}x (goal <= 1.3: {'met' if m <= 1.3 else 'MISSED'})")
+    return {
+        "title": f"memory per rank: csbm {n:,} nodes, average degree 20, f=128, 3-layer GCN hidden 128, float32",
+        "columns": ["run", "peak host GiB (max rank)", "vs single", "machine peak GiB (launcher + ranks)",
+                    "vs single", "plan estimate per rank GiB (estimate / measured)", "wall s",
+                    "largest part in the store GiB"],
+        "rows": rows,
+        "notes": "; ".join(goals) + ". Per-rank peak: the largest VmHWM among the ranks (for single the one "
+                 "process that loads, prepares and trains). Machine peak: MemTotal - MemAvailable above the level "
+                 "before the run, sampled every 0.25 s, so it includes the store's one-off build (the graph loaded "
+                 "and every part prepared in the launcher) as well as training. Ranks beyond 2 share 2 cores.",
+    }
+
+
 def suite_scale(quick: bool) -> dict:
     """The 1M-node / 20M-edge graph (3-layer GCN, d=128) under HongTu with a 1 GiB device budget
     (#7), and the largest partition and MoP runs (2 ranks) that fit this machine: each climbs a
@@ -1006,7 +1062,8 @@ SUITES = {"kernels": suite_kernels, "mop_volume": suite_mop_volume, "generators"
           "reference": suite_reference, "partitioners": suite_partitioners, "volume": suite_volume,
           "overhead": suite_overhead, "supergcn_volume": suite_supergcn_volume,
           "supergcn_accuracy": suite_supergcn_accuracy, "hongtu_dedup": suite_hongtu_dedup,
-          "scale": suite_scale, "hyscale": suite_hyscale, "hyscale_sampler": suite_hyscale_sampler}
+          "scale": suite_scale, "hyscale": suite_hyscale, "hyscale_sampler": suite_hyscale_sampler,
+          "memory": suite_memory}
 
 
 def render(results: dict) -> str:

@@ -56,10 +56,30 @@ def _raw_files(cfg) -> List[Tuple[str, int, int]]:
     return sorted(found)
 
 
+def _code_stamp(mode_name: str) -> str:
+    """A digest of the code that makes a part (the mode's module or package, the partitioners, the
+    data layer, the edge weights), so a changed ``prepare`` never reuses an older store."""
+    import inspect
+
+    import gnntrain.data
+    import gnntrain.models.norm
+    import gnntrain.partition
+
+    mode_file = Path(inspect.getsourcefile(get_mode(mode_name)))
+    mode_files = sorted(mode_file.parent.glob("*.py")) if mode_file.name == "mode.py" else [mode_file]
+    packages = [Path(gnntrain.data.__file__).parent, Path(gnntrain.partition.__file__).parent]
+    files = mode_files + [f for pkg in packages for f in sorted(pkg.glob("*.py"))] + [
+        Path(gnntrain.models.norm.__file__)]
+    h = hashlib.sha1()
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def store_dir(plan) -> Path:
     """``cache_dir/parts/<dataset>-<mode>-p<parts>-<key>``: the key hashes every config value that
     shapes a part (dataset and its raw files, model, mode, partitioner, hardware, seed, dtype),
-    the world size and the store format."""
+    the world size, the store format and the code that prepares parts."""
     cfg = plan.config
     keyed: Dict[str, Any] = {}
     for section in _KEYED_SECTIONS:
@@ -67,7 +87,8 @@ def store_dir(plan) -> Path:
         for ignored in _IGNORED.get(section, ()):
             values.pop(ignored, None)
         keyed[section] = values
-    keyed.update(world_size=plan.world_size, format=store.FORMAT_VERSION, raw=_raw_files(plan.config_obj))
+    keyed.update(world_size=plan.world_size, format=store.FORMAT_VERSION, raw=_raw_files(plan.config_obj),
+                 code=_code_stamp(plan.mode))
     key = hashlib.sha1(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return resolve_cache_dir(plan.config_obj) / "parts" / f"{plan.dataset}-{plan.mode}-p{plan.world_size}-{key}"
 
