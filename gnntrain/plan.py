@@ -202,7 +202,8 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         ranks_per_node=ranks_per_node, backend=backend, device=device,
         rank_devices=rank_devices, threads_per_rank=threads, kernel=kernel, kernel_note=kernel_note, dtype=dtype,
         epochs=int(t.epochs), num_parts=num_parts, memory_per_rank=memory, comm_per_epoch=comm,
-        mode_details={**mode.details(ctx), "graph per rank": _graph_per_rank(mode_cls, world)}, warnings=tuple(warnings),
+        mode_details={**mode.details(ctx), "graph per rank": _graph_per_rank(mode_cls, world)},
+        warnings=tuple(warnings),
         config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), reader=reader,
         rank_threads=tuple(rank_threads),
     )
