@@ -146,6 +146,7 @@ two_node_network() {
 
 start_two_node() {
   install_packages
+  stop_two_node  # from a clean slate: a half-built network from an interrupted start would never register
   two_node_network
   write_two_node_config
   start_munge
