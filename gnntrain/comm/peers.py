@@ -61,6 +61,6 @@ def describe_lost_peers(message: str, hosts: List[str], rank: int, timeout_s: Op
                 f"The job stops; restart it with resume= to continue from the last checkpoint.")
     if _TIMEOUT.search(message) and ("gloo" in lowered or "nccl" in lowered or "wait" in lowered):
         waited = f"{timeout_s:g} s (comm_timeout_s)" if timeout_s else "the collective timeout"
-        return (f"rank {rank}: a collective got no answer from its peers within {waited}; a host is down or "
-                f"stalled (hosts by rank: {', '.join(hosts)}). Raise comm_timeout_s for slow networks.")
+        return (f"rank {rank}: Timed out after {waited} waiting for its peers in a collective; a rank or host "
+                f"is down or stalled (hosts by rank: {', '.join(hosts)}). Raise comm_timeout_s for slow networks.")
     return None
