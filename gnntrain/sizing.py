@@ -30,10 +30,11 @@ class MemoryEstimate:
     graph_bytes: int
     feature_bytes: int
     activation_bytes: int
+    process_bytes: int = 0  # the interpreter, torch and gnntrain before any data (PROCESS_BYTES)
 
     @property
     def total_bytes(self) -> int:
-        return self.graph_bytes + self.feature_bytes + self.activation_bytes
+        return self.graph_bytes + self.feature_bytes + self.activation_bytes + self.process_bytes
 
 
 @dataclass(frozen=True)
@@ -196,23 +197,40 @@ def param_bytes(model: str, dims: Sequence[int], dtype_bytes: int) -> int:
 EDGE_BYTES = 48  # src, dst, float64 weight factors and the kernel's index structure
 
 
+# Calibrated against measured per-rank peaks (VmHWM): `python scripts/bench.py memory`, csbm 1M nodes,
+# average degree 20, f=128, 3-layer GCN hidden 128, float32 (docs/BENCHMARKS.md, "memory").
+PROCESS_BYTES = 450 * 2**20  # a rank with an 8 MiB part of Cora peaks at 454 MiB: the process itself
+ACTIVATION_FACTOR = 1.4  # bytes kept per (row x layer width) in training, relative to one copy
+HALO_FACTOR = 0.77  # received source rows held per layer, relative to one copy of them
+
+
+def halo_rows(ctx: PlanContext, rows: int, num_parts: int) -> int:
+    """Source rows a rank receives per layer, before the partition is known: every remote in-neighbour
+    distinct, at most all the rows it does not own (what a random-like graph such as csbm reaches)."""
+    if num_parts <= 1:
+        return 0
+    return int(min(ctx.num_nodes - rows, rows * ctx.num_edges / max(1, ctx.num_nodes)))
+
+
 def estimate_memory(ctx: PlanContext, num_parts: int, gather_all: bool = False,
-                    replicated_graph: bool = False) -> MemoryEstimate:
+                    replicated_graph: bool = False, activation_factor: float = ACTIVATION_FACTOR
+                    ) -> MemoryEstimate:
     """Per-rank bytes for a rank holding 1/num_parts of the rows.
 
-    graph: its in-edges (+ self-loops) × 48 B, or every edge when ``replicated_graph``;
-    features: rows × F × dtype; activations: per layer, input, aggregate and output rows
-    kept for backward and their gradients (×2), plus the received source rows (all N rows
-    when ``gather_all``, as the oblivious all-gather does; about as many as owned otherwise).
+    process: PROCESS_BYTES; graph: its in-edges (+ self-loops) x 48 B, or every edge when
+    ``replicated_graph``; features: rows x F x dtype; activations: per layer ACTIVATION_FACTOR x
+    rows x (input + aggregate + output width) x dtype, plus HALO_FACTOR x received source rows x
+    width x dtype (all N rows when ``gather_all``, as the oblivious all-gather does, else
+    :func:`halo_rows`). The factors are calibrated against measured peaks (see above).
     """
     rows = -(-ctx.num_nodes // num_parts)
     all_edges = ctx.num_edges + ctx.num_nodes
     edges = all_edges if replicated_graph else -(-all_edges // num_parts)
     features = rows * ctx.feat_dim * ctx.dtype_bytes
-    act = 0
+    received = ctx.num_nodes if gather_all else halo_rows(ctx, rows, num_parts)
+    act = 0.0
     for (d_in, d_out), w in zip(zip(ctx.dims[:-1], ctx.dims[1:]), ctx.comm_widths):
-        act += 2 * rows * (d_in + w + d_out) * ctx.dtype_bytes
-        src_rows = ctx.num_nodes if gather_all else rows
-        act += 2 * (src_rows if num_parts > 1 else 0) * w * ctx.dtype_bytes
+        act += activation_factor * rows * (d_in + w + d_out) * ctx.dtype_bytes
+        act += HALO_FACTOR * received * w * ctx.dtype_bytes
     return MemoryEstimate(graph_bytes=int(edges * EDGE_BYTES), feature_bytes=int(features),
-                          activation_bytes=int(act))
+                          activation_bytes=int(act), process_bytes=PROCESS_BYTES)

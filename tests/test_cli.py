@@ -197,7 +197,7 @@ def test_plan_cli_output_is_clean(tmp_path):
 
 def test_run_output_is_clean(tmp_path):
     """`gnntrain run` (the default job): the brief plan, progress, the table; no debug line, no
-    placeholder, no repr, no Hydra-formatted log line; the partition-cache hit logged once, on stderr."""
+    placeholder, no repr, no Hydra-formatted log line; the partition store's build and reuse logged on stderr."""
     args = ["run", "train.epochs=3", f"cache_dir={tmp_path}/cache"]
     first = run_cli(args + [f"hydra.run.dir={tmp_path}/a"], cwd=tmp_path, env_extra={"COLUMNS": "80"})
     second = run_cli(args + [f"hydra.run.dir={tmp_path}/b"], cwd=tmp_path, env_extra={"COLUMNS": "80"})
@@ -208,7 +208,9 @@ def test_run_output_is_clean(tmp_path):
         assert_no_python_repr(out)
         assert "][INFO]" not in out and "Traceback" not in out
         assert "accuracy train/val/test" in proc.stdout
-    assert "partition cache hit" in second.stderr and "partition cache hit" not in second.stdout
+    # the second run reuses the partition store the first one built: said once, on stderr
+    assert "partition store built" in first.stderr and "partition store hit" in second.stderr
+    assert "partition store" not in second.stdout
 
 
 def test_summary_table_shows_a_dash_for_missing_accuracy():

@@ -255,8 +255,9 @@ def _shard_source(plan):
 
     if uses_store(plan):
         directory, meta, build_s = ensure_store(plan)
-        partition = dict(meta["partition"], store=str(directory), store_bytes_per_part=meta["bytes_per_part"])
-        return ShardSource(store=str(directory)), partition, build_s or float(meta.get("preprocess_s", 0.0))
+        partition = dict(meta["partition"], store=str(directory), store_bytes_per_part=meta["bytes_per_part"],
+                         store_hit=build_s == 0.0)
+        return ShardSource(store=str(directory)), partition, build_s  # 0 s of preprocessing when reused
     prepared = prepare(plan)
     return ShardSource(shards=prepared.shards), prepared.partition, prepared.preprocess_s
 

@@ -120,8 +120,14 @@ def ensure_store(plan) -> Tuple[Path, Dict[str, Any], float]:
     """(the store's folder, its meta, seconds this call spent building it: 0 when reused)."""
     directory = store_dir(plan)
     start = time.perf_counter()
-    meta = store.ensure_store(directory, lambda: _build(plan))
-    return directory, meta, time.perf_counter() - start
+    built = []
+    meta = store.ensure_store(directory, lambda: (built.append(True), _build(plan))[1])
+    seconds = time.perf_counter() - start
+    if built:
+        log.info("partition store built in %.1f s: %s", seconds, directory)
+    else:
+        log.info("partition store hit: %s", directory)
+    return directory, meta, seconds if built else 0.0
 
 
 def _warn(message: str) -> None:

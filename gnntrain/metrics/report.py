@@ -139,7 +139,7 @@ def print_plan(plan, brief: bool = False, out: Console = None) -> None:
     m = tree.add(Text(f"estimated memory per rank: {format_bytes(mem.total_bytes)}"))
     if not brief:
         for name, value in (("graph", mem.graph_bytes), ("features", mem.feature_bytes),
-                            ("activations", mem.activation_bytes)):
+                            ("activations", mem.activation_bytes), ("process", mem.process_bytes)):
             m.add(Text(f"{name}: {format_bytes(value)}"))
 
     if plan.comm_per_epoch is not None:

@@ -25,6 +25,7 @@ all-to-all is in flight (async) while chunk c+1 aggregates, still exact.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -38,7 +39,7 @@ from gnntrain.models import SparseAdjacency, run_layers
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.single import graph_tensors
-from gnntrain.sizing import EDGE_BYTES, MemoryEstimate, estimate_memory, format_bytes
+from gnntrain.sizing import EDGE_BYTES, HALO_FACTOR, MemoryEstimate, estimate_memory, format_bytes
 
 
 @dataclass
@@ -218,8 +219,17 @@ class MoPMode(Mode):
         return True  # feature columns of each layer's input are split across ranks
 
     def estimate_memory(self, ctx) -> MemoryEstimate:
-        """Every rank holds the whole adjacency (its column slice of features needs all rows)."""
-        return estimate_memory(ctx, ctx.world_size, replicated_graph=True)
+        """Every rank holds the whole adjacency and, besides its rows' features, the column slice of
+        every row's (MixGCN §3); each layer's all-to-all brings N x d/m elements of the mixed layout
+        (counted like received halo rows)."""
+        base = estimate_memory(ctx, ctx.world_size, replicated_graph=True)
+        m = ctx.world_size
+        if m == 1:
+            return base
+        columns = ctx.num_nodes * -(-ctx.feat_dim // m) * ctx.dtype_bytes
+        exchanged = sum(HALO_FACTOR * ctx.num_nodes * -(-d // m) * ctx.dtype_bytes for d in ctx.dims[:-1])
+        return dataclasses.replace(base, feature_bytes=base.feature_bytes + int(columns),
+                                   activation_bytes=base.activation_bytes + int(exchanged))
 
     def validate(self, ctx) -> List[str]:
         if int(self.options.pipeline_chunks) < 1:

@@ -1,6 +1,7 @@
 """``mode=hongtu``: planning, layout choice, prepare and train (the Mode protocol)."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -19,7 +20,7 @@ from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph, partitioner_options
 from gnntrain.partition.cache import PartitionCache, cache_key
 from gnntrain.partition.chunks import ChunkLayout, chunk_layout, identity_batches, reorganize, transfer_volumes
-from gnntrain.sizing import DTYPE_BYTES, format_bytes, param_bytes
+from gnntrain.sizing import DTYPE_BYTES, MemoryEstimate, estimate_memory, format_bytes, param_bytes
 
 
 @register_mode
@@ -41,6 +42,15 @@ class HongTuMode(Mode):
     @property
     def aggregate_first(self) -> Optional[bool]:
         return True  # a chunk aggregates its input rows, then applies the weights on the device
+
+    def estimate_memory(self, ctx) -> MemoryEstimate:
+        """Host memory per rank: HongTu keeps every layer's activations, their gradients and the
+        cached aggregates in host memory (§4.1), a full copy of each rather than autograd's working
+        set, plus the device arena, which lives in host memory too on a CPU profile."""
+        base = estimate_memory(ctx, self.num_parts(ctx.world_size), activation_factor=2.0)
+        on_host = str(getattr(self.cfg.hardware.device, "value", self.cfg.hardware.device)) == "cpu"
+        arena = self.device_cap() if on_host else 0
+        return dataclasses.replace(base, activation_bytes=base.activation_bytes + arena)
 
     def validate(self, ctx) -> List[str]:
         if self.dedup not in DEDUP:
