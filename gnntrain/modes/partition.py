@@ -189,8 +189,14 @@ class PartitionMode(Mode):
         own_included = i in blocks
         cols = local_source_index(src, offsets, i, own_included, plan, block_rank)
         n_own = shard.features.shape[0]
-        adj = SparseAdjacency(dst, cols, w, n_own, (n_own if own_included else 0) + plan.halo_rows,
-                              kernel=ctx.plan.kernel, device=ctx.device)
+        base = n_own if own_included else 0
+        # two products, own rows and halo rows, rather than one over [own | halo]: the concatenated
+        # copy of every received row (and of its gradient in backward) is never made
+        from_own = cols < base
+        own_adj = (SparseAdjacency(dst[from_own], cols[from_own], w[from_own], n_own, n_own, kernel=ctx.plan.kernel,
+                                   device=ctx.device) if own_included else None)
+        halo_adj = SparseAdjacency(dst[~from_own], cols[~from_own] - base, w[~from_own], n_own, plan.halo_rows,
+                                   kernel=ctx.plan.kernel, device=ctx.device)
         # grid rows all-reduce their partial sums (1.5D); every rank creates every group
         row_group = None
         if grid.c > 1:
@@ -203,8 +209,9 @@ class PartitionMode(Mode):
 
         def aggregate(h: torch.Tensor) -> torch.Tensor:
             halo = halo_exchange(h, plan, comm)
-            sources = torch.cat([h, halo]) if own_included else halo
-            z = adj.spmm(sources)
+            z = halo_adj.spmm(halo)
+            if own_adj is not None:
+                z = z + own_adj.spmm(h)
             if grid.c > 1:
                 z = group_all_reduce(z, comm, row_group, grid.c, "row_allreduce")
             return z
