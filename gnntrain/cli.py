@@ -21,12 +21,15 @@ commands:
   partition [overrides]  build (or reuse from the cache) the plan's partitioning and print its metrics
   report DIR...          gather every summary.json under DIR into a table and plots
   datasets               list the datasets with their sizes and sources
+  netem up|run|show|down an emulated cluster network: hosts as network namespaces on tc-shaped links,
+                         one torchrun agent per host (as root; gnntrain netem -h)
 
 examples:
   gnntrain run                                   # GCN on the generated csbm graph, 2 local ranks
   gnntrain run dataset=cora data_dir=../shared/datasets/dgl mode=single
   gnntrain run -m mode=single,partition dataset=csbm,rmat
   gnntrain plan hardware.ranks_per_node=4 mode.replication=2
+  gnntrain netem up --hosts 4 --gbit 1 && gnntrain netem run -- mode=partition && gnntrain netem down
 """
 
 
@@ -220,6 +223,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _hydra(plan_task, rest, "gnntrain plan")
     if command == "partition":
         return _hydra(partition_task, rest, "gnntrain partition")
+    if command == "netem":
+        from gnntrain.launch.netem import netem_command
+
+        return netem_command(rest, Path(config_dir()))
     if command == "datasets":
         from gnntrain.metrics.report import print_datasets
 
@@ -229,7 +236,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from gnntrain.metrics.report import report_command
 
         return report_command(rest)
-    _error(f"unknown command '{command}'. Use one of: run, plan, partition, report, datasets "
+    _error(f"unknown command '{command}'. Use one of: run, plan, partition, report, datasets, netem "
            "(gnntrain --help).")
     return 2
 

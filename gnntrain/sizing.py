@@ -213,21 +213,22 @@ def halo_rows(ctx: PlanContext, rows: int, num_parts: int) -> int:
 
 
 def estimate_memory(ctx: PlanContext, num_parts: int, gather_all: bool = False,
-                    replicated_graph: bool = False, activation_factor: float = ACTIVATION_FACTOR
-                    ) -> MemoryEstimate:
+                    replicated_graph: bool = False, activation_factor: float = ACTIVATION_FACTOR,
+                    receives_halo: bool = True) -> MemoryEstimate:
     """Per-rank bytes for a rank holding 1/num_parts of the rows.
 
     process: PROCESS_BYTES; graph: its in-edges (+ self-loops) x 48 B, or every edge when
     ``replicated_graph``; features: rows x F x dtype; activations: per layer ACTIVATION_FACTOR x
     rows x (input + aggregate + output width) x dtype, plus HALO_FACTOR x received source rows x
     width x dtype (all N rows when ``gather_all``, as the oblivious all-gather does, else
-    :func:`halo_rows`). The factors are calibrated against measured peaks (see above).
+    :func:`halo_rows`; none unless ``receives_halo``). The factors are calibrated against measured
+    peaks (see above).
     """
     rows = -(-ctx.num_nodes // num_parts)
     all_edges = ctx.num_edges + ctx.num_nodes
     edges = all_edges if replicated_graph else -(-all_edges // num_parts)
     features = rows * ctx.feat_dim * ctx.dtype_bytes
-    received = ctx.num_nodes if gather_all else halo_rows(ctx, rows, num_parts)
+    received = ctx.num_nodes if gather_all else halo_rows(ctx, rows, num_parts) if receives_halo else 0
     act = 0.0
     for (d_in, d_out), w in zip(zip(ctx.dims[:-1], ctx.dims[1:]), ctx.comm_widths):
         act += activation_factor * rows * (d_in + w + d_out) * ctx.dtype_bytes

@@ -125,6 +125,9 @@ class HardwareConfig:
     # bandwidths for the cost models, GB/s
     h2d_gbps: float = 10.0
     d2d_gbps: float = 10.0
+    # the network between nodes, per node each way (gnntrain netem up --profile emulates it)
+    link_gbit_s: float = 0.0  # Gbit/s; 0 = not stated
+    link_latency_us: float = 0.0  # one-way
     # compute/memory rates for the HyScale performance model (HyScale-GNN: A Scalable Hybrid GNN Training
     # System on Single-Node Heterogeneous Architecture, §V, Eqs. (7)–(13); docs/design.md#hyscale)
     host_mem_gbps: float = 20.0  # effective host DRAM bandwidth (feature loading, CPU aggregation)

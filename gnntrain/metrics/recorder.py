@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from enum import Enum
 from pathlib import Path
@@ -58,6 +59,8 @@ def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Di
         "kernel": plan.kernel,
         "spmm_calls": result.get("spmm_calls"),  # all ranks, by path: unweighted (row scales) | weighted
         "rank_hosts": result.get("rank_hosts"),  # the address each rank reached rank 0's host from
+        # set by `gnntrain netem run` (an emulated cluster network); absent on real or loopback networks
+        **({"network": os.environ["GNNTRAIN_NETWORK"]} if os.environ.get("GNNTRAIN_NETWORK") else {}),
         **({"mode_report": result["mode_report"]} if result.get("mode_report") else {}),
     }
 

@@ -1,0 +1,298 @@
+"""An emulated cluster network on one machine: k "hosts" as network namespaces, each joined to one
+bridge by a veth link that ``tc`` shapes to a bandwidth (and a latency where the kernel has netem),
+and one ``torchrun`` agent per host (docs/design.md#emulated-network).
+
+On loopback a distributed run has effectively infinite bandwidth, so the papers' communication
+savings never show in wall time; across shaped links they do. Every byte between two ranks crosses
+the sender's shaped uplink and the receiver's shaped downlink, like a NIC on a non-blocking switch.
+
+Layout of a cluster named N (nothing is made in the caller's namespace, so tearing down is deleting
+the namespaces this module made):
+- ``N-sw``: the switch, a bridge ``br0`` with one port ``p<i>`` per host;
+- ``N-h<i>``: host i, interface ``eth0`` with address ``10.79.<net>.<i+1>/24``;
+- each link is shaped in both directions: ``eth0``'s egress is the host's upload, ``p<i>``'s egress
+  its download.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from gnntrain.errors import GnnTrainError
+
+STATE_DIR = Path(os.environ.get("GNNTRAIN_NETEM_STATE", "/run/gnntrain-netem"))
+INTERFACE = "eth0"
+MAX_HOSTS = 64
+
+
+@dataclass(frozen=True)
+class Link:
+    """One host's link to the switch: bandwidth in Gbit/s each way, one-way latency in µs."""
+
+    gbit_s: float
+    latency_us: float = 0.0
+
+    def describe(self) -> str:
+        rate = f"{self.gbit_s:g} Gbit/s" if self.gbit_s >= 1 else f"{self.gbit_s * 1000:g} Mbit/s"
+        return rate + (f", {self.latency_us:g} us" if self.latency_us else "")
+
+
+@dataclass(frozen=True)
+class EmulatedCluster:
+    name: str
+    hosts: int
+    link: Link
+    net: int  # third octet of 10.79.<net>.0/24
+    latency_emulated: bool  # False where the kernel has no netem (then bandwidth only)
+
+    def namespace(self, host: int) -> str:
+        return f"{self.name}-h{host}"
+
+    @property
+    def switch(self) -> str:
+        return f"{self.name}-sw"
+
+    def address(self, host: int) -> str:
+        return f"10.79.{self.net}.{host + 1}"
+
+    def describe(self) -> str:
+        latency = "" if self.latency_emulated or not self.link.latency_us else " (latency not emulated: no netem)"
+        return f"{self.hosts} hosts, {self.link.describe()} per link{latency}"
+
+
+def unavailable_reason() -> Optional[str]:
+    """Why an emulated cluster cannot be made here, or None."""
+    if os.geteuid() != 0:
+        return "an emulated network needs root (network namespaces and tc)"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"an emulated network needs iproute2's '{tool}' (apt-get install iproute2)"
+    return None
+
+
+def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(args), capture_output=True, text=True, timeout=30)
+    if check and proc.returncode != 0:
+        raise GnnTrainError(f"emulated network: '{' '.join(args)}' failed: {proc.stderr.strip()}")
+    return proc
+
+
+def _state_file(name: str) -> Path:
+    return STATE_DIR / f"{name}.json"
+
+
+def _shape(namespace: str, device: str, link: Link) -> bool:
+    """Shape one direction of a link: a token bucket at the link's rate, under a netem delay where
+    the kernel has netem. Returns whether the latency is emulated."""
+    rate_bytes = link.gbit_s * 1e9 / 8
+    burst = max(64 * 1024, int(rate_bytes * 0.002))  # 2 ms at line rate: enough for TSO's 64 KiB frames
+    tbf = ["rate", f"{link.gbit_s * 1000:g}mbit", "burst", str(burst), "latency", "100ms"]
+    if link.latency_us > 0:
+        delay = ["delay", f"{link.latency_us:g}us", "limit", "100000"]
+        if _run("tc", "-n", namespace, "qdisc", "replace", "dev", device, "root", "handle", "1:", "netem",
+                *delay, check=False).returncode == 0:
+            _run("tc", "-n", namespace, "qdisc", "add", "dev", device, "parent", "1:", "handle", "2:", "tbf", *tbf)
+            return True
+    _run("tc", "-n", namespace, "qdisc", "replace", "dev", device, "root", "tbf", *tbf)
+    return False
+
+
+def create(name: str, hosts: int, link: Link) -> EmulatedCluster:
+    """Make the switch and ``hosts`` hosts, shape every link and record the cluster."""
+    reason = unavailable_reason()
+    if reason:
+        raise GnnTrainError(reason)
+    if not 1 <= hosts <= MAX_HOSTS:
+        raise GnnTrainError(f"emulated network: hosts={hosts}; use 1 to {MAX_HOSTS}")
+    if link.gbit_s <= 0 or link.latency_us < 0:
+        raise GnnTrainError(f"emulated network: link {link} is not a link; give a positive bandwidth")
+    if not name.replace("-", "").isalnum() or len(name) > 20:
+        raise GnnTrainError(f"emulated network: name '{name}' must be letters, digits and '-', at most 20")
+    if _state_file(name).exists() or name + "-sw" in _namespaces():
+        raise GnnTrainError(f"emulated network '{name}' exists already. Fix: gnntrain netem down --name {name}")
+    cluster = EmulatedCluster(name, hosts, link, net=zlib.crc32(name.encode()) % 250 + 1, latency_emulated=False)
+    made: List[str] = []
+    try:
+        for ns in [cluster.switch] + [cluster.namespace(i) for i in range(hosts)]:
+            _run("ip", "netns", "add", ns)
+            made.append(ns)
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+        _run("ip", "-n", cluster.switch, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", cluster.switch, "link", "set", "br0", "up")
+        latency = []
+        for i in range(hosts):
+            host, port = cluster.namespace(i), f"p{i}"
+            _run("ip", "link", "add", "name", INTERFACE, "netns", host, "type", "veth", "peer", "name", port,
+                 "netns", cluster.switch)
+            _run("ip", "-n", host, "addr", "add", f"{cluster.address(i)}/24", "dev", INTERFACE)
+            _run("ip", "-n", host, "link", "set", INTERFACE, "up")
+            _run("ip", "-n", cluster.switch, "link", "set", port, "master", "br0")
+            _run("ip", "-n", cluster.switch, "link", "set", port, "up")
+            latency += [_shape(host, INTERFACE, link), _shape(cluster.switch, port, link)]
+        cluster = EmulatedCluster(name, hosts, link, cluster.net, latency_emulated=all(latency))
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        _state_file(name).write_text(json.dumps(asdict(cluster)))
+    except BaseException:
+        for ns in made:
+            _run("ip", "netns", "del", ns, check=False)
+        raise
+    return cluster
+
+
+def _namespaces() -> List[str]:
+    return [line.split()[0] for line in _run("ip", "netns", "list", check=False).stdout.splitlines() if line]
+
+
+def load(name: str) -> EmulatedCluster:
+    path = _state_file(name)
+    if not path.exists():
+        raise GnnTrainError(f"no emulated network '{name}'. Fix: gnntrain netem up --name {name} --hosts K")
+    raw = json.loads(path.read_text())
+    return EmulatedCluster(**{**raw, "link": Link(**raw["link"])})
+
+
+def destroy(name: str) -> List[str]:
+    """Delete the namespaces of cluster ``name`` (their veth links go with them): the names deleted."""
+    gone = []
+    for ns in _namespaces():
+        if ns == f"{name}-sw" or (ns.startswith(f"{name}-h") and ns[len(name) + 2:].isdigit()):
+            for pid in _run("ip", "netns", "pids", ns, check=False).stdout.split():
+                _kill(int(pid))
+            _run("ip", "netns", "del", ns, check=False)
+            gone.append(ns)
+    _state_file(name).unlink(missing_ok=True)
+    return gone
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@dataclass
+class JobResult:
+    returncodes: List[int]
+    outputs: List[str]  # stdout + stderr of each host's agent
+    run_dirs: List[Path]  # each host's hydra.run.dir; host 0's holds rank 0's summary
+    wall_s: float
+
+    @property
+    def ok(self) -> bool:
+        return all(rc == 0 for rc in self.returncodes)
+
+    def summary(self) -> Optional[dict]:
+        path = self.run_dirs[0] / "summary.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+
+def run_job(cluster: EmulatedCluster, overrides: Sequence[str], run_root: Path, ranks_per_host: int = 1,
+            port: int = 29610, timeout_s: Optional[float] = None, env: Optional[Dict[str, str]] = None) -> JobResult:
+    """``gnntrain run overrides`` across the cluster: one ``torchrun`` agent per host, rank 0 on
+    host 0, gloo bound to the shaped interface. The hosts share this machine's cores, so each host
+    is given its share (``hardware.cores_per_node``) unless the overrides set it."""
+    bin_dir = Path(sys.executable).parent
+    overrides = list(overrides) + [f"hardware.nodes={cluster.hosts}", f"hardware.ranks_per_node={ranks_per_host}"]
+    if not any(o.startswith("hardware.cores_per_node=") for o in overrides):
+        overrides.append(f"hardware.cores_per_node={max(1, (os.cpu_count() or 1) // cluster.hosts)}")
+    base_env = dict(os.environ, **(env or {}), GLOO_SOCKET_IFNAME=INTERFACE,
+                    GNNTRAIN_NETWORK=f"emulated '{cluster.name}': {cluster.describe()}")
+    run_dirs = [Path(run_root) / f"host{i}" for i in range(cluster.hosts)]
+    procs = []
+    start = time.perf_counter()
+    for i in range(cluster.hosts):
+        cmd = ["ip", "netns", "exec", cluster.namespace(i), str(bin_dir / "torchrun"), f"--nnodes={cluster.hosts}",
+               f"--nproc-per-node={ranks_per_host}", f"--node-rank={i}", f"--master-addr={cluster.address(0)}",
+               f"--master-port={port}", "--no-python", str(bin_dir / "gnntrain"), "run", *overrides,
+               f"hydra.run.dir={run_dirs[i]}"]
+        procs.append(subprocess.Popen(cmd, env=base_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, start_new_session=True))
+    outputs = []
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            out += f"\n(killed: the job ran past {timeout_s} s)"
+        outputs.append(out)
+    return JobResult([p.returncode for p in procs], outputs, run_dirs, time.perf_counter() - start)
+
+
+def _profile_link(profile: str, config_root: Path) -> Link:
+    import yaml
+
+    path = config_root / "hardware" / f"{profile}.yaml"
+    if not path.exists():
+        names = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise GnnTrainError(f"no hardware profile '{profile}'. Fix: use one of {', '.join(names)}")
+    raw = yaml.safe_load(path.read_text())
+    if not raw.get("link_gbit_s"):
+        raise GnnTrainError(f"hardware profile '{profile}' names no network link (link_gbit_s). Fix: give --gbit")
+    return Link(float(raw["link_gbit_s"]), float(raw.get("link_latency_us") or 0.0))
+
+
+def netem_command(argv: Sequence[str], config_root: Path) -> int:
+    """``gnntrain netem up|run|show|down``: see the module docstring and the README. ``config_root``
+    holds the hardware profiles that ``--profile`` reads."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="gnntrain netem", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    up = sub.add_parser("up", help="make k hosts on a shaped network")
+    up.add_argument("--hosts", type=int, required=True)
+    up.add_argument("--gbit", type=float, help="link bandwidth in Gbit/s, each way")
+    up.add_argument("--latency-us", type=float, default=None, help="one-way latency (needs netem)")
+    up.add_argument("--profile", help="take the link from a hardware profile's link_gbit_s/link_latency_us")
+    run = sub.add_parser("run", help="gnntrain run across the hosts, one torchrun agent per host")
+    run.add_argument("--ranks-per-host", type=int, default=1)
+    run.add_argument("--port", type=int, default=29610)
+    run.add_argument("--run-dir", default="outputs/netem", help="host i writes RUN_DIR/host<i>")
+    run.add_argument("overrides", nargs=argparse.REMAINDER, help="gnntrain run overrides (after --)")
+    sub.add_parser("show", help="describe the cluster")
+    sub.add_parser("down", help="delete the cluster's namespaces")
+    for p in sub.choices.values():
+        p.add_argument("--name", default="gtnet", help="the cluster's name (default gtnet)")
+    args = parser.parse_args(list(argv))
+    try:
+        if args.action == "up":
+            if (args.gbit is None) == (args.profile is None):
+                raise GnnTrainError("netem up: give exactly one of --gbit and --profile")
+            link = _profile_link(args.profile, config_root) if args.profile else Link(args.gbit, 0.0)
+            if args.latency_us is not None:
+                link = Link(link.gbit_s, args.latency_us)
+            cluster = create(args.name, args.hosts, link)
+            print(f"emulated network '{cluster.name}' is up: {cluster.describe()}; host 0 is "
+                  f"{cluster.address(0)} in namespace {cluster.namespace(0)}")
+            return 0
+        if args.action == "down":
+            gone = destroy(args.name)
+            print(f"deleted {', '.join(gone)}" if gone else f"no namespaces of '{args.name}' were left")
+            return 0
+        cluster = load(args.name)
+        if args.action == "show":
+            print(f"{cluster.name}: {cluster.describe()}; addresses "
+                  + ", ".join(cluster.address(i) for i in range(cluster.hosts)))
+            return 0
+        overrides = [o for o in args.overrides if o != "--"]
+        result = run_job(cluster, overrides, Path(args.run_dir), args.ranks_per_host, args.port)
+        for i, (rc, out) in enumerate(zip(result.returncodes, result.outputs)):
+            if i == 0 or rc != 0:
+                print(f"--- host {i} (exit {rc}) ---\n{out.rstrip()}")
+        return 0 if result.ok else 1
+    except GnnTrainError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

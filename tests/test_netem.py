@@ -1,0 +1,136 @@
+"""The emulated cluster network (gnntrain/launch/netem.py): hosts as network namespaces on one
+bridge, each link shaped by tc, one torchrun agent per host.
+
+Needs root, iproute2 and tc (skipped with the reason otherwise).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import SHARED_DGL, assert_exact, compose, requires_shared
+
+from gnntrain.errors import GnnTrainError
+from gnntrain.launch import netem
+
+NAME = f"gtn{os.getpid() % 100000}"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+# Sends BYTES from the client's namespace to the server's and prints the server's measured Mbit/s.
+THROUGHPUT = textwrap.dedent("""
+    import socket, sys, time
+    BYTES = 12_500_000
+    if sys.argv[1] == "server":
+        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((sys.argv[2], 5599)); s.listen(1); print("ready", flush=True)
+        c, _ = s.accept(); got = len(c.recv(1 << 20)); start = time.perf_counter()
+        while True:
+            b = c.recv(1 << 20)
+            if not b:
+                break
+            got += len(b)
+        print(got * 8 / 1e6 / (time.perf_counter() - start), flush=True)
+    else:
+        c = socket.create_connection((sys.argv[2], 5599)); c.sendall(b"x" * BYTES); c.close()
+""")
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(netem, "STATE_DIR", tmp_path / "state")
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def cluster(state_dir):
+    reason = netem.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    try:
+        made = netem.create(NAME, 2, netem.Link(gbit_s=0.1))
+    except GnnTrainError as exc:
+        pytest.skip(f"cannot make network namespaces here: {exc}")
+    yield made
+    netem.destroy(NAME)
+
+
+def _mbit_s(cluster, script: Path) -> float:
+    server = subprocess.Popen(["ip", "netns", "exec", cluster.namespace(1), sys.executable, str(script), "server",
+                               cluster.address(1)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        subprocess.run(["ip", "netns", "exec", cluster.namespace(0), sys.executable, str(script), "client",
+                        cluster.address(1)], check=True, timeout=60)
+        return float(server.stdout.readline())
+    finally:
+        server.wait(timeout=30)
+
+
+def test_every_link_is_shaped_to_its_bandwidth(cluster, tmp_path):
+    """100 Mbit/s links carry a TCP stream at (a little under) 100 Mbit/s, not at loopback speed, and
+    both directions of each link have the token bucket."""
+    script = tmp_path / "throughput.py"
+    script.write_text(THROUGHPUT)
+    rate = _mbit_s(cluster, script)
+    assert 60 < rate < 115, f"{rate:.0f} Mbit/s across a 100 Mbit/s link"
+    for ns, dev in [(cluster.namespace(0), netem.INTERFACE), (cluster.switch, "p1")]:
+        shown = subprocess.run(["tc", "-n", ns, "qdisc", "show", "dev", dev], capture_output=True, text=True).stdout
+        assert "tbf" in shown and "rate 100Mbit" in shown, shown
+
+
+def test_down_deletes_every_namespace_it_made(cluster, state_dir):
+    def ours():
+        return {ns for ns in netem._namespaces() if ns.startswith(NAME + "-")}
+
+    assert ours() == {f"{NAME}-sw", f"{NAME}-h0", f"{NAME}-h1"}
+    assert netem.load(NAME) == cluster
+    with pytest.raises(GnnTrainError, match="exists already"):
+        netem.create(NAME, 2, netem.Link(gbit_s=1))
+    assert sorted(netem.destroy(NAME)) == sorted([f"{NAME}-sw", f"{NAME}-h0", f"{NAME}-h1"])
+    assert ours() == set() and not (state_dir / f"{NAME}.json").exists()
+    with pytest.raises(GnnTrainError, match=f"netem up --name {NAME}"):
+        netem.load(NAME)
+
+
+@requires_shared
+def test_partition_across_emulated_hosts_equals_single(cluster, tmp_path):
+    """`gnntrain netem run`'s path: one torchrun agent per host, every byte over the shaped links;
+    the float64 losses are mode=single's and the summary names the emulated network."""
+    from gnntrain.launch import run_training
+    from gnntrain.plan import build_plan
+
+    overrides = ["dataset=cora", f"data_dir={SHARED_DGL}", "train.dtype=float64", "model.dropout=0",
+                 "train.epochs=3", "kernel=torch", "train.progress=false", "comm_timeout_s=60"]
+    result = netem.run_job(cluster, overrides + ["mode=partition"], tmp_path / "runs", port=29620,
+                           timeout_s=240, env={"GNNTRAIN_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.ok, result.outputs
+    summary = result.summary()
+    assert summary["world_size"] == 2 and summary["rank_hosts"] == [cluster.address(0), cluster.address(1)]
+    assert summary["network"] == f"emulated '{NAME}': 2 hosts, 100 Mbit/s per link"
+    single = run_training(build_plan(compose(overrides + ["mode=single"])), tmp_path / "single")
+    assert_exact(summary["losses"], single["losses"])
+
+
+def test_profiles_name_their_links():
+    assert netem._profile_link("cpu-cluster", CONFIGS) == netem.Link(10.0, 50.0)
+    assert netem._profile_link("gpu-cluster", CONFIGS) == netem.Link(25.0, 10.0)
+    with pytest.raises(GnnTrainError, match="names no network link.*--gbit"):
+        netem._profile_link("local-cpu", CONFIGS)
+    with pytest.raises(GnnTrainError, match="use one of a100x4, cpu-cluster"):
+        netem._profile_link("nope", CONFIGS)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["up", "--hosts", "2"], "give exactly one of --gbit and --profile"),
+    (["show", "--name", "no-such-cluster"], "no emulated network 'no-such-cluster'. Fix: gnntrain netem up"),
+])
+def test_cli_errors_name_the_fix(args, message, state_dir, capsys):
+    from gnntrain.cli import main
+
+    assert main(["netem", *args]) == 2
+    assert message in capsys.readouterr().err
+
