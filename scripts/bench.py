@@ -1079,12 +1079,14 @@ def suite_generators(quick: bool) -> dict:
             "rows": rows, "notes": "RSS is the process peak up to that row (it includes earlier rows)."}
 
 
+from bench_ablations import suite_ablations  # noqa: E402  (scripts/ is on sys.path when this runs)
+
 SUITES = {"kernels": suite_kernels, "mop_volume": suite_mop_volume, "generators": suite_generators,
           "reference": suite_reference, "partitioners": suite_partitioners, "volume": suite_volume,
           "overhead": suite_overhead, "supergcn_volume": suite_supergcn_volume,
           "supergcn_accuracy": suite_supergcn_accuracy, "hongtu_dedup": suite_hongtu_dedup,
           "scale": suite_scale, "hyscale": suite_hyscale, "hyscale_sampler": suite_hyscale_sampler,
-          "memory": suite_memory}
+          "memory": suite_memory, "ablations": suite_ablations}
 
 
 def render(results: dict) -> str:
