@@ -8,11 +8,11 @@ communication estimates. Sizes come from :mod:`gnntrain.sizing`.
 from __future__ import annotations
 
 import socket
-from enum import Enum
 from typing import List, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
+from gnntrain.config.schema import option_value
 from gnntrain.errors import PlanError
 from gnntrain.sizing import (
     DTYPE_BYTES,
@@ -22,6 +22,7 @@ from gnntrain.sizing import (
     RunPlan,
     dataset_sizes,
     format_bytes,
+    grad_widths,
     host_cores,
     host_memory_bytes,
     layer_widths,
@@ -30,10 +31,6 @@ from gnntrain.sizing import (
 )
 
 __all__ = ["MemoryEstimate", "PlanContext", "RunPlan", "build_plan", "resolve_kernel", "resolve_reader"]
-
-
-def _value(x):
-    return x.value if isinstance(x, Enum) else x
 
 
 def port_in_use(port: int) -> bool:
@@ -61,7 +58,7 @@ def resolve_reader(ds) -> str:
     from gnntrain.backends import dgl_problem, pyg_problem
     from gnntrain.data import resolve_reader as chosen_reader
 
-    requested = _value(ds.get("reader", "auto"))
+    requested = option_value(ds.get("reader", "auto"))
     reader = chosen_reader(ds)
     problem = dgl_problem() if reader == "dgl" else pyg_problem()
     if problem is not None and reader == "dgl":
@@ -82,7 +79,7 @@ def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float
     from gnntrain.data import resolve_cache_dir
     from gnntrain.models.kernels import choose_kernel, kernel_problem
 
-    kernel = _value(cfg.kernel)
+    kernel = option_value(cfg.kernel)
     if kernel != "auto":
         problem = kernel_problem(kernel, device, getattr(torch, dtype))
         if problem is not None:
@@ -143,7 +140,7 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         raise PlanError("model", f"mode '{mode_cls.name}' does not support model '{m.name}'.{rule}",
                         f"use one of {', '.join(mode_cls.models)}")
 
-    device = _value(hw.device)
+    device = option_value(hw.device)
     if device == "cuda":
         import torch
 
@@ -162,12 +159,13 @@ def build_plan(cfg: DictConfig) -> RunPlan:
                         f"mode '{mode_cls.name}' needs at world size {world}.",
                         "drop partitioner.num_parts or change the world size")
 
-    dtype = _value(t.dtype)
+    dtype = option_value(t.dtype)
     dims = model_dims(f, int(m.hidden), c, int(m.layers))
     widths = layer_widths(m.name, dims, mode.aggregate_first)
     ctx = PlanContext(world_size=world, num_nodes=n, num_edges=e, feat_dim=f, num_classes=c,
                       dtype_bytes=DTYPE_BYTES[dtype], dims=tuple(dims), comm_widths=tuple(widths),
-                      param_bytes=param_bytes(m.name, dims, DTYPE_BYTES[dtype]), model=m.name,
+                      param_bytes=param_bytes(m.name, dims, DTYPE_BYTES[dtype], option_value(m.norm)), model=m.name,
+                      grad_widths=tuple(grad_widths(m.name, dims, mode.aggregate_first)),
                       train_nodes=int(round(n * float(ds.train_fraction))) if ds.source == "generated" else 0)
     warnings += mode.validate(ctx)
 

@@ -52,6 +52,9 @@ class PlanContext:
     param_bytes: int
     model: str
     train_nodes: int = 0  # expected training nodes when the config implies it (generated graphs), else 0
+    # comm_widths of the layers whose communicated tensor has a gradient, i.e. that move data backward too:
+    # every layer but a first one that aggregates the input features, which need none (grad_widths())
+    grad_widths: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,8 +182,16 @@ def layer_widths(model: str, dims: Sequence[int], preference: Optional[bool] = N
             for d_in, d_out in zip(dims[:-1], dims[1:])]
 
 
-def param_bytes(model: str, dims: Sequence[int], dtype_bytes: int) -> int:
-    count = 0
+def grad_widths(model: str, dims: Sequence[int], preference: Optional[bool] = None) -> List[int]:
+    """The :func:`layer_widths` that are exchanged backward as well: a layer's communicated tensor has
+    a gradient unless it is layer 0's input features (aggregated first), which need none."""
+    widths = layer_widths(model, dims, preference)
+    first = not aggregates_first(model, dims[0], dims[1], preference)
+    return [w for layer, w in enumerate(widths) if layer > 0 or first]
+
+
+def param_bytes(model: str, dims: Sequence[int], dtype_bytes: int, norm: str = "none") -> int:
+    count = sum(2 * d for d in dims[1:-1]) if norm == "layer" else 0  # LayerNorm's weight and bias
     for d_in, d_out in zip(dims[:-1], dims[1:]):
         if model == "gcn":
             count += d_in * d_out + d_out

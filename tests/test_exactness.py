@@ -67,3 +67,19 @@ def test_dropout_masks_match_across_layouts(train):
     ref = np.array(train(run + ["mode=single"])["losses"])
     s = train(run + ["hardware.ranks_per_node=2"])
     assert_exact(s["losses"], ref)
+
+
+LAYER_NORM_RUNS = [("partition", 2, []), ("partition", 4, ["mode.replication=2"]), ("supergcn", 3, ["mode.bits=32"]),
+                   ("mop", 2, []), ("mop", 4, ["mode.pipeline_chunks=3"]), ("hongtu", 2, ["mode.chunks=3"])]
+
+
+@pytest.mark.parametrize("graph", ["csbm", pytest.param("cora", marks=requires_shared)])
+@pytest.mark.parametrize("mode,p,extra", LAYER_NORM_RUNS, ids=[f"{m}-p{p}" for m, p, _ in LAYER_NORM_RUNS])
+def test_layer_norm_is_exact_in_every_mode(train, graph, mode, p, extra):
+    """model.norm=layer (SuperGCN's Table 3 model: SAGE with LayerNorm) normalises each row on its own,
+    so every exact layout still gives single's losses; its parameters are in the gradient all-reduce."""
+    norm = GRAPHS[graph] + EXACT + ["model=sage", "model.layers=3", "model.norm=layer"]
+    ref = single_losses(train, norm)
+    assert not np.allclose(ref, single_losses(train, GRAPHS[graph] + EXACT + ["model=sage", "model.layers=3"]))
+    s = train(norm + [f"mode={mode}", f"hardware.ranks_per_node={p}"] + extra)
+    assert_exact(s["losses"], ref)

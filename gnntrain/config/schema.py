@@ -45,6 +45,16 @@ class DeviceKind(str, Enum):
     cuda = "cuda"
 
 
+def option_value(option):
+    """An option's plain value: an enum member's value, anything else as is."""
+    return option.value if isinstance(option, Enum) else option
+
+
+class NormKind(str, Enum):
+    none = "none"
+    layer = "layer"  # LayerNorm on every hidden layer's output, per row (SuperGCN's Table 3 model)
+
+
 # --------------------------------------------------------------------- dataset
 @dataclass
 class DatasetConfig:
@@ -87,6 +97,7 @@ class ModelConfig:
     self_loop: bool = True  # add self-loops to the graph (GCN's A+I)
     gin_eps_learnable: bool = True
     gat_heads: int = 1
+    norm: NormKind = NormKind.none  # layer: LayerNorm before each hidden relu (row-local, so exact in every mode)
 
 
 # ------------------------------------------------------------------------ mode

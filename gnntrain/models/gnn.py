@@ -39,6 +39,7 @@ class ModelSpec:
     gin_eps_learnable: bool = True
     # > 0: a learnable label embedding for label-propagation rows (SuperGCN §2 and §3 Eq. (5); docs/design.md#supergcn)
     label_classes: int = 0
+    norm: str = "none"  # "layer": LayerNorm on each hidden layer's output, before its relu (row-local)
 
     @property
     def dims(self) -> List[int]:
@@ -109,7 +110,12 @@ class GINLayer(nn.Module):
 
     def aggregate(self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``rows``: when ``agg`` yields only these destination rows (MoP's pipeline chunks)."""
-        return (1 + self.eps) * (h if rows is None else h[rows]) + agg(h)
+        return self.self_term(h if rows is None else h[rows]) + agg(h)
+
+    def self_term(self, h: torch.Tensor) -> torch.Tensor:
+        """(1+ε)·h: row-local, so a mode that splits the aggregation by columns may add it on the
+        row side instead (``self_term(h) + agg(h)`` is the same sum either way)."""
+        return (1 + self.eps) * h
 
     def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return self.mlp(z)
@@ -248,6 +254,9 @@ class GNN(nn.Module):
             else:
                 raise ValueError(f"model {spec.name!r} is not available in aggregate/update form")
         self.layers = nn.ModuleList(layers)
+        # LayerNorm normalises each row on its own, so a mode holding any subset of the rows computes the
+        # same values; its initial weights are constants (no random draw, the layers keep their init)
+        self.norms = nn.ModuleList(nn.LayerNorm(d) for d in dims[1:-1]) if spec.norm == "layer" else None
         if spec.label_classes:  # created last, so models without it keep their initial weights
             self.label_embedding = nn.Parameter(torch.empty(spec.label_classes, spec.in_dim))
             nn.init.xavier_uniform_(self.label_embedding)
@@ -269,14 +278,20 @@ class GNN(nn.Module):
         """Feature width each layer hands to its aggregation (what a halo carries)."""
         return [layer.comm_width() for layer in self.layers]
 
+    def hidden_norm(self, layer: int) -> Optional[nn.Module]:
+        """The norm applied to the input of layer ``layer`` > 0, if any."""
+        return None if self.norms is None else self.norms[layer - 1]
+
 
 Dropout = Callable[[torch.Tensor, int], torch.Tensor]  # (h, layer index) -> h with dropout applied
 LayerStep = Callable[[int, nn.Module, torch.Tensor], torch.Tensor]  # (index, layer, input) -> output
 
 
-def hidden_activation(h: torch.Tensor, layer: int, dropout: Optional[Dropout] = None) -> torch.Tensor:
-    """The input of layer ``layer`` > 0: relu of the previous layer's output, then dropout."""
-    h = torch.relu(h)
+def hidden_activation(h: torch.Tensor, layer: int, dropout: Optional[Dropout] = None,
+                      norm: Optional[nn.Module] = None) -> torch.Tensor:
+    """The input of layer ``layer`` > 0: the previous layer's output, normalised (``model.norm``),
+    through relu, then dropout."""
+    h = torch.relu(h if norm is None else norm(h))
     return h if dropout is None else dropout(h, layer)
 
 
@@ -287,7 +302,7 @@ def run_layers(model: nn.Module, x: torch.Tensor, step: LayerStep, dropout: Opti
     h = x
     for i, layer in enumerate(model.layers):
         if i > 0:
-            h = hidden_activation(h, i, dropout if model.training else None)
+            h = hidden_activation(h, i, dropout if model.training else None, model.hidden_norm(i))
         h = step(i, layer, h)
     return h
 

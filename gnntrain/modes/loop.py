@@ -24,6 +24,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from gnntrain.checkpoint import preemption_boundary, resume_requested, run_checkpointer, slurm_restarted
 from gnntrain.comm.accounting import KINDS, Phase
+from gnntrain.config.schema import option_value
 from gnntrain.models import ModelSpec
 from gnntrain.models.kernels import SPMM_CALLS
 from gnntrain.runtime import RankContext, peak_device_bytes, peak_host_bytes
@@ -36,7 +37,7 @@ def model_spec(cfg, in_dim: int, num_classes: int, aggregate_first: Optional[boo
     m = cfg.model
     return ModelSpec(name=m.name, in_dim=in_dim, hidden=m.hidden, out_dim=num_classes, layers=m.layers,
                      dropout=m.dropout, aggregate_first=aggregate_first, gin_eps_learnable=m.gin_eps_learnable,
-                     label_classes=num_classes if label_inputs else 0)
+                     label_classes=num_classes if label_inputs else 0, norm=option_value(m.get("norm", "none")))
 
 
 def sync_gradients(params: List[torch.nn.Parameter], comm, through_host: bool = False) -> None:

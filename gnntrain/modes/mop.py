@@ -12,10 +12,11 @@ Per layer, every one of the m ranks holds the whole normalised Â:
 
 The last layer's logits stay row-split and the loss is computed locally with
 the global normalisation. Each all-to-all is an autograd Function whose
-backward is the inverse all-to-all; parameter gradients (W on the update
-side, GIN's ε on the aggregation side) are partial on every rank and summed
-by the one flat all-reduce. The row-split copy of each layer's input is kept
-for the update's self term (SAGE) and costs no exchange.
+backward is the inverse all-to-all; parameter gradients (W and GIN's ε, both
+on the update side) are partial on every rank and summed by the one flat
+all-reduce. The row-split copy of each layer's input is kept for the update's
+self terms (SAGE's W_self·h, GIN's (1+ε)·h) and costs no exchange, so layer 0's
+column-side output has no gradient and the volume is the paper's for GIN too.
 
 Splits are floors, cols_i = [⌊d·i/m⌋, ⌊d·(i+1)/m⌋) and likewise for rows, so
 a rank may own no columns when m > d. Per layer and direction an all-to-all
@@ -35,7 +36,7 @@ import torch
 from gnntrain.config.schema import ModeConfig
 from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
-from gnntrain.models import SparseAdjacency, run_layers
+from gnntrain.models import GINLayer, SparseAdjacency, run_layers
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.single import graph_tensors
@@ -248,7 +249,7 @@ class MoPMode(Mode):
         n, m, dims = ctx.num_nodes, ctx.world_size, ctx.dims
         hidden = sum(exchanged_elements(n, d, m) for d in dims[1:-1])
         fwd = exchanged_elements(n, dims[0], m) + 2 * hidden
-        bwd = 2 * hidden + (exchanged_elements(n, dims[0], m) if ctx.model == "gin" else 0)
+        bwd = 2 * hidden
         return fwd * ctx.dtype_bytes, bwd * ctx.dtype_bytes
 
     def estimate_comm(self, ctx) -> Optional[CommEstimate]:
@@ -258,7 +259,7 @@ class MoPMode(Mode):
         by_kind = {"all_to_all_fwd": fwd, "all_to_all_bwd": bwd, "allreduce": ctx.world_size * ctx.param_bytes}
         return CommEstimate(sum(by_kind.values()), by_kind,
                             "all_to_all = N(m-1)/m (d_0 + 4 sum_{l=1}^{L-1} d_l) elements fwd+bwd with even splits; "
-                            "exactly N*d - sum_i n_i*d_i per move with floor splits (+ d_0 backward for GIN's eps)")
+                            "exactly N*d - sum_i n_i*d_i per move with floor splits")
 
     def details(self, ctx) -> Dict[str, Any]:
         edges = ctx.num_edges + ctx.num_nodes
@@ -305,12 +306,19 @@ class MoPMode(Mode):
         s = int(self.options.pipeline_chunks)
         chunks = pipeline_chunks(layout, s, dst, src, w, ctx.plan.kernel, ctx.device) if s > 1 else []
 
+        def aggregate_cols(layer, h_cols, spmm, rows=None):
+            """The column side; GIN's row-local (1+ε)·h is added on the row side (with_self)."""
+            return spmm(h_cols) if isinstance(layer, GINLayer) else layer.aggregate(h_cols, spmm, rows=rows)
+
+        def with_self(layer, h_rows, z_rows):
+            return layer.self_term(h_rows) + z_rows if isinstance(layer, GINLayer) else z_rows
+
         def layer_pipelined(layer, h_rows, h_cols):
             """Aggregate chunk c+1 while chunk c is exchanged; update chunk c while c+1 is exchanged."""
             width, outs, in_flight = h_rows.shape[1], [], None
             for chunk in chunks:
                 box: dict = {}
-                z_cols = layer.aggregate(h_cols, chunk.adjacency.spmm, rows=chunk.rows)
+                z_cols = aggregate_cols(layer, h_cols, chunk.adjacency.spmm, rows=chunk.rows)
                 token = _StartToRows.apply(z_cols, layout, width, chunk.sizes, box)
                 if in_flight is not None:
                     outs.append(finish(layer, h_rows, width, *in_flight))
@@ -320,13 +328,14 @@ class MoPMode(Mode):
 
         def finish(layer, h_rows, width, token, chunk, box):
             z_rows = _FinishToRows.apply(token, layout, width, chunk.sizes, box)
-            return layer.update(h_rows[chunk.own], z_rows)
+            return layer.update(h_rows[chunk.own], with_self(layer, h_rows[chunk.own], z_rows))
 
         def layer_step(i, layer, h_rows):
             h_cols = x_cols if i == 0 else layout.to_cols(h_rows)
             if chunks:
                 return layer_pipelined(layer, h_rows, h_cols)
-            return layer.update(h_rows, layout.to_rows(layer.aggregate(h_cols, adj.spmm), h_rows.shape[1]))
+            z_rows = layout.to_rows(aggregate_cols(layer, h_cols, adj.spmm), h_rows.shape[1])
+            return layer.update(h_rows, with_self(layer, h_rows, z_rows))
 
         def forward(model, x_rows, dropout):
             return run_layers(model, x_rows, layer_step, dropout)

@@ -114,12 +114,14 @@ class PartitionMode(Mode):
         b = ctx.dtype_bytes
         n, q, c = ctx.num_nodes, self.num_parts(ctx.world_size), self.c
         by_kind: Dict[str, int] = {"allreduce": ctx.world_size * ctx.param_bytes} if ctx.world_size > 1 else {}
+        # backward moves only the layers whose communicated tensor has a gradient (ctx.grad_widths)
         if c > 1:
-            by_kind["row_allreduce"] = 2 * c * n * sum(ctx.comm_widths) * b
+            by_kind["row_allreduce"] = c * n * (sum(widths) + sum(ctx.grad_widths)) * b
         if self.options.comm == CommKind.oblivious:
-            per = (q - 1) * n * sum(widths) * b
-            by_kind.update({"allgather": per, "reduce_scatter": per})
-            formula = "allgather = reduce_scatter = (p/c - 1) * N * sum_l f_l * bytes"
+            by_kind.update({"allgather": (q - 1) * n * sum(widths) * b,
+                            "reduce_scatter": (q - 1) * n * sum(ctx.grad_widths) * b})
+            formula = ("allgather = (p/c - 1) * N * sum_l f_l * bytes; reduce_scatter the same over the layers "
+                       "with an input gradient")
             return CommEstimate(sum(by_kind.values()), by_kind, formula)
         return CommEstimate(None, by_kind, "halo = f * sum_i sum_{j!=i} |NnzCols(A_ij)| * bytes per layer "
                             "and direction; known after partitioning (gnntrain partition)")

@@ -154,15 +154,16 @@ class HongTuEngine:
         return acc
 
     # --------------------------------------------------------------- layers
-    def _activation(self, out: torch.Tensor, layer: int, c: int, last: bool) -> torch.Tensor:
-        """relu then the replayed dropout mask of the next layer's input (GNN.forward's order)."""
+    def _activation(self, model, out: torch.Tensor, layer: int, c: int, last: bool) -> torch.Tensor:
+        """norm, relu, then the replayed dropout mask of the next layer's input (GNN.forward's order)."""
         if last:
             return out
+        norm = model.hidden_norm(layer + 1)
         mask = self.masks[layer + 1]
         if mask is None:
-            return hidden_activation(out, layer + 1)
+            return hidden_activation(out, layer + 1, norm=norm)
         keep = mask[self._local(c)].to(device=self.device, dtype=out.dtype)
-        return hidden_activation(out, layer + 1, lambda h, _layer: h * keep / (1.0 - self.p))
+        return hidden_activation(out, layer + 1, lambda h, _layer: h * keep / (1.0 - self.p), norm)
 
     def _layer_forward(self, layer_mod, layer: int, c: int, h_n: torch.Tensor, cache: bool
                        ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -220,7 +221,7 @@ class HongTuEngine:
                 h_n = resident if step.need_pos is None else resident[step.need_pos.to(self.device)]
                 with self.clock.span("device_compute"):
                     out, agg = self._layer_forward(layer_mod, layer, c, h_n, cache_host is not None)
-                    y = self._activation(out, layer, c, last)
+                    y = self._activation(model, out, layer, c, last)
                 self.arena.hold_tensors("chunk", h_n if step.need_pos is not None else None, out, y, agg)
                 local = self._local(c)
                 self.to_host(out_host, local, y, "fwd", add=False)
@@ -246,7 +247,8 @@ class HongTuEngine:
             last = layer == len(layers) - 1
             want_input_grad = layer > 0
             grad_host = self._host(self.acts[layer].shape, grad_next) if want_input_grad else None
-            layer_params = list(layer_mod.parameters())
+            norm = None if last else model.hidden_norm(layer + 1)  # part of this layer's recomputed output
+            layer_params = list(layer_mod.parameters()) + ([] if norm is None else list(norm.parameters()))
             index = {id(p): i for i, p in enumerate(params)}
             prev_inputs = prev_sums = None
             for step in self.bwd.steps:
@@ -267,7 +269,7 @@ class HongTuEngine:
                         with self.clock.span("device_compute"):
                             with self.arena.saved_tensors("recompute", exclude=params + inputs + [g]):
                                 out = layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached))
-                                y = self._activation(out, layer, c, last)
+                                y = self._activation(model, out, layer, c, last)
                             grads = torch.autograd.grad(y, layer_params + inputs, g, allow_unused=True)
                             block = None
                             if want_input_grad:
@@ -284,7 +286,7 @@ class HongTuEngine:
                         with self.clock.span("device_compute"):
                             with self.arena.saved_tensors("recompute", exclude=params + [h_n, resident, g]):
                                 out, _ = self._layer_forward(layer_mod, layer, c, h_n, False)
-                                y = self._activation(out, layer, c, last)
+                                y = self._activation(model, out, layer, c, last)
                             inputs = [h_n] if want_input_grad else []
                             grads = torch.autograd.grad(y, layer_params + inputs, g, allow_unused=True)
                             block = grads[len(layer_params)] if want_input_grad else None

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from gnntrain.config.schema import option_value
 from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
@@ -97,7 +98,7 @@ class HongTuMode(Mode):
         src_np, dst_np = src_n.numpy(), dst_n.numpy()
         ctx_dims = self._dims(data)
         b = DTYPE_BYTES[plan.dtype]
-        pbytes = param_bytes(plan.model, ctx_dims, b)
+        pbytes = param_bytes(plan.model, ctx_dims, b, option_value(self.cfg.model.get("norm", "none")))
         cap = self.device_cap()
         max_n = int(np.diff(part.offsets).min())
         n = int(self.options.chunks)
