@@ -113,10 +113,15 @@ def suite_ablations(quick: bool, gbit_s: float = 1.0) -> dict:
                     if network == "emulated":
                         if p not in clusters:
                             clusters[p] = netem.create(f"gtab{p}", p, link)
-                        job = netem.run_job(clusters[p], graph + extra, run_dir, port=29700 + i, timeout_s=1800,
-                                            env=env)
+                        for attempt in range(2):  # a second try on another port, should the first be taken
+                            job = netem.run_job(clusters[p], graph + extra, run_dir / f"try{attempt}",
+                                                port=29700 + 100 * attempt + i, timeout_s=1800, env=env)
+                            if job.ok:
+                                break
                         summary = job.summary() if job.ok else None
-                        tail = " / ".join(job.outputs[0].strip().splitlines()[-2:]) if not job.ok else ""
+                        errors = [line for out in job.outputs for line in out.splitlines()
+                                  if "error" in line.lower() and "elastic/errors.html" not in line]
+                        tail = " / ".join(errors[-2:] or job.outputs[0].strip().splitlines()[-2:])
                     else:
                         summary = _run_local(graph + extra, p, run_dir, env)
                         tail = "the local run failed"

@@ -193,3 +193,20 @@ def test_good_dataset_values_pass_the_checks(overrides):
     from gnntrain.data import check_dataset_config
 
     check_dataset_config(compose(overrides).dataset)
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage", "gin"])
+@pytest.mark.parametrize("layout", [["mode=partition", "mode.comm=oblivious", "hardware.ranks_per_node=2"],
+                                    ["mode=partition", "mode.comm=oblivious", "hardware.ranks_per_node=4",
+                                     "mode.replication=2"],
+                                    ["mode=mop", "hardware.ranks_per_node=3"]],
+                         ids=["oblivious-p2", "oblivious-1.5d-p4c2", "mop-m3"])
+def test_plan_comm_estimate_equals_measured_bytes(train, model, layout):
+    """Every closed-form estimate equals what the run measures, kind by kind: backward traffic only
+    for the layers whose communicated tensor has a gradient (not SAGE's or GIN's first layer, which
+    aggregate the raw features), and no d_0-wide backward for MoP's GIN."""
+    overrides = ["dataset=csbm", "train.epochs=1", "kernel=torch", f"model={model}", "model.layers=3"] + layout
+    plan = build_plan(compose(overrides))
+    measured = train(overrides)["comm_bytes"]
+    assert measured["by_kind"] == plan.comm_per_epoch["by_kind"]
+    assert measured["per_epoch"] == plan.comm_per_epoch["per_epoch_bytes"]

@@ -115,6 +115,7 @@ class PartitionerConfig:
     seed: int = 0
     num_parts: int = 0  # 0 = what the mode needs at this world size; otherwise must match it
     vertex_weights: str = "nnz"  # nnz | uniform  (metis/volume)
+    objective: str = "cut"  # cut | vol: what METIS minimises, the edge cut or the total communication volume
     reorder: Optional[str] = None  # null | rcm
     # volume refinement (GVB approximation)
     imbalance_eps: float = 0.05  # max allowed (max-avg)/avg of nnz per part

@@ -21,7 +21,10 @@ def partitioner_options(cfg) -> dict:
     keys = ["name", "seed", "vertex_weights", "reorder"]
     if cfg.name == "volume":
         keys += ["imbalance_eps", "max_volume_growth", "refine_rounds"]
-    return {key: cfg[key] for key in keys}
+    options = {key: cfg[key] for key in keys}
+    if cfg.name in ("metis", "volume") and cfg.get("objective", "cut") != "cut":
+        options["objective"] = cfg.objective  # keys of partitions cut by edge cut stay as they were
+    return options
 
 
 def partition_graph(src: np.ndarray, dst: np.ndarray, num_nodes: int, k: int, cfg, dataset_hash: str,

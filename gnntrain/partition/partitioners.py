@@ -7,6 +7,8 @@ relabelling with contiguous parts.
 """
 from __future__ import annotations
 
+from typing import Tuple
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -30,7 +32,13 @@ def in_degree(dst: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(dst, minlength=n)
 
 
-def metis_parts(src: np.ndarray, dst: np.ndarray, n: int, k: int, seed: int, vertex_weights: str) -> np.ndarray:
+METIS_OBJECTIVES = {"cut": 0, "vol": 1}  # METIS_OBJTYPE_CUT, METIS_OBJTYPE_VOL (total communication volume)
+
+
+def metis_parts(src: np.ndarray, dst: np.ndarray, n: int, k: int, seed: int, vertex_weights: str,
+                objective: str = "cut") -> np.ndarray:
+    """METIS k-way parts; ``objective="vol"`` minimises the total communication volume instead of the
+    edge cut (METIS manual §5.4, METIS_OBJTYPE_VOL: the sparsity-aware paper's volume metric)."""
     import pymetis
 
     if k == 1:
@@ -40,8 +48,12 @@ def metis_parts(src: np.ndarray, dst: np.ndarray, n: int, k: int, seed: int, ver
     if vertex_weights == "nnz":
         # SpMM work of a row = its nnz (in-edges, +1 for the self-loop / own row).
         vweights = (in_degree(dst, n) + 1).astype(np.int64)
-    opts = pymetis.Options(seed=int(seed))
-    _, membership = pymetis.part_graph(k, xadj=a.indptr, adjncy=a.indices, vweights=vweights, options=opts)
+    if objective not in METIS_OBJECTIVES:
+        raise PlanError("partitioner.objective", f"unknown METIS objective '{objective}'.", "use cut or vol")
+    opts = pymetis.Options(seed=int(seed), objtype=METIS_OBJECTIVES[objective])
+    # only the k-way scheme takes the volume objective (recursive bisection always cuts edges)
+    _, membership = pymetis.part_graph(k, xadj=a.indptr, adjncy=a.indices, vweights=vweights, options=opts,
+                                       recursive=False if objective == "vol" else None)
     parts = np.asarray(membership, dtype=np.int64)
     # METIS may leave a part empty on tiny graphs; every rank must own rows.
     if np.bincount(parts, minlength=k).min() == 0:
@@ -68,17 +80,82 @@ def partition_nodes(src: np.ndarray, dst: np.ndarray, n: int, k: int, cfg) -> np
         raise PlanError("world size", f"{k} parts requested for a graph of {n} nodes.",
                         "use at most as many parts as nodes")
     name = cfg.name
+    objective = str(cfg.get("objective", "cut"))
     if name == "metis":
-        return metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights)
+        return metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights, objective)
     if name == "random":
         return random_parts(n, k, cfg.seed)
     if name == "range":
         return range_parts(n, k)
     if name == "volume":
-        parts = metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights)
+        parts = metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights, objective)
         return refine_max_send(src, dst, n, parts, k, cfg.imbalance_eps, cfg.max_volume_growth,
                                max_moves=max(1, cfg.refine_rounds) * k * 4)
     raise PlanError("partitioner", f"unknown partitioner '{name}'.", f"use one of {', '.join(PARTITIONERS)}")
+
+
+class PartCounts:
+    """counts[u, p] = how many of u's out-neighbours lie in part p, held sparsely.
+
+    Only pairs that occur are stored, as sorted keys u*k + p with their counts: the initial ones (at
+    most one per edge, so memory grows with E, not with n*k: a dense n x k matrix would need 29 GB
+    for 14M nodes and 256 parts), and beside them the few pairs that refinement moves create.
+    """
+
+    def __init__(self, src: np.ndarray, dst: np.ndarray, parts: np.ndarray, k: int):
+        self.k = k
+        self.keys, counts = np.unique(src.astype(np.int64) * k + parts[dst], return_counts=True)
+        self.values = counts.astype(np.int32)
+        self.row_start = np.searchsorted(self.keys, np.arange(parts.size + 1, dtype=np.int64) * k)
+        self.new_keys = np.zeros(0, dtype=np.int64)  # sorted; pairs absent from keys
+        self.new_values = np.zeros(0, dtype=np.int64)
+
+    @staticmethod
+    def _find(keys: np.ndarray, wanted: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        if keys.size == 0:
+            return np.zeros(wanted.size, dtype=np.int64), np.zeros(wanted.size, dtype=bool)
+        pos = np.minimum(np.searchsorted(keys, wanted), keys.size - 1)
+        return pos, keys[pos] == wanted
+
+    def get(self, nodes: np.ndarray, part: int) -> np.ndarray:
+        """counts[nodes, part]."""
+        wanted = nodes.astype(np.int64) * self.k + part
+        pos, found = self._find(self.keys, wanted)
+        out = np.where(found, self.values[pos], 0).astype(np.int64)
+        if self.new_keys.size == 0:
+            return out
+        new_pos, new_found = self._find(self.new_keys, wanted)
+        return np.where(new_found, self.new_values[new_pos], out)
+
+    def row(self, u: int) -> np.ndarray:
+        """counts[u, :] as a dense vector of k."""
+        row = np.zeros(self.k, dtype=np.int64)
+        lo, hi = self.row_start[u], self.row_start[u + 1]
+        row[self.keys[lo:hi] - u * self.k] = self.values[lo:hi]
+        if self.new_keys.size:
+            lo, hi = np.searchsorted(self.new_keys, [u * self.k, (u + 1) * self.k])
+            row[self.new_keys[lo:hi] - u * self.k] = self.new_values[lo:hi]
+        return row
+
+    def add(self, nodes: np.ndarray, part: int, amounts: np.ndarray) -> None:
+        """counts[nodes, part] += amounts (nodes distinct)."""
+        wanted = nodes.astype(np.int64) * self.k + part
+        pos, found = self._find(self.keys, wanted)
+        self.values[pos[found]] += amounts[found].astype(np.int32)
+        wanted, amounts = wanted[~found], amounts[~found].astype(np.int64)
+        new_pos, new_found = self._find(self.new_keys, wanted)
+        self.new_values[new_pos[new_found]] += amounts[new_found]
+        if (~new_found).any():
+            keys = np.concatenate([self.new_keys, wanted[~new_found]])
+            order = np.argsort(keys, kind="stable")
+            self.new_keys = keys[order]
+            self.new_values = np.concatenate([self.new_values, amounts[~new_found]])[order]
+
+    def remote_parts(self, parts: np.ndarray, n: int) -> np.ndarray:
+        """D(u) for every u: the number of other parts holding an out-neighbour of u (before any move)."""
+        owner = self.keys // self.k
+        remote = (self.values > 0) & (self.keys % self.k != parts[owner])
+        return np.bincount(owner[remote], minlength=n).astype(np.int64)
 
 
 def refine_max_send(src: np.ndarray, dst: np.ndarray, n: int, parts: np.ndarray, k: int, eps: float,
@@ -95,21 +172,17 @@ def refine_max_send(src: np.ndarray, dst: np.ndarray, n: int, parts: np.ndarray,
     * total volume grows by at most ``max_growth`` of its initial value.
 
     Out-neighbours are read from the graph's edges src→dst; in-neighbours w→u
-    are needed for the effect on other senders, so both are kept.
+    are needed for the effect on other senders, so both are kept. The
+    per-(node, part) counts are sparse (:class:`PartCounts`).
     """
     if k < 2:
         return parts
     parts = parts.copy()
     ones = np.ones(src.size, dtype=np.int32)
-    out_adj = sp.csr_matrix((ones, (src, dst)), shape=(n, n))
-    out_adj.sum_duplicates()
-    in_adj = out_adj.T.tocsr()
-    onehot = sp.csr_matrix((np.ones(n, dtype=np.int32), (np.arange(n), parts)), shape=(n, k))
-    counts = np.asarray((out_adj @ onehot).todense(), dtype=np.int64)  # counts[u, p]: out-neighbours of u in p
-    remote = counts > 0
-    remote[np.arange(n), parts] = False
-    d = remote.sum(axis=1)
-    del remote
+    in_adj = sp.csr_matrix((ones, (dst, src)), shape=(n, n))  # row u: the w with an edge w -> u
+    in_adj.sum_duplicates()
+    counts = PartCounts(src, dst, parts, k)
+    d = counts.remote_parts(parts, n)
     send = np.bincount(parts, weights=d, minlength=k).astype(np.int64)
     row_nnz = in_degree(dst, n) + 1
     nnz = np.bincount(parts, weights=row_nnz, minlength=k).astype(np.int64)
@@ -124,15 +197,15 @@ def refine_max_send(src: np.ndarray, dst: np.ndarray, n: int, parts: np.ndarray,
         if members.size == 0:
             break
         # cheapest-looking first: many remote parts, few neighbours at home
-        score = d[members] * 1000 - counts[members, s]
+        score = d[members] * 1000 - counts.get(members, s)
         members = members[np.argsort(-score, kind="stable")[:candidates]]
         best = None
         current_max = int(send.max())
         for u in members:
-            row = counts[u].copy()
+            row = counts.row(int(u))
             row[s] = -1
             t = int(np.argmax(row))
-            delta = _move_delta(u, s, t, parts, counts, in_adj, k)
+            delta = _move_delta(int(u), s, t, parts, counts, in_adj, k)
             new_send = send + delta
             # progress: max send drops, or stays while the heaviest sender s sheds load
             if new_send.max() > current_max or (new_send.max() == current_max and new_send[s] >= send[s]):
@@ -143,7 +216,7 @@ def refine_max_send(src: np.ndarray, dst: np.ndarray, n: int, parts: np.ndarray,
                 continue
             key = (int(new_send.max()), int(new_send.sum()))
             if best is None or key < best[0]:
-                best = (key, u, t)
+                best = (key, int(u), t)
         if best is None:
             break
         _, u, t = best
@@ -153,37 +226,40 @@ def refine_max_send(src: np.ndarray, dst: np.ndarray, n: int, parts: np.ndarray,
     return parts
 
 
-def _move_delta(u: int, s: int, t: int, parts: np.ndarray, counts: np.ndarray, in_adj: sp.csr_matrix,
-                k: int) -> np.ndarray:
-    """Change of every part's send volume if u moves from s to t."""
-    delta = np.zeros(k, dtype=np.int64)
-    old_d = int(((counts[u] > 0) & (np.arange(k) != s)).sum())
-    new_d = int(((counts[u] > 0) & (np.arange(k) != t)).sum())
-    delta[s] -= old_d
-    delta[t] += new_d
+def _in_neighbours(u: int, in_adj: sp.csr_matrix) -> Tuple[np.ndarray, np.ndarray]:
+    """The w != u with edges w -> u, and each one's edge multiplicity."""
     start, end = in_adj.indptr[u], in_adj.indptr[u + 1]
     w, mult = in_adj.indices[start:end], in_adj.data[start:end]
     keep = w != u
-    w, mult = w[keep], mult[keep]
+    return w[keep], mult[keep]
+
+
+def _move_delta(u: int, s: int, t: int, parts: np.ndarray, counts: PartCounts, in_adj: sp.csr_matrix,
+                k: int) -> np.ndarray:
+    """Change of every part's send volume if u moves from s to t."""
+    delta = np.zeros(k, dtype=np.int64)
+    present = counts.row(u) > 0
+    others = np.arange(k)
+    delta[s] -= int((present & (others != s)).sum())
+    delta[t] += int((present & (others != t)).sum())
+    w, mult = _in_neighbours(u, in_adj)
     if w.size:
         pw = parts[w]
-        loses_s = (counts[w, s] == mult) & (pw != s)  # u was w's last out-neighbour in s
-        gains_t = (counts[w, t] == 0) & (pw != t)  # w had none in t
+        loses_s = (counts.get(w, s) == mult) & (pw != s)  # u was w's last out-neighbour in s
+        gains_t = (counts.get(w, t) == 0) & (pw != t)  # w had none in t
         np.add.at(delta, pw[loses_s], -1)
         np.add.at(delta, pw[gains_t], 1)
     return delta
 
 
-def _apply_move(u, s, t, parts, counts, d, send, in_adj) -> None:
-    start, end = in_adj.indptr[u], in_adj.indptr[u + 1]
-    w, mult = in_adj.indices[start:end], in_adj.data[start:end]
-    keep = w != u
-    w, mult = w[keep], mult[keep]
-    counts[w, s] -= mult
-    counts[w, t] += mult
+def _apply_move(u: int, s: int, t: int, parts: np.ndarray, counts: PartCounts, d: np.ndarray, send: np.ndarray,
+                in_adj: sp.csr_matrix) -> None:
+    w, mult = _in_neighbours(u, in_adj)
+    counts.add(w, s, -mult)
+    counts.add(w, t, mult)
     parts[u] = t
     for v in np.concatenate([w, [u]]):
-        r = counts[v] > 0
+        r = counts.row(int(v)) > 0
         r[parts[v]] = False
         new_dv = int(r.sum())
         if v == u:
