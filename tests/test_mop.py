@@ -116,3 +116,14 @@ def test_plan_refuses_more_chunks_than_rows():
     with pytest.raises(PlanError, match="pipeline_chunks|chunks"):
         build_plan(compose(["mode=mop", "hardware.ranks_per_node=2", "dataset.num_nodes=10",
                             "mode.pipeline_chunks=6"]))
+
+
+@pytest.mark.parametrize("s", [1, 3])
+def test_time_splits_into_aggregation_all_to_all_and_update(train, s):
+    """MixGCN Fig. 8's breakdown: aggregation and update stages (forward + backward) beside comm."""
+    summary = train(["train.epochs=2", "mode=mop", "hardware.ranks_per_node=2", "kernel=torch",
+                     f"mode.pipeline_chunks={s}"])
+    stages = summary["time_breakdown_s"]
+    assert stages["aggregation"] > 0 and stages["update"] > 0 and stages["comm"] > 0
+    if s == 1:  # without the pipeline no other node runs inside a stage's backward span
+        assert stages["aggregation"] + stages["update"] <= stages["compute"] + 1e-6

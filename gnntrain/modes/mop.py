@@ -36,6 +36,7 @@ import torch
 from gnntrain.config.schema import ModeConfig
 from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
+from gnntrain.metrics.clock import StageClock
 from gnntrain.models import GINLayer, SparseAdjacency, run_layers
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
@@ -305,13 +306,18 @@ class MoPMode(Mode):
         x_cols = shard.info["features_cols"].to(device=ctx.device, dtype=ctx.dtype)
         s = int(self.options.pipeline_chunks)
         chunks = pipeline_chunks(layout, s, dst, src, w, ctx.plan.kernel, ctx.device) if s > 1 else []
+        clock = StageClock(ctx.device)  # MixGCN Fig. 8's split: aggregation, all-to-all (comm), update
 
         def aggregate_cols(layer, h_cols, spmm, rows=None):
-            """The column side; GIN's row-local (1+ε)·h is added on the row side (with_self)."""
-            return spmm(h_cols) if isinstance(layer, GINLayer) else layer.aggregate(h_cols, spmm, rows=rows)
+            """The column side; GIN's row-local (1+ε)·h is added on the row side (update_rows)."""
+            if isinstance(layer, GINLayer):
+                return clock.through("aggregation", spmm, h_cols)
+            return clock.through("aggregation", lambda h: layer.aggregate(h, spmm, rows=rows), h_cols)
 
-        def with_self(layer, h_rows, z_rows):
-            return layer.self_term(h_rows) + z_rows if isinstance(layer, GINLayer) else z_rows
+        def update_rows(layer, h_rows, z_rows):
+            def update(z):
+                return layer.update(h_rows, layer.self_term(h_rows) + z if isinstance(layer, GINLayer) else z)
+            return clock.through("update", update, z_rows)
 
         def layer_pipelined(layer, h_rows, h_cols):
             """Aggregate chunk c+1 while chunk c is exchanged; update chunk c while c+1 is exchanged."""
@@ -328,20 +334,20 @@ class MoPMode(Mode):
 
         def finish(layer, h_rows, width, token, chunk, box):
             z_rows = _FinishToRows.apply(token, layout, width, chunk.sizes, box)
-            return layer.update(h_rows[chunk.own], with_self(layer, h_rows[chunk.own], z_rows))
+            return update_rows(layer, h_rows[chunk.own], z_rows)
 
         def layer_step(i, layer, h_rows):
             h_cols = x_cols if i == 0 else layout.to_cols(h_rows)
             if chunks:
                 return layer_pipelined(layer, h_rows, h_cols)
             z_rows = layout.to_rows(aggregate_cols(layer, h_cols, adj.spmm), h_rows.shape[1])
-            return layer.update(h_rows, with_self(layer, h_rows, z_rows))
+            return update_rows(layer, h_rows, z_rows)
 
         def forward(model, x_rows, dropout):
             return run_layers(model, x_rows, layer_step, dropout)
 
         result = train_full_graph(shard, ctx, adj.spmm, aggregate_first=self.aggregate_first, forward=forward,
-                                  setup_s=time.perf_counter() - start)
+                                  setup_s=time.perf_counter() - start, clock=clock)
         result["mode_report"] = self._flop_balance(ctx, adj, layout, result["model"])
         return result
 
