@@ -304,3 +304,59 @@ def test_int2_accuracy_on_cora_matches_fp32(train):
                           for seed in range(3)]) for bits in (32, 2)}
     assert acc[32] > 0.75, acc
     assert abs(acc[2] - acc[32]) <= 0.010, acc
+
+
+@pytest.mark.parametrize("overlap", ["true", "false"])
+def test_backward_overlap_is_exact_and_sync_is_timed(train, overlap):
+    """mode.overlap also overlaps backward: the halo gradients travel while the local aggregation's
+    backward runs, and the finish node hands zeros that the start node replaces (still exact). The
+    time blocked waiting for rows is the stage `sync` (SuperGCN Fig. 8's Sync)."""
+    from conftest import EXACT, single_losses
+
+    ref = single_losses(train, ["dataset=csbm"] + EXACT + ["model=sage"])
+    s = train(["dataset=csbm"] + EXACT + ["model=sage", "mode=supergcn", "mode.bits=32", "hardware.ranks_per_node=3",
+                                          f"mode.overlap={overlap}"])
+    assert_exact(s["losses"], ref)
+    assert s["time_breakdown_s"]["sync"] > 0
+
+
+def test_backward_waits_for_halo_gradients_only_after_the_local_work():
+    """The autograd order behind the overlap: the finish node starts the gradient exchange, the local
+    aggregation's backward runs, and only then does the start node wait."""
+    from gnntrain.modes import halo
+
+    events = []
+
+    class Pending:
+        def __init__(self, x, direction):
+            self.x, self.direction = x, direction
+
+        def wait(self):
+            events.append(f"wait {self.direction}")
+            return self.x.clone()
+
+    class Local(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, h):
+            return 2 * h
+
+        @staticmethod
+        def backward(ctx, g):
+            events.append("local backward")
+            return 2 * g
+
+    original = halo._start
+    halo._start = lambda comm, send, sc, rc, kind, q, direction: Pending(send, direction)
+    try:
+        for overlap in (True, False):
+            events.clear()
+            h = torch.ones(3, 2, requires_grad=True)
+            spec = halo.ExchangeSpec(None, [3], [3], overlap_backward=overlap)
+            pending = halo.start_exchange(3 * h, spec)
+            z = Local.apply(h)
+            (z + pending.wait()).sum().backward()
+            assert torch.equal(h.grad, torch.full((3, 2), 5.0))
+            expected = ["local backward", "wait bwd"] if overlap else ["wait bwd", "local backward"]
+            assert events == ["wait fwd"] + expected, events
+    finally:
+        halo._start = original

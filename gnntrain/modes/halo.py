@@ -18,6 +18,7 @@ from typing import List, Optional, Sequence
 import torch
 
 from gnntrain.comm import Communicator, Phase
+from gnntrain.metrics.clock import StageClock
 
 
 @dataclass
@@ -99,35 +100,53 @@ def _start(comm: Communicator, send: torch.Tensor, send_counts, recv_counts, kin
     return comm.all_to_all_quantized_start(send, send_counts, recv_counts, kind, quantizer, direction)
 
 
+def _wait(spec: "ExchangeSpec", pending) -> torch.Tensor:
+    """Block until the rows are here (and decoded); the time goes to stage ``sync`` when timed."""
+    if spec.clock is None:
+        return pending.wait()
+    with spec.clock.span("sync"):
+        return pending.wait()
+
+
 class _StartExchange(torch.autograd.Function):
-    """Starts the row all-to-all (async) and passes its input through as a token."""
+    """Starts the row all-to-all (async) and passes its input through as a token. With
+    ``overlap_backward`` its backward is where the gradients sent back by the peers are awaited."""
 
     @staticmethod
     def forward(ctx, send: torch.Tensor, spec: "ExchangeSpec", box: dict):  # type: ignore[override]
+        ctx.spec, ctx.box = spec, box
         box["pending"] = _start(spec.comm, send, spec.send_counts, spec.recv_counts, spec.kinds[0],
                                 spec.quantizer, "fwd")
         return send.view_as(send)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
+        if "grad_pending" in ctx.box:  # the token's only use is the finish node, which sent zeros
+            return _wait(ctx.spec, ctx.box.pop("grad_pending")), None, None
         return grad, None, None
 
 
 class _FinishExchange(torch.autograd.Function):
-    """Waits for the rows; backward sends their gradients back to the senders."""
+    """Waits for the rows; backward sends their gradients back to the senders. With
+    ``overlap_backward`` it only starts that exchange and hands back zeros: autograd then runs the
+    work it has ready (the local aggregation's backward, created after the start node) before the
+    start node's backward waits for the real gradient."""
 
     @staticmethod
     def forward(ctx, token: torch.Tensor, spec: "ExchangeSpec", box: dict):  # type: ignore[override]
-        ctx.spec = spec
-        return box.pop("pending").wait()
+        ctx.spec, ctx.box, ctx.send_shape = spec, box, token.shape
+        return _wait(spec, box.pop("pending"))
 
     @staticmethod
     def backward(ctx, grad_recv: torch.Tensor):  # type: ignore[override]
         spec = ctx.spec
         quantizer = spec.quantizer if spec.quantize_backward else None
-        grad = _start(spec.comm, grad_recv.contiguous(), spec.recv_counts, spec.send_counts, spec.kinds[1],
-                      quantizer, "bwd").wait()
-        return grad, None, None
+        pending = _start(spec.comm, grad_recv.contiguous(), spec.recv_counts, spec.send_counts, spec.kinds[1],
+                         quantizer, "bwd")
+        if spec.overlap_backward:
+            ctx.box["grad_pending"] = pending
+            return grad_recv.new_zeros(ctx.send_shape), None, None
+        return _wait(spec, pending), None, None
 
 
 @dataclass
@@ -141,6 +160,8 @@ class ExchangeSpec:
     kinds: Sequence[str] = ("halo_fwd", "halo_bwd")
     quantizer: Optional[object] = None  # gnntrain.comm.quantize.RowQuantizer
     quantize_backward: bool = False
+    overlap_backward: bool = False  # backward's exchange runs while autograd does the ready local work
+    clock: Optional[StageClock] = None  # gets the time blocked waiting for rows as stage "sync"
 
 
 class PendingRows:

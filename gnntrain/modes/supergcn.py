@@ -280,9 +280,9 @@ class SuperGCNMode(Mode):
         clock = StageClock(device)
         quantizer = quantizer_for(self.bits, int(ctx.plan.config_obj.train.seed), comm.rank, o.param_dtype.value,
                                   clock)
-        spec = ExchangeSpec(comm, send_counts, recv_counts, quantizer=quantizer,
-                            quantize_backward=bool(o.quantize_backward))
         overlap = bool(o.overlap)
+        spec = ExchangeSpec(comm, send_counts, recv_counts, quantizer=quantizer,
+                            quantize_backward=bool(o.quantize_backward), overlap_backward=overlap, clock=clock)
 
         def aggregate(h: torch.Tensor) -> torch.Tensor:
             outgoing = clock.through("aggregation", send.spmm, h)  # post rows + pre-aggregated partial sums
