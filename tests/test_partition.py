@@ -152,9 +152,9 @@ def test_cache_never_unpickles(tmp_path):
 def test_part_counts_stay_equal_to_dense_counts_through_moves():
     """The volume partitioner's sparse per-(node, part) counts against a dense matrix recomputed from
     scratch after every move (including pairs that a move creates)."""
-    from gnntrain.partition.partitioners import PartCounts, _apply_move, _move_delta
-
     import scipy.sparse as sp
+
+    from gnntrain.partition.partitioners import PartCounts, _apply_move, _move_delta
 
     n, k = 400, 6
     src, dst = _random_graph(n, 2400, 7)
