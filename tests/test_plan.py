@@ -210,3 +210,25 @@ def test_plan_comm_estimate_equals_measured_bytes(train, model, layout):
     measured = train(overrides)["comm_bytes"]
     assert measured["by_kind"] == plan.comm_per_epoch["by_kind"]
     assert measured["per_epoch"] == plan.comm_per_epoch["per_epoch_bytes"]
+
+
+@pytest.mark.parametrize("model,p", [("gcn", 2), ("sage", 3), ("gin", 4)])
+def test_sparse_partition_graph_figures_equal_measured_bytes(train, cache_dir, model, p):
+    """Once the graph is partitioned (`gnntrain plan`/`partition` print it), sparse partition's bytes
+    per epoch are known exactly: total volume x the widths, backward only where a gradient exists."""
+    from gnntrain.data import load_dataset
+    from gnntrain.modes import MODE_REGISTRY
+    from gnntrain.partition import partition_graph
+
+    overrides = [f"cache_dir={cache_dir}", "dataset=rmat", "dataset.num_nodes=3000", "dataset.num_edges=24000",
+                 "train.epochs=1", "kernel=torch", f"model={model}", "model.layers=3", "mode=partition",
+                 f"hardware.ranks_per_node={p}"]
+    cfg = compose(overrides)
+    plan = build_plan(cfg)
+    data = load_dataset(cfg)
+    part, _ = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.num_parts, cfg.partitioner,
+                              data.content_hash, cache_dir)
+    report = MODE_REGISTRY["partition"](cfg).graph_report(data, part, plan)["bytes per epoch"]
+    measured = train(overrides)["comm_bytes"]
+    assert measured["per_epoch"] == report.pop("total")
+    assert measured["by_kind"] == report

@@ -33,7 +33,7 @@ from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.halo import build_halo_plan, group_all_reduce, halo_exchange, local_source_index
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph
-from gnntrain.sizing import MemoryEstimate, estimate_memory
+from gnntrain.sizing import DTYPE_BYTES, MemoryEstimate, estimate_memory, grad_widths, layer_widths, model_dims
 
 LAYER_ORDER = {None: "per layer: the narrower side is aggregated", True: "aggregate, then apply the weights",
                False: "apply the weights, then aggregate"}
@@ -125,6 +125,22 @@ class PartitionMode(Mode):
             return CommEstimate(sum(by_kind.values()), by_kind, formula)
         return CommEstimate(None, by_kind, "halo = f * sum_i sum_{j!=i} |NnzCols(A_ij)| * bytes per layer "
                             "and direction; known after partitioning (gnntrain partition)")
+
+    def graph_report(self, data, part, plan) -> Optional[Dict[str, Any]]:
+        """1D sparse: the halo bytes the partition implies (Sparsity-Aware Communication for Distributed
+        GNN Training, §4: METIS's total volume x f per layer and direction), exactly what a run measures.
+        Backward moves only the layers whose communicated tensor has a gradient."""
+        if self.options.comm != CommKind.sparse or self.c > 1 or plan.world_size < 2:
+            return None
+        m = self.cfg.model
+        dims = model_dims(data.features.shape[1], int(m.hidden), data.num_classes, int(m.layers))
+        widths = layer_widths(m.name, dims, self.options.aggregate_first)
+        backward = grad_widths(m.name, dims, self.options.aggregate_first)
+        rows, b = int(part.metrics.total_volume), DTYPE_BYTES[plan.dtype]
+        by_kind = {"halo_fwd": rows * sum(widths) * b, "halo_bwd": rows * sum(backward) * b,
+                   "allreduce": int(plan.comm_per_epoch["by_kind"].get("allreduce", 0))}
+        return {"halo rows per layer (total volume)": rows,
+                "bytes per epoch": {**{k: v for k, v in by_kind.items() if v}, "total": sum(by_kind.values())}}
 
     def details(self, ctx) -> Dict[str, Any]:
         grid = Grid(ctx.world_size, self.c)
