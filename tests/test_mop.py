@@ -127,3 +127,24 @@ def test_time_splits_into_aggregation_all_to_all_and_update(train, s):
     assert stages["aggregation"] > 0 and stages["update"] > 0 and stages["comm"] > 0
     if s == 1:  # without the pipeline no other node runs inside a stage's backward span
         assert stages["aggregation"] + stages["update"] <= stages["compute"] + 1e-6
+
+
+def test_stage_count_follows_proposition_3_5():
+    from gnntrain.modes.mop import stage_count
+
+    assert stage_count(100, 0) == 2 and stage_count(100, 50) == 4 and stage_count(100, 60) == 5
+    assert stage_count(100, 100) == 1  # no bandwidth to exploit
+
+
+def test_auto_pipeline_takes_its_stage_count_from_rcm(train):
+    """pipeline_chunks=0 with RCM: s = ceil(2n/(n-b)) from the measured bandwidth; still exact."""
+    from gnntrain.modes.mop import stage_count
+
+    rcm = ["partitioner.reorder=rcm"]
+    s = train(GRAPHS["csbm"] + EXACT + rcm + ["model=gcn", "mode=mop", "hardware.ranks_per_node=2",
+                                              "mode.pipeline_chunks=0"])
+    part = s["partition"]
+    assert part["pipeline_chunks"] == stage_count(2708, part["bandwidth"]) > 1
+    assert_exact(s["losses"], _ref(train, "csbm", "gcn"))
+    with pytest.raises(PlanError, match="partitioner.reorder=rcm"):
+        build_plan(compose(EXACT + ["mode=mop", "mode.pipeline_chunks=0"]))

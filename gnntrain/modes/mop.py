@@ -47,7 +47,15 @@ from gnntrain.sizing import EDGE_BYTES, HALO_FACTOR, MemoryEstimate, estimate_me
 @dataclass
 class MoPConfig(ModeConfig):
     name: str = "mop"
-    pipeline_chunks: int = 1
+    pipeline_chunks: int = 1  # 0 = auto: Proposition 3.5's stage count from the RCM bandwidth
+
+
+def stage_count(num_nodes: int, bandwidth: int) -> int:
+    """MixGCN Proposition 3.5: with RCM bandwidth b, pipeline idleness vanishes once (n - b)/(2n) >= 1/s,
+    so s = ceil(2n / (n - b)) stages; without a usable bandwidth (b >= n) there is nothing to overlap."""
+    if bandwidth >= num_nodes:
+        return 1
+    return -(-2 * num_nodes // (num_nodes - bandwidth))
 
 
 def floor_splits(total: int, parts: int) -> List[int]:
@@ -235,8 +243,13 @@ class MoPMode(Mode):
                                    activation_bytes=base.activation_bytes + int(exchanged))
 
     def validate(self, ctx) -> List[str]:
-        if int(self.options.pipeline_chunks) < 1:
-            raise PlanError("mode.pipeline_chunks", "must be at least 1.", "use pipeline_chunks=1 (no pipelining)")
+        if int(self.options.pipeline_chunks) < 0:
+            raise PlanError("mode.pipeline_chunks", "must be at least 1, or 0 for Proposition 3.5's count.",
+                            "use pipeline_chunks=1 (no pipelining)")
+        if int(self.options.pipeline_chunks) == 0 and self.cfg.partitioner.get("reorder") != "rcm":
+            raise PlanError("mode.pipeline_chunks", "0 (auto) takes the stage count from the RCM bandwidth "
+                            "(MixGCN Prop. 3.5), but the nodes are not reordered.",
+                            "add partitioner.reorder=rcm, or give a count")
         if ctx.world_size > ctx.num_nodes:
             raise PlanError("world size", f"{ctx.world_size} ranks for {ctx.num_nodes} nodes: MoP's node split "
                             "needs every rank to own rows.", "use fewer ranks")
@@ -274,6 +287,9 @@ class MoPMode(Mode):
         start = time.perf_counter()
         m = plan.world_size
         perm, bandwidth = _order(self.cfg, data)
+        stages = int(self.options.pipeline_chunks)
+        if stages == 0:  # Prop. 3.5, at most the rows the smallest rank owns
+            stages = min(stage_count(data.num_nodes, int(bandwidth)), data.num_nodes // m)
         inverse = torch.empty_like(perm)
         inverse[perm] = torch.arange(perm.numel())
         src, dst, w = graph_tensors(data, self.cfg)
@@ -290,10 +306,12 @@ class MoPMode(Mode):
                 features=features[lo:hi], labels=data.labels[perm[lo:hi]],
                 count_masks={s: masks[s][lo:hi] for s in SPLITS}, global_counts=counts, global_ids=perm[lo:hi],
                 edges=(dst_n, src_n, w),
-                info={"features_cols": features[:, cols[rank]:cols[rank + 1]].contiguous()},
+                info={"features_cols": features[:, cols[rank]:cols[rank + 1]].contiguous(),
+                      "pipeline_chunks": stages},
             ))
         partition = {"num_parts": m, "edge_cut": 0, "total_volume": 0, "max_send_volume": 0,
-                     "layout": "feature-split aggregation / node-split update", "bandwidth": bandwidth}
+                     "layout": "feature-split aggregation / node-split update", "bandwidth": bandwidth,
+                     "pipeline_chunks": stages}
         return Prepared(shards=shards, partition=partition, preprocess_s=time.perf_counter() - start)
 
     # ---------------------------------------------------------------- train
@@ -304,7 +322,7 @@ class MoPMode(Mode):
         adj = SparseAdjacency(dst, src, w, n, n, kernel=ctx.plan.kernel, device=ctx.device)
         layout = MoPLayout(ctx.comm, n)
         x_cols = shard.info["features_cols"].to(device=ctx.device, dtype=ctx.dtype)
-        s = int(self.options.pipeline_chunks)
+        s = int(shard.info["pipeline_chunks"])
         chunks = pipeline_chunks(layout, s, dst, src, w, ctx.plan.kernel, ctx.device) if s > 1 else []
         clock = StageClock(ctx.device)  # MixGCN Fig. 8's split: aggregation, all-to-all (comm), update
 
