@@ -972,6 +972,7 @@ def suite_scale(quick: bool) -> dict:
 
     import psutil
 
+    from gnntrain.errors import PlanError
     from gnntrain.plan import build_plan
 
     budget = int(0.9 * psutil.virtual_memory().available)
@@ -993,10 +994,14 @@ def suite_scale(quick: bool) -> dict:
         cache = [f"cache_dir={tmp}/cache"]  # one generated graph per size, shared by the modes
         for i, (name, extra, sizes) in enumerate(candidates):
             for j, n in enumerate(sizes):
-                estimate = build_plan(compose(graph(n) + extra + cache)).memory_per_rank.total_bytes
+                try:
+                    estimate = build_plan(compose(graph(n) + extra + cache)).memory_per_rank.total_bytes
+                except PlanError:  # the run below fails with the same message, which the row shows
+                    estimate = None
                 s, machine_peak, wall, tail = run_cli_measured(graph(n) + extra + cache, Path(tmp) / f"{i}-{j}")
                 if s is None:
-                    rows.append([name, f"{n:,}", "", "", "failed", "", "", "", f"{estimate / 2**30:.2f}", "",
+                    rows.append([name, f"{n:,}", "", "", "failed", "", "", "",
+                                 "" if estimate is None else f"{estimate / 2**30:.2f}", "",
                                  f"{machine_peak / 2**30:.2f}", f"{wall:.0f}", tail[-300:]])
                     stops.append(f"{name}: {n:,} nodes failed ({tail[-200:]})")
                     break
