@@ -217,19 +217,37 @@ def run_job(cluster: EmulatedCluster, overrides: Sequence[str], run_root: Path, 
                f"hydra.run.dir={run_dirs[i]}"]
         procs.append(subprocess.Popen(cmd, env=base_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, start_new_session=True))
-    outputs = []
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    for proc in procs:
-        try:
-            out, _ = proc.communicate(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for p in procs:
+    notes = [""] * len(procs)
+    outputs = [_drain(p) for p in procs]  # background readers, so no agent blocks on a full pipe
+    while any(p.poll() is None for p in procs):
+        now = time.monotonic()
+        failed = any(p.returncode not in (None, 0) for p in procs)
+        if failed and deadline is None or failed and deadline > now + FAILED_PEER_GRACE_S:
+            deadline = now + FAILED_PEER_GRACE_S  # the others should end on their own; never hang on them
+        if deadline is not None and now > deadline:
+            for i, p in enumerate(procs):
                 if p.poll() is None:
                     os.killpg(p.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-            out += f"\n(killed: the job ran past {timeout_s} s)"
-        outputs.append(out)
-    return JobResult([p.returncode for p in procs], outputs, run_dirs, time.perf_counter() - start)
+                    notes[i] = "\n(killed: " + ("another host's agent failed)" if failed else
+                                                 f"the job ran past {timeout_s} s)")
+            break
+        time.sleep(0.2)
+    texts = [out.result() + note for out, note in zip(outputs, notes)]
+    return JobResult([p.wait() for p in procs], texts, run_dirs, time.perf_counter() - start)
+
+
+FAILED_PEER_GRACE_S = 90.0  # after one agent fails, how long the others get to notice and exit
+
+
+def _drain(proc: subprocess.Popen):
+    """Read an agent's output on a thread; ``.result()`` gives it all once the agent has exited."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(proc.stdout.read)
+    pool.shutdown(wait=False)
+    return future
 
 
 def _profile_link(profile: str, config_root: Path) -> Link:
