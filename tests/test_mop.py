@@ -148,3 +148,33 @@ def test_auto_pipeline_takes_its_stage_count_from_rcm(train):
     assert_exact(s["losses"], _ref(train, "csbm", "gcn"))
     with pytest.raises(PlanError, match="partitioner.reorder=rcm"):
         build_plan(compose(EXACT + ["mode=mop", "mode.pipeline_chunks=0"]))
+
+
+MOA = [("gcn", 3, 1), ("sage", 3, 2), ("gin", 4, 2)]
+
+
+@pytest.mark.parametrize("graph", ["csbm", pytest.param("cora", marks=requires_shared)])
+@pytest.mark.parametrize("model,m,a", MOA, ids=[f"{model}-m{m}-a{a}" for model, m, a in MOA])
+def test_mixture_of_accelerators_equals_single(train, graph, model, m, a):
+    """MoA (MixGCN §3.2): ranks 0..a-1 only aggregate (feature columns), the others only update (node rows);
+    exact against single, and since the groups are disjoint every element of each move crosses:
+    N·d per move."""
+    s = train(GRAPHS[graph] + EXACT + [f"model={model}", "mode=mop", f"hardware.ranks_per_node={m}",
+                                       f"mode.aggregation_ranks={a}"])
+    assert_exact(s["losses"], _ref(train, graph, model))
+    if graph == "csbm":
+        n, dims = 2708, [128, 16, 7]
+        kinds = s["comm_bytes"]["by_kind"]
+        assert kinds["all_to_all_fwd"] == n * (dims[0] + 2 * dims[1]) * 8
+        assert kinds["all_to_all_bwd"] == n * 2 * dims[1] * 8
+        flops = s["mode_report"]["update_flops_per_rank"]
+        assert flops[:a] == [0.0] * a and all(f > 0 for f in flops[a:])
+
+
+@pytest.mark.parametrize("overrides,option", [(["mode.aggregation_ranks=2"], "mode.aggregation_ranks"),
+                                              (["mode.aggregation_ranks=1", "mode.pipeline_chunks=2"],
+                                               "mode.pipeline_chunks")])
+def test_mixture_of_accelerators_refusals(overrides, option):
+    with pytest.raises(PlanError) as err:
+        build_plan(compose(EXACT + ["mode=mop", "hardware.ranks_per_node=2"] + overrides))
+    assert err.value.option == option

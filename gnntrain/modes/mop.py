@@ -48,6 +48,9 @@ from gnntrain.sizing import EDGE_BYTES, HALO_FACTOR, MemoryEstimate, estimate_me
 class MoPConfig(ModeConfig):
     name: str = "mop"
     pipeline_chunks: int = 1  # 0 = auto: Proposition 3.5's stage count from the RCM bandwidth
+    # > 0: mixture of accelerators (MixGCN §3.2): the first aggregation_ranks ranks only aggregate (a feature
+    # column split each), the others only update (a node row split each); 0: every rank does both (MoP)
+    aggregation_ranks: int = 0
 
 
 def stage_count(num_nodes: int, bandwidth: int) -> int:
@@ -63,9 +66,24 @@ def floor_splits(total: int, parts: int) -> List[int]:
     return [total * i // parts for i in range(parts + 1)]
 
 
-def exchanged_elements(n: int, d: int, m: int) -> int:
-    """Elements one all-to-all moves between col- and row-split (N·d − Σ n_i·d_i)."""
-    rows, cols = floor_splits(n, m), floor_splits(d, m)
+def row_splits(n: int, m: int, aggregation_ranks: int = 0) -> List[int]:
+    """Row boundaries of the m ranks: floor splits over all of them (MoP), or over the update ranks only
+    (MoA: the first ``aggregation_ranks`` ranks own no rows)."""
+    a = aggregation_ranks
+    return floor_splits(n, m) if a == 0 else [0] * a + floor_splits(n, m - a)
+
+
+def col_splits(d: int, m: int, aggregation_ranks: int = 0) -> List[int]:
+    """Column boundaries of the m ranks: floor splits over all of them (MoP), or over the aggregation
+    ranks only (MoA: the update ranks own no columns)."""
+    a = aggregation_ranks
+    return floor_splits(d, m) if a == 0 else floor_splits(d, a) + [d] * (m - a)
+
+
+def exchanged_elements(n: int, d: int, m: int, aggregation_ranks: int = 0) -> int:
+    """Elements one all-to-all moves between col- and row-split (N·d − Σ n_i·d_i): with MoA's disjoint
+    groups no rank keeps anything, so all N·d move."""
+    rows, cols = row_splits(n, m, aggregation_ranks), col_splits(d, m, aggregation_ranks)
     return n * d - sum((rows[i + 1] - rows[i]) * (cols[i + 1] - cols[i]) for i in range(m))
 
 
@@ -119,30 +137,32 @@ class MoPLayout:
     default; one pipeline chunk of them with ``mode.pipeline_chunks``).
     """
 
-    def __init__(self, comm, num_nodes: int):
+    def __init__(self, comm, num_nodes: int, aggregation_ranks: int = 0):
         self.comm, self.m, self.rank = comm, comm.world_size, comm.rank
-        self.num_nodes = num_nodes
-        self.rows = floor_splits(num_nodes, self.m)
+        self.num_nodes, self.aggregation_ranks = num_nodes, aggregation_ranks
+        self.rows = row_splits(num_nodes, self.m, aggregation_ranks)
         self.sizes = [self.rows[j + 1] - self.rows[j] for j in range(self.m)]
         self.n_own = self.sizes[self.rank]
 
     def _counts(self, d: int, sizes: Sequence[int]) -> Tuple[List[int], List[int]]:
         """Elements this rank holds per peer in row layout and in column layout."""
-        cols = floor_splits(d, self.m)
+        cols = self.cols(d)
         me = self.rank
         row_layout = [sizes[me] * (cols[j + 1] - cols[j]) for j in range(self.m)]
         col_layout = [sizes[j] * (cols[me + 1] - cols[me]) for j in range(self.m)]
         return row_layout, col_layout
 
-    def _assemble(self, recv: torch.Tensor, row_counts: List[int], n_rows: int) -> torch.Tensor:
-        return torch.cat([part.reshape(n_rows, -1) for part in torch.split(recv, row_counts)], dim=1)
+    def _assemble(self, recv: torch.Tensor, row_counts: List[int], n_rows: int, d: int) -> torch.Tensor:
+        cols = self.cols(d)
+        return torch.cat([part.reshape(n_rows, cols[j + 1] - cols[j])
+                          for j, part in enumerate(torch.split(recv, row_counts))], dim=1)
 
     def cols_to_rows(self, z_cols: torch.Tensor, d: int, kind: str) -> torch.Tensor:
         """(N × d_i) column slice → (n_i × d) row block."""
         row_counts, col_counts = self._counts(d, self.sizes)
         # the rows of rank j form a contiguous block of z_cols, so the flat tensor is already in peer order
         recv = self.comm.all_to_all(z_cols.contiguous().reshape(-1), col_counts, row_counts, kind)
-        return self._assemble(recv, row_counts, self.n_own)
+        return self._assemble(recv, row_counts, self.n_own, d)
 
     def start_cols_to_rows(self, z_cols: torch.Tensor, d: int, sizes: Sequence[int]):
         row_counts, col_counts = self._counts(d, sizes)
@@ -151,17 +171,20 @@ class MoPLayout:
 
     def finish_cols_to_rows(self, pending, d: int, sizes: Sequence[int]) -> torch.Tensor:
         row_counts, _ = self._counts(d, sizes)
-        return self._assemble(pending.wait(), row_counts, sizes[self.rank])
+        return self._assemble(pending.wait(), row_counts, sizes[self.rank], d)
 
     def rows_to_cols(self, h_rows: torch.Tensor, kind: str, sizes: Optional[Sequence[int]] = None) -> torch.Tensor:
         """(n_i × d) row block → (Σ sizes × d_i) column slice."""
         sizes = self.sizes if sizes is None else sizes
         d = h_rows.shape[1]
-        cols = floor_splits(d, self.m)
+        cols = self.cols(d)
         row_counts, col_counts = self._counts(d, sizes)
         send = torch.cat([h_rows[:, cols[j]:cols[j + 1]].reshape(-1) for j in range(self.m)])
         recv = self.comm.all_to_all(send, row_counts, col_counts, kind)
         return recv.reshape(int(sum(sizes)), cols[self.rank + 1] - cols[self.rank])
+
+    def cols(self, d: int) -> List[int]:
+        return col_splits(d, self.m, self.aggregation_ranks)
 
     def to_rows(self, z_cols: torch.Tensor, d: int) -> torch.Tensor:
         return _Relayout.apply(z_cols, self, True, d)
@@ -228,6 +251,10 @@ class MoPMode(Mode):
     def aggregate_first(self) -> Optional[bool]:
         return True  # feature columns of each layer's input are split across ranks
 
+    @property
+    def aggregation_ranks(self) -> int:
+        return int(self.options.aggregation_ranks)
+
     def estimate_memory(self, ctx) -> MemoryEstimate:
         """Every rank holds the whole adjacency and, besides its rows' features, the column slice of
         every row's (MixGCN §3); each layer's all-to-all brings N x d/m elements of the mixed layout
@@ -250,8 +277,15 @@ class MoPMode(Mode):
             raise PlanError("mode.pipeline_chunks", "0 (auto) takes the stage count from the RCM bandwidth "
                             "(MixGCN Prop. 3.5), but the nodes are not reordered.",
                             "add partitioner.reorder=rcm, or give a count")
-        if ctx.world_size > ctx.num_nodes:
-            raise PlanError("world size", f"{ctx.world_size} ranks for {ctx.num_nodes} nodes: MoP's node split "
+        a = self.aggregation_ranks
+        if a and not 0 < a < ctx.world_size:
+            raise PlanError("mode.aggregation_ranks", f"{a} aggregation ranks of {ctx.world_size} leave no "
+                            "update rank.", f"use 1 to {ctx.world_size - 1}, or 0 for MoP")
+        if a and int(self.options.pipeline_chunks) != 1:
+            raise PlanError("mode.pipeline_chunks", "the pipeline splits every rank's rows, and MoA's "
+                            "aggregation ranks own none.", "use pipeline_chunks=1 with aggregation_ranks")
+        if ctx.world_size - a > ctx.num_nodes:
+            raise PlanError("world size", f"{ctx.world_size - a} ranks for {ctx.num_nodes} nodes: MoP's node split "
                             "needs every rank to own rows.", "use fewer ranks")
         if int(self.options.pipeline_chunks) > ctx.num_nodes // ctx.world_size:
             raise PlanError("mode.pipeline_chunks", f"{self.options.pipeline_chunks} chunks exceed the "
@@ -260,9 +294,9 @@ class MoPMode(Mode):
         return []
 
     def _volumes(self, ctx) -> Tuple[int, int]:
-        n, m, dims = ctx.num_nodes, ctx.world_size, ctx.dims
-        hidden = sum(exchanged_elements(n, d, m) for d in dims[1:-1])
-        fwd = exchanged_elements(n, dims[0], m) + 2 * hidden
+        n, m, dims, a = ctx.num_nodes, ctx.world_size, ctx.dims, self.aggregation_ranks
+        hidden = sum(exchanged_elements(n, d, m, a) for d in dims[1:-1])
+        fwd = exchanged_elements(n, dims[0], m, a) + 2 * hidden
         bwd = 2 * hidden
         return fwd * ctx.dtype_bytes, bwd * ctx.dtype_bytes
 
@@ -280,7 +314,11 @@ class MoPMode(Mode):
         replicated = f"{edges} edges, ~{format_bytes(edges * EDGE_BYTES)} (not divided by m)"
         return {"adjacency replicated per rank": replicated,
                 "aggregation": "element-wise only (GAT is refused)",
-                "column split of widths": {d: floor_splits(d, ctx.world_size) for d in ctx.dims[:-1]}}
+                "column split of widths": {d: col_splits(d, ctx.world_size, self.aggregation_ranks)
+                                           for d in ctx.dims[:-1]},
+                **({"mixture of accelerators": f"ranks 0-{self.aggregation_ranks - 1} aggregate, "
+                                               f"ranks {self.aggregation_ranks}-{ctx.world_size - 1} update"}
+                   if self.aggregation_ranks else {})}
 
     # ------------------------------------------------------------- prepare
     def prepare(self, data, plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
@@ -295,7 +333,8 @@ class MoPMode(Mode):
         src, dst, w = graph_tensors(data, self.cfg)
         src_n, dst_n = inverse[src], inverse[dst]
         features = data.features[perm]
-        rows, cols = floor_splits(data.num_nodes, m), floor_splits(data.feat_dim, m)
+        a = self.aggregation_ranks
+        rows, cols = row_splits(data.num_nodes, m, a), col_splits(data.feat_dim, m, a)
         masks = {s: data.masks[s][perm] for s in SPLITS}
         counts = {s: int(masks[s].sum()) for s in SPLITS}
         shards = []
@@ -320,7 +359,7 @@ class MoPMode(Mode):
         n = shard.num_global_nodes
         dst, src, w = shard.edges
         adj = SparseAdjacency(dst, src, w, n, n, kernel=ctx.plan.kernel, device=ctx.device)
-        layout = MoPLayout(ctx.comm, n)
+        layout = MoPLayout(ctx.comm, n, self.aggregation_ranks)
         x_cols = shard.info["features_cols"].to(device=ctx.device, dtype=ctx.dtype)
         s = int(shard.info["pipeline_chunks"])
         chunks = pipeline_chunks(layout, s, dst, src, w, ctx.plan.kernel, ctx.device) if s > 1 else []
@@ -375,7 +414,7 @@ class MoPMode(Mode):
         dims = model.spec.dims
         agg, upd = 0.0, 0.0
         for layer, d_in in zip(model.layers, dims[:-1]):
-            cols = floor_splits(d_in, layout.m)
+            cols = layout.cols(d_in)
             agg += adj.flops(cols[layout.rank + 1] - cols[layout.rank])
             upd += 2.0 * layout.n_own * sum(p.numel() for p in layer.parameters() if p.dim() == 2)
         m = layout.m
