@@ -178,3 +178,59 @@ def test_mixture_of_accelerators_refusals(overrides, option):
     with pytest.raises(PlanError) as err:
         build_plan(compose(EXACT + ["mode=mop", "hardware.ranks_per_node=2"] + overrides))
     assert err.value.option == option
+
+
+def test_pipeline_overlaps_backward_exchange_with_the_previous_chunks_update():
+    """The autograd order behind the backward pipeline: chunk c's gradient is set travelling by its
+    finish node, chunk c-1's update backward runs, and only then does chunk c's start node wait."""
+    import torch
+
+    from gnntrain.modes.mop import _FinishToRows, _StartToRows
+
+    events = []
+
+    class Pending:
+        def __init__(self, x, label):
+            self.x, self.label = x, label
+
+        def wait(self):
+            events.append(f"wait {self.label}")
+            return self.x.clone()
+
+    class Layout:
+        def start_cols_to_rows(self, z, width, sizes):
+            return Pending(z, f"fwd {sizes}")
+
+        def finish_cols_to_rows(self, pending, width, sizes):
+            return pending.wait()
+
+        def start_rows_to_cols(self, grad, kind, sizes):
+            events.append(f"start bwd {sizes}")
+            return Pending(grad, f"bwd {sizes}"), tuple(grad.shape)
+
+    def update(c):
+        class Update(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, z):
+                return 3 * z
+
+            @staticmethod
+            def backward(ctx, g):
+                events.append(f"update backward {c}")
+                return 3 * g
+        return Update.apply
+
+    h = torch.ones(2, 2, requires_grad=True)
+    outs, in_flight = [], None
+    for c in range(2):  # the pipelined layer's order: aggregate c, start c, finish and update c-1
+        box = {}
+        token = _StartToRows.apply(2 * h, Layout(), 2, c, box)
+        if in_flight is not None:
+            outs.append(update(c - 1)(_FinishToRows.apply(*in_flight)))
+        in_flight = (token, Layout(), 2, c, box)
+    outs.append(update(1)(_FinishToRows.apply(*in_flight)))
+    events.clear()
+    torch.cat(outs).sum().backward()
+    assert torch.equal(h.grad, torch.full((2, 2), 12.0))
+    assert events == ["update backward 1", "start bwd 1", "update backward 0", "start bwd 0", "wait bwd 1",
+                      "wait bwd 0"], events

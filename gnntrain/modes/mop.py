@@ -22,7 +22,8 @@ Splits are floors, cols_i = [⌊d·i/m⌋, ⌊d·(i+1)/m⌋) and likewise for ro
 a rank may own no columns when m > d. Per layer and direction an all-to-all
 moves N·d − Σ_i n_i·d_i elements, which is N·d·(m−1)/m when m divides both N
 and d. ``mode.pipeline_chunks = s`` splits the rows into s chunks: chunk c's
-all-to-all is in flight (async) while chunk c+1 aggregates, still exact.
+all-to-all is in flight (async) while chunk c+1 aggregates, and in backward while
+chunk c-1's update runs, still exact.
 """
 from __future__ import annotations
 
@@ -105,29 +106,36 @@ class _Relayout(torch.autograd.Function):
 
 
 class _StartToRows(torch.autograd.Function):
-    """Starts a chunk's column→row all-to-all (async) and passes its input through."""
+    """Starts a chunk's column→row all-to-all (async) and passes its input through. In backward it
+    waits for the chunk's gradient, which the finish node set travelling."""
 
     @staticmethod
     def forward(ctx, z_cols, layout, width: int, sizes, box: dict):  # type: ignore[override]
+        ctx.layout, ctx.box = layout, box
         box["pending"] = layout.start_cols_to_rows(z_cols, width, sizes)
         return z_cols.view_as(z_cols)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        return grad, None, None, None, None
+        pending, shape = ctx.box.pop("grad_pending")  # the finish node handed zeros in its place
+        return pending.wait().reshape(shape), None, None, None, None
 
 
 class _FinishToRows(torch.autograd.Function):
-    """Waits for the chunk's exchange; backward is the inverse (row→column) move."""
+    """Waits for the chunk's exchange. Backward starts the inverse (row→column) move and returns
+    zeros: autograd then runs the earlier chunk's update backward (created after this chunk's start
+    node) while the gradient travels, and the start node waits for it. The pipeline thus overlaps
+    the exchange in backward as well; the sum is the same, so it stays exact."""
 
     @staticmethod
     def forward(ctx, token, layout, width: int, sizes, box: dict):  # type: ignore[override]
-        ctx.layout, ctx.sizes = layout, sizes
+        ctx.layout, ctx.sizes, ctx.box, ctx.token_shape = layout, sizes, box, token.shape
         return layout.finish_cols_to_rows(box.pop("pending"), width, sizes)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        return ctx.layout.rows_to_cols(grad, "all_to_all_bwd", ctx.sizes), None, None, None, None
+        ctx.box["grad_pending"] = ctx.layout.start_rows_to_cols(grad, "all_to_all_bwd", ctx.sizes)
+        return grad.new_zeros(ctx.token_shape), None, None, None, None
 
 
 class MoPLayout:
@@ -176,12 +184,20 @@ class MoPLayout:
     def rows_to_cols(self, h_rows: torch.Tensor, kind: str, sizes: Optional[Sequence[int]] = None) -> torch.Tensor:
         """(n_i × d) row block → (Σ sizes × d_i) column slice."""
         sizes = self.sizes if sizes is None else sizes
+        send, row_counts, col_counts, shape = self._row_layout(h_rows, sizes)
+        return self.comm.all_to_all(send, row_counts, col_counts, kind).reshape(shape)
+
+    def start_rows_to_cols(self, h_rows: torch.Tensor, kind: str, sizes: Sequence[int]):
+        """:meth:`rows_to_cols`, asynchronous: (pending, shape); ``pending.wait().reshape(shape)``."""
+        send, row_counts, col_counts, shape = self._row_layout(h_rows, sizes)
+        return self.comm.all_to_all_start(send, row_counts, col_counts, kind), shape
+
+    def _row_layout(self, h_rows: torch.Tensor, sizes: Sequence[int]):
         d = h_rows.shape[1]
         cols = self.cols(d)
         row_counts, col_counts = self._counts(d, sizes)
         send = torch.cat([h_rows[:, cols[j]:cols[j + 1]].reshape(-1) for j in range(self.m)])
-        recv = self.comm.all_to_all(send, row_counts, col_counts, kind)
-        return recv.reshape(int(sum(sizes)), cols[self.rank + 1] - cols[self.rank])
+        return send, row_counts, col_counts, (int(sum(sizes)), cols[self.rank + 1] - cols[self.rank])
 
     def cols(self, d: int) -> List[int]:
         return col_splits(d, self.m, self.aggregation_ranks)
