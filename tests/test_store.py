@@ -147,3 +147,23 @@ def test_gnntrain_partition_writes_the_store(tmp_path):
     assert str(stores[0]) in proc.stdout
     meta = json.loads((stores[0] / "meta.json").read_text())
     assert meta["num_parts"] == 2 and meta["format_version"] == store.FORMAT_VERSION
+
+
+def test_the_key_follows_raw_files_in_pyg_layout(tmp_path):
+    """A dataset read from PyG's layout (``CiteSeer/raw``, not ``citeseer_<hash>``) is keyed by its raw
+    files too: changing one makes a new store."""
+    import shutil
+
+    from conftest import SHARED_DGL
+
+    if not SHARED_DGL.exists():
+        pytest.skip(f"{SHARED_DGL} is not present")
+    raw = tmp_path / "data" / "CiteSeer" / "raw"
+    raw.mkdir(parents=True)
+    for f in sorted((SHARED_DGL).glob("citeseer_*/ind.citeseer.*")):
+        shutil.copy(f, raw / f.name)
+    overrides = ["dataset=citeseer", f"data_dir={tmp_path / 'data'}", "dataset.reader=pyg", "mode=partition",
+                 f"cache_dir={tmp_path / 'cache'}"]
+    here = store_dir(build_plan(compose(overrides)))
+    (raw / "ind.citeseer.graph").write_bytes((raw / "ind.citeseer.graph").read_bytes() + b" ")
+    assert store_dir(build_plan(compose(overrides))) != here

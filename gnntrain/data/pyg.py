@@ -51,6 +51,12 @@ def _layouts(name: str) -> List[Layout]:
     ]
 
 
+def raw_folders(name: str) -> List[str]:
+    """The top-level folders under ``data_dir`` that may hold ``name``'s raw files, DGL's and PyG's
+    (e.g. ``citeseer_...`` and ``CiteSeer``)."""
+    return list(dict.fromkeys(layout.folder.split("/")[0] for layout in _layouts(name)))
+
+
 def _planetoid_facts(raw_dir: Path, prefix: str) -> Tuple[np.dtype, int]:
     """(the dtype DGL row-normalises the features in, see the module docstring; the number of
     classes, the width of the one-hot label rows, as DGL counts it)."""

@@ -42,9 +42,10 @@ def _raw_files(cfg) -> List[Tuple[str, int, int]]:
     if ds.source == "generated" or not data_dir:
         return []
     from gnntrain.data.loaders import DGL_SOURCES
+    from gnntrain.data.pyg import raw_folders
 
     if ds.source == "dgl" and ds.name in DGL_SOURCES:
-        folders = [DGL_SOURCES[ds.name].folder(), "Reddit" if ds.name == "reddit" else ds.name.capitalize()]
+        folders = raw_folders(ds.name)
     else:
         folders = [str(ds.name).replace("-", "_")]
     found = []
