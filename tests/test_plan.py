@@ -232,3 +232,31 @@ def test_sparse_partition_graph_figures_equal_measured_bytes(train, cache_dir, m
     measured = train(overrides)["comm_bytes"]
     assert measured["per_epoch"] == report.pop("total")
     assert measured["by_kind"] == report
+
+
+SUPERGCN_BYTES = [("gcn", "hybrid", 32, "true", 0.0), ("sage", "pre", 2, "true", 0.0), ("gin", "post", 4, "false", 0.0),
+                  ("sage", "hybrid", 32, "true", 0.25)]
+
+
+@pytest.mark.parametrize("model,aggregation,bits,quantize_backward,lp", SUPERGCN_BYTES)
+def test_supergcn_graph_figures_equal_measured_bytes(train, cache_dir, model, aggregation, bits, quantize_backward,
+                                                     lp):
+    """SuperGCN's bytes per epoch once partitioned, kind by kind: codes, scale/zero points, backward only
+    where the sent partial sums have a gradient (all layers with label propagation)."""
+    from gnntrain.data import load_dataset
+    from gnntrain.modes import MODE_REGISTRY
+    from gnntrain.partition import partition_graph
+
+    overrides = [f"cache_dir={cache_dir}", "dataset=rmat", "dataset.num_nodes=3000", "dataset.num_edges=24000",
+                 "train.epochs=1", "kernel=torch", f"model={model}", "model.layers=3", "mode=supergcn",
+                 f"mode.aggregation={aggregation}", f"mode.bits={bits}", f"mode.quantize_backward={quantize_backward}",
+                 f"mode.label_propagation={lp}", "hardware.ranks_per_node=3"]
+    cfg = compose(overrides)
+    plan = build_plan(cfg)
+    data = load_dataset(cfg)
+    part, _ = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.num_parts, cfg.partitioner,
+                              data.content_hash, cache_dir)
+    report = dict(MODE_REGISTRY["supergcn"](cfg).graph_report(data, part, plan)["bytes per epoch"])
+    measured = train(overrides)["comm_bytes"]
+    assert measured["per_epoch"] == report.pop("total")
+    assert measured["by_kind"] == report

@@ -54,7 +54,7 @@ from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph
 from gnntrain.partition.cover import pair_grid, rows_per_pair, split_cut_edges
 from gnntrain.seeding import Stream, derive_seed
-from gnntrain.sizing import DTYPE_BYTES
+from gnntrain.sizing import DTYPE_BYTES, grad_widths, layer_widths, model_dims
 
 BITS = (2, 4, 8, 32)
 
@@ -132,7 +132,10 @@ class SuperGCNMode(Mode):
         return warnings
 
     def estimate_comm(self, ctx) -> Optional[CommEstimate]:
-        by_kind: Dict[str, int] = {"allreduce": ctx.world_size * ctx.param_bytes} if ctx.world_size > 1 else {}
+        params = ctx.param_bytes
+        if float(self.options.label_propagation) > 0:  # the label embedding (classes x input width) is learnt too
+            params += ctx.num_classes * ctx.feat_dim * ctx.dtype_bytes
+        by_kind: Dict[str, int] = {"allreduce": ctx.world_size * params} if ctx.world_size > 1 else {}
         per_row = [row_bytes(w, self.bits, ctx.dtype_bytes, self.options.param_dtype.value) for w in ctx.comm_widths]
         return CommEstimate(None, by_kind, f"halo = sum_l sum_pairs |cover_ji| * bytes_per_row(f_l) per direction; "
                             f"bytes per row by layer {per_row} (bits={self.bits}); |cover| per pair needs the "
@@ -150,9 +153,34 @@ class SuperGCNMode(Mode):
         table = rows_per_pair(part.inverse[src.numpy()], part.inverse[dst.numpy()], part.offsets)
         widths = plan.mode_details["widths communicated"]
         per_row = sum(row_bytes(w, self.bits, DTYPE_BYTES[plan.dtype], self.options.param_dtype.value) for w in widths)
-        return {aggregation: {"rows": int(np.sum(grid)), "rows_per_pair": grid,
-                              "halo_fwd_bytes_per_epoch": int(np.sum(grid)) * per_row}
-                for aggregation, grid in table.items()}
+        report: Dict[str, Any] = {aggregation: {"rows": int(np.sum(grid)), "rows_per_pair": grid,
+                                                "halo_fwd_bytes_per_epoch": int(np.sum(grid)) * per_row}
+                                  for aggregation, grid in table.items()}
+        report["bytes per epoch"] = self._epoch_bytes(data, plan, int(np.sum(table[self.options.aggregation.value])))
+        return report
+
+    def _epoch_bytes(self, data, plan, rows: int) -> Dict[str, int]:
+        """Bytes per epoch by kind for this run's aggregation and bits (the volume table of
+        docs/design.md#supergcn): codes and raw rows under halo_*, scale/zero points under quant_params;
+        backward only for layers whose sent partial sums have a gradient (with label propagation the
+        first layer's input has one: the label embedding)."""
+        m, o, b = self.cfg.model, self.options, DTYPE_BYTES[plan.dtype]
+        dims = model_dims(data.features.shape[1], int(m.hidden), data.num_classes, int(m.layers))
+        forward = layer_widths(m.name, dims, self.aggregate_first)
+        backward = forward if float(o.label_propagation) > 0 else grad_widths(m.name, dims, self.aggregate_first)
+        quantized = self.bits < 32
+
+        def payload(widths, coded: bool) -> int:
+            return sum(packed_row_bytes(w, self.bits) if coded else w * b for w in widths)
+
+        params = param_row_bytes(o.param_dtype.value)
+        coded_bwd = quantized and bool(o.quantize_backward)
+        by_kind = {"halo_fwd": rows * payload(forward, quantized), "halo_bwd": rows * payload(backward, coded_bwd),
+                   "quant_params": rows * params * ((len(forward) if quantized else 0)
+                                                    + (len(backward) if coded_bwd else 0)),
+                   "allreduce": int(plan.comm_per_epoch["by_kind"].get("allreduce", 0))}
+        by_kind = {kind: v for kind, v in by_kind.items() if v}
+        return {**by_kind, "total": sum(by_kind.values())}
 
     # ------------------------------------------------------------- prepare
     def prepare(self, data, plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
