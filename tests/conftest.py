@@ -97,3 +97,33 @@ def assert_exact(losses, reference, tol: float = 1e-9) -> None:
     assert losses.shape == reference.shape
     rel = float(np.max(np.abs(losses - reference) / np.abs(reference)))
     assert rel < tol, f"max relative loss difference {rel:.3e}"
+
+
+# ------------------------------------------------------- autograd-order fakes
+class LoggedPending:
+    """An exchange in flight (the shape of ``Communicator.all_to_all_start``'s result) whose ``wait``
+    is logged in ``events`` as "wait <label>": the autograd-order tests of the overlapped backwards."""
+
+    def __init__(self, events: List[str], x, label: str):
+        self.events, self.x, self.label = events, x, label
+
+    def wait(self):
+        self.events.append(f"wait {self.label}")
+        return self.x.clone()
+
+
+def logged_scale(events: List[str], label: str, factor: float):
+    """``x -> factor * x`` as an autograd node whose backward is logged in ``events`` as ``label``."""
+    import torch
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return factor * x
+
+        @staticmethod
+        def backward(ctx, g):
+            events.append(label)
+            return factor * g
+
+    return Scale.apply

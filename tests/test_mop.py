@@ -184,41 +184,25 @@ def test_pipeline_overlaps_backward_exchange_with_the_previous_chunks_update():
     """The autograd order behind the backward pipeline: chunk c's gradient is set travelling by its
     finish node, chunk c-1's update backward runs, and only then does chunk c's start node wait."""
     import torch
+    from conftest import LoggedPending, logged_scale
 
     from gnntrain.modes.mop import _FinishToRows, _StartToRows
 
     events = []
 
-    class Pending:
-        def __init__(self, x, label):
-            self.x, self.label = x, label
-
-        def wait(self):
-            events.append(f"wait {self.label}")
-            return self.x.clone()
-
     class Layout:
         def start_cols_to_rows(self, z, width, sizes):
-            return Pending(z, f"fwd {sizes}")
+            return LoggedPending(events, z, f"fwd {sizes}")
 
         def finish_cols_to_rows(self, pending, width, sizes):
             return pending.wait()
 
         def start_rows_to_cols(self, grad, kind, sizes):
             events.append(f"start bwd {sizes}")
-            return Pending(grad, f"bwd {sizes}"), tuple(grad.shape)
+            return LoggedPending(events, grad, f"bwd {sizes}"), tuple(grad.shape)
 
     def update(c):
-        class Update(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, z):
-                return 3 * z
-
-            @staticmethod
-            def backward(ctx, g):
-                events.append(f"update backward {c}")
-                return 3 * g
-        return Update.apply
+        return logged_scale(events, f"update backward {c}", 3)
 
     h = torch.ones(2, 2, requires_grad=True)
     outs, in_flight = [], None

@@ -323,37 +323,22 @@ def test_backward_overlap_is_exact_and_sync_is_timed(train, overlap):
 def test_backward_waits_for_halo_gradients_only_after_the_local_work():
     """The autograd order behind the overlap: the finish node starts the gradient exchange, the local
     aggregation's backward runs, and only then does the start node wait."""
+    from conftest import LoggedPending, logged_scale
+
     from gnntrain.modes import halo
 
     events = []
-
-    class Pending:
-        def __init__(self, x, direction):
-            self.x, self.direction = x, direction
-
-        def wait(self):
-            events.append(f"wait {self.direction}")
-            return self.x.clone()
-
-    class Local(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, h):
-            return 2 * h
-
-        @staticmethod
-        def backward(ctx, g):
-            events.append("local backward")
-            return 2 * g
+    local = logged_scale(events, "local backward", 2)
 
     original = halo._start
-    halo._start = lambda comm, send, sc, rc, kind, q, direction: Pending(send, direction)
+    halo._start = lambda comm, send, sc, rc, kind, q, direction: LoggedPending(events, send, direction)
     try:
         for overlap in (True, False):
             events.clear()
             h = torch.ones(3, 2, requires_grad=True)
             spec = halo.ExchangeSpec(None, [3], [3], overlap_backward=overlap)
             pending = halo.start_exchange(3 * h, spec)
-            z = Local.apply(h)
+            z = local(h)
             (z + pending.wait()).sum().backward()
             assert torch.equal(h.grad, torch.full((3, 2), 5.0))
             expected = ["local backward", "wait bwd"] if overlap else ["wait bwd", "local backward"]

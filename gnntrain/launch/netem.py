@@ -15,6 +15,7 @@ the namespaces this module made):
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -32,6 +33,7 @@ from gnntrain.errors import GnnTrainError
 STATE_DIR = Path(os.environ.get("GNNTRAIN_NETEM_STATE", "/run/gnntrain-netem"))
 INTERFACE = "eth0"
 MAX_HOSTS = 64
+FAILED_PEER_GRACE_S = 90.0  # after one agent fails, how long the others get to notice and exit
 
 
 @dataclass(frozen=True)
@@ -166,18 +168,12 @@ def destroy(name: str) -> List[str]:
     for ns in _namespaces():
         if ns == f"{name}-sw" or (ns.startswith(f"{name}-h") and ns[len(name) + 2:].isdigit()):
             for pid in _run("ip", "netns", "pids", ns, check=False).stdout.split():
-                _kill(int(pid))
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
             _run("ip", "netns", "del", ns, check=False)
             gone.append(ns)
     _state_file(name).unlink(missing_ok=True)
     return gone
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 @dataclass
@@ -223,7 +219,7 @@ def run_job(cluster: EmulatedCluster, overrides: Sequence[str], run_root: Path, 
     while any(p.poll() is None for p in procs):
         now = time.monotonic()
         failed = any(p.returncode not in (None, 0) for p in procs)
-        if failed and deadline is None or failed and deadline > now + FAILED_PEER_GRACE_S:
+        if failed and (deadline is None or deadline > now + FAILED_PEER_GRACE_S):
             deadline = now + FAILED_PEER_GRACE_S  # the others should end on their own; never hang on them
         if deadline is not None and now > deadline:
             for i, p in enumerate(procs):
@@ -235,9 +231,6 @@ def run_job(cluster: EmulatedCluster, overrides: Sequence[str], run_root: Path, 
         time.sleep(0.2)
     texts = [out.result() + note for out, note in zip(outputs, notes)]
     return JobResult([p.wait() for p in procs], texts, run_dirs, time.perf_counter() - start)
-
-
-FAILED_PEER_GRACE_S = 90.0  # after one agent fails, how long the others get to notice and exit
 
 
 def _drain(proc: subprocess.Popen):

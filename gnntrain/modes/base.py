@@ -21,7 +21,7 @@ import torch
 
 from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
-from gnntrain.sizing import MemoryEstimate, PlanContext, RunPlan, estimate_memory
+from gnntrain.sizing import MemoryEstimate, PlanContext, RunPlan, estimate_memory, grad_widths, layer_widths, model_dims
 
 if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.data.graph import GraphData
@@ -143,6 +143,17 @@ class Mode:
     def details(self, ctx: PlanContext) -> Dict[str, Any]:
         """Mode-specific lines for the printed plan."""
         return {}
+
+    def model_dims(self, data: "GraphData") -> List[int]:
+        """The configured model's widths on ``data``: [F, hidden, ..., hidden, classes]."""
+        m = self.cfg.model
+        return model_dims(data.features.shape[1], int(m.hidden), data.num_classes, int(m.layers))
+
+    def exchanged_widths(self, data: "GraphData") -> Tuple[List[int], List[int]]:
+        """(the width each layer communicates, those of the layers that also move it backward) on
+        ``data``, in this mode's layer order: what :class:`PlanContext` holds, once the graph is known."""
+        name, dims = self.cfg.model.name, self.model_dims(data)
+        return layer_widths(name, dims, self.aggregate_first), grad_widths(name, dims, self.aggregate_first)
 
     def graph_report(self, data: "GraphData", part, plan: RunPlan) -> Optional[Dict[str, Any]]:
         """Plan figures that need the graph and its partitioning (``gnntrain plan``/``partition``

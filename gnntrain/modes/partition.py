@@ -33,7 +33,7 @@ from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.halo import build_halo_plan, group_all_reduce, halo_exchange, local_source_index
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph
-from gnntrain.sizing import DTYPE_BYTES, MemoryEstimate, estimate_memory, grad_widths, layer_widths, model_dims
+from gnntrain.sizing import DTYPE_BYTES, MemoryEstimate, estimate_memory
 
 LAYER_ORDER = {None: "per layer: the narrower side is aggregated", True: "aggregate, then apply the weights",
                False: "apply the weights, then aggregate"}
@@ -132,10 +132,7 @@ class PartitionMode(Mode):
         Backward moves only the layers whose communicated tensor has a gradient."""
         if self.options.comm != CommKind.sparse or self.c > 1 or plan.world_size < 2:
             return None
-        m = self.cfg.model
-        dims = model_dims(data.features.shape[1], int(m.hidden), data.num_classes, int(m.layers))
-        widths = layer_widths(m.name, dims, self.options.aggregate_first)
-        backward = grad_widths(m.name, dims, self.options.aggregate_first)
+        widths, backward = self.exchanged_widths(data)
         rows, b = int(part.metrics.total_volume), DTYPE_BYTES[plan.dtype]
         by_kind = {"halo_fwd": rows * sum(widths) * b, "halo_bwd": rows * sum(backward) * b,
                    "allreduce": int(plan.comm_per_epoch["by_kind"].get("allreduce", 0))}

@@ -54,7 +54,7 @@ from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph
 from gnntrain.partition.cover import pair_grid, rows_per_pair, split_cut_edges
 from gnntrain.seeding import Stream, derive_seed
-from gnntrain.sizing import DTYPE_BYTES, grad_widths, layer_widths, model_dims
+from gnntrain.sizing import DTYPE_BYTES
 
 BITS = (2, 4, 8, 32)
 
@@ -164,10 +164,10 @@ class SuperGCNMode(Mode):
         docs/design.md#supergcn): codes and raw rows under halo_*, scale/zero points under quant_params;
         backward only for layers whose sent partial sums have a gradient (with label propagation the
         first layer's input has one: the label embedding)."""
-        m, o, b = self.cfg.model, self.options, DTYPE_BYTES[plan.dtype]
-        dims = model_dims(data.features.shape[1], int(m.hidden), data.num_classes, int(m.layers))
-        forward = layer_widths(m.name, dims, self.aggregate_first)
-        backward = forward if float(o.label_propagation) > 0 else grad_widths(m.name, dims, self.aggregate_first)
+        o, b = self.options, DTYPE_BYTES[plan.dtype]
+        forward, backward = self.exchanged_widths(data)
+        if float(o.label_propagation) > 0:
+            backward = forward
         quantized = self.bits < 32
 
         def payload(widths, coded: bool) -> int:

@@ -41,6 +41,8 @@ def metis_parts(src: np.ndarray, dst: np.ndarray, n: int, k: int, seed: int, ver
     edge cut (METIS manual §5.4, METIS_OBJTYPE_VOL: the sparsity-aware paper's volume metric)."""
     import pymetis
 
+    if objective not in METIS_OBJECTIVES:
+        raise PlanError("partitioner.objective", f"unknown METIS objective '{objective}'.", "use cut or vol")
     if k == 1:
         return np.zeros(n, dtype=np.int64)
     a = symmetric_csr(src, dst, n)
@@ -48,8 +50,6 @@ def metis_parts(src: np.ndarray, dst: np.ndarray, n: int, k: int, seed: int, ver
     if vertex_weights == "nnz":
         # SpMM work of a row = its nnz (in-edges, +1 for the self-loop / own row).
         vweights = (in_degree(dst, n) + 1).astype(np.int64)
-    if objective not in METIS_OBJECTIVES:
-        raise PlanError("partitioner.objective", f"unknown METIS objective '{objective}'.", "use cut or vol")
     opts = pymetis.Options(seed=int(seed), objtype=METIS_OBJECTIVES[objective])
     # only the k-way scheme takes the volume objective (recursive bisection always cuts edges)
     _, membership = pymetis.part_graph(k, xadj=a.indptr, adjncy=a.indices, vweights=vweights, options=opts,

@@ -96,7 +96,7 @@ class HongTuMode(Mode):
         """Chunks (given or automatic), batches (reorganized or identity) and their figures."""
         src_n, dst_n, weights = self._edges(data, part)
         src_np, dst_np = src_n.numpy(), dst_n.numpy()
-        ctx_dims = self._dims(data)
+        ctx_dims = self.model_dims(data)
         b = DTYPE_BYTES[plan.dtype]
         pbytes = param_bytes(plan.model, ctx_dims, b, option_value(self.cfg.model.get("norm", "none")))
         cap = self.device_cap()
@@ -137,10 +137,6 @@ class HongTuMode(Mode):
         return {"layout": layout, "batches": batches, "identity": identity, "device_bytes": need, "cap": cap,
                 "tried": tried, "dims": ctx_dims, "dtype_bytes": b, "reorganize_cache_hit": hit,
                 "edges": (src_n, dst_n, weights)}
-
-    def _dims(self, data) -> List[int]:
-        m = self.cfg.model
-        return [data.features.shape[1]] + [int(m.hidden)] * (int(m.layers) - 1) + [data.num_classes]
 
     def _reorganized(self, layout: ChunkLayout, data, part, plan) -> Tuple[np.ndarray, bool]:
         """Algorithm 4 once per graph, partitioning and n: cached beside the partition."""
