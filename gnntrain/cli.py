@@ -21,6 +21,9 @@ commands:
   partition [overrides]  build (or reuse from the cache) the plan's partitioning and print its metrics
   report DIR...          gather every summary.json under DIR into a table and plots
   datasets               list the datasets with their sizes and sources
+  calibrate [hardware=NAME] [--name NEW]
+                         measure this host (SpMM, GEMM, memory, collectives; < 2 min) and write the hardware
+                         profile NEW (default NAME-calibrated) that mode=auto and the plan's predictions use
   netem up|run|show|down an emulated cluster network: hosts as network namespaces on tc-shaped links,
                          one torchrun agent per host (as root; gnntrain netem -h)
 
@@ -29,6 +32,7 @@ examples:
   gnntrain run dataset=cora data_dir=../shared/datasets/dgl mode=single
   gnntrain run -m mode=single,partition dataset=csbm,rmat
   gnntrain plan hardware.ranks_per_node=4 mode.replication=2
+  gnntrain calibrate && gnntrain plan mode=auto hardware=local-cpu-calibrated
   gnntrain netem up --hosts 4 --gbit 1 && gnntrain netem run -- mode=partition && gnntrain netem down
 """
 
@@ -77,12 +81,12 @@ def _output_dir() -> Path:
 
 # ----------------------------------------------------------- hydra tasks
 def _plan_or_exit(cfg, run_dir: Path):
+    from gnntrain.auto import resolve_plan
     from gnntrain.errors import GnnTrainError
     from gnntrain.metrics import failed_summary, write_json_atomic
-    from gnntrain.plan import build_plan
 
     try:
-        return build_plan(cfg)
+        return resolve_plan(cfg)
     except GnnTrainError as exc:
         _error(f"invalid plan: {exc}")
         write_json_atomic(run_dir / "summary.json", failed_summary(None, f"invalid plan: {exc}"))
@@ -109,7 +113,10 @@ def run_task(cfg) -> Optional[dict]:
         return None
     plan.write_yaml(run_dir / "plan.yaml")
     if _is_rank_zero():  # under torchrun/srun every rank runs this task: one plan on the console
+        from gnntrain.metrics.prediction import print_predictions
+
         print_plan(plan, brief=True)
+        print_predictions(plan, brief=True)
     try:
         summary = run_training(plan, run_dir)
     except GnnTrainError as exc:
@@ -133,6 +140,9 @@ def plan_task(cfg) -> None:
         return None
     path = plan.write_yaml(run_dir / "plan.yaml")
     print_plan(plan)
+    from gnntrain.metrics.prediction import print_predictions
+
+    print_predictions(plan)
     if MODE_REGISTRY[plan.mode].graph_report is not Mode.graph_report:
         _graph_report(cfg, plan)  # figures that need the graph (loaded, partition from the cache)
     _console().print(f"[dim]plan written to {path}[/dim]")
@@ -193,6 +203,45 @@ def partition_task(cfg) -> None:
     return None
 
 
+def calibrate_task(cfg) -> None:
+    """``gnntrain calibrate``: measure this host and write the profile (gnntrain/launch/calibrate.py)."""
+    _setup_logging()
+    from gnntrain.data import resolve_cache_dir
+    from gnntrain.errors import GnnTrainError
+    from gnntrain.launch.calibrate import calibrate, user_config_dir, write_profile
+
+    name = os.environ.get("GNNTRAIN_CALIBRATE_NAME") or f"{cfg.hardware.name}-calibrated"
+    console = _console()
+    console.print(f"calibrating hardware profile '{cfg.hardware.name}' on this host ...")
+    try:
+        measured = calibrate(cfg, resolve_cache_dir(cfg), _output_dir(),
+                             say=lambda line: console.print(line, soft_wrap=True))
+    except GnnTrainError as exc:
+        _error(f"calibration failed: {exc}")
+        sys.exit(1)
+    path = write_profile(cfg.hardware, measured, name, user_config_dir())
+    console.print(f"wrote {path}\nuse it with: hardware={name}  (e.g. gnntrain plan mode=auto hardware={name})",
+                  soft_wrap=True)
+
+
+def _calibrate(args: List[str]) -> int:
+    """``--name NEW`` is ours; the rest are Hydra overrides (hardware=NAME, ...)."""
+    rest, i = [], 0
+    while i < len(args):
+        if args[i] == "--name" and i + 1 < len(args):
+            os.environ["GNNTRAIN_CALIBRATE_NAME"] = args[i + 1]
+            i += 2
+            continue
+        if args[i].startswith("--name="):
+            os.environ["GNNTRAIN_CALIBRATE_NAME"] = args[i].split("=", 1)[1]
+        else:
+            rest.append(args[i])
+        i += 1
+    if not any(a.startswith("hydra.run.dir=") for a in rest):
+        rest.append("hydra.run.dir=outputs/calibrate/${now:%Y-%m-%d_%H-%M-%S}")
+    return _hydra(calibrate_task, rest, "gnntrain calibrate")
+
+
 def _hydra(task, args: List[str], prog: str) -> int:
     import hydra
 
@@ -204,6 +253,11 @@ def _hydra(task, args: List[str], prog: str) -> int:
     if not any(a.startswith(("hydra/hydra_logging=", "+hydra/hydra_logging=")) for a in args):
         # Hydra's own lines (sweep launches) go through the same handler as ours, not its stdout format
         args.append("hydra/hydra_logging=none")
+    from gnntrain.launch.calibrate import user_config_dir
+
+    user_dir = user_config_dir()
+    if user_dir.is_dir() and not any(a.startswith("hydra.searchpath") for a in args):
+        args.append(f"hydra.searchpath=[file://{user_dir}]")  # profiles written by gnntrain calibrate
     sys.argv = [prog] + args
     hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)()
     return 0
@@ -223,6 +277,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _hydra(plan_task, rest, "gnntrain plan")
     if command == "partition":
         return _hydra(partition_task, rest, "gnntrain partition")
+    if command == "calibrate":
+        return _calibrate(rest)
     if command == "netem":
         from gnntrain.launch.netem import netem_command
 
@@ -236,7 +292,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from gnntrain.metrics.report import report_command
 
         return report_command(rest)
-    _error(f"unknown command '{command}'. Use one of: run, plan, partition, report, datasets, netem "
+    _error(f"unknown command '{command}'. Use one of: run, plan, partition, report, datasets, calibrate, netem "
            "(gnntrain --help).")
     return 2
 

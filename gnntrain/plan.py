@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gnntrain.config.schema import option_value
 from gnntrain.errors import PlanError
+from gnntrain.modes.cost import check_profile, cost_profile
 from gnntrain.sizing import (
     DTYPE_BYTES,
     MODELS,
@@ -133,6 +134,10 @@ def build_plan(cfg: DictConfig) -> RunPlan:
                         f"world size must be at least 1 (got {hw.nodes} x {hw.ranks_per_node}).",
                         "set hardware.ranks_per_node=N with N >= 1")
 
+    check_profile(hw)
+    if cfg.mode.name == "auto":
+        raise PlanError("mode", "mode=auto picks among the other modes; its plan comes from "
+                        "gnntrain.auto.resolve_plan.")
     mode_cls = get_mode(cfg.mode.name)
     mode = mode_cls(cfg)
     if m.name not in mode_cls.models:
@@ -189,6 +194,8 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         comm = {"per_epoch_bytes": estimate.per_epoch_bytes, "by_kind": dict(estimate.by_kind),
                 "formula": estimate.formula}
 
+    cost = cost_profile(hw, threads)
+    prediction = mode.predict(ctx, cost).to_dict() if cost is not None else None
     rank_devices = mode.rank_devices(device, world, ranks_per_node)
     rank_threads = mode.rank_threads(rank_devices, ranks_per_node, cores)
     if len(set(rank_threads)) <= 1:
@@ -203,5 +210,5 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         mode_details={**mode.details(ctx), "graph per rank": _graph_per_rank(mode_cls, world)},
         warnings=tuple(warnings),
         config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), reader=reader,
-        rank_threads=tuple(rank_threads),
+        rank_threads=tuple(rank_threads), prediction=prediction,
     )

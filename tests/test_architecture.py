@@ -1,5 +1,5 @@
 """The package's shape: an acyclic import graph that follows the layer chain
-config → sizing → data/partition, comm, models, metrics → runtime → modes → plan →
+config → sizing → data/partition, comm, models, metrics → runtime → modes → plan → auto →
 launch → cli (docs/design.md, "Layers"), and modules small enough to hold in one's head.
 
 Every import statement counts, deferred (inside functions) and ``TYPE_CHECKING`` ones too.
@@ -25,6 +25,7 @@ LAYERS: List[Set[str]] = [
     {"gnntrain.runtime"},
     {"gnntrain.modes"},
     {"gnntrain.plan"},
+    {"gnntrain.auto"},
     {"gnntrain.launch"},
     {"gnntrain.cli", "gnntrain.__main__"},
 ]

@@ -108,6 +108,15 @@ class ModeConfig:
     name: str = MISSING
 
 
+@dataclass
+class AutoConfig:
+    """What ``mode=auto`` may choose from (docs/design.md#mode-auto); unused by the other modes."""
+
+    allow_approximate: bool = False  # also rank quantized SuperGCN and mini-batch HyScale
+    modes: List[str] = field(default_factory=list)  # the modes to consider; empty = every registered mode
+    ranks_per_node: List[int] = field(default_factory=list)  # empty = 1, 2, 4, ... up to hardware.ranks_per_node
+
+
 # ----------------------------------------------------------------- partitioner
 @dataclass
 class PartitionerConfig:
@@ -124,6 +133,36 @@ class PartitionerConfig:
 
 
 # -------------------------------------------------------------------- hardware
+@dataclass
+class CostConfig:
+    """This host's measured costs, written by ``gnntrain calibrate`` (docs/design.md#cost-models).
+
+    Each list holds one figure per entry of ``threads`` (the intra-op thread counts measured);
+    the cost models read the entry nearest a rank's thread count. Empty lists: not calibrated.
+    """
+
+    calibrated: str = ""  # "host, torch version, date" of the measurement; "" = not calibrated
+    threads: List[int] = field(default_factory=list)
+    kernel: List[str] = field(default_factory=list)  # the SpMM kernel kernel=auto picks at that thread count
+    spmm_ns_per_edge_col: List[float] = field(default_factory=list)  # SpMM forward+backward, per edge x column
+    gemm_widths: List[int] = field(default_factory=list)  # the narrow dimension of the GEMMs timed
+    gemm_gflops: List[List[float]] = field(default_factory=list)  # 1e9 multiply-adds/s per rank, per gemm_widths
+    elementwise_gbps: List[float] = field(default_factory=list)  # bytes/s read+written by elementwise ops
+    activation_ns_per_element: List[float] = field(default_factory=list)  # hidden relu+dropout, fwd+bwd
+    op_overhead_us: List[float] = field(default_factory=list)  # fixed cost of one layer's forward+backward
+    epoch_overhead_us: List[float] = field(default_factory=list)  # per epoch: loss, optimizer step, bookkeeping
+    # per collective call inside training, beyond latency + bytes/bandwidth: Python bookkeeping and waiting
+    # for the peer (fitted on a 2-rank training probe)
+    collective_overhead_us: float = 0.0
+    # collectives over the backend between 2 local ranks: time = latency + bytes per rank / bandwidth
+    alltoall_latency_us: float = 0.0
+    alltoall_gbps: float = 0.0
+    allreduce_latency_us: float = 0.0
+    allreduce_gbps: float = 0.0
+    allgather_latency_us: float = 0.0
+    allgather_gbps: float = 0.0
+
+
 @dataclass
 class HardwareConfig:
     name: str = MISSING
@@ -152,6 +191,7 @@ class HardwareConfig:
     timeout_min: int = 60
     partition: Optional[str] = None
     account: Optional[str] = None
+    cost: CostConfig = field(default_factory=CostConfig)  # measured by gnntrain calibrate (mode=auto, predictions)
 
 
 # ----------------------------------------------------------------------- train
@@ -179,6 +219,7 @@ class RunConfig:
     partitioner: PartitionerConfig = MISSING
     hardware: HardwareConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
+    auto: AutoConfig = field(default_factory=AutoConfig)
     data_dir: Optional[str] = None  # raw dataset files (env GNNTRAIN_DATA_DIR)
     cache_dir: Optional[str] = None  # processed data + partitions (env GNNTRAIN_CACHE_DIR)
     allow_download: bool = True  # let DGL/OGB download missing files (never when GNNTRAIN_OFFLINE=1)
@@ -216,3 +257,4 @@ def register_configs() -> None:
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="partitioner", name="partitioner_schema", node=PartitionerConfig)
     cs.store(group="hardware", name="hardware_schema", node=HardwareConfig)
+    cs.store(group="mode", name="auto_schema", node=ModeConfig)

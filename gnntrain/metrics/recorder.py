@@ -62,6 +62,8 @@ def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Di
         # set by `gnntrain netem run` (an emulated cluster network); absent on real or loopback networks
         **({"network": os.environ["GNNTRAIN_NETWORK"]} if os.environ.get("GNNTRAIN_NETWORK") else {}),
         **({"mode_report": result["mode_report"]} if result.get("mode_report") else {}),
+        **({"prediction": plan.prediction} if getattr(plan, "prediction", None) else {}),
+        **({"auto": plan.auto} if getattr(plan, "auto", None) else {}),  # mode=auto: the choice and its table
     }
 
 

@@ -21,7 +21,17 @@ import torch
 
 from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
-from gnntrain.sizing import MemoryEstimate, PlanContext, RunPlan, estimate_memory, grad_widths, layer_widths, model_dims
+from gnntrain.modes.cost import CostProfile, Prediction, Work, local_work, price
+from gnntrain.sizing import (
+    MemoryEstimate,
+    PlanContext,
+    RunPlan,
+    estimate_memory,
+    grad_widths,
+    halo_rows,
+    layer_widths,
+    model_dims,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.data.graph import GraphData
@@ -143,6 +153,41 @@ class Mode:
     def details(self, ctx: PlanContext) -> Dict[str, Any]:
         """Mode-specific lines for the printed plan."""
         return {}
+
+    # ------------------------------------------------------------ cost model
+    # mode=auto's candidates: option overrides to try, and whether a choice of options trains exactly what
+    # mode=single trains (docs/design.md#cost-models)
+    auto_variants: ClassVar[Sequence[Dict[str, Any]]] = ({},)
+    min_world_size: ClassVar[int] = 2  # below it the mode is mode=single with overhead; auto skips it
+
+    def is_exact(self) -> bool:
+        return True
+
+    def work(self, ctx: PlanContext) -> Work:
+        """The busiest rank's epoch (:class:`~gnntrain.modes.cost.Work`). Default: a 1D row partition,
+        1/p of the rows and edges, one all-to-all of the halo rows (:func:`~gnntrain.sizing.halo_rows`) per
+        layer forward and per layer with a gradient backward, one all-reduce of the parameters."""
+        p = self.num_parts(ctx.world_size)
+        rows, edges = ctx.num_nodes / p, (ctx.num_edges + ctx.num_nodes) / p
+        work = local_work(ctx, rows, edges)
+        if ctx.world_size > 1:
+            halo = halo_rows(ctx, int(rows), p) * ctx.dtype_bytes
+            exchanged = [halo * w for w in ctx.comm_widths] + [halo * w for w in ctx.grad_widths]
+            work.collectives += [("alltoall", b) for b in exchanged] + [("allreduce", ctx.param_bytes)]
+            work.copy_bytes += 2 * sum(exchanged)  # packing what is sent, placing what arrives
+        return work
+
+    def predict(self, ctx: PlanContext, cost: CostProfile) -> Prediction:
+        """Predicted epoch time (compute and communication), memory per rank and bytes per epoch, from
+        :meth:`work` priced at this host's measured ``cost``."""
+        work = self.work(ctx)
+        compute, comm = price(work, cost)
+        estimate = self.estimate_comm(ctx)
+        nbytes = estimate.per_epoch_bytes if estimate is not None else None
+        if nbytes is None:
+            nbytes = int(sum(b for _, b in work.collectives) * ctx.world_size)
+        return Prediction(compute, comm, self.estimate_memory(ctx).total_bytes, nbytes, cost.source,
+                          collective_calls=len(work.collectives))
 
     def model_dims(self, data: "GraphData") -> List[int]:
         """The configured model's widths on ``data``: [F, hidden, ..., hidden, classes]."""

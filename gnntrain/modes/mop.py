@@ -40,6 +40,7 @@ from gnntrain.errors import PlanError
 from gnntrain.metrics.clock import StageClock
 from gnntrain.models import GINLayer, SparseAdjacency, run_layers
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.single import graph_tensors
 from gnntrain.sizing import EDGE_BYTES, HALO_FACTOR, MemoryEstimate, estimate_memory, format_bytes
@@ -308,6 +309,24 @@ class MoPMode(Mode):
                             f"{ctx.num_nodes // ctx.world_size} rows the smallest rank owns.",
                             "use fewer pipeline chunks")
         return []
+
+    def work(self, ctx) -> Work:
+        """MixGCN §3.1: a rank aggregates every edge over 1/m of each layer's columns and updates 1/m of
+        the rows; the all-to-alls move N(m-1)/m (d0 + 4 sum d) elements in all, 2L-1 calls forward and
+        2(L-1) backward. MoA (aggregation_ranks) is priced as plain MoP."""
+        m = ctx.world_size
+        if m == 1:
+            return super().work(ctx)
+        work = local_work(ctx, ctx.num_nodes / m, ctx.num_edges + ctx.num_nodes, width_share=1.0 / m)
+        fwd, bwd = self._volumes(ctx)
+        layers = len(ctx.dims) - 1
+        calls_fwd, calls_bwd = 2 * layers - 1, 2 * (layers - 1)
+        work.collectives += [("alltoall", fwd / m / calls_fwd)] * calls_fwd
+        work.collectives += [("alltoall", bwd / m / calls_bwd)] * calls_bwd if calls_bwd else []
+        work.collectives.append(("allreduce", ctx.param_bytes))
+        work.copy_bytes += 2 * (fwd + bwd) / m
+        work.layers += calls_fwd + calls_bwd  # each relayout is an autograd step of its own
+        return work
 
     def _volumes(self, ctx) -> Tuple[int, int]:
         n, m, dims, a = ctx.num_nodes, ctx.world_size, ctx.dims, self.aggregation_ranks

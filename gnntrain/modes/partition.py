@@ -29,11 +29,12 @@ from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
 from gnntrain.models import SparseAdjacency
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.halo import build_halo_plan, group_all_reduce, halo_exchange, local_source_index
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph
-from gnntrain.sizing import DTYPE_BYTES, MemoryEstimate, estimate_memory
+from gnntrain.sizing import DTYPE_BYTES, MemoryEstimate, estimate_memory, halo_rows
 
 LAYER_ORDER = {None: "per layer: the narrower side is aggregated", True: "aggregate, then apply the weights",
                False: "apply the weights, then aggregate"}
@@ -90,6 +91,29 @@ class PartitionMode(Mode):
     @property
     def aggregate_first(self) -> Optional[bool]:
         return self.options.aggregate_first
+
+    auto_variants = ({"comm": "sparse"}, {"comm": "oblivious"}, {"comm": "sparse", "replication": 2})
+
+    def work(self, ctx) -> Work:
+        """Sparse 1D: the base row partition's halo all-to-alls (partition volume x f, §4). Oblivious: one
+        all-gather of every row per layer, a reduce-scatter back. 1.5D: the (p/c) x c grid's block rows, each
+        rank 1/c of their edges, plus the row all-reduce over the c replicas."""
+        if ctx.world_size == 1 or (self.options.comm == CommKind.sparse and self.c == 1):
+            return super().work(ctx)
+        q, b = self.num_parts(ctx.world_size), ctx.dtype_bytes
+        rows = ctx.num_nodes / q
+        work = local_work(ctx, rows, (ctx.num_edges + ctx.num_nodes) / ctx.world_size)
+        if self.options.comm == CommKind.oblivious:
+            # the all-gather and reduce-scatter run as all-to-alls sending every owned row to every peer
+            moved = [("alltoall", (q - 1) * rows * w * b) for w in list(ctx.comm_widths) + list(ctx.grad_widths)]
+            work.copy_bytes += 2 * sum(nbytes for _, nbytes in moved)
+        else:
+            halo = halo_rows(ctx, int(rows), q) * b / self.c
+            moved = [("alltoall", halo * w) for w in list(ctx.comm_widths) + list(ctx.grad_widths)]
+            moved += [("allreduce", rows * w * b) for w in list(ctx.comm_widths) + list(ctx.grad_widths)]
+            work.copy_bytes += 2 * sum(nbytes for _, nbytes in moved)
+        work.collectives += moved + [("allreduce", ctx.param_bytes)]
+        return work
 
     def estimate_memory(self, ctx) -> MemoryEstimate:
         """The oblivious all-gather receives every row of each layer's input."""

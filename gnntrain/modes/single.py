@@ -11,6 +11,7 @@ import torch
 from gnntrain.config.schema import ModeConfig
 from gnntrain.models import SparseAdjacency, edge_weights
 from gnntrain.modes.base import Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 
 
@@ -36,8 +37,13 @@ class SingleMode(Mode):
     whole_graph_reason = "one rank holds the whole graph by definition"
     models = ("gcn", "sage", "gin", "gat")
 
+    min_world_size = 1
+
     def world_size(self, hardware_world_size: int) -> int:
         return 1  # the reference always runs in one process
+
+    def work(self, ctx) -> Work:
+        return local_work(ctx, ctx.num_nodes, ctx.num_edges + ctx.num_nodes)
 
     def details(self, ctx) -> Dict[str, Any]:
         return {"note": "one process; hardware.ranks_per_node does not apply"}

@@ -48,13 +48,14 @@ from gnntrain.errors import PlanError
 from gnntrain.metrics.clock import StageClock
 from gnntrain.models import SparseAdjacency, source_scale
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.cost import Work
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.halo import ExchangeSpec, start_exchange
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph
 from gnntrain.partition.cover import pair_grid, rows_per_pair, split_cut_edges
 from gnntrain.seeding import Stream, derive_seed
-from gnntrain.sizing import DTYPE_BYTES
+from gnntrain.sizing import DTYPE_BYTES, halo_rows
 
 BITS = (2, 4, 8, 32)
 
@@ -114,6 +115,29 @@ class SuperGCNMode(Mode):
     @property
     def bits(self) -> int:
         return int(self.options.bits)
+
+    auto_variants = ({"aggregation": "hybrid", "bits": 32}, {"aggregation": "pre", "bits": 32},
+                     {"aggregation": "hybrid", "bits": 8}, {"aggregation": "hybrid", "bits": 2})
+
+    def is_exact(self) -> bool:
+        return self.bits >= 32 and float(self.options.label_propagation) == 0
+
+    def work(self, ctx) -> Work:
+        """The row partition's compute, with the halo priced at its wire bytes (SuperGCN §4: codes plus a
+        scale and zero point per row at bits < 32) and quantization as elementwise passes over the rows
+        sent. Cover rows are bounded by the halo rows (hybrid's cover is at most pre's or post's)."""
+        work = super().work(ctx)
+        if ctx.world_size == 1:
+            return work
+        p = self.num_parts(ctx.world_size)
+        rows = halo_rows(ctx, int(ctx.num_nodes / p), p)
+        param = self.options.param_dtype.value
+        moved = list(ctx.comm_widths) + list(ctx.grad_widths)
+        wire = [rows * row_bytes(w, self.bits, ctx.dtype_bytes, param) for w in moved]
+        work.collectives = [("alltoall", b) for b in wire] + [c for c in work.collectives if c[0] != "alltoall"]
+        if self.bits < 32:  # quantize at the sender, dequantize at the receiver: ~4 passes of the raw rows
+            work.elementwise_bytes += 4 * sum(rows * w * ctx.dtype_bytes for w in moved)
+        return work
 
     def validate(self, ctx) -> List[str]:
         o = self.options

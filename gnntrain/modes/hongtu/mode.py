@@ -12,6 +12,7 @@ from gnntrain.config.schema import option_value
 from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.hongtu.arena import tensor_bytes
 from gnntrain.modes.hongtu.config import DEDUP, REORGANIZE_VERSION, HongTuConfig, parse_bytes
@@ -51,6 +52,8 @@ class HongTuMode(Mode):
         base = estimate_memory(ctx, self.num_parts(ctx.world_size), activation_factor=2.0)
         on_host = str(getattr(self.cfg.hardware.device, "value", self.cfg.hardware.device)) == "cpu"
         arena = self.device_cap() if on_host else 0
+        if on_host and not arena:  # no cap: the arena holds a batch's resident rows and their gradient sums
+            arena = 2 * self._resident_rows(ctx) * max(ctx.dims[:-1]) * ctx.dtype_bytes
         return dataclasses.replace(base, activation_bytes=base.activation_bytes + arena)
 
     def validate(self, ctx) -> List[str]:
@@ -71,6 +74,47 @@ class HongTuMode(Mode):
                             f"row of the widest layer ({format_bytes(floor)} at the least).",
                             f"set mode.device_memory to at least {format_bytes(floor)}")
         return []
+
+    def _resident_rows(self, ctx) -> int:
+        """Rows a batch holds on the device before chunking is known: a chunk's in-neighbours (at most N),
+        plus with p2p the rows it loads for the other ranks' chunks."""
+        m, n = ctx.world_size, max(1, int(self.options.chunks) or 4)
+        chunk = ctx.num_nodes / m / n
+        degree = (ctx.num_edges + ctx.num_nodes) / max(1, ctx.num_nodes)
+        own = min(ctx.num_nodes, chunk * degree)
+        return int(own + ((m - 1) * chunk if "p2p" in self.dedup else 0))
+
+    min_world_size = 1  # one rank offloading to its device is HongTu's first use (§4)
+    auto_variants = ({"dedup": "p2p+reuse"}, {"dedup": "none"})
+
+    def work(self, ctx) -> Work:
+        """HongTu §4-§5 on one rank's partition of n chunks: every chunk loads its in-neighbour rows to the
+        device per layer (forward) and sends their gradients back (backward), and the update is recomputed
+        in backward. Rows per chunk before chunking: min(N, chunk rows x degree); p2p divides the host loads
+        among the m ranks, reuse removes about what consecutive chunks share (1/n of them)."""
+        m, n = ctx.world_size, max(1, int(self.options.chunks) or 4)
+        rows = ctx.num_nodes / m
+        work = local_work(ctx, rows, (ctx.num_edges + ctx.num_nodes) / m)
+        degree = (ctx.num_edges + ctx.num_nodes) / max(1, ctx.num_nodes)
+        loaded = n * min(ctx.num_nodes, rows / n * degree)
+        if "p2p" in self.dedup:
+            loaded /= m
+        if "reuse" in self.dedup:
+            loaded *= 1 - 1 / (n + 1)
+        moved = loaded * (sum(ctx.comm_widths) + sum(ctx.grad_widths)) * ctx.dtype_bytes
+        on_host = str(getattr(self.cfg.hardware.device, "value", self.cfg.hardware.device)) == "cpu"
+        if on_host:
+            work.copy_bytes += 2 * moved
+        else:
+            work.h2d_bytes += moved
+        work.gemms += [(rows * d_in * d_out, min(d_in, d_out)) for d_in, d_out in zip(ctx.dims[:-1], ctx.dims[1:])]
+        work.layers *= 2 * n  # forward and the recomputing backward, chunk by chunk
+        if m > 1:  # per layer and batch: one row exchange forward, and backward the recompute's and the gradients'
+            layers = len(ctx.dims) - 1
+            calls = 3 * layers * n - n
+            work.collectives += [("alltoall", moved * (m - 1) / m / calls)] * calls
+            work.collectives.append(("allreduce", ctx.param_bytes))
+        return work
 
     def estimate_comm(self, ctx) -> Optional[CommEstimate]:
         by_kind = {"allreduce": ctx.world_size * ctx.param_bytes} if ctx.world_size > 1 else {}

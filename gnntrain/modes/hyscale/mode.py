@@ -8,6 +8,7 @@ import torch
 
 from gnntrain.errors import PlanError
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.cost import Work
 from gnntrain.modes.hyscale.batches import initial_shares
 from gnntrain.modes.hyscale.config import HyScaleConfig
 from gnntrain.modes.hyscale.perf_model import predict_times
@@ -106,6 +107,23 @@ class HyScaleMode(Mode):
         devices = self.rank_devices(str(getattr(hw.device, "value", hw.device)), self.trainers,
                                     int(hw.ranks_per_node))
         return max(self.rank_threads(devices, min(self.trainers, int(hw.ranks_per_node)), host_cores(hw)))
+
+    min_world_size = 1
+
+    def is_exact(self) -> bool:
+        return False  # mini-batch training on sampled neighbourhoods (HyScale-GNN §III)
+
+    def work(self, ctx) -> Work:
+        """HyScale-GNN §V: T_exec per iteration (eqs. 6-13, from the calibrated host bandwidth and GEMM
+        rate the profile holds) times ceil(train nodes / batch) iterations, plus each iteration's fixed
+        layer and step overheads. Sampling is not modelled, as in the paper."""
+        model = predict_times(ctx, self.cfg.hardware, self.options, self._threads())
+        iterations = max(1, -(-ctx.train_nodes // int(self.options.batch_size)))
+        work = Work(fixed_s=model["T_exec_s"] * iterations, layers=(len(ctx.dims) - 1) * iterations,
+                    steps=iterations)
+        if ctx.world_size > 1:
+            work.collectives += [("allreduce", ctx.param_bytes)] * iterations
+        return work
 
     def estimate_comm(self, ctx) -> Optional[CommEstimate]:
         model = predict_times(ctx, self.cfg.hardware, self.options, self._threads())
