@@ -14,6 +14,7 @@ COST = ["hardware.cost.calibrated=test", "hardware.cost.threads=[1,2]", "hardwar
         "hardware.cost.spmm_ns_per_edge_col=[0.55,0.26]", "hardware.cost.gemm_widths=[8,32,128]",
         "hardware.cost.gemm_gflops=[[4.5,19.0,31.0],[8.5,40.0,62.0]]", "hardware.cost.collective_overhead_us=1000",
         "hardware.cost.elementwise_gbps=[12,60]", "hardware.cost.activation_ns_per_element=[4.7,3.7]",
+        "hardware.cost.gather_ns_per_element=[1.5,1.0]",
         "hardware.cost.op_overhead_us=[390,380]", "hardware.cost.epoch_overhead_us=[30,60]",
         "hardware.cost.alltoall_latency_us=130", "hardware.cost.alltoall_gbps=2.5",
         "hardware.cost.allreduce_latency_us=200", "hardware.cost.allreduce_gbps=2.5",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
@@ -149,11 +149,14 @@ class CostConfig:
     gemm_gflops: List[List[float]] = field(default_factory=list)  # 1e9 multiply-adds/s per rank, per gemm_widths
     elementwise_gbps: List[float] = field(default_factory=list)  # bytes/s read+written by elementwise ops
     activation_ns_per_element: List[float] = field(default_factory=list)  # hidden relu+dropout, fwd+bwd
+    gather_ns_per_element: List[float] = field(default_factory=list)  # rows picked or added by index (halos, chunks)
     op_overhead_us: List[float] = field(default_factory=list)  # fixed cost of one layer's forward+backward
     epoch_overhead_us: List[float] = field(default_factory=list)  # per epoch: loss, optimizer step, bookkeeping
     # per collective call inside training, beyond latency + bytes/bandwidth: Python bookkeeping and waiting
     # for the peer (fitted on a 2-rank training probe)
     collective_overhead_us: float = 0.0
+    # per mode: measured over modelled compute that grows with the graph, on a 20 000-node probe run
+    mode_factor: Dict[str, float] = field(default_factory=dict)
     # collectives over the backend between 2 local ranks: time = latency + bytes per rank / bandwidth
     alltoall_latency_us: float = 0.0
     alltoall_gbps: float = 0.0

@@ -5,10 +5,13 @@ can give a rank (cores / ranks, for 1..ranks_per_node ranks):
 
 * SpMM forward+backward per edge x column, with the kernel ``kernel=auto`` picks;
 * GEMM multiply-adds per second;
-* elementwise bytes per second (host memory bandwidth as torch's kernels see it);
+* elementwise bytes per second (host memory bandwidth as torch's kernels see it), a hidden layer's
+  relu + dropout per element, and rows picked and added back by index per element;
 * the fixed costs the rates do not explain, fitted on real training runs of a 2000-node graph: per layer
   and per optimizer step (mode=single, 1 and 3 layers, at each thread count) and per collective call
   (mode=partition on 2 ranks);
+* per mode, the factor between measured and modelled compute that grows with the graph, on a 20 000-node
+  graph (``mode_factor``);
 * host→device bandwidth where the profile's device is CUDA;
 * one 2-rank probe of all_to_all_single, all_reduce and all_gather on the profile's backend: latency from
   64-byte calls, bandwidth from 4 MiB ones.
@@ -30,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
+
+from omegaconf import OmegaConf
 
 from gnntrain.config.schema import option_value
 from gnntrain.errors import PlanError
@@ -78,7 +83,7 @@ def probe_elementwise(threads: int) -> float:
 
     torch.set_num_threads(threads)
     x = torch.randn(4 * 2**20)
-    seconds = _best(lambda: torch.relu(x))
+    seconds = _best(lambda: torch.relu(x), reps=10)
     return 2 * x.numel() * 4 / seconds / 1e9
 
 
@@ -109,7 +114,7 @@ def probe_activation(threads: int) -> float:
         h.grad = None
         hidden_activation(h, 1, dropout).backward(grad)
 
-    return _best(step, reps=3) / (rows * width) * 1e9
+    return _best(step, reps=10) / (rows * width) * 1e9
 
 
 PROBE_GRAPH = {"name": "csbm", "source": "generated", "num_nodes": 2000, "avg_degree": 8.0, "feat_dim": 32,
@@ -133,11 +138,23 @@ def _quiet_stdout():
         os.close(devnull)
 
 
+def probe_gather(threads: int) -> float:
+    """ns per element of picking 100000 random rows of width 64 by index (index_select) and adding them back
+    (index_add_): what packing a halo or loading a chunk's neighbours costs."""
+    import torch
+
+    torch.set_num_threads(threads)
+    rows, width = 100_000, 64
+    h = torch.randn(rows, width)
+    index = torch.randint(0, rows, (rows,), generator=torch.Generator().manual_seed(0))
+    out = torch.zeros(rows, width)
+    seconds = _best(lambda: out.index_add_(0, index, h.index_select(0, index)), reps=10)
+    return seconds / (2 * rows * width) * 1e9
+
+
 def _probe_config(cfg, mode: str, layers: int, cores: int, ranks: int, cost: Dict[str, Any]):
     """A tiny run of ``mode`` on this profile (``cores`` per node, ``ranks`` per node, ``cost`` as measured
     so far) for the training probes."""
-    from omegaconf import OmegaConf
-
     from gnntrain.config.schema import DatasetConfig, ModelConfig
     from gnntrain.modes import MODE_REGISTRY
 
@@ -162,6 +179,34 @@ def _train_probe(cfg, scratch: Path, name: str) -> Tuple[float, Dict[str, Any]]:
     with _quiet_stdout():
         summary = run_training(plan, scratch / name)
     return statistics.median(summary["epoch_time_s"][1:]), plan.prediction
+
+
+MODE_PROBE_GRAPH = {"name": "csbm", "source": "generated", "num_nodes": 20000, "avg_degree": 10.0,
+                    "feat_dim": 64, "num_classes": 8, "train_fraction": 0.3}
+
+
+def fit_mode_factors(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[str], None]) -> None:
+    """``cost["mode_factor"]``: for every mode, with the first options ``mode=auto`` tries, on 2 ranks (one
+    for single), a 20 000-node graph trained with hidden width 64; the factor is (measured - fixed
+    costs) / the modelled compute that grows with the graph."""
+    import copy
+
+    from gnntrain.modes import MODE_REGISTRY
+
+    fitted = dict(copy.deepcopy(cost), calibrated="probe", mode_factor={})
+    factors: Dict[str, float] = {}
+    for name in sorted(MODE_REGISTRY):
+        probe = _probe_config(cfg, name, 2, host_cores(cfg.hardware), 2, fitted)
+        probe.dataset = OmegaConf.merge(probe.dataset, MODE_PROBE_GRAPH)
+        probe.model.hidden = 64
+        probe.mode = OmegaConf.merge(probe.mode, dict(MODE_REGISTRY[name].auto_variants[0]))
+        measured, predicted = _train_probe(probe, scratch, f"mode-{name}")
+        fixed = predicted["epoch_s"] - predicted["scaling_compute_s"]
+        factor = (measured - fixed) / max(1e-9, predicted["scaling_compute_s"])
+        factors[name] = round(min(4.0, max(0.25, factor)), 3)
+    cost["mode_factor"] = factors
+    say("measured / modelled compute per mode (20 000-node probe): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in factors.items()))
 
 
 def _least_squares(points: List[Tuple[float, float]]) -> Tuple[float, float]:
@@ -312,22 +357,24 @@ def calibrate(cfg, cache_dir, scratch: Path, say: Callable[[str], None] = print)
     backend = "nccl" if device == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
     previous = torch.get_num_threads()
     cost: Dict[str, Any] = {k: [] for k in ("threads", "kernel", "spmm_ns_per_edge_col", "gemm_gflops",
-                                            "elementwise_gbps", "activation_ns_per_element", "op_overhead_us",
-                                            "epoch_overhead_us")}
+                                            "elementwise_gbps", "activation_ns_per_element", "gather_ns_per_element",
+                                            "op_overhead_us", "epoch_overhead_us")}
     cost["gemm_widths"] = list(GEMM_WIDTHS)
     try:
         for threads in thread_counts(hw):
             spmm = probe_spmm(threads, "cpu", cache_dir)
             gemm, elementwise, activation = probe_gemm(threads), probe_elementwise(threads), probe_activation(threads)
+            gather = probe_gather(threads)
             for key, value in (("threads", threads), ("kernel", spmm["kernel"]), ("spmm_ns_per_edge_col", spmm["ns"]),
                                ("gemm_gflops", [round(r, 3) for r in gemm]), ("elementwise_gbps", elementwise),
-                               ("activation_ns_per_element", activation), ("op_overhead_us", 0.0),
+                               ("activation_ns_per_element", activation), ("gather_ns_per_element", gather),
+                               ("op_overhead_us", 0.0),
                                ("epoch_overhead_us", 0.0)):
                 cost[key].append(round(value, 4) if isinstance(value, float) else value)
             rates = ", ".join(f"{r:.1f}" for r in gemm)
             say(f"{threads} thread(s): SpMM {spmm['ns']:.3f} ns/edge·col ({spmm['kernel']}), GEMM {rates} GMAC/s at "
                 f"widths {', '.join(map(str, GEMM_WIDTHS))}, elementwise {elementwise:.1f} GB/s, activation "
-                f"{activation:.2f} ns/element")
+                f"{activation:.2f} ns/element, gather {gather:.2f} ns/element")
     finally:
         torch.set_num_threads(previous)
     collectives = probe_collectives(backend, scratch)
@@ -336,6 +383,7 @@ def calibrate(cfg, cache_dir, scratch: Path, say: Callable[[str], None] = print)
         cost[f"{kind}_gbps"] = round(figures["gbps"], 4)
         say(f"{kind} ({backend}, 2 ranks): latency {figures['latency_us']:.0f} µs, {figures['gbps']:.2f} GB/s")
     fit_overheads(cfg, scratch, cost, say)
+    fit_mode_factors(cfg, scratch, cost, say)
     rates: Dict[str, Any] = {"host_mem_gbps": max(cost["elementwise_gbps"]),
                              "core_gmacs": round(cost["gemm_gflops"][0][-1] / cost["threads"][0], 4)}
     if device == "cuda":

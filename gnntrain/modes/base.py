@@ -174,20 +174,21 @@ class Mode:
             halo = halo_rows(ctx, int(rows), p) * ctx.dtype_bytes
             exchanged = [halo * w for w in ctx.comm_widths] + [halo * w for w in ctx.grad_widths]
             work.collectives += [("alltoall", b) for b in exchanged] + [("allreduce", ctx.param_bytes)]
-            work.copy_bytes += 2 * sum(exchanged)  # packing what is sent, placing what arrives
+            work.gathered_elements += 2 * sum(exchanged) / ctx.dtype_bytes  # packing what is sent, placing what arrives
         return work
 
     def predict(self, ctx: PlanContext, cost: CostProfile) -> Prediction:
         """Predicted epoch time (compute and communication), memory per rank and bytes per epoch, from
         :meth:`work` priced at this host's measured ``cost``."""
         work = self.work(ctx)
-        compute, comm = price(work, cost)
+        variable, fixed, comm = price(work, cost)
+        variable *= cost.mode_factor.get(self.name, 1.0)
         estimate = self.estimate_comm(ctx)
         nbytes = estimate.per_epoch_bytes if estimate is not None else None
         if nbytes is None:
             nbytes = int(sum(b for _, b in work.collectives) * ctx.world_size)
-        return Prediction(compute, comm, self.estimate_memory(ctx).total_bytes, nbytes, cost.source,
-                          collective_calls=len(work.collectives))
+        return Prediction(variable + fixed, comm, self.estimate_memory(ctx).total_bytes, nbytes, cost.source,
+                          collective_calls=len(work.collectives), scaling_compute_s=variable)
 
     def model_dims(self, data: "GraphData") -> List[int]:
         """The configured model's widths on ``data``: [F, hidden, ..., hidden, classes]."""

@@ -7,8 +7,12 @@ bytes per rank); :func:`predict` prices it with the host's measured costs
 
 * compute = SpMM edge·columns × ``spmm_ns_per_edge_col`` + GEMM multiply-adds / ``gemm_gflops`` (at the
   GEMM's narrow width)
-  + hidden activations × ``activation_ns_per_element`` + elementwise bytes / ``elementwise_gbps``
+  + hidden activations × ``activation_ns_per_element`` + rows moved by index × ``gather_ns_per_element``
+  + elementwise bytes / ``elementwise_gbps``
   + layers × ``op_overhead_us`` + steps × ``epoch_overhead_us``;
+* the compute that grows with the graph is multiplied by the mode's ``mode_factor``: measured over
+  modelled on a 20 000-node probe run of that mode (the papers' models give the structure, one constant
+  per mode fitted on this host absorbs the implementation's efficiency: chunked kernels, relayouts);
 * communication = Σ over collectives of latency + ``collective_overhead_us`` + bytes per rank / bandwidth,
   each kind with its own measured (latency, bandwidth); a profile's ``link_gbit_s`` caps the bandwidth
   between nodes.
@@ -43,6 +47,7 @@ class CostProfile:
     gemm_gflops: Tuple[float, ...]  # at gemm_widths
     elementwise_gbps: float
     activation_s_per_element: float
+    gather_s_per_element: float
     op_overhead_s: float
     epoch_overhead_s: float
     latency_s: Dict[str, float]
@@ -50,6 +55,7 @@ class CostProfile:
     h2d_bytes_per_s: float
     link_bytes_per_s: float  # between nodes; 0 = not stated
     collective_overhead_s: float = 0.0
+    mode_factor: Dict[str, float] = field(default_factory=dict)  # per mode: measured / modelled scaling compute
 
     def collective_s(self, kind: str, nbytes: float, inter_node: bool = False) -> float:
         bandwidth = self.bytes_per_s[kind]
@@ -88,7 +94,7 @@ def check_profile(hw) -> None:
         return
     threads = list(cost.threads)
     lists = ("kernel", "spmm_ns_per_edge_col", "gemm_gflops", "elementwise_gbps", "activation_ns_per_element",
-             "op_overhead_us", "epoch_overhead_us")
+             "gather_ns_per_element", "op_overhead_us", "epoch_overhead_us")
     widths = list(cost.get("gemm_widths") or [])
     rates = cost.get("gemm_gflops") or []
     if not widths or any(int(w) < 1 for w in widths) or any(len(r) != len(widths) for r in rates):
@@ -106,6 +112,10 @@ def check_profile(hw) -> None:
                                    for v in flat):
             raise PlanError(f"hardware.cost.{key}", f"profile '{name}' has {key}={values}: costs and rates must "
                             "be positive.", f"run gnntrain calibrate hardware={name} again")
+    bad = {k: v for k, v in (cost.get("mode_factor") or {}).items() if float(v) <= 0}
+    if bad:
+        raise PlanError("hardware.cost.mode_factor", f"profile '{name}' has non-positive mode factors {bad}.",
+                        f"run gnntrain calibrate hardware={name} again")
     for kind in COLLECTIVES:
         if float(cost.get(f"{kind}_gbps") or 0) <= 0:
             raise PlanError(f"hardware.cost.{kind}_gbps", f"profile '{name}' is calibrated but its {kind} "
@@ -131,12 +141,14 @@ def cost_profile(hw, threads: int) -> Optional[CostProfile]:
         gemm_widths=tuple(int(w) for w in cost.gemm_widths), gemm_gflops=tuple(float(r) for r in cost.gemm_gflops[i]),
         elementwise_gbps=float(cost.elementwise_gbps[i]),
         activation_s_per_element=float(cost.activation_ns_per_element[i]) * 1e-9,
+        gather_s_per_element=float(cost.gather_ns_per_element[i]) * 1e-9,
         op_overhead_s=float(cost.op_overhead_us[i]) * 1e-6,
         epoch_overhead_s=float(cost.epoch_overhead_us[i]) * 1e-6,
         latency_s={k: float(cost[f"{k}_latency_us"]) * 1e-6 for k in COLLECTIVES},
         bytes_per_s={k: float(cost[f"{k}_gbps"]) * 1e9 for k in COLLECTIVES},
         h2d_bytes_per_s=float(hw.h2d_gbps) * 1e9, link_bytes_per_s=float(hw.get("link_gbit_s", 0) or 0) * 1e9 / 8,
-        collective_overhead_s=float(cost.get("collective_overhead_us", 0) or 0) * 1e-6)
+        collective_overhead_s=float(cost.get("collective_overhead_us", 0) or 0) * 1e-6,
+        mode_factor={str(k): float(v) for k, v in (cost.get("mode_factor") or {}).items()})
 
 
 @dataclass
@@ -149,7 +161,8 @@ class Work:
     activation_elements: float = 0.0  # hidden-layer outputs through relu and dropout, forward and backward
     layers: int = 0  # layer forward+backward passes (each costs op_overhead)
     steps: int = 1  # optimizer steps (each costs epoch_overhead: loss, backward start, step)
-    copy_bytes: float = 0.0  # host memory copies (gathers, staging), priced at elementwise bandwidth
+    copy_bytes: float = 0.0  # streaming host memory copies, priced at elementwise bandwidth
+    gathered_elements: float = 0.0  # values picked or accumulated by row index (halo packing, chunk loads)
     h2d_bytes: float = 0.0  # host→device transfers
     collectives: List[Tuple[str, float]] = field(default_factory=list)  # (kind, bytes per rank) per call
     inter_node: bool = False
@@ -167,6 +180,7 @@ class Prediction:
     comm_bytes: Optional[int]
     basis: str  # the profile's calibration, for the printout
     collective_calls: int = 0
+    scaling_compute_s: float = 0.0  # the part of compute_s that grows with the graph (mode_factor applied)
 
     @property
     def epoch_s(self) -> float:
@@ -175,18 +189,20 @@ class Prediction:
     def to_dict(self) -> Dict[str, object]:
         return {"epoch_s": self.epoch_s, "compute_s": self.compute_s, "comm_s": self.comm_s,
                 "memory_bytes": self.memory_bytes, "comm_bytes": self.comm_bytes, "calibration": self.basis,
-                "collective_calls": self.collective_calls}
+                "collective_calls": self.collective_calls, "scaling_compute_s": self.scaling_compute_s}
 
 
-def price(work: Work, cost: CostProfile) -> Tuple[float, float]:
-    """(compute seconds, communication seconds) of ``work`` at ``cost``."""
-    compute = (work.spmm_edge_cols * cost.spmm_ns_per_edge_col * 1e-9 + sum(cost.gemm_s(m, w) for m, w in work.gemms)
-               + (work.elementwise_bytes + work.copy_bytes) / (cost.elementwise_gbps * 1e9)
-               + work.activation_elements * cost.activation_s_per_element
-               + work.layers * cost.op_overhead_s + work.steps * cost.epoch_overhead_s + work.fixed_s
-               + work.h2d_bytes / cost.h2d_bytes_per_s)
+def price(work: Work, cost: CostProfile) -> Tuple[float, float, float]:
+    """(compute seconds that scale with the graph, fixed compute seconds, communication seconds) of ``work``
+    at ``cost``: the first is what a mode's fitted factor (``mode_factor``) multiplies."""
+    variable = (work.spmm_edge_cols * cost.spmm_ns_per_edge_col * 1e-9 + sum(cost.gemm_s(m, w) for m, w in work.gemms)
+                + (work.elementwise_bytes + work.copy_bytes) / (cost.elementwise_gbps * 1e9)
+                + work.activation_elements * cost.activation_s_per_element
+                + work.gathered_elements * cost.gather_s_per_element
+                + work.h2d_bytes / cost.h2d_bytes_per_s + work.fixed_s)
+    fixed = work.layers * cost.op_overhead_s + work.steps * cost.epoch_overhead_s
     comm = sum(cost.collective_s(kind, nbytes, work.inter_node) for kind, nbytes in work.collectives)
-    return compute, comm
+    return variable, fixed, comm
 
 
 def layer_macs(model: str, d_in: int, d_out: int) -> int:

@@ -110,8 +110,8 @@ class PartitionMode(Mode):
         else:
             halo = halo_rows(ctx, int(rows), q) * b / self.c
             moved = [("alltoall", halo * w) for w in list(ctx.comm_widths) + list(ctx.grad_widths)]
+            work.gathered_elements += 2 * sum(nbytes for _, nbytes in moved) / b
             moved += [("allreduce", rows * w * b) for w in list(ctx.comm_widths) + list(ctx.grad_widths)]
-            work.copy_bytes += 2 * sum(nbytes for _, nbytes in moved)
         work.collectives += moved + [("allreduce", ctx.param_bytes)]
         return work
 

@@ -21,6 +21,27 @@ def cost_model(volumes: Dict[str, int], row_bytes: int, bw: Dict[str, float]) ->
     return terms
 
 
+def batch_bytes(v: int, e: int, nb: int, num_parts: int, model: str, dims: Sequence[int], dtype_bytes: int,
+                param_bytes: int, dedup: str) -> int:
+    """Peak device bytes of one batch: a chunk of ``v`` rows and ``e`` edges whose ``nb`` in-neighbour rows
+    are resident (see :func:`chunk_working_bytes`)."""
+    b = dtype_bytes
+    # with p2p a device also holds the rows it loads for others: at most the union of the batch
+    resident = nb if "p2p" not in dedup else nb + (num_parts - 1) * v
+    topo = 2 * e * (16 + b)
+    peak = 0
+    for d_in, d_out in zip(dims[:-1], dims[1:]):
+        common = 5 * param_bytes + topo + 2 * resident * d_in * b
+        fwd = v * (d_in + 2 * d_out) * b
+        bwd = nb * d_in * b + v * (3 * d_in + 2 * d_out) * b
+        if model == "gat":
+            saved = (resident * d_in + nb * (d_in + 2 * d_out + 4) + e * (d_out + 8)) * b
+        else:
+            saved = v * (3 * d_in + 6 * d_out) * b
+        peak = max(peak, common + max(fwd, bwd + saved))
+    return int(peak)
+
+
 def chunk_working_bytes(layout: ChunkLayout, model: str, dims: Sequence[int], dtype_bytes: int,
                         param_bytes: int, dedup: str) -> int:
     """Upper estimate of the peak device bytes of any rank, any layer, any batch.
@@ -31,24 +52,9 @@ def chunk_working_bytes(layout: ChunkLayout, model: str, dims: Sequence[int], dt
     directions); the chunk's aggregation, output and loaded gradient rows;
     and the recompute's saved tensors (a bound per model).
     """
-    b = dtype_bytes
-    peak = 0
-    for c, rows in enumerate(layout.neighbours):
-        v = int(layout.offsets[c + 1] - layout.offsets[c])
-        e = int(layout.edge_bounds[c + 1] - layout.edge_bounds[c])
-        nb = rows.size
-        # with p2p a device also holds the rows it loads for others: at most the union of the batch
-        resident = nb if "p2p" not in dedup else nb + (layout.num_parts - 1) * v
-        topo = 2 * e * (16 + b)
-        for d_in, d_out in zip(dims[:-1], dims[1:]):
-            common = 5 * param_bytes + topo + 2 * resident * d_in * b
-            fwd = v * (d_in + 2 * d_out) * b
-            bwd = nb * d_in * b + v * (3 * d_in + 2 * d_out) * b
-            if model == "gat":
-                saved = (resident * d_in + nb * (d_in + 2 * d_out + 4) + e * (d_out + 8)) * b
-            else:
-                saved = v * (3 * d_in + 6 * d_out) * b
-            peak = max(peak, common + max(fwd, bwd + saved))
-    return int(peak)
+    return max(batch_bytes(int(layout.offsets[c + 1] - layout.offsets[c]),
+                           int(layout.edge_bounds[c + 1] - layout.edge_bounds[c]), rows.size, layout.num_parts,
+                           model, dims, dtype_bytes, param_bytes, dedup)
+               for c, rows in enumerate(layout.neighbours))
 
 

@@ -16,7 +16,7 @@ from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
 from gnntrain.modes.hongtu.arena import tensor_bytes
 from gnntrain.modes.hongtu.config import DEDUP, REORGANIZE_VERSION, HongTuConfig, parse_bytes
-from gnntrain.modes.hongtu.cost import bandwidths, chunk_working_bytes, cost_model
+from gnntrain.modes.hongtu.cost import bandwidths, batch_bytes, chunk_working_bytes, cost_model
 from gnntrain.modes.hongtu.engine import HongTuEngine, _HongTuEpoch
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph, partitioner_options
@@ -52,8 +52,12 @@ class HongTuMode(Mode):
         base = estimate_memory(ctx, self.num_parts(ctx.world_size), activation_factor=2.0)
         on_host = str(getattr(self.cfg.hardware.device, "value", self.cfg.hardware.device)) == "cpu"
         arena = self.device_cap() if on_host else 0
-        if on_host and not arena:  # no cap: the arena holds a batch's resident rows and their gradient sums
-            arena = 2 * self._resident_rows(ctx) * max(ctx.dims[:-1]) * ctx.dtype_bytes
+        if on_host and not arena:  # no cap: the arena holds a batch's working set (chunk_working_bytes, unchunked)
+            m, n = ctx.world_size, max(1, int(self.options.chunks) or 4)
+            degree = (ctx.num_edges + ctx.num_nodes) / max(1, ctx.num_nodes)
+            rows = ctx.num_nodes // (m * n)
+            arena = batch_bytes(rows, int(rows * degree), self._resident_rows(ctx), m, ctx.model, ctx.dims,
+                                ctx.dtype_bytes, ctx.param_bytes, self.dedup)
         return dataclasses.replace(base, activation_bytes=base.activation_bytes + arena)
 
     def validate(self, ctx) -> List[str]:
@@ -76,13 +80,10 @@ class HongTuMode(Mode):
         return []
 
     def _resident_rows(self, ctx) -> int:
-        """Rows a batch holds on the device before chunking is known: a chunk's in-neighbours (at most N),
-        plus with p2p the rows it loads for the other ranks' chunks."""
+        """In-neighbour rows of a chunk before chunking is known: chunk rows x degree, at most N."""
         m, n = ctx.world_size, max(1, int(self.options.chunks) or 4)
-        chunk = ctx.num_nodes / m / n
         degree = (ctx.num_edges + ctx.num_nodes) / max(1, ctx.num_nodes)
-        own = min(ctx.num_nodes, chunk * degree)
-        return int(own + ((m - 1) * chunk if "p2p" in self.dedup else 0))
+        return int(min(ctx.num_nodes, ctx.num_nodes / m / n * degree))
 
     min_world_size = 1  # one rank offloading to its device is HongTu's first use (§4)
     auto_variants = ({"dedup": "p2p+reuse"}, {"dedup": "none"})
@@ -103,9 +104,8 @@ class HongTuMode(Mode):
             loaded *= 1 - 1 / (n + 1)
         moved = loaded * (sum(ctx.comm_widths) + sum(ctx.grad_widths)) * ctx.dtype_bytes
         on_host = str(getattr(self.cfg.hardware.device, "value", self.cfg.hardware.device)) == "cpu"
-        if on_host:
-            work.copy_bytes += 2 * moved
-        else:
+        work.gathered_elements += moved / ctx.dtype_bytes  # rows picked from (or added into) the host copies
+        if not on_host:
             work.h2d_bytes += moved
         work.gemms += [(rows * d_in * d_out, min(d_in, d_out)) for d_in, d_out in zip(ctx.dims[:-1], ctx.dims[1:])]
         work.layers *= 2 * n  # forward and the recomputing backward, chunk by chunk
