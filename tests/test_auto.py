@@ -11,10 +11,10 @@ from gnntrain.errors import PlanError
 
 # a calibrated profile's cost block, as overrides (figures of this 2-core machine's calibration)
 COST = ["hardware.cost.calibrated=test", "hardware.cost.threads=[1,2]", "hardware.cost.kernel=[torch,torch]",
-        "hardware.cost.spmm_ns_per_edge_col=[0.55,0.26]", "hardware.cost.gemm_widths=[8,32,128]",
-        "hardware.cost.gemm_gflops=[[4.5,19.0,31.0],[8.5,40.0,62.0]]", "hardware.cost.collective_overhead_us=1000",
-        "hardware.cost.elementwise_gbps=[12,60]", "hardware.cost.activation_ns_per_element=[4.7,3.7]",
-        "hardware.cost.gather_ns_per_element=[1.5,1.0]",
+        "hardware.cost.spmm_ns_per_edge=[2.0,1.0]", "hardware.cost.spmm_ns_per_edge_col=[0.55,0.26]",
+        "hardware.cost.gemm_widths=[8,32,128]", "hardware.cost.gemm_gflops=[[4.5,19.0,31.0],[8.5,40.0,62.0]]",
+        "hardware.cost.collective_overhead_us=1000", "hardware.cost.elementwise_gbps=[12,60]",
+        "hardware.cost.activation_ns_per_element=[4.7,3.7]", "hardware.cost.gather_ns_per_element=[1.5,1.0]",
         "hardware.cost.op_overhead_us=[390,380]", "hardware.cost.epoch_overhead_us=[30,60]",
         "hardware.cost.alltoall_latency_us=130", "hardware.cost.alltoall_gbps=2.5",
         "hardware.cost.allreduce_latency_us=200", "hardware.cost.allreduce_gbps=2.5",
@@ -108,6 +108,7 @@ def test_a_collective_probe_that_cannot_run_is_one_plan_error(tmp_path):
     ("hardware.cost.gemm_gflops=[[4.5,19.0,31.0]]", "hardware.cost.gemm_gflops"),
     ("hardware.cost.gemm_gflops=[[4.5,19.0],[8.5,40.0]]", "hardware.cost.gemm_widths"),
     ("hardware.cost.spmm_ns_per_edge_col=[-1,0.2]", "hardware.cost.spmm_ns_per_edge_col"),
+    ("hardware.cost.mode_factor={partition:-1.0}", "hardware.cost.mode_factor"),
 ])
 def test_a_profile_with_a_missing_or_negative_figure_is_refused(override, key, cache_dir):
     with pytest.raises(PlanError) as info:
@@ -155,6 +156,15 @@ def test_predictions_follow_the_work(cache_dir):
     mop = _plan(["mode=mop"], cache_dir)
     assert mop.prediction["comm_bytes"] == mop.comm_per_epoch["per_epoch_bytes"]
     assert _plan(["mode=single"], cache_dir).prediction["comm_s"] == 0
+
+
+def test_the_mode_factor_scales_only_what_grows_with_the_graph(cache_dir):
+    base = _plan(["mode=partition"], cache_dir).prediction
+    scaled = _plan(["mode=partition", "hardware.cost.mode_factor={partition:2.0,mop:5.0}"], cache_dir).prediction
+    assert scaled["scaling_compute_s"] == pytest.approx(2 * base["scaling_compute_s"])
+    fixed = base["compute_s"] - base["scaling_compute_s"]
+    assert fixed > 0 and scaled["compute_s"] - scaled["scaling_compute_s"] == pytest.approx(fixed)
+    assert scaled["comm_s"] == pytest.approx(base["comm_s"])
 
 
 # --------------------------------------------------------------------- auto

@@ -144,6 +144,7 @@ class CostConfig:
     calibrated: str = ""  # "host, torch version, date" of the measurement; "" = not calibrated
     threads: List[int] = field(default_factory=list)
     kernel: List[str] = field(default_factory=list)  # the SpMM kernel kernel=auto picks at that thread count
+    spmm_ns_per_edge: List[float] = field(default_factory=list)  # SpMM forward+backward, per edge (index work)
     spmm_ns_per_edge_col: List[float] = field(default_factory=list)  # SpMM forward+backward, per edge x column
     gemm_widths: List[int] = field(default_factory=list)  # the narrow dimension of the GEMMs timed
     gemm_gflops: List[List[float]] = field(default_factory=list)  # 1e9 multiply-adds/s per rank, per gemm_widths

@@ -1,16 +1,18 @@
 """``gnntrain calibrate``: measure this host's costs and write a hardware profile the cost models use.
 
 The probes (docs/design.md#cost-models), each at every intra-op thread count a plan on the profile
-can give a rank (cores / ranks, for 1..ranks_per_node ranks):
+can give a rank (cores / ranks, for 1..ranks_per_node ranks), run by that many processes at once so that
+each sees the host as a rank of a busy node does:
 
-* SpMM forward+backward per edge x column, with the kernel ``kernel=auto`` picks;
+* SpMM forward+backward per edge and per edge x column (widths 8 and 128), with the kernel ``kernel=auto``
+  picks;
 * GEMM multiply-adds per second;
 * elementwise bytes per second (host memory bandwidth as torch's kernels see it), a hidden layer's
   relu + dropout per element, and rows picked and added back by index per element;
 * the fixed costs the rates do not explain, fitted on real training runs of a 2000-node graph: per layer
   and per optimizer step (mode=single, 1 and 3 layers, at each thread count) and per collective call
   (mode=partition on 2 ranks);
-* per mode, the factor between measured and modelled compute that grows with the graph, on a 20 000-node
+* per mode, the factor between measured and modelled compute that grows with the graph, on a 40 000-node
   graph (``mode_factor``);
 * host→device bandwidth where the profile's device is CUDA;
 * one 2-rank probe of all_to_all_single, all_reduce and all_gather on the profile's backend: latency from
@@ -88,13 +90,23 @@ def probe_elementwise(threads: int) -> float:
 
 
 def probe_spmm(threads: int, device: str, cache_dir) -> Dict[str, Any]:
-    """SpMM forward+backward ns per edge x column at degree 8, width 64, with the kernel auto picks."""
-    from gnntrain.models.kernels import choose_kernel
+    """SpMM forward+backward with the kernel ``kernel=auto`` picks (degree 8, width 64), timed at widths 8 and
+    128 on 50 000 nodes: t = edges x (per edge + width x per edge·column)."""
+    import torch
 
-    nodes, degree, width = 50_000, 8, 64
-    choice = choose_kernel(device, "float32", threads, degree, width, cache_dir, probe_nodes=nodes)
-    seconds = choice.seconds[choice.kernel]
-    return {"kernel": choice.kernel, "ns": seconds / (nodes * degree * width) * 1e9}
+    from gnntrain.models.kernels import _random_graph, choose_kernel, time_kernel
+
+    nodes, degree = 50_000, 8
+    kernel = choose_kernel(device, "float32", threads, degree, 64, cache_dir, probe_nodes=nodes).kernel
+    src, dst = _random_graph(nodes, degree)
+    torch.set_num_threads(threads)
+    narrow, wide = 8, 128
+    t_narrow, t_wide = (min(time_kernel(kernel, dst, src, nodes, w, torch.float32, torch.device(device))
+                            for _ in range(2)) for w in (narrow, wide))
+    edges = nodes * degree
+    per_col = max(1e-15, (t_wide - t_narrow) / (wide - narrow)) / edges
+    per_edge = max(0.0, t_narrow / edges - narrow * per_col)
+    return {"kernel": kernel, "ns": per_col * 1e9, "edge_ns": per_edge * 1e9}
 
 
 def probe_activation(threads: int) -> float:
@@ -181,14 +193,16 @@ def _train_probe(cfg, scratch: Path, name: str) -> Tuple[float, Dict[str, Any]]:
     return statistics.median(summary["epoch_time_s"][1:]), plan.prediction
 
 
-MODE_PROBE_GRAPH = {"name": "csbm", "source": "generated", "num_nodes": 20000, "avg_degree": 10.0,
+MODE_PROBE_GRAPH = {"name": "csbm", "source": "generated", "num_nodes": 40000, "avg_degree": 10.0,
                     "feat_dim": 64, "num_classes": 8, "train_fraction": 0.3}
+MODE_PROBE_EPOCHS = 10
 
 
 def fit_mode_factors(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[str], None]) -> None:
-    """``cost["mode_factor"]``: for every mode, with the first options ``mode=auto`` tries, on 2 ranks (one
-    for single), a 20 000-node graph trained with hidden width 64; the factor is (measured - fixed
-    costs) / the modelled compute that grows with the graph."""
+    """``cost["mode_factor"]``: every mode, with the first options ``mode=auto`` tries, trains a 40 000-node
+    graph (hidden width 64) twice, on one rank where it runs on one, else on two; the factor is the median of
+    (measured - fixed costs) / the modelled compute that grows with the graph. At this size the fixed costs
+    are under a tenth of an epoch, so their own noise hardly moves the factor."""
     import copy
 
     from gnntrain.modes import MODE_REGISTRY
@@ -196,16 +210,21 @@ def fit_mode_factors(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[st
     fitted = dict(copy.deepcopy(cost), calibrated="probe", mode_factor={})
     factors: Dict[str, float] = {}
     for name in sorted(MODE_REGISTRY):
-        probe = _probe_config(cfg, name, 2, host_cores(cfg.hardware), 2, fitted)
+        cls = MODE_REGISTRY[name]
+        ranks = max(1, min(2, int(cls.min_world_size)))
+        probe = _probe_config(cfg, name, 2, host_cores(cfg.hardware), ranks, fitted)
         probe.dataset = OmegaConf.merge(probe.dataset, MODE_PROBE_GRAPH)
         probe.model.hidden = 64
-        probe.mode = OmegaConf.merge(probe.mode, dict(MODE_REGISTRY[name].auto_variants[0]))
-        measured, predicted = _train_probe(probe, scratch, f"mode-{name}")
-        fixed = predicted["epoch_s"] - predicted["scaling_compute_s"]
-        factor = (measured - fixed) / max(1e-9, predicted["scaling_compute_s"])
-        factors[name] = round(min(4.0, max(0.25, factor)), 3)
+        probe.train.epochs = probe.train.eval_every = MODE_PROBE_EPOCHS
+        probe.mode = OmegaConf.merge(probe.mode, dict(cls.auto_variants[0]))
+        ratios = []
+        for rep in range(2):
+            measured, predicted = _train_probe(probe, scratch, f"mode-{name}-{rep}")
+            fixed = predicted["epoch_s"] - predicted["scaling_compute_s"]
+            ratios.append((measured - fixed) / max(1e-9, predicted["scaling_compute_s"]))
+        factors[name] = round(min(4.0, max(0.25, statistics.median(ratios))), 3)
     cost["mode_factor"] = factors
-    say("measured / modelled compute per mode (20 000-node probe): "
+    say("measured / modelled compute per mode (40 000-node probe): "
         + ", ".join(f"{k} {v:.2f}" for k, v in factors.items()))
 
 
@@ -220,8 +239,8 @@ def _least_squares(points: List[Tuple[float, float]]) -> Tuple[float, float]:
 def fit_overheads(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[str], None]) -> None:
     """Fill ``cost``'s fixed costs from real runs on a 2000-node graph, where they dominate: per thread count,
     mode=single with 1 and 3 layers gives the cost per layer and per step (what the measured rates do not
-    explain: the least-squares line through 1-3 layers, twice); then mode=partition on 2 ranks (twice, the
-    median) gives the cost per collective call beyond latency and bytes."""
+    explain: the least-squares line through 1-3 layers, twice); then mode=partition on 2 ranks (three times,
+    the median) gives the cost per collective call beyond latency and bytes."""
     import copy
 
     zero = copy.deepcopy(cost)
@@ -241,7 +260,7 @@ def fit_overheads(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[str],
     threads = max(1, host_cores(cfg.hardware) // ranks)
     fitted = dict(copy.deepcopy(cost), calibrated="probe", collective_overhead_us=0.0)
     per_call = []
-    for rep in range(2):
+    for rep in range(3):
         measured, predicted = _train_probe(_probe_config(cfg, "partition", 2, threads * ranks, ranks, fitted), scratch,
                                            f"partition-2-{rep}")
         per_call.append((measured - predicted["epoch_s"]) / max(1, int(predicted["collective_calls"])))
@@ -263,6 +282,50 @@ def probe_h2d() -> float:
         torch.cuda.synchronize()
 
     return host.numel() * 4 / _best(copy, reps=3) / 1e9
+
+
+def micro_probes(threads: int, device: str, cache_dir) -> Dict[str, Any]:
+    """Every rate probe at ``threads`` intra-op threads."""
+    return {"spmm": probe_spmm(threads, device, cache_dir), "gemm": probe_gemm(threads),
+            "elementwise": probe_elementwise(threads), "activation": probe_activation(threads),
+            "gather": probe_gather(threads)}
+
+
+def _probe_rank(rank: int, threads: int, device: str, cache_dir, out_dir: str) -> None:
+    import json
+
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    Path(out_dir, f"rates-{rank}.json").write_text(json.dumps(micro_probes(threads, device, cache_dir)))
+
+
+def rates_under_load(threads: int, ranks: int, device: str, cache_dir, scratch: Path) -> Dict[str, Any]:
+    """The rate probes as a rank of a node with ``ranks`` ranks sees them: ``ranks`` processes at ``threads``
+    threads each run them at once (the cores, caches and memory bandwidth are shared in training too, and on a
+    host with SMT siblings one busy core slows the other), averaged; in this process when ``ranks`` is 1."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    from gnntrain.models.kernels import choose_kernel
+
+    if ranks <= 1:
+        return micro_probes(threads, device, cache_dir)
+    choose_kernel(device, "float32", threads, 8, 64, cache_dir, probe_nodes=50_000)  # cached for the ranks
+    out_dir = scratch / f"rates-{threads}x{ranks}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        mp.start_processes(_probe_rank, args=(threads, device, cache_dir, str(out_dir)), nprocs=ranks,
+                           start_method="spawn")
+    except Exception as exc:
+        raise PlanError("calibrate", f"the rate probes could not run in {ranks} processes "
+                        f"({str(exc).strip()[:300]}).", "check that this host can start Python processes (ulimits, "
+                        "memory), then calibrate again") from None
+    results = [json.loads((out_dir / f"rates-{r}.json").read_text()) for r in range(ranks)]
+    mean = statistics.fmean
+    return {"spmm": {"kernel": results[0]["spmm"]["kernel"], "ns": mean(r["spmm"]["ns"] for r in results),
+                     "edge_ns": mean(r["spmm"]["edge_ns"] for r in results)},
+            "gemm": [mean(r["gemm"][i] for r in results) for i in range(len(GEMM_WIDTHS))],
+            **{k: mean(r[k] for r in results) for k in ("elementwise", "activation", "gather")}}
 
 
 def _free_port() -> int:
@@ -356,23 +419,26 @@ def calibrate(cfg, cache_dir, scratch: Path, say: Callable[[str], None] = print)
                         "profile here (hardware=local-cpu)")
     backend = "nccl" if device == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
     previous = torch.get_num_threads()
-    cost: Dict[str, Any] = {k: [] for k in ("threads", "kernel", "spmm_ns_per_edge_col", "gemm_gflops",
-                                            "elementwise_gbps", "activation_ns_per_element", "gather_ns_per_element",
-                                            "op_overhead_us", "epoch_overhead_us")}
+    cost: Dict[str, Any] = {k: [] for k in ("threads", "kernel", "spmm_ns_per_edge", "spmm_ns_per_edge_col",
+                                            "gemm_gflops", "elementwise_gbps", "activation_ns_per_element",
+                                            "gather_ns_per_element", "op_overhead_us", "epoch_overhead_us")}
     cost["gemm_widths"] = list(GEMM_WIDTHS)
     try:
+        cores = host_cores(hw)
         for threads in thread_counts(hw):
-            spmm = probe_spmm(threads, "cpu", cache_dir)
-            gemm, elementwise, activation = probe_gemm(threads), probe_elementwise(threads), probe_activation(threads)
-            gather = probe_gather(threads)
-            for key, value in (("threads", threads), ("kernel", spmm["kernel"]), ("spmm_ns_per_edge_col", spmm["ns"]),
+            rate = rates_under_load(threads, max(1, cores // threads), "cpu", cache_dir, scratch)
+            spmm, gemm, elementwise = rate["spmm"], rate["gemm"], rate["elementwise"]
+            activation, gather = rate["activation"], rate["gather"]
+            for key, value in (("threads", threads), ("kernel", spmm["kernel"]), ("spmm_ns_per_edge", spmm["edge_ns"]),
+                               ("spmm_ns_per_edge_col", spmm["ns"]),
                                ("gemm_gflops", [round(r, 3) for r in gemm]), ("elementwise_gbps", elementwise),
                                ("activation_ns_per_element", activation), ("gather_ns_per_element", gather),
                                ("op_overhead_us", 0.0),
                                ("epoch_overhead_us", 0.0)):
                 cost[key].append(round(value, 4) if isinstance(value, float) else value)
             rates = ", ".join(f"{r:.1f}" for r in gemm)
-            say(f"{threads} thread(s): SpMM {spmm['ns']:.3f} ns/edge·col ({spmm['kernel']}), GEMM {rates} GMAC/s at "
+            say(f"{threads} thread(s): SpMM {spmm['edge_ns']:.2f} ns/edge + {spmm['ns']:.3f} ns/edge·col "
+                f"({spmm['kernel']}), GEMM {rates} GMAC/s at "
                 f"widths {', '.join(map(str, GEMM_WIDTHS))}, elementwise {elementwise:.1f} GB/s, activation "
                 f"{activation:.2f} ns/element, gather {gather:.2f} ns/element")
     finally:

@@ -5,8 +5,8 @@ Each mode describes the work of its busiest rank in one epoch as a :class:`Work`
 bytes per rank); :func:`predict` prices it with the host's measured costs
 (:class:`CostProfile`, written by ``gnntrain calibrate`` into the hardware profile).
 
-* compute = SpMM edge·columns × ``spmm_ns_per_edge_col`` + GEMM multiply-adds / ``gemm_gflops`` (at the
-  GEMM's narrow width)
+* compute = SpMM edges × ``spmm_ns_per_edge`` + edge·columns × ``spmm_ns_per_edge_col``
+  + GEMM multiply-adds / ``gemm_gflops`` (at the GEMM's narrow width)
   + hidden activations × ``activation_ns_per_element`` + rows moved by index × ``gather_ns_per_element``
   + elementwise bytes / ``elementwise_gbps``
   + layers × ``op_overhead_us`` + steps × ``epoch_overhead_us``;
@@ -42,6 +42,7 @@ class CostProfile:
 
     source: str
     kernel: str
+    spmm_ns_per_edge: float
     spmm_ns_per_edge_col: float
     gemm_widths: Tuple[int, ...]
     gemm_gflops: Tuple[float, ...]  # at gemm_widths
@@ -93,7 +94,8 @@ def check_profile(hw) -> None:
     if cost is None or not cost.calibrated:
         return
     threads = list(cost.threads)
-    lists = ("kernel", "spmm_ns_per_edge_col", "gemm_gflops", "elementwise_gbps", "activation_ns_per_element",
+    lists = ("kernel", "spmm_ns_per_edge", "spmm_ns_per_edge_col", "gemm_gflops", "elementwise_gbps",
+             "activation_ns_per_element",
              "gather_ns_per_element", "op_overhead_us", "epoch_overhead_us")
     widths = list(cost.get("gemm_widths") or [])
     rates = cost.get("gemm_gflops") or []
@@ -137,7 +139,7 @@ def cost_profile(hw, threads: int) -> Optional[CostProfile]:
     i = measured[max(0, bisect.bisect_right(counts, int(threads)) - 1)]
     return CostProfile(
         source=str(cost.calibrated), kernel=str(cost.kernel[i]),
-        spmm_ns_per_edge_col=float(cost.spmm_ns_per_edge_col[i]),
+        spmm_ns_per_edge=float(cost.spmm_ns_per_edge[i]), spmm_ns_per_edge_col=float(cost.spmm_ns_per_edge_col[i]),
         gemm_widths=tuple(int(w) for w in cost.gemm_widths), gemm_gflops=tuple(float(r) for r in cost.gemm_gflops[i]),
         elementwise_gbps=float(cost.elementwise_gbps[i]),
         activation_s_per_element=float(cost.activation_ns_per_element[i]) * 1e-9,
@@ -155,7 +157,8 @@ def cost_profile(hw, threads: int) -> Optional[CostProfile]:
 class Work:
     """One epoch of training on the busiest rank, in the units the measured costs price."""
 
-    spmm_edge_cols: float = 0.0  # forward+backward SpMM pairs (a forward-only SpMM counts half)
+    spmm_edges: float = 0.0  # forward+backward SpMM edge passes (a forward-only SpMM counts half)
+    spmm_edge_cols: float = 0.0  # the same, times the width aggregated
     gemms: List[Tuple[float, int]] = field(default_factory=list)  # (multiply-adds, narrow dimension)
     elementwise_bytes: float = 0.0
     activation_elements: float = 0.0  # hidden-layer outputs through relu and dropout, forward and backward
@@ -195,7 +198,8 @@ class Prediction:
 def price(work: Work, cost: CostProfile) -> Tuple[float, float, float]:
     """(compute seconds that scale with the graph, fixed compute seconds, communication seconds) of ``work``
     at ``cost``: the first is what a mode's fitted factor (``mode_factor``) multiplies."""
-    variable = (work.spmm_edge_cols * cost.spmm_ns_per_edge_col * 1e-9 + sum(cost.gemm_s(m, w) for m, w in work.gemms)
+    spmm_ns = work.spmm_edges * cost.spmm_ns_per_edge + work.spmm_edge_cols * cost.spmm_ns_per_edge_col
+    variable = (spmm_ns * 1e-9 + sum(cost.gemm_s(m, w) for m, w in work.gemms)
                 + (work.elementwise_bytes + work.copy_bytes) / (cost.elementwise_gbps * 1e9)
                 + work.activation_elements * cost.activation_s_per_element
                 + work.gathered_elements * cost.gather_s_per_element
@@ -230,6 +234,7 @@ def local_work(ctx: PlanContext, rows: float, edges: float, agg_rows: Optional[f
     for layer, ((d_in, d_out), w) in enumerate(zip(zip(ctx.dims[:-1], ctx.dims[1:]), ctx.comm_widths)):
         backward = layer > 0 or len(grads) == len(ctx.comm_widths)
         width = w * width_share
+        work.spmm_edges += edges * (1.0 if backward else 0.5)
         work.spmm_edge_cols += edges * width * (1.0 if backward else 0.5)
         if ctx.model == "gat":
             work.elementwise_bytes += 6 * edges * ctx.dtype_bytes  # per-edge scores, softmax and its gradient
