@@ -108,7 +108,7 @@ def test_a_collective_probe_that_cannot_run_is_one_plan_error(tmp_path):
     ("hardware.cost.gemm_gflops=[[4.5,19.0,31.0]]", "hardware.cost.gemm_gflops"),
     ("hardware.cost.gemm_gflops=[[4.5,19.0],[8.5,40.0]]", "hardware.cost.gemm_widths"),
     ("hardware.cost.spmm_ns_per_edge_col=[-1,0.2]", "hardware.cost.spmm_ns_per_edge_col"),
-    ("hardware.cost.mode_factor={partition:-1.0}", "hardware.cost.mode_factor"),
+    ("+hardware.cost.mode_factor.partition=-1.0", "hardware.cost.mode_factor"),
 ])
 def test_a_profile_with_a_missing_or_negative_figure_is_refused(override, key, cache_dir):
     with pytest.raises(PlanError) as info:
@@ -160,7 +160,7 @@ def test_predictions_follow_the_work(cache_dir):
 
 def test_the_mode_factor_scales_only_what_grows_with_the_graph(cache_dir):
     base = _plan(["mode=partition"], cache_dir).prediction
-    scaled = _plan(["mode=partition", "hardware.cost.mode_factor={partition:2.0,mop:5.0}"], cache_dir).prediction
+    scaled = _plan(["mode=partition", "+hardware.cost.mode_factor.partition=2.0", "+hardware.cost.mode_factor.mop=5.0"], cache_dir).prediction
     assert scaled["scaling_compute_s"] == pytest.approx(2 * base["scaling_compute_s"])
     fixed = base["compute_s"] - base["scaling_compute_s"]
     assert fixed > 0 and scaled["compute_s"] - scaled["scaling_compute_s"] == pytest.approx(fixed)
