@@ -160,7 +160,8 @@ def test_predictions_follow_the_work(cache_dir):
 
 def test_the_mode_factor_scales_only_what_grows_with_the_graph(cache_dir):
     base = _plan(["mode=partition"], cache_dir).prediction
-    scaled = _plan(["mode=partition", "+hardware.cost.mode_factor.partition=2.0", "+hardware.cost.mode_factor.mop=5.0"], cache_dir).prediction
+    factors = ["+hardware.cost.mode_factor.partition=2.0", "+hardware.cost.mode_factor.mop=5.0"]
+    scaled = _plan(["mode=partition", *factors], cache_dir).prediction
     assert scaled["scaling_compute_s"] == pytest.approx(2 * base["scaling_compute_s"])
     fixed = base["compute_s"] - base["scaling_compute_s"]
     assert fixed > 0 and scaled["compute_s"] - scaled["scaling_compute_s"] == pytest.approx(fixed)
