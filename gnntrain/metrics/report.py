@@ -287,7 +287,20 @@ def _fmt_acc(acc: Any) -> str:
 
 
 def report_command(args: List[str]) -> int:
+    from gnntrain.metrics.accuracy_time import (
+        WALL_TIME_NOTE,
+        default_target,
+        parse_target,
+        plot_val_over_time,
+        target_cells,
+    )
+
     err = Console(stderr=True, soft_wrap=True)
+    try:
+        args, target = parse_target(list(args))
+    except ValueError as exc:
+        err.print(f"[bold red]error:[/bold red] {escape(str(exc))}")
+        return 2
     if not args:
         err.print("[bold red]error:[/bold red] gnntrain report needs at least one directory (gnntrain report DIR...)")
         return 2
@@ -300,9 +313,12 @@ def report_command(args: List[str]) -> int:
         err.print(f"[bold red]error:[/bold red] no summary.json under {escape(', '.join(args))}")
         return 1
     out = Path(args[0])
+    chosen = "--target-val" if target is not None else "default: the lowest of the runs' best, minus 1 pp"
+    target = target if target is not None else default_target(runs)
     headers = ["run", "mode", "dataset", "world size", "test acc", "median epoch (ms)", "comm/epoch", "peak mem",
-               "status"]
-    numeric = {"world size", "test acc", "median epoch (ms)", "comm/epoch", "peak mem"}
+               "epochs to target", "time to target (s)", "status"]
+    numeric = {"world size", "test acc", "median epoch (ms)", "comm/epoch", "peak mem", "epochs to target",
+               "time to target (s)"}
     rows = []
     for s in runs:
         acc = (s.get("accuracy") or {}).get("test")
@@ -312,7 +328,7 @@ def report_command(args: List[str]) -> int:
         rows.append([Path(s["_dir"]).name] + [str(s.get(k) or "—") for k in ("mode", "dataset", "world_size")]
                     + [_fmt_acc(acc), f"{med * 1000:.2f}" if med else "—",
                        format_bytes(comm) if comm is not None else "—", format_bytes(mem) if mem else "—",
-                       str(s.get("status") or "—")])
+                       *target_cells(s, target), str(s.get("status") or "—")])
     title = f"gnntrain report: {len(runs)} run(s)"
     table = Table(title=title)
     for h in headers:  # headers wrap at words, values stay whole, a long run name folds
@@ -322,18 +338,26 @@ def report_command(args: List[str]) -> int:
         table.add_row(*(escape(c) for c in r))
     if not _fits(table, console):
         # narrow terminal: what the run was and how it ended go under its name, the figures keep columns
+        # and the time to target shares one column with its epochs
         table = Table(title=title)
         table.add_column("run", overflow="fold", ratio=1)
-        for h in headers[4:-1]:
-            table.add_column(h, justify="right", no_wrap=h != "median epoch (ms)")
+        for h in headers[4:8] + ["to target"]:
+            table.add_column(h, justify="right", no_wrap=h not in ("median epoch (ms)", "to target"))
         for r, s in zip(rows, runs):
             what = [f"{s['mode']} on {s['dataset']}" if s.get("mode") and s.get("dataset") else "",
                     f"{s['world_size']} ranks" if s.get("world_size") else "", str(s.get("status") or "")]
-            table.add_row(Text.assemble(r[0], "\n", (", ".join(x for x in what if x), "dim")), *r[4:-1])
+            to_target = f"{r[9]} s\n{r[8]} epochs" if r[8][0].isdigit() else r[8]
+            table.add_row(Text.assemble(r[0], "\n", (", ".join(x for x in what if x), "dim")), *r[4:8], to_target)
     console.print(table)
+    target_line = (f"validation accuracy target {target:.4f} ({chosen}); {WALL_TIME_NOTE}" if target is not None
+                   else "no run recorded a validation accuracy: no time to target")
+    console.print(f"[dim]{escape(target_line)}[/dim]", soft_wrap=True)
     md = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     md += ["| " + " | ".join(r) + " |" for r in rows]
+    md += ["", target_line]
     pngs = _plots(runs, out)
+    val_png = plot_val_over_time([s for s in runs if s.get("status") == "completed"], target, _label, out)
+    pngs += [val_png] if val_png is not None else []
     md += ["", *[f"![{p.stem}]({p.name})" for p in pngs]]
     (out / "report.md").write_text("# gnntrain report\n\n" + "\n".join(md) + "\n")
     console.print(f"[dim]wrote {escape(str(out / 'report.md'))} and {len(pngs)} plot(s)[/dim]")
