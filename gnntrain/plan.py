@@ -7,6 +7,7 @@ communication estimates. Sizes come from :mod:`gnntrain.sizing`.
 """
 from __future__ import annotations
 
+import dataclasses
 import socket
 from typing import List, Tuple
 
@@ -195,6 +196,8 @@ def build_plan(cfg: DictConfig) -> RunPlan:
                 "formula": estimate.formula}
 
     cost = cost_profile(hw, threads)
+    if cost is not None and world > ranks_per_node:  # collectives cross the link between nodes
+        cost = dataclasses.replace(cost, ranks_per_link=ranks_per_node)
     prediction = mode.predict(ctx, cost).to_dict() if cost is not None else None
     rank_devices = mode.rank_devices(device, world, ranks_per_node)
     rank_threads = mode.rank_threads(rank_devices, ranks_per_node, cores)

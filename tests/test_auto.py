@@ -168,6 +168,19 @@ def test_the_mode_factor_scales_only_what_grows_with_the_graph(cache_dir):
     assert scaled["comm_s"] == pytest.approx(base["comm_s"])
 
 
+def test_across_nodes_the_profile_link_prices_the_collectives(cache_dir):
+    """Two nodes of 2 ranks behind a 1 Gbit/s link with 50 us latency: the same plan on one node of 4 ranks
+    communicates faster; the link's share per rank (2 ranks on it) bounds the bandwidth."""
+    one_node = _plan(["mode=partition", "hardware.ranks_per_node=4", "hardware.link_gbit_s=1",
+                      "hardware.link_latency_us=50"], cache_dir).prediction
+    two_nodes = _plan(["mode=partition", "hardware.nodes=2", "hardware.ranks_per_node=2", "hardware.link_gbit_s=1",
+                       "hardware.link_latency_us=50"], cache_dir).prediction
+    assert two_nodes["compute_s"] == pytest.approx(one_node["compute_s"])
+    calls, nbytes = two_nodes["collective_calls"], two_nodes["comm_bytes"] / 4
+    link_s = nbytes / (1e9 / 8 / 2) + calls * 50e-6  # every byte a rank sends at half the link, plus latency
+    assert two_nodes["comm_s"] - one_node["comm_s"] == pytest.approx(link_s - nbytes / 2.5e9, rel=0.05)
+
+
 # --------------------------------------------------------------------- auto
 def test_auto_ranks_exact_candidates_and_says_why_others_dropped(cache_dir):
     plan = _plan(["mode=auto"], cache_dir)

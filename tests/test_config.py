@@ -22,8 +22,8 @@ def _schema_class(group: str, option: str) -> type:
     from gnntrain.config import schema
     from gnntrain.modes import MODE_REGISTRY
 
-    if group == "mode":
-        return MODE_REGISTRY[option].config_class
+    if group == "mode":  # mode=auto is not a mode: it picks one (gnntrain/auto.py), with the base options schema
+        return schema.ModeConfig if option == "auto" else MODE_REGISTRY[option].config_class
     return {"dataset": schema.DatasetConfig, "model": schema.ModelConfig, "partitioner": schema.PartitionerConfig,
             "hardware": schema.HardwareConfig}[group]
 

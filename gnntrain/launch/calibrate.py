@@ -51,12 +51,20 @@ def user_config_dir() -> Path:
     return Path(os.environ.get("GNNTRAIN_USER_CONFIG_DIR") or Path.home() / ".config" / "gnntrain")
 
 
-def _best(step: Callable[[], None], reps: int = 5) -> float:
-    step()
+def _best(step: Callable[[], None], reps: int = 5, device: str = "cpu") -> float:
+    """Best-of-``reps`` seconds of ``step`` after one warm-up (on CUDA, each timed to completion)."""
+    import torch
+
+    def timed():
+        step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    timed()
     best = float("inf")
     for _ in range(reps):
         start = time.perf_counter()
-        step()
+        timed()
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -64,28 +72,28 @@ def _best(step: Callable[[], None], reps: int = 5) -> float:
 GEMM_WIDTHS = (8, 32, 128)
 
 
-def probe_gemm(threads: int) -> List[float]:
+def probe_gemm(threads: int, device: str = "cpu") -> List[float]:
     """1e9 multiply-adds per second of (20000 x 256) @ (256 x w) for w in GEMM_WIDTHS, forward and both
     backward products (narrow GEMMs run far below the peak rate)."""
     import torch
 
     torch.set_num_threads(threads)
-    x = torch.randn(20000, 256)
+    x = torch.randn(20000, 256, device=device)
     rates = []
     for width in GEMM_WIDTHS:
-        w = torch.randn(256, width)
-        seconds = _best(lambda w=w: (x @ w, (x @ w) @ w.t(), x.t() @ (x @ w)))
+        w = torch.randn(256, width, device=device)
+        seconds = _best(lambda w=w: (x @ w, (x @ w) @ w.t(), x.t() @ (x @ w)), device=device)
         rates.append(4 * 20000 * 256 * width / seconds / 1e9)
     return rates
 
 
-def probe_elementwise(threads: int) -> float:
+def probe_elementwise(threads: int, device: str = "cpu") -> float:
     """Bytes per second read and written by relu over 4M float32 values."""
     import torch
 
     torch.set_num_threads(threads)
-    x = torch.randn(4 * 2**20)
-    seconds = _best(lambda: torch.relu(x), reps=10)
+    x = torch.randn(4 * 2**20, device=device)
+    seconds = _best(lambda: torch.relu(x), reps=10, device=device)
     return 2 * x.numel() * 4 / seconds / 1e9
 
 
@@ -109,7 +117,7 @@ def probe_spmm(threads: int, device: str, cache_dir) -> Dict[str, Any]:
     return {"kernel": kernel, "ns": per_col * 1e9, "edge_ns": per_edge * 1e9}
 
 
-def probe_activation(threads: int) -> float:
+def probe_activation(threads: int, device: str = "cpu") -> float:
     """ns per element of a hidden layer's relu + row-hash dropout (:class:`GlobalDropout`), forward and backward,
     on 100000 x 32 rows."""
     import torch
@@ -118,15 +126,15 @@ def probe_activation(threads: int) -> float:
 
     torch.set_num_threads(threads)
     rows, width = 100_000, 32
-    h = torch.randn(rows, width, requires_grad=True)
-    dropout = GlobalDropout(0.5, 0, rows, None)
-    grad = torch.ones(rows, width)
+    h = torch.randn(rows, width, device=device, requires_grad=True)
+    dropout = GlobalDropout(0.5, 0, rows, None)  # its mask is hashed on the host, as in training
+    grad = torch.ones(rows, width, device=device)
 
     def step():
         h.grad = None
         hidden_activation(h, 1, dropout).backward(grad)
 
-    return _best(step, reps=10) / (rows * width) * 1e9
+    return _best(step, reps=10, device=device) / (rows * width) * 1e9
 
 
 PROBE_GRAPH = {"name": "csbm", "source": "generated", "num_nodes": 2000, "avg_degree": 8.0, "feat_dim": 32,
@@ -150,17 +158,17 @@ def _quiet_stdout():
         os.close(devnull)
 
 
-def probe_gather(threads: int) -> float:
+def probe_gather(threads: int, device: str = "cpu") -> float:
     """ns per element of picking 100000 random rows of width 64 by index (index_select) and adding them back
     (index_add_): what packing a halo or loading a chunk's neighbours costs."""
     import torch
 
     torch.set_num_threads(threads)
     rows, width = 100_000, 64
-    h = torch.randn(rows, width)
-    index = torch.randint(0, rows, (rows,), generator=torch.Generator().manual_seed(0))
-    out = torch.zeros(rows, width)
-    seconds = _best(lambda: out.index_add_(0, index, h.index_select(0, index)), reps=10)
+    h = torch.randn(rows, width, device=device)
+    index = torch.randint(0, rows, (rows,), generator=torch.Generator().manual_seed(0)).to(device)
+    out = torch.zeros(rows, width, device=device)
+    seconds = _best(lambda: out.index_add_(0, index, h.index_select(0, index)), reps=10, device=device)
     return seconds / (2 * rows * width) * 1e9
 
 
@@ -198,6 +206,13 @@ MODE_PROBE_GRAPH = {"name": "csbm", "source": "generated", "num_nodes": 40000, "
 MODE_PROBE_EPOCHS = 10
 
 
+def _probe_ranks(cfg) -> int:
+    """Ranks a training probe may use: 2, or on a CUDA profile the GPUs there are (each rank owns one)."""
+    import torch
+
+    return min(2, torch.cuda.device_count()) if option_value(cfg.hardware.device) == "cuda" else 2
+
+
 def fit_mode_factors(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[str], None]) -> None:
     """``cost["mode_factor"]``: every mode, with the first options ``mode=auto`` tries, trains a 40 000-node
     graph (hidden width 64) twice, on one rank where it runs on one, else on two; the factor is the median of
@@ -211,7 +226,7 @@ def fit_mode_factors(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[st
     factors: Dict[str, float] = {}
     for name in sorted(MODE_REGISTRY):
         cls = MODE_REGISTRY[name]
-        ranks = max(1, min(2, int(cls.min_world_size)))
+        ranks = max(1, min(_probe_ranks(cfg), int(cls.min_world_size)))
         probe = _probe_config(cfg, name, 2, host_cores(cfg.hardware), ranks, fitted)
         probe.dataset = OmegaConf.merge(probe.dataset, MODE_PROBE_GRAPH)
         probe.model.hidden = 64
@@ -259,12 +274,14 @@ def fit_overheads(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[str],
     ranks = 2
     threads = max(1, host_cores(cfg.hardware) // ranks)
     fitted = dict(copy.deepcopy(cost), calibrated="probe", collective_overhead_us=0.0)
-    per_call = []
-    for rep in range(3):
+    per_call: List[float] = []
+    if _probe_ranks(cfg) < 2:
+        say("one GPU: no 2-rank training probe, so no cost per collective call beyond the probe's latency")
+    for rep in range(3 if _probe_ranks(cfg) >= 2 else 0):
         measured, predicted = _train_probe(_probe_config(cfg, "partition", 2, threads * ranks, ranks, fitted), scratch,
                                            f"partition-2-{rep}")
         per_call.append((measured - predicted["epoch_s"]) / max(1, int(predicted["collective_calls"])))
-    cost["collective_overhead_us"] = round(max(0.0, statistics.median(per_call)) * 1e6, 2)
+    cost["collective_overhead_us"] = round(max(0.0, statistics.median(per_call) if per_call else 0.0) * 1e6, 2)
     say(f"fixed costs from training probes: per layer {cost['op_overhead_us']} µs, per step "
         f"{cost['epoch_overhead_us']} µs (by thread count {cost['threads']}), per collective call in training "
         f"{cost['collective_overhead_us']:.0f} µs")
@@ -286,9 +303,9 @@ def probe_h2d() -> float:
 
 def micro_probes(threads: int, device: str, cache_dir) -> Dict[str, Any]:
     """Every rate probe at ``threads`` intra-op threads."""
-    return {"spmm": probe_spmm(threads, device, cache_dir), "gemm": probe_gemm(threads),
-            "elementwise": probe_elementwise(threads), "activation": probe_activation(threads),
-            "gather": probe_gather(threads)}
+    return {"spmm": probe_spmm(threads, device, cache_dir), "gemm": probe_gemm(threads, device),
+            "elementwise": probe_elementwise(threads, device), "activation": probe_activation(threads, device),
+            "gather": probe_gather(threads, device)}
 
 
 def _probe_rank(rank: int, threads: int, device: str, cache_dir, out_dir: str) -> None:
@@ -426,7 +443,9 @@ def calibrate(cfg, cache_dir, scratch: Path, say: Callable[[str], None] = print)
     try:
         cores = host_cores(hw)
         for threads in thread_counts(hw):
-            rate = rates_under_load(threads, max(1, cores // threads), "cpu", cache_dir, scratch)
+            # on CUDA each rank owns its GPU: the probes run once, on this process's device
+            ranks = 1 if device == "cuda" else max(1, cores // threads)
+            rate = rates_under_load(threads, ranks, device, cache_dir, scratch)
             spmm, gemm, elementwise = rate["spmm"], rate["gemm"], rate["elementwise"]
             activation, gather = rate["activation"], rate["gather"]
             for key, value in (("threads", threads), ("kernel", spmm["kernel"]), ("spmm_ns_per_edge", spmm["edge_ns"]),

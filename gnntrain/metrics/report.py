@@ -341,13 +341,16 @@ def report_command(args: List[str]) -> int:
         # and the time to target shares one column with its epochs
         table = Table(title=title)
         table.add_column("run", overflow="fold", ratio=1)
-        for h in headers[4:8] + ["to target"]:
-            table.add_column(h, justify="right", no_wrap=h not in ("median epoch (ms)", "to target"))
+        with_target = any(r[8] != "—" for r in rows)  # no column for a figure no run has
+        for h in headers[4:8] + (["to target"] if with_target else []):
+            wraps = h in ("median epoch (ms)", "to target")
+            table.add_column(h, justify="right", no_wrap=not wraps, **({"overflow": "fold"} if wraps else {}))
         for r, s in zip(rows, runs):
             what = [f"{s['mode']} on {s['dataset']}" if s.get("mode") and s.get("dataset") else "",
                     f"{s['world_size']} ranks" if s.get("world_size") else "", str(s.get("status") or "")]
             to_target = f"{r[9]} s\n{r[8]} epochs" if r[8][0].isdigit() else r[8]
-            table.add_row(Text.assemble(r[0], "\n", (", ".join(x for x in what if x), "dim")), *r[4:8], to_target)
+            table.add_row(Text.assemble(r[0], "\n", (", ".join(x for x in what if x), "dim")), *r[4:8],
+                          *([to_target] if with_target else []))
     console.print(table)
     target_line = (f"validation accuracy target {target:.4f} ({chosen}); {WALL_TIME_NOTE}" if target is not None
                    else "no run recorded a validation accuracy: no time to target")

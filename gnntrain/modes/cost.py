@@ -14,8 +14,8 @@ bytes per rank); :func:`predict` prices it with the host's measured costs
   modelled on a 20 000-node probe run of that mode (the papers' models give the structure, one constant
   per mode fitted on this host absorbs the implementation's efficiency: chunked kernels, relayouts);
 * communication = Σ over collectives of latency + ``collective_overhead_us`` + bytes per rank / bandwidth,
-  each kind with its own measured (latency, bandwidth); a profile's ``link_gbit_s`` caps the bandwidth
-  between nodes.
+  each kind with its own measured (latency, bandwidth); when the ranks span nodes, the profile's
+  ``link_gbit_s`` shared by a node's ranks caps the bandwidth and ``link_latency_us`` adds to the latency.
 
 The papers' own volume models give the bytes: sparsity-aware partition volume × f (Mukhopadhyay
 et al., §4), MixGCN's N(m−1)/m·(d₀ + 4Σd) (§3.1), SuperGCN's cover rows × quantised width (§4),
@@ -57,12 +57,17 @@ class CostProfile:
     link_bytes_per_s: float  # between nodes; 0 = not stated
     collective_overhead_s: float = 0.0
     mode_factor: Dict[str, float] = field(default_factory=dict)  # per mode: measured / modelled scaling compute
+    link_latency_s: float = 0.0
+    # set by the plan when the ranks span nodes: collectives then cross the profile's link, shared by the
+    # ranks of a node (the measured probe is between two ranks of one host)
+    ranks_per_link: int = 0
 
-    def collective_s(self, kind: str, nbytes: float, inter_node: bool = False) -> float:
-        bandwidth = self.bytes_per_s[kind]
-        if inter_node and self.link_bytes_per_s:
-            bandwidth = min(bandwidth, self.link_bytes_per_s)
-        return self.latency_s[kind] + self.collective_overhead_s + nbytes / bandwidth
+    def collective_s(self, kind: str, nbytes: float) -> float:
+        bandwidth, latency = self.bytes_per_s[kind], self.latency_s[kind]
+        if self.ranks_per_link and self.link_bytes_per_s:
+            bandwidth = min(bandwidth, self.link_bytes_per_s / self.ranks_per_link)
+            latency += self.link_latency_s
+        return latency + self.collective_overhead_s + nbytes / bandwidth
 
     def gemm_s(self, macs: float, width: int) -> float:
         """Seconds of ``macs`` multiply-adds whose narrow dimension is ``width``: the measured rate,
@@ -149,6 +154,7 @@ def cost_profile(hw, threads: int) -> Optional[CostProfile]:
         latency_s={k: float(cost[f"{k}_latency_us"]) * 1e-6 for k in COLLECTIVES},
         bytes_per_s={k: float(cost[f"{k}_gbps"]) * 1e9 for k in COLLECTIVES},
         h2d_bytes_per_s=float(hw.h2d_gbps) * 1e9, link_bytes_per_s=float(hw.get("link_gbit_s", 0) or 0) * 1e9 / 8,
+        link_latency_s=float(hw.get("link_latency_us", 0) or 0) * 1e-6,
         collective_overhead_s=float(cost.get("collective_overhead_us", 0) or 0) * 1e-6,
         mode_factor={str(k): float(v) for k, v in (cost.get("mode_factor") or {}).items()})
 
@@ -168,7 +174,6 @@ class Work:
     gathered_elements: float = 0.0  # values picked or accumulated by row index (halo packing, chunk loads)
     h2d_bytes: float = 0.0  # host→device transfers
     collectives: List[Tuple[str, float]] = field(default_factory=list)  # (kind, bytes per rank) per call
-    inter_node: bool = False
     fixed_s: float = 0.0  # a mode's own modelled seconds (e.g. HyScale's §V pipeline)
 
 
@@ -205,7 +210,7 @@ def price(work: Work, cost: CostProfile) -> Tuple[float, float, float]:
                 + work.gathered_elements * cost.gather_s_per_element
                 + work.h2d_bytes / cost.h2d_bytes_per_s + work.fixed_s)
     fixed = work.layers * cost.op_overhead_s + work.steps * cost.epoch_overhead_s
-    comm = sum(cost.collective_s(kind, nbytes, work.inter_node) for kind, nbytes in work.collectives)
+    comm = sum(cost.collective_s(kind, nbytes) for kind, nbytes in work.collectives)
     return variable, fixed, comm
 
 
