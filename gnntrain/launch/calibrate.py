@@ -60,13 +60,9 @@ def _best(step: Callable[[], None], reps: int = 5, device: str = "cpu") -> float
         if device == "cuda":
             torch.cuda.synchronize()
 
-    timed()
-    best = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter()
-        timed()
-        best = min(best, time.perf_counter() - start)
-    return best
+    from gnntrain.models.kernels import best_seconds
+
+    return best_seconds(timed, reps)
 
 
 GEMM_WIDTHS = (8, 32, 128)

@@ -29,7 +29,7 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -213,6 +213,11 @@ def time_kernel(kernel: str, dst: torch.Tensor, src: torch.Tensor, num_nodes: in
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    return best_seconds(step, reps)
+
+
+def best_seconds(step: Callable[[], object], reps: int) -> float:
+    """Best-of-``reps`` wall seconds of ``step`` after one warm-up call."""
     step()
     best = float("inf")
     for _ in range(reps):
