@@ -218,3 +218,52 @@ def test_pipeline_overlaps_backward_exchange_with_the_previous_chunks_update():
     assert torch.equal(h.grad, torch.full((2, 2), 12.0))
     assert events == ["update backward 1", "start bwd 1", "update backward 0", "start bwd 0", "wait bwd 1",
                       "wait bwd 0"], events
+
+
+def test_pipeline_returns_chunks_to_columns_while_the_next_chunk_updates():
+    """The row→column move in chunks: chunk c's activated output starts back to columns as soon as it
+    is updated (before chunk c+1's update), the next layer's columns are assembled from every chunk,
+    and in backward every chunk's column gradient is set travelling (the last chunk's first) before
+    any update backward, which then runs while the earlier chunks' gradients travel."""
+    from types import SimpleNamespace
+
+    import torch
+    from conftest import LoggedPending, logged_scale
+
+    from gnntrain.modes.mop import _FinishToCols, _StartToCols
+
+    events = []
+
+    class Layout:
+        num_nodes, rank = 4, 0
+
+        def cols(self, width):
+            return [0, width]
+
+        def start_rows_to_cols(self, h, kind, sizes):
+            events.append(f"start fwd {sizes}")
+            return LoggedPending(events, h, f"fwd {sizes}"), tuple(h.shape)
+
+        def start_cols_to_rows(self, grad, width, sizes, kind):
+            events.append(f"start bwd {sizes}")
+            return LoggedPending(events, grad, f"bwd {sizes}")
+
+        def finish_cols_to_rows(self, pending, width, sizes):
+            return pending.wait()
+
+    h = torch.ones(4, 2, requires_grad=True)
+    tokens, returns = [], []
+    for c in range(2):  # chunk c = rows (2c, 2c+1); the layer's order: update c, start its return
+        out = logged_scale(events, f"update backward {c}", 3)(h[2 * c:2 * c + 2])
+        events.append(f"update {c}")
+        box = {}
+        tokens.append(_StartToCols.apply(out, Layout(), c, box))
+        returns.append((SimpleNamespace(rows=torch.arange(2 * c, 2 * c + 2), sizes=c), box))
+    h_cols = _FinishToCols.apply(Layout(), 2, returns, *tokens)
+    assert events == ["update 0", "start fwd 0", "update 1", "start fwd 1", "wait fwd 0", "wait fwd 1"], events
+    assert torch.equal(h_cols, torch.full((4, 2), 3.0))
+    events.clear()
+    (torch.cat(tokens).sum() + 2 * h_cols.sum()).backward()  # rows side and columns side both used
+    assert torch.equal(h.grad, torch.full((4, 2), 9.0))
+    assert events == ["start bwd 1", "start bwd 0", "wait bwd 1", "update backward 1", "wait bwd 0",
+                      "update backward 0"], events

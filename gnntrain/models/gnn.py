@@ -227,6 +227,13 @@ class GlobalDropout:
         rows = self.global_ids if self.global_ids is not None else torch.arange(self.num_global_nodes)
         return row_hash_keep_mask(rows, width, self.stream(layer), self.p)
 
+    def for_rows(self, rows: slice) -> "GlobalDropout":
+        """The same masks, for a slice of the held rows (a pipeline chunk's)."""
+        held = self.global_ids if self.global_ids is not None else torch.arange(self.num_global_nodes)
+        view = GlobalDropout(self.p, self.seed, self.num_global_nodes, held[rows])
+        view.epoch = self.epoch
+        return view
+
     def apply_mask(self, h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         return h * keep.to(device=h.device, dtype=h.dtype) / (1.0 - self.p)
 

@@ -1,30 +1,4 @@
-"""``mode=mop``: MixGCN's mixture of parallelism (MixGCN: Scalable GCN Training by Mixture of Parallelism and
-Mixture of Accelerators, §3.1.2 and Algorithm 2;
-docs/design.md#mop).
-
-Per layer, every one of the m ranks holds the whole normalised Â:
-
-1. aggregation split by feature columns, Z[:, cols_i] = Â·H[:, cols_i], with
-   no communication;
-2. all-to-all #1 moves Z from column-split to row-split;
-3. the update runs on the rank's node rows with replicated weights;
-4. all-to-all #2 moves H' back to column-split for the next layer.
-
-The last layer's logits stay row-split and the loss is computed locally with
-the global normalisation. Each all-to-all is an autograd Function whose
-backward is the inverse all-to-all; parameter gradients (W and GIN's ε, both
-on the update side) are partial on every rank and summed by the one flat
-all-reduce. The row-split copy of each layer's input is kept for the update's
-self terms (SAGE's W_self·h, GIN's (1+ε)·h) and costs no exchange, so layer 0's
-column-side output has no gradient and the volume is the paper's for GIN too.
-
-Splits are floors, cols_i = [⌊d·i/m⌋, ⌊d·(i+1)/m⌋) and likewise for rows, so
-a rank may own no columns when m > d. Per layer and direction an all-to-all
-moves N·d − Σ_i n_i·d_i elements, which is N·d·(m−1)/m when m divides both N
-and d. ``mode.pipeline_chunks = s`` splits the rows into s chunks: chunk c's
-all-to-all is in flight (async) while chunk c+1 aggregates, and in backward while
-chunk c-1's update runs, still exact.
-"""
+"""The ``mode=mop`` Mode: options, plan checks, cost model, prepare and the per-rank layer loop."""
 from __future__ import annotations
 
 import dataclasses
@@ -38,10 +12,12 @@ from gnntrain.config.schema import ModeConfig
 from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
 from gnntrain.metrics.clock import StageClock
-from gnntrain.models import GINLayer, SparseAdjacency, run_layers
+from gnntrain.models import GINLayer, SparseAdjacency, hidden_activation, run_layers
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
+from gnntrain.modes.mop.layout import MoPLayout, col_splits, exchanged_elements, row_splits, stage_count
+from gnntrain.modes.mop.pipeline import _FinishToCols, _FinishToRows, _StartToCols, _StartToRows, pipeline_chunks
 from gnntrain.modes.single import graph_tensors
 from gnntrain.sizing import EDGE_BYTES, HALO_FACTOR, MemoryEstimate, estimate_memory, format_bytes
 
@@ -53,194 +29,6 @@ class MoPConfig(ModeConfig):
     # > 0: mixture of accelerators (MixGCN §3.2): the first aggregation_ranks ranks only aggregate (a feature
     # column split each), the others only update (a node row split each); 0: every rank does both (MoP)
     aggregation_ranks: int = 0
-
-
-def stage_count(num_nodes: int, bandwidth: int) -> int:
-    """MixGCN Proposition 3.5: with RCM bandwidth b, pipeline idleness vanishes once (n - b)/(2n) >= 1/s,
-    so s = ceil(2n / (n - b)) stages; without a usable bandwidth (b >= n) there is nothing to overlap."""
-    if bandwidth >= num_nodes:
-        return 1
-    return -(-2 * num_nodes // (num_nodes - bandwidth))
-
-
-def floor_splits(total: int, parts: int) -> List[int]:
-    """Boundaries ⌊total·i/parts⌋ for i = 0..parts."""
-    return [total * i // parts for i in range(parts + 1)]
-
-
-def row_splits(n: int, m: int, aggregation_ranks: int = 0) -> List[int]:
-    """Row boundaries of the m ranks: floor splits over all of them (MoP), or over the update ranks only
-    (MoA: the first ``aggregation_ranks`` ranks own no rows)."""
-    a = aggregation_ranks
-    return floor_splits(n, m) if a == 0 else [0] * a + floor_splits(n, m - a)
-
-
-def col_splits(d: int, m: int, aggregation_ranks: int = 0) -> List[int]:
-    """Column boundaries of the m ranks: floor splits over all of them (MoP), or over the aggregation
-    ranks only (MoA: the update ranks own no columns)."""
-    a = aggregation_ranks
-    return floor_splits(d, m) if a == 0 else floor_splits(d, a) + [d] * (m - a)
-
-
-def exchanged_elements(n: int, d: int, m: int, aggregation_ranks: int = 0) -> int:
-    """Elements one all-to-all moves between col- and row-split (N·d − Σ n_i·d_i): with MoA's disjoint
-    groups no rank keeps anything, so all N·d move."""
-    rows, cols = row_splits(n, m, aggregation_ranks), col_splits(d, m, aggregation_ranks)
-    return n * d - sum((rows[i + 1] - rows[i]) * (cols[i + 1] - cols[i]) for i in range(m))
-
-
-class _Relayout(torch.autograd.Function):
-    """Column-split ↔ row-split all-to-all; its backward is the inverse move."""
-
-    @staticmethod
-    def forward(ctx, x, layout, to_rows: bool, width: int):  # type: ignore[override]
-        ctx.layout, ctx.to_rows, ctx.width = layout, to_rows, width
-        if to_rows:
-            return layout.cols_to_rows(x, width, "all_to_all_fwd")
-        return layout.rows_to_cols(x, "all_to_all_fwd")
-
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
-        if ctx.to_rows:
-            return ctx.layout.rows_to_cols(grad, "all_to_all_bwd"), None, None, None
-        return ctx.layout.cols_to_rows(grad, ctx.width, "all_to_all_bwd"), None, None, None
-
-
-class _StartToRows(torch.autograd.Function):
-    """Starts a chunk's column→row all-to-all (async) and passes its input through. In backward it
-    waits for the chunk's gradient, which the finish node set travelling."""
-
-    @staticmethod
-    def forward(ctx, z_cols, layout, width: int, sizes, box: dict):  # type: ignore[override]
-        ctx.layout, ctx.box = layout, box
-        box["pending"] = layout.start_cols_to_rows(z_cols, width, sizes)
-        return z_cols.view_as(z_cols)
-
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
-        pending, shape = ctx.box.pop("grad_pending")  # the finish node handed zeros in its place
-        return pending.wait().reshape(shape), None, None, None, None
-
-
-class _FinishToRows(torch.autograd.Function):
-    """Waits for the chunk's exchange. Backward starts the inverse (row→column) move and returns
-    zeros: autograd then runs the earlier chunk's update backward (created after this chunk's start
-    node) while the gradient travels, and the start node waits for it. The pipeline thus overlaps
-    the exchange in backward as well; the sum is the same, so it stays exact."""
-
-    @staticmethod
-    def forward(ctx, token, layout, width: int, sizes, box: dict):  # type: ignore[override]
-        ctx.layout, ctx.sizes, ctx.box, ctx.token_shape = layout, sizes, box, token.shape
-        return layout.finish_cols_to_rows(box.pop("pending"), width, sizes)
-
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
-        ctx.box["grad_pending"] = ctx.layout.start_rows_to_cols(grad, "all_to_all_bwd", ctx.sizes)
-        return grad.new_zeros(ctx.token_shape), None, None, None, None
-
-
-class MoPLayout:
-    """Row and column ownership of the m ranks, and the two all-to-all moves.
-
-    A move covers, for every rank j, ``sizes[j]`` of its rows (all of them by
-    default; one pipeline chunk of them with ``mode.pipeline_chunks``).
-    """
-
-    def __init__(self, comm, num_nodes: int, aggregation_ranks: int = 0):
-        self.comm, self.m, self.rank = comm, comm.world_size, comm.rank
-        self.num_nodes, self.aggregation_ranks = num_nodes, aggregation_ranks
-        self.rows = row_splits(num_nodes, self.m, aggregation_ranks)
-        self.sizes = [self.rows[j + 1] - self.rows[j] for j in range(self.m)]
-        self.n_own = self.sizes[self.rank]
-
-    def _counts(self, d: int, sizes: Sequence[int]) -> Tuple[List[int], List[int]]:
-        """Elements this rank holds per peer in row layout and in column layout."""
-        cols = self.cols(d)
-        me = self.rank
-        row_layout = [sizes[me] * (cols[j + 1] - cols[j]) for j in range(self.m)]
-        col_layout = [sizes[j] * (cols[me + 1] - cols[me]) for j in range(self.m)]
-        return row_layout, col_layout
-
-    def _assemble(self, recv: torch.Tensor, row_counts: List[int], n_rows: int, d: int) -> torch.Tensor:
-        cols = self.cols(d)
-        return torch.cat([part.reshape(n_rows, cols[j + 1] - cols[j])
-                          for j, part in enumerate(torch.split(recv, row_counts))], dim=1)
-
-    def cols_to_rows(self, z_cols: torch.Tensor, d: int, kind: str) -> torch.Tensor:
-        """(N × d_i) column slice → (n_i × d) row block."""
-        row_counts, col_counts = self._counts(d, self.sizes)
-        # the rows of rank j form a contiguous block of z_cols, so the flat tensor is already in peer order
-        recv = self.comm.all_to_all(z_cols.contiguous().reshape(-1), col_counts, row_counts, kind)
-        return self._assemble(recv, row_counts, self.n_own, d)
-
-    def start_cols_to_rows(self, z_cols: torch.Tensor, d: int, sizes: Sequence[int]):
-        row_counts, col_counts = self._counts(d, sizes)
-        return self.comm.all_to_all_start(z_cols.contiguous().reshape(-1), col_counts, row_counts,
-                                          "all_to_all_fwd")
-
-    def finish_cols_to_rows(self, pending, d: int, sizes: Sequence[int]) -> torch.Tensor:
-        row_counts, _ = self._counts(d, sizes)
-        return self._assemble(pending.wait(), row_counts, sizes[self.rank], d)
-
-    def rows_to_cols(self, h_rows: torch.Tensor, kind: str, sizes: Optional[Sequence[int]] = None) -> torch.Tensor:
-        """(n_i × d) row block → (Σ sizes × d_i) column slice."""
-        sizes = self.sizes if sizes is None else sizes
-        send, row_counts, col_counts, shape = self._row_layout(h_rows, sizes)
-        return self.comm.all_to_all(send, row_counts, col_counts, kind).reshape(shape)
-
-    def start_rows_to_cols(self, h_rows: torch.Tensor, kind: str, sizes: Sequence[int]):
-        """:meth:`rows_to_cols`, asynchronous: (pending, shape); ``pending.wait().reshape(shape)``."""
-        send, row_counts, col_counts, shape = self._row_layout(h_rows, sizes)
-        return self.comm.all_to_all_start(send, row_counts, col_counts, kind), shape
-
-    def _row_layout(self, h_rows: torch.Tensor, sizes: Sequence[int]):
-        d = h_rows.shape[1]
-        cols = self.cols(d)
-        row_counts, col_counts = self._counts(d, sizes)
-        send = torch.cat([h_rows[:, cols[j]:cols[j + 1]].reshape(-1) for j in range(self.m)])
-        return send, row_counts, col_counts, (int(sum(sizes)), cols[self.rank + 1] - cols[self.rank])
-
-    def cols(self, d: int) -> List[int]:
-        return col_splits(d, self.m, self.aggregation_ranks)
-
-    def to_rows(self, z_cols: torch.Tensor, d: int) -> torch.Tensor:
-        return _Relayout.apply(z_cols, self, True, d)
-
-    def to_cols(self, h_rows: torch.Tensor) -> torch.Tensor:
-        return _Relayout.apply(h_rows, self, False, h_rows.shape[1])
-
-
-@dataclass
-class PipelineChunk:
-    """Chunk c of the fine-grained pipeline: the c-th floor slice of every rank's rows."""
-
-    rows: torch.Tensor  # global (relabelled) rows, grouped by owning rank
-    sizes: List[int]  # rows of each rank in this chunk
-    own: slice  # this rank's rows of the chunk, relative to its row block
-    adjacency: SparseAdjacency  # Â restricted to the chunk's destination rows
-
-
-def pipeline_chunks(layout: MoPLayout, s: int, dst, src, w, kernel: str, device) -> List[PipelineChunk]:
-    chunks = []
-    n = layout.num_nodes
-    position = torch.empty(n, dtype=torch.int64)
-    chunk_of = torch.empty(n, dtype=torch.int64)
-    bounds = [[layout.rows[j] + b for b in floor_splits(layout.sizes[j], s)] for j in range(layout.m)]
-    for c in range(s):
-        rows = torch.cat([torch.arange(bounds[j][c], bounds[j][c + 1]) for j in range(layout.m)])
-        position[rows] = torch.arange(rows.numel())
-        chunk_of[rows] = c
-    for c in range(s):
-        rows = torch.cat([torch.arange(bounds[j][c], bounds[j][c + 1]) for j in range(layout.m)])
-        keep = chunk_of[dst] == c
-        adjacency = SparseAdjacency(position[dst[keep]], src[keep], w[keep], rows.numel(), n, kernel=kernel,
-                                    device=device)
-        me = layout.rank
-        own = slice(bounds[me][c] - layout.rows[me], bounds[me][c + 1] - layout.rows[me])
-        chunks.append(PipelineChunk(rows=rows.to(device), sizes=[bounds[j][c + 1] - bounds[j][c]
-                                                                 for j in range(layout.m)],
-                                    own=own, adjacency=adjacency))
-    return chunks
 
 
 def _order(cfg, data) -> Tuple[torch.Tensor, Optional[int]]:
@@ -411,31 +199,43 @@ class MoPMode(Mode):
                 return layer.update(h_rows, layer.self_term(h_rows) + z if isinstance(layer, GINLayer) else z)
             return clock.through("update", update, z_rows)
 
-        def layer_pipelined(layer, h_rows, h_cols):
-            """Aggregate chunk c+1 while chunk c is exchanged; update chunk c while c+1 is exchanged."""
-            width, outs, in_flight = h_rows.shape[1], [], None
-            for chunk in chunks:
-                box: dict = {}
-                z_cols = aggregate_cols(layer, h_cols, chunk.adjacency.spmm, rows=chunk.rows)
-                token = _StartToRows.apply(z_cols, layout, width, chunk.sizes, box)
-                if in_flight is not None:
-                    outs.append(finish(layer, h_rows, width, *in_flight))
-                in_flight = (token, chunk, box)
-            outs.append(finish(layer, h_rows, width, *in_flight))
-            return torch.cat(outs)
-
-        def finish(layer, h_rows, width, token, chunk, box):
-            z_rows = _FinishToRows.apply(token, layout, width, chunk.sizes, box)
-            return update_rows(layer, h_rows[chunk.own], z_rows)
-
         def layer_step(i, layer, h_rows):
             h_cols = x_cols if i == 0 else layout.to_cols(h_rows)
-            if chunks:
-                return layer_pipelined(layer, h_rows, h_cols)
             z_rows = layout.to_rows(aggregate_cols(layer, h_cols, adj.spmm), h_rows.shape[1])
             return update_rows(layer, h_rows, z_rows)
 
+        def forward_pipelined(model, h_rows, dropout):
+            """Every exchange in chunks (MixGCN §3.1.3's fine-grained pipeline): chunk c+1 aggregates while
+            chunk c moves to rows; chunk c updates, is activated and starts back to columns while chunk
+            c+1's update runs; the next layer starts once the last chunk has landed."""
+            h_cols, last = x_cols, len(model.layers) - 1
+            for i, layer in enumerate(model.layers):
+                width, outs, returns, in_flight = h_rows.shape[1], [], [], None
+                for chunk in [*chunks, None]:
+                    if chunk is not None:
+                        box: dict = {}
+                        z_cols = aggregate_cols(layer, h_cols, chunk.adjacency.spmm, rows=chunk.rows)
+                        token = _StartToRows.apply(z_cols, layout, width, chunk.sizes, box)
+                    if in_flight is not None:
+                        done_token, done, done_box = in_flight
+                        z_rows = _FinishToRows.apply(done_token, layout, width, done.sizes, done_box)
+                        out = update_rows(layer, h_rows[done.own], z_rows)
+                        if i < last:  # the next layer's input, row-local: activate the chunk and send it
+                            out = hidden_activation(out, i + 1, dropout.for_rows(done.own) if dropout else None,
+                                                    model.hidden_norm(i + 1))
+                            back: dict = {}
+                            out = _StartToCols.apply(out, layout, done.sizes, back)
+                            returns.append((done, back))
+                        outs.append(out)
+                    in_flight = (token, chunk, box) if chunk is not None else None
+                h_rows = torch.cat(outs)
+                if i < last:
+                    h_cols = _FinishToCols.apply(layout, h_rows.shape[1], returns, *outs)
+            return h_rows
+
         def forward(model, x_rows, dropout):
+            if chunks:
+                return forward_pipelined(model, x_rows, dropout if model.training else None)
             return run_layers(model, x_rows, layer_step, dropout)
 
         result = train_full_graph(shard, ctx, adj.spmm, aggregate_first=self.aggregate_first, forward=forward,
