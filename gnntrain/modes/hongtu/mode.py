@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from gnntrain.comm.accounting import NOT_TRAFFIC
 from gnntrain.config.schema import option_value
 from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
@@ -18,6 +19,7 @@ from gnntrain.modes.hongtu.arena import tensor_bytes
 from gnntrain.modes.hongtu.config import DEDUP, REORGANIZE_VERSION, HongTuConfig, parse_bytes
 from gnntrain.modes.hongtu.cost import bandwidths, batch_bytes, chunk_working_bytes, cost_model
 from gnntrain.modes.hongtu.engine import HongTuEngine, _HongTuEpoch
+from gnntrain.modes.hongtu.schedule import epoch_traffic
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partition_graph, partitioner_options
 from gnntrain.partition.cache import PartitionCache, cache_key
@@ -118,8 +120,8 @@ class HongTuMode(Mode):
 
     def estimate_comm(self, ctx) -> Optional[CommEstimate]:
         by_kind = {"allreduce": ctx.world_size * ctx.param_bytes} if ctx.world_size > 1 else {}
-        return CommEstimate(None, by_kind, "h2d/peer rows = V_ru/V_p2p/V_ori per layer and direction x width x "
-                            "bytes; known after chunking (gnntrain plan prints them)")
+        return CommEstimate(None, by_kind, "h2d/d2h/peer bytes follow from the chunks' sweeps: known once the "
+                            "graph is chunked (gnntrain plan prints them per kind)")
 
     def details(self, ctx) -> Dict[str, Any]:
         cap = self.device_cap()
@@ -210,7 +212,8 @@ class HongTuMode(Mode):
         return out
 
     def graph_report(self, data, part, plan) -> Optional[Dict[str, Any]]:
-        figures = self.figures(self.choose_layout(data, part, plan))
+        chosen = self.choose_layout(data, part, plan)
+        figures = self.figures(chosen)
         v = figures["rows_per_layer"]
         report: Dict[str, Any] = {
             "chunks per partition": figures["chunks_per_part"],
@@ -226,6 +229,13 @@ class HongTuMode(Mode):
         report["cost model C (one forward pass)"] = (
             f"{c['C_s'] * 1e3:.3f} ms = V_ru/T_hd {c['host_to_device_s'] * 1e3:.3f} + (V_ori-V_p2p)/T_dd "
             f"{c['peer_s'] * 1e3:.3f} + (V_p2p-V_ru)/T_ru {c['reuse_s'] * 1e3:.3f}")
+        traffic = epoch_traffic(chosen["layout"], chosen["batches"], self.dedup, str(self.cfg.model.name),
+                                list(chosen["dims"]), chosen["dtype_bytes"])
+        bytes_by_kind = {k: v for k, v in traffic.items() if v}
+        bytes_by_kind.update({"allreduce": int(plan.comm_per_epoch["by_kind"].get("allreduce", 0))}
+                             if plan.world_size > 1 else {})
+        report["bytes per epoch"] = {**bytes_by_kind,
+                                     "total": sum(v for k, v in bytes_by_kind.items() if k not in NOT_TRAFFIC)}
         cap = figures["device_memory_cap"]
         report["estimated peak device bytes"] = (f"{format_bytes(figures['estimated_device_bytes'])} of "
                                                  f"{format_bytes(cap) if cap else 'no cap'}")

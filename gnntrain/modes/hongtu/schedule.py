@@ -3,7 +3,7 @@ each step (HongTu Algorithm 1 with the §5 deduplication)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 import torch
@@ -131,3 +131,52 @@ def build_sweep(layout: ChunkLayout, order: np.ndarray, rank: int, dedup: str) -
     return Sweep(steps=steps, p2p=p2p, needs_exchange=bool(moves))
 
 
+
+
+def epoch_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: str, dims: List[int],
+                  value_bytes: int) -> Dict[str, int]:
+    """Bytes one training epoch moves, all ranks, by ledger kind (``h2d``, ``d2h``, ``peer``, and the
+    avoided ``reused``), read off every rank's sweeps: what :class:`~gnntrain.modes.hongtu.engine.HongTuEngine`
+    records, known once the graph is chunked.
+
+    Per layer l (input width d_l): forward loads the sweep's arrivals at d_l (own rows from the host,
+    others' rows from their device with p2p, else from their host) and writes the chunk outputs (d_l+1)
+    and, for cached models, the aggregation (d_l) to the host; backward loads the output gradient
+    (d_l+1) and the cached aggregation (plus the own input row for SAGE/GIN; GAT instead re-gathers like
+    forward), then, for l > 0, hands the gradient rows leaving each device to their owner (peer, or d2h)
+    and flushes its own (d2h). Reuse counts the rows a carried device buffer kept.
+    """
+    from gnntrain.modes.hongtu.config import CACHED_MODELS, SELF_ROW_MODELS
+
+    p2p, cached, self_row = "p2p" in dedup, model in CACHED_MODELS, model in SELF_ROW_MODELS
+    moved = {"h2d": 0, "d2h": 0, "peer": 0, "reused": 0}
+    exchange_in, exchange_out = ("peer", "peer") if p2p else ("h2d", "d2h")
+    for rank in range(layout.num_parts):
+        fwd, bwd = (build_sweep(layout, order, rank, dedup) for order in (batches, batches[::-1]))
+        own = int(layout.part_offsets[rank + 1] - layout.part_offsets[rank])
+        kept_f, loaded_f, given_f = _sweep_rows(fwd, "kept_now", "load_rows", "give_counts")
+        kept_b, loaded_b, given_b, sent_b, flushed_b = _sweep_rows(bwd, "kept_now", "load_rows", "give_counts",
+                                                                    "send_counts", "flush_rows")
+        for layer, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):
+            moved["reused"] += kept_f * d_in
+            moved["h2d"] += loaded_f * d_in + own * d_out
+            moved[exchange_in] += given_f * d_in
+            moved["d2h"] += own * (d_out + (d_in if cached else 0))
+            if cached:
+                moved["h2d"] += own * d_in * (2 if self_row else 1)
+            else:  # GAT's backward re-gathers the neighbour rows
+                moved["reused"] += kept_b * d_in
+                moved["h2d"] += loaded_b * d_in
+                moved[exchange_in] += given_b * d_in
+            if layer > 0:  # the input gradient: accumulated on the device, handed on and flushed
+                moved["reused"] += kept_b * d_in
+                moved[exchange_out] += sent_b * d_in
+                moved["d2h"] += flushed_b * d_in
+    return {kind: rows * value_bytes for kind, rows in moved.items()}
+
+
+def _sweep_rows(sweep: Sweep, *fields: str) -> List[int]:
+    """Rows summed over a sweep's steps, one total per Step field (index tensors or per-rank counts)."""
+    def rows(value) -> int:
+        return int(value.numel()) if isinstance(value, torch.Tensor) else int(sum(value))
+    return [sum(rows(getattr(step, name)) for step in sweep.steps) for name in fields]
