@@ -267,3 +267,32 @@ def test_pipeline_returns_chunks_to_columns_while_the_next_chunk_updates():
     assert torch.equal(h.grad, torch.full((4, 2), 9.0))
     assert events == ["start bwd 1", "start bwd 0", "wait bwd 1", "update backward 1", "wait bwd 0",
                       "update backward 0"], events
+
+
+def test_moa_aggregation_ranks_run_on_the_host_beside_gpu_update_ranks(monkeypatch):
+    """MixGCN §3.2 with the host as the aggregation accelerator: on a CUDA profile,
+    aggregation_device=cpu puts ranks 0..a-1 on the CPU with the node's cores (less one per GPU rank)
+    and the update ranks on the GPUs in turn; gloo carries the mixed group. The plan alone (no
+    GPU here): the run itself is in scripts/gpu-check.sh."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr("gnntrain.plan.resolve_kernel", lambda *args: ("torch", "no GPU here to probe"))
+    gpu = ["hardware=gpu-cluster", "hardware.nodes=1", "hardware.ranks_per_node=3", "mode=mop", "kernel=torch",
+           "mode.aggregation_ranks=1"]
+    plan = build_plan(compose(gpu + ["mode.aggregation_device=cpu"]))
+    assert plan.rank_devices == ("cpu", "cuda:0", "cuda:1") and plan.backend == "gloo"
+    cores = int(compose(gpu).hardware.cores_per_node)
+    assert plan.rank_threads == (cores - 2, 1, 1)
+    assert "on the host" in plan.mode_details["mixture of accelerators"]
+    same = build_plan(compose(gpu))
+    assert same.rank_devices == ("cuda:0", "cuda:1", "cuda:2") and same.backend == "nccl"
+
+
+@pytest.mark.parametrize("overrides,message", [(["mode.aggregation_device=cpu"], "aggregation_ranks=0"),
+                                               (["mode.aggregation_ranks=1", "mode.aggregation_device=tpu"],
+                                                "unknown device")])
+def test_moa_aggregation_device_refusals(overrides, message):
+    with pytest.raises(PlanError, match=message) as err:
+        build_plan(compose(EXACT + ["mode=mop", "hardware.ranks_per_node=2"] + overrides))
+    assert err.value.option == "mode.aggregation_device"

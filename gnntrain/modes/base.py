@@ -124,8 +124,15 @@ class Mode:
         return tuple(f"cuda:{r % ranks_per_node}" if device == "cuda" else "cpu" for r in range(world_size))
 
     def rank_threads(self, rank_devices: Tuple[str, ...], ranks_per_node: int, cores: int) -> Tuple[int, ...]:
-        """Intra-op threads per rank: the host's cores shared evenly by the ranks of a node."""
-        return tuple(max(1, cores // max(1, ranks_per_node)) for _ in rank_devices)
+        """Intra-op threads per rank: the host's cores shared evenly by the ranks of a node. Where CPU
+        ranks run beside GPU ranks (HyScale's trainers, MoA's aggregation ranks), each GPU rank keeps one
+        core to feed its device and the CPU ranks, which compute on the host, share the rest."""
+        gpu = [d.startswith("cuda") for d in rank_devices]
+        cpu_ranks = len(gpu) - sum(gpu)
+        if not any(gpu) or not cpu_ranks:
+            return tuple(max(1, cores // max(1, ranks_per_node)) for _ in rank_devices)
+        cpu_share = max(1, (cores - sum(gpu)) // cpu_ranks)
+        return tuple(1 if g else cpu_share for g in gpu)
 
     @property
     def aggregate_first(self) -> Optional[bool]:

@@ -90,17 +90,6 @@ class HyScaleMode(Mode):
             warnings.append(f"CPU-only profile: the {acc} accelerator trainer(s) run as CPU processes")
         return warnings
 
-    def rank_threads(self, rank_devices: Tuple[str, ...], ranks_per_node: int, cores: int) -> Tuple[int, ...]:
-        """With real accelerators, each accelerator trainer needs one core to feed its device and the
-        CPU trainers share the rest (HyScale §IV-C: the CPU trainer trains on the host's cores); on a
-        CPU-only profile every trainer computes on the host, so the cores are shared evenly."""
-        gpu = [d.startswith("cuda") for d in rank_devices]
-        cpu_trainers = len(gpu) - sum(gpu)
-        if not any(gpu) or not cpu_trainers:
-            return super().rank_threads(rank_devices, ranks_per_node, cores)
-        cpu_share = max(1, (cores - sum(gpu)) // cpu_trainers)
-        return tuple(1 if g else cpu_share for g in gpu)
-
     def _threads(self) -> int:
         """Threads of a CPU trainer, for the performance model."""
         hw = self.cfg.hardware

@@ -29,6 +29,9 @@ class MoPConfig(ModeConfig):
     # > 0: mixture of accelerators (MixGCN §3.2): the first aggregation_ranks ranks only aggregate (a feature
     # column split each), the others only update (a node row split each); 0: every rank does both (MoP)
     aggregation_ranks: int = 0
+    # where MoA's aggregation ranks run: "same" (the profile's device) or "cpu" (CPU aggregation beside GPU update
+    # ranks, MixGCN §3.2's mixture with the host standing in for its dedicated aggregation accelerator)
+    aggregation_device: str = "same"
 
 
 def _order(cfg, data) -> Tuple[torch.Tensor, Optional[int]]:
@@ -60,6 +63,15 @@ class MoPMode(Mode):
     def aggregation_ranks(self) -> int:
         return int(self.options.aggregation_ranks)
 
+    def rank_devices(self, device: str, world_size: int, ranks_per_node: int) -> Tuple[str, ...]:
+        """MoA with ``aggregation_device=cpu`` on a CUDA profile: the aggregation ranks on the host, the
+        update ranks on the node's GPUs in turn (one node: ranks 0..a-1 then cuda:0, cuda:1, ...)."""
+        a = self.aggregation_ranks
+        if not a or str(self.options.aggregation_device) != "cpu" or device != "cuda":
+            return super().rank_devices(device, world_size, ranks_per_node)
+        gpus = max(1, int(self.cfg.hardware.gpus_per_node or 1))
+        return tuple("cpu" if r < a else f"cuda:{(r - a) % gpus}" for r in range(world_size))
+
     def estimate_memory(self, ctx) -> MemoryEstimate:
         """Every rank holds the whole adjacency and, besides its rows' features, the column slice of
         every row's (MixGCN §3); each layer's all-to-all brings N x d/m elements of the mixed layout
@@ -86,6 +98,13 @@ class MoPMode(Mode):
         if a and not 0 < a < ctx.world_size:
             raise PlanError("mode.aggregation_ranks", f"{a} aggregation ranks of {ctx.world_size} leave no "
                             "update rank.", f"use 1 to {ctx.world_size - 1}, or 0 for MoP")
+        where = str(self.options.aggregation_device)
+        if where not in ("same", "cpu"):
+            raise PlanError("mode.aggregation_device", f"unknown device {where!r} for the aggregation ranks.",
+                            "use same (the profile's device) or cpu")
+        if where == "cpu" and not a:
+            raise PlanError("mode.aggregation_device", "cpu places MoA's aggregation ranks, but there are none "
+                            "(aggregation_ranks=0).", "set mode.aggregation_ranks, or leave aggregation_device=same")
         if a and int(self.options.pipeline_chunks) != 1:
             raise PlanError("mode.pipeline_chunks", "the pipeline splits every rank's rows, and MoA's "
                             "aggregation ranks own none.", "use pipeline_chunks=1 with aggregation_ranks")
@@ -96,6 +115,8 @@ class MoPMode(Mode):
             raise PlanError("mode.pipeline_chunks", f"{self.options.pipeline_chunks} chunks exceed the "
                             f"{ctx.num_nodes // ctx.world_size} rows the smallest rank owns.",
                             "use fewer pipeline chunks")
+        if where == "cpu" and str(getattr(self.cfg.hardware.device, "value", self.cfg.hardware.device)) == "cpu":
+            return ["CPU-only profile: aggregation_device=cpu changes nothing, every rank already runs on the host"]
         return []
 
     def work(self, ctx) -> Work:
@@ -139,8 +160,9 @@ class MoPMode(Mode):
                 "aggregation": "element-wise only (GAT is refused)",
                 "column split of widths": {d: col_splits(d, ctx.world_size, self.aggregation_ranks)
                                            for d in ctx.dims[:-1]},
-                **({"mixture of accelerators": f"ranks 0-{self.aggregation_ranks - 1} aggregate, "
-                                               f"ranks {self.aggregation_ranks}-{ctx.world_size - 1} update"}
+                **({"mixture of accelerators": f"ranks 0-{self.aggregation_ranks - 1} aggregate"
+                                               + (" on the host" if self.options.aggregation_device == "cpu" else "")
+                                               + f", ranks {self.aggregation_ranks}-{ctx.world_size - 1} update"}
                    if self.aggregation_ranks else {})}
 
     # ------------------------------------------------------------- prepare
