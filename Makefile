@@ -8,7 +8,7 @@ export GNNTRAIN_CACHE_DIR ?= $(CURDIR)/.cache/gnntrain
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export OUTDATED_IGNORE := 1
 
-.PHONY: run test test-all lint bench bench-all clean venv check-newest-torch
+.PHONY: run test test-all lint bench bench-all clean venv check-newest-torch gpu-carry gpu-check-dry
 
 venv: $(STAMP)
 
@@ -47,6 +47,26 @@ check-newest-torch:
 	$(NEWEST_VENV)/bin/pip install --quiet -e '.[test]' && \
 	$(NEWEST_VENV)/bin/python -c "import torch, importlib.util as u; print('torch', torch.__version__, '| dgl importable:', u.find_spec('dgl') is not None)" && \
 	GNNTRAIN_OFFLINE=1 $(NEWEST_VENV)/bin/python -m pytest -q -p no:cacheprovider $(NO_DGL_TESTS)
+
+# What the GPU machine (Python 3.12, torch, PyG; no hydra, no network) needs carried for
+# scripts/gpu-check.sh: the missing wheels at constraints.txt's versions, and Cora staged from ../shared
+# into the ignored .gpu-data/ (carried for that run only). Then, with the device tool:
+#   run(command="bash scripts/gpu-check.sh", carry=[".whl", ".gpu-data"])
+GPU_WHEELS := hydra-core omegaconf hydra-submitit-launcher submitit pymetis pydantic pydantic_core annotated-types \
+              typing-inspection
+gpu-carry:
+	rm -rf .whl .gpu-data && mkdir -p .whl .gpu-data
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -c constraints.txt -d .whl $(GPU_WHEELS)
+	python3 -m pip wheel -q --no-deps -c constraints.txt -w .whl antlr4-python3-runtime  # an sdist only: pure Python
+	cp -r ../shared/datasets/dgl/cora_v2_d697a464 .gpu-data/ && chmod -R u+w .gpu-data
+	@du -sh .whl .gpu-data
+
+# The GPU check's flow on this CPU at small sizes (every check but calibrate): a smoke test, ~2 min.
+gpu-check-dry: $(STAMP)
+	GNNTRAIN_OFFLINE=1 $(BIN)/python scripts/gpu_check.py --device cpu --quick --data-dir ../shared/datasets/dgl \
+	  --out /tmp/gnntrain-gpu-check-dry.json single_exact hongtu_exact moa hyscale single_vs_pyg hongtu_budget
 
 clean:
 	rm -rf $(VENV) $(NEWEST_VENV) .cache outputs multirun .pytest_cache

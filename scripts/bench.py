@@ -1232,10 +1232,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("suites", nargs="*", default=list(SUITES), choices=list(SUITES) + [[]])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
+    parser.add_argument("--render", action="store_true",
+                        help="only regenerate docs/BENCHMARKS.md from docs/bench/*.json (e.g. after a GPU check)")
     args = parser.parse_args()
     os.environ.setdefault("GNNTRAIN_OFFLINE", "1")
     OUT.mkdir(parents=True, exist_ok=True)
-    for name in args.suites or list(SUITES):
+    for name in [] if args.render else (args.suites or list(SUITES)):
         print(f"running suite {name} ...", flush=True)
         start = time.perf_counter()
         result = SUITES[name](args.quick)

@@ -1,0 +1,309 @@
+"""GPU check (issue #21): every mode that fits one GPU, run on CUDA; the exact ones against CPU ``single``;
+what HongTu (a device budget below the graph's vertex data) and HyScale (a CPU and a GPU trainer, DRM)
+do on a real device; ``single`` against PyG's ``GCNConv`` on the same device; MoA with CPU aggregation
+beside a GPU update rank; and ``gnntrain calibrate`` on the device.
+
+Writes ``docs/bench/gpu.json``: the device, torch and CUDA versions, one record per check, and a table
+that ``python scripts/bench.py --render`` turns into the ``gpu`` section of docs/BENCHMARKS.md.
+
+    bash scripts/gpu-check.sh [CHECK ...]          # on the GPU machine: installs the carried wheels, runs
+    python scripts/gpu_check.py --device cpu --quick  # the same flow on a CPU at small sizes (smoke test)
+
+Records of checks not run this time are kept from the previous file when it names the same device, so
+the checks can be spread over several calls of a time-limited machine.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+OUT = ROOT / "docs" / "bench" / "gpu.json"
+EXACT = ["train.dtype=float64", "model.dropout=0", "train.epochs=3", "train.seed=5", "train.eval_every=100"]
+TOLERANCE = 1e-9
+RUNS = itertools.count()
+
+
+class Check:
+    """The run's settings: device, sizes, data."""
+
+    def __init__(self, device: str, quick: bool, data_dir: str, tmp: Path):
+        self.device, self.quick, self.data_dir, self.tmp = device, quick, data_dir, tmp
+        self.hardware = "hardware=gpu-1" if device == "cuda" else "hardware=local-cpu"
+
+    def train(self, overrides: List[str]) -> dict:
+        from conftest import compose
+
+        from gnntrain.launch import run_training
+        from gnntrain.plan import build_plan
+
+        cfg = compose(["train.progress=false", f"cache_dir={self.tmp / 'cache'}"] + overrides)
+        run_dir = self.tmp / f"run{next(RUNS)}"
+        run_dir.mkdir(parents=True)
+        with open(run_dir / "console.log", "w") as log, contextlib.redirect_stdout(log):  # the table per run
+            return run_training(build_plan(cfg), run_dir)
+
+    def on_device(self, overrides: List[str]) -> dict:
+        return self.train([self.hardware, "hardware.ranks_per_node=1"] + overrides)
+
+    def on_cpu(self, overrides: List[str]) -> dict:
+        return self.train(["hardware=local-cpu", "hardware.ranks_per_node=1"] + overrides)
+
+    def graphs(self) -> Dict[str, List[str]]:
+        out = {"csbm": ["dataset=csbm"]}
+        if self.data_dir and (Path(self.data_dir) / "cora_v2_d697a464").is_dir():
+            out["cora"] = ["dataset=cora", f"data_dir={self.data_dir}"]
+        return out
+
+
+def _epoch(summary: dict) -> float:
+    times = summary["epoch_time_s"]
+    return statistics.median(times[1:] if len(times) > 1 else times)
+
+
+def _rel(a: List[float], b: List[float]) -> float:
+    return max(abs(x - y) / max(abs(y), 1e-300) for x, y in zip(a, b))
+
+
+def check_single_exact(c: Check) -> List[dict]:
+    """single on the device vs single on the CPU, float64, per graph: the largest relative loss gap."""
+    records = []
+    for graph, overrides in c.graphs().items():
+        device = c.on_device(overrides + EXACT)
+        cpu = c.on_cpu(overrides + EXACT)
+        rel = _rel(device["losses"], cpu["losses"])
+        records.append({"name": f"single_exact_{graph}", "mode": "single", "graph": graph,
+                        "status": "ok" if rel <= TOLERANCE else "failed", "exact_vs_cpu_rel": rel,
+                        "epoch_time_s": device["epoch_time_s"], "kernel": device.get("kernel")})
+    return records
+
+
+def check_hongtu_exact(c: Check) -> List[dict]:
+    """HongTu m=1 on the device (4 chunks, every dedup path that m=1 has) vs CPU single, float64."""
+    ref = c.on_cpu(["dataset=csbm", "model=gcn"] + EXACT)
+    run = c.on_device(["dataset=csbm", "model=gcn", "mode=hongtu", "mode.chunks=4"] + EXACT)
+    rel = _rel(run["losses"], ref["losses"])
+    return [{"name": "hongtu_exact_csbm", "mode": "hongtu", "status": "ok" if rel <= TOLERANCE else "failed",
+             "exact_vs_cpu_rel": rel, "epoch_time_s": run["epoch_time_s"]}]
+
+
+def check_hongtu_budget(c: Check) -> List[dict]:
+    """HongTu m=1 with a device budget below the graph's vertex data (paper §4: the host holds it), against
+    in-memory single on the same device for the same graph (HongTu reports 1.3-3.8x slower)."""
+    n, budget = (20000, "8MiB") if c.quick else (2000000, "2GiB")
+    graph = ["dataset=csbm", f"dataset.num_nodes={n}", "dataset.avg_degree=20", "dataset.feat_dim=128",
+             "model=gcn", "model.layers=3", "model.hidden=128", "train.epochs=3", "train.eval_every=100"]
+    run = c.on_device(graph + ["mode=hongtu", "mode.chunks=0", f"mode.device_memory={budget}"])
+    from gnntrain.modes.hongtu import parse_bytes
+
+    cap = parse_bytes(budget)
+    vertex_bytes = n * 3 * 128 * 4  # float32 features and the two hidden layers' outputs, gradients left out
+    peak = int(run["peak_memory_bytes"].get("device_arena_max_rank", 0))
+    single = c.on_device(graph + ["mode=single"])
+    ratio = _epoch(run) / _epoch(single)
+    return [{"name": "hongtu_budget", "mode": "hongtu", "graph": f"csbm {n} nodes, degree 20, feat 128",
+             "status": "ok" if peak <= cap else "failed", "device_peak_bytes": peak, "device_budget_bytes": cap,
+             "vertex_data_bytes_at_least": vertex_bytes, "chunks_per_part": run["partition"]["chunks_per_part"],
+             "epoch_time_s": run["epoch_time_s"], "single_epoch_time_s": single["epoch_time_s"],
+             "slowdown_vs_single": ratio}]
+
+
+def check_hyscale(c: Check) -> List[dict]:
+    """One CPU trainer beside one GPU trainer with DRM: it completes, the shares move toward the GPU
+    trainer, predicted vs measured stage times; against a GPU-only and a CPU-only trainer."""
+    n = 20000 if c.quick else 200000
+    base = ["dataset=csbm", f"dataset.num_nodes={n}", "dataset.avg_degree=20", "model=sage", "model.layers=2",
+            "mode=hyscale", "mode.fanouts=[10,5]", "mode.batch_size=1024", "train.epochs=3", "train.eval_every=100"]
+    both = c.train([c.hardware] + base + ["mode.cpu_trainers=1", "mode.accel_trainers=1", "mode.drm=true"])
+    report = both["mode_report"]
+    shares = report["shares_per_iteration"]
+    gpu_only = c.train([c.hardware] + base + ["mode.cpu_trainers=0", "mode.accel_trainers=1"])
+    cpu_only = c.train([c.hardware] + base + ["mode.cpu_trainers=1", "mode.accel_trainers=0"])
+    moved = shares[-1][1] - shares[0][1]
+    return [{"name": "hyscale_cpu_gpu_drm", "mode": "hyscale", "status": "ok" if moved > 0 or c.device == "cpu"
+             else "failed", "accel_share_first_last": [shares[0][1], shares[-1][1]],
+             "predicted_vs_measured_s": report.get("predicted_vs_measured_s"),
+             "epoch_time_s": both["epoch_time_s"], "gpu_only_epoch_time_s": gpu_only["epoch_time_s"],
+             "cpu_only_epoch_time_s": cpu_only["epoch_time_s"]}]
+
+
+def check_moa(c: Check) -> List[dict]:
+    """MoA with the aggregation rank on the host and the update rank on the device, float64, vs CPU single."""
+    ref = c.on_cpu(["dataset=csbm", "model=sage"] + EXACT)
+    run = c.train([c.hardware, "hardware.ranks_per_node=2", "dataset=csbm", "model=sage", "mode=mop",
+                   "mode.aggregation_ranks=1", "mode.aggregation_device=cpu"] + EXACT)
+    rel = _rel(run["losses"], ref["losses"])
+    return [{"name": "moa_cpu_aggregation", "mode": "mop", "status": "ok" if rel <= TOLERANCE else "failed",
+             "exact_vs_cpu_rel": rel, "epoch_time_s": run["epoch_time_s"]}]
+
+
+def _pyg_epochs(n: int, epochs: int, device: str) -> List[float]:
+    """The peer: a plain PyG loop, 3 GCNConv layers (hidden 128, relu, Adam) on the same generated graph."""
+    import torch
+    import torch.nn.functional as F
+    from conftest import compose
+    from torch_geometric.nn import GCNConv
+
+    from gnntrain.data import load_dataset
+
+    data = load_dataset(compose(["dataset=csbm", f"dataset.num_nodes={n}", "dataset.avg_degree=20",
+                                 "dataset.feat_dim=128"]))
+    src, dst = data.edges(False)  # GCNConv adds the self-loops itself
+    edge_index = torch.stack([src, dst]).to(device)
+    x, y, mask = data.features.to(device), data.labels.to(device), data.masks["train"].to(device)
+    dims = [x.shape[1], 128, 128, data.num_classes]
+    layers = torch.nn.ModuleList(GCNConv(a, b, cached=True) for a, b in zip(dims[:-1], dims[1:])).to(device)
+    opt = torch.optim.Adam(layers.parameters(), lr=1e-2, weight_decay=5e-4)
+    times = []
+    for _ in range(epochs):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        h = x
+        for i, layer in enumerate(layers):
+            h = layer(torch.relu(h) if i else h, edge_index)
+        loss = F.cross_entropy(h[mask], y[mask])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def check_single_vs_pyg(c: Check) -> List[dict]:
+    """The kernels issue's graph (300k nodes, degree 20, 3-layer GCN 128) on the device: single against PyG."""
+    n, epochs = (30000, 4) if c.quick else (300000, 8)
+    ours = c.on_device(["dataset=csbm", f"dataset.num_nodes={n}", "dataset.avg_degree=20", "dataset.feat_dim=128",
+                        "model=gcn", "model.layers=3", "model.hidden=128", "model.dropout=0",
+                        f"train.epochs={epochs}", "train.eval_every=100"])
+    peer = _pyg_epochs(n, epochs, c.device)
+    ratio = _epoch(ours) / statistics.median(peer[1:])
+    return [{"name": "single_vs_pyg", "mode": "single", "status": "ok", "epoch_time_s": ours["epoch_time_s"],
+             "pyg_epoch_time_s": peer, "ratio_vs_pyg": ratio, "kernel": ours.get("kernel")}]
+
+
+def check_calibrate(c: Check) -> List[dict]:
+    """gnntrain calibrate on the device's profile: its CUDA probes complete and write a profile."""
+    env = dict(os.environ, GNNTRAIN_USER_CONFIG_DIR=str(c.tmp / "user-config"))
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "gnntrain", "calibrate", c.hardware, "--name", "gpu-check"],
+                          cwd=c.tmp, env=env, capture_output=True, text=True, timeout=540)
+    written = c.tmp / "user-config" / "hardware" / "gpu-check.yaml"
+    return [{"name": "calibrate", "mode": "-", "status": "ok" if done.returncode == 0 and written.exists()
+             else "failed", "seconds": time.perf_counter() - start,
+             "tail": (done.stdout + done.stderr)[-1500:]}]
+
+
+CHECKS: Dict[str, Callable[[Check], List[dict]]] = {
+    "single_exact": check_single_exact, "hongtu_exact": check_hongtu_exact, "moa": check_moa,
+    "hyscale": check_hyscale, "single_vs_pyg": check_single_vs_pyg, "hongtu_budget": check_hongtu_budget,
+    "calibrate": check_calibrate}
+
+
+def _ms(seconds) -> str:
+    if isinstance(seconds, list):
+        seconds = statistics.median(seconds[1:] if len(seconds) > 1 else seconds)
+    return f"{seconds * 1e3:.1f}" if seconds is not None else ""
+
+
+def _row(r: dict) -> List[str]:
+    """One table row: check, mode, status, median epoch, what it showed."""
+    shown = []
+    if "exact_vs_cpu_rel" in r:
+        shown.append(f"max rel loss gap vs CPU {r['exact_vs_cpu_rel']:.1e} (goal <= 1e-9)")
+    if "device_peak_bytes" in r:
+        shown.append(f"device peak {r['device_peak_bytes'] / 2**30:.3f} GiB of {r['device_budget_bytes'] / 2**30:.3f}"
+                     f" GiB budget, {r['chunks_per_part']} chunks; {r['slowdown_vs_single']:.2f}x single's epoch "
+                     f"({_ms(r['single_epoch_time_s'])} ms; paper 1.3-3.8x)")
+    if "accel_share_first_last" in r:
+        first, last = r["accel_share_first_last"]
+        shown.append(f"GPU trainer's share {first:.3f} -> {last:.3f}; GPU-only {_ms(r['gpu_only_epoch_time_s'])} ms, "
+                     f"CPU-only {_ms(r['cpu_only_epoch_time_s'])} ms per epoch")
+    if "ratio_vs_pyg" in r:
+        shown.append(f"{r['ratio_vs_pyg']:.2f}x PyG GCNConv ({_ms(r['pyg_epoch_time_s'])} ms), kernel {r['kernel']}")
+    if "seconds" in r:
+        shown.append(f"{r['seconds']:.0f} s")
+    if r.get("error"):
+        shown.append(r["error"].splitlines()[-1][:200])
+    return [r["name"], r["mode"], r["status"], _ms(r.get("epoch_time_s")), "; ".join(shown)]
+
+
+def describe_device(device: str) -> dict:
+    import torch
+
+    info = {"device": "cpu", "torch": torch.__version__, "cuda": torch.version.cuda}
+    if device == "cuda":
+        info["device"] = torch.cuda.get_device_name()
+    return info
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checks", nargs="*", metavar="CHECK", help=f"any of {', '.join(CHECKS)}; default: all")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test of the flow)")
+    parser.add_argument("--data-dir", default=os.environ.get("GNNTRAIN_GPU_CHECK_DATA", ""),
+                        help="folder holding cora_v2_d697a464/ (DGL's layout); Cora is skipped without it")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    unknown = [name for name in args.checks if name not in CHECKS]
+    if unknown:
+        parser.error(f"unknown check(s) {', '.join(unknown)}: use any of {', '.join(CHECKS)}")
+    os.environ.setdefault("GNNTRAIN_OFFLINE", "1")
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device here; run it on the GPU machine (scripts/gpu-check.sh), or use "
+              "--device cpu for a smoke test", file=sys.stderr)
+        return 2
+    info = describe_device(args.device)
+    records: Dict[str, dict] = {}
+    if args.out.exists():
+        old = json.loads(args.out.read_text())
+        if old.get("device") == info["device"]:
+            records = {r["name"]: r for r in old.get("records", [])}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.checks or list(CHECKS):
+            print(f"gpu_check: {name} ...", flush=True)
+            start = time.perf_counter()
+            try:
+                results = CHECKS[name](Check(args.device, args.quick, args.data_dir, Path(tmp)))
+            except Exception:  # one failed check is a record, the others still run
+                results = [{"name": name, "mode": "-", "status": "failed", "error": traceback.format_exc()}]
+            for r in results:
+                r["wall_s"] = round(time.perf_counter() - start, 1)
+                records[r["name"]] = r
+                print("  " + " | ".join(_row(r)), flush=True)
+    ordered = sorted(records.values(), key=lambda r: list(CHECKS).index(next(
+        (k for k in CHECKS if r["name"].startswith(k)), "calibrate")))
+    command = "bash scripts/gpu-check.sh" + (" --quick" if args.quick else "")
+    result = {**info, "title": f"GPU check on {info['device']} (torch {info['torch']}, CUDA {info['cuda']})",
+              "columns": ["check", "mode", "status", "median epoch (ms)", "result"],
+              "rows": [_row(r) for r in ordered], "records": ordered, "command": command,
+              "machine": info["device"], "date": dt.date.today().isoformat(),
+              "notes": "Exact checks: float64, dropout 0, 3 epochs, the largest relative gap between the losses on "
+                       "the device and those of mode=single on the CPU. Epoch medians drop the first epoch. "
+                       "Records: docs/bench/gpu.json."}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str))
+    print(f"gpu_check: wrote {args.out}")
+    return 0 if all(r["status"] == "ok" for r in ordered) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""scripts/gpu_check.py (issue #21) off a GPU: its flow runs on the CPU at small sizes, writes the records
+and a table that bench.py renders, and refuses plainly where it cannot run. The GPU run itself is
+`bash scripts/gpu-check.sh` on a CUDA machine (README: GPU check)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import torch
+from conftest import ROOT
+
+SCRIPT = [sys.executable, str(ROOT / "scripts" / "gpu_check.py")]
+
+
+def test_gpu_check_flow_on_the_cpu_writes_records_that_render(tmp_path):
+    out = tmp_path / "gpu.json"
+    done = subprocess.run(SCRIPT + ["--device", "cpu", "--quick", "--out", str(out), "single_exact", "hongtu_exact"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["device"] == "cpu" and result["torch"] == torch.__version__
+    records = result["records"]
+    assert [r["name"] for r in records] == ["single_exact_csbm", "hongtu_exact_csbm"]
+    assert all(r["status"] == "ok" and r["exact_vs_cpu_rel"] <= 1e-9 and r["epoch_time_s"] for r in records)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench import render
+
+    text = render({"gpu": result})
+    assert "## gpu" in text and "| hongtu_exact_csbm | hongtu | ok |" in text and "bash scripts/gpu-check.sh" in text
+
+
+def test_gpu_check_refuses_plainly(tmp_path):
+    unknown = subprocess.run(SCRIPT + ["--device", "cpu", "nvlink"], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=120)
+    assert unknown.returncode == 2 and "unknown check(s) nvlink" in unknown.stderr
+    if not torch.cuda.is_available():
+        no_gpu = subprocess.run(SCRIPT, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert no_gpu.returncode == 2 and "no CUDA device here" in no_gpu.stderr
