@@ -127,7 +127,7 @@ def test_auto_measures_every_kernel_once_per_shape_and_caches(monkeypatch, tmp_p
 
 
 def test_real_timing_of_both_kernels():
-    src, dst = kernels._random_graph(2000, 8)
+    src, dst = kernels.probe_graph(2000, 8)
     for kernel in ("dgl", "torch"):
         assert 0 < kernels.time_kernel(kernel, dst, src, 2000, 16, torch.float32, torch.device("cpu"), reps=1) < 5
 

@@ -92,7 +92,7 @@ def quantize_rows(x: torch.Tensor, bits: int, generator: torch.Generator,
     scale = _round_toward((spread / levels).clamp(min=tiny), param_dtype, down=False)
     s = scale.to(x.dtype)
     noise = torch.rand(x.shape, generator=generator, dtype=x.dtype, device=x.device)
-    codes = torch.floor((x - z[:, None]) / s[:, None] + noise).clamp_(0, levels).to(torch.uint8)
+    codes = (x - z[:, None]).div_(s[:, None]).add_(noise).floor_().clamp_(0, levels).to(torch.uint8)
     return pack_codes(codes, bits), torch.stack([scale, zero], dim=1)
 
 
@@ -112,18 +112,22 @@ def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
     pad = (-d) % per_byte
     if pad:
         codes = torch.cat([codes, codes.new_zeros((n, pad))], dim=1)
-    grouped = codes.view(n, -1, per_byte).to(torch.int32)
-    shifts = torch.arange(per_byte, device=codes.device, dtype=torch.int32) * bits
-    return (grouped << shifts).sum(dim=2).to(torch.uint8)
+    grouped = codes.reshape(n, -1, per_byte)
+    packed = grouped[:, :, 0].clone()
+    for slot in range(1, per_byte):  # uint8 shifts and ors: no widening to int32 and back
+        packed |= grouped[:, :, slot] << (slot * bits)
+    return packed
 
 
 def unpack_codes(packed: torch.Tensor, bits: int, width: int) -> torch.Tensor:
     per_byte = 8 // bits
     if per_byte == 1:
         return packed[:, :width]
-    shifts = torch.arange(per_byte, device=packed.device, dtype=torch.int32) * bits
-    codes = (packed.to(torch.int32).unsqueeze(-1) >> shifts) & ((1 << bits) - 1)
-    return codes.reshape(packed.shape[0], -1)[:, :width].to(torch.uint8)
+    mask = (1 << bits) - 1
+    codes = torch.empty((*packed.shape, per_byte), dtype=torch.uint8, device=packed.device)
+    for slot in range(per_byte):
+        torch.bitwise_and(packed >> (slot * bits), mask, out=codes[:, :, slot])
+    return codes.reshape(packed.shape[0], -1)[:, :width]
 
 
 @dataclass

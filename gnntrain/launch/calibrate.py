@@ -98,11 +98,11 @@ def probe_spmm(threads: int, device: str, cache_dir) -> Dict[str, Any]:
     128 on 50 000 nodes: t = edges x (per edge + width x per edge·column)."""
     import torch
 
-    from gnntrain.models.kernels import _random_graph, choose_kernel, time_kernel
+    from gnntrain.models.kernels import choose_kernel, probe_graph, time_kernel
 
     nodes, degree = 50_000, 8
     kernel = choose_kernel(device, "float32", threads, degree, 64, cache_dir, probe_nodes=nodes).kernel
-    src, dst = _random_graph(nodes, degree)
+    src, dst = probe_graph(nodes, degree)
     torch.set_num_threads(threads)
     narrow, wide = 8, 128
     t_narrow, t_wide = (min(time_kernel(kernel, dst, src, nodes, w, torch.float32, torch.device(device))

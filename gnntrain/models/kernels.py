@@ -192,7 +192,9 @@ class KernelChoice:
         return f"kernel=auto measured {times} ({self.probe})"
 
 
-def _random_graph(num_nodes: int, avg_degree: float, seed: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+def probe_graph(num_nodes: int, avg_degree: float, seed: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(src, dst) of a uniform random graph with ``avg_degree`` edges per node: what the kernel and
+    calibration probes time SpMM on."""
     gen = torch.Generator().manual_seed(seed)
     num_edges = max(1, int(num_nodes * avg_degree))
     return (torch.randint(0, num_nodes, (num_edges,), generator=gen),
@@ -266,7 +268,7 @@ def choose_kernel(device: str, dtype: str, threads: int, avg_degree: float, widt
     candidates = [k for k in KERNELS if kernel_problem(k, device, torch_dtype) is None]
     if not candidates:
         raise ValueError(f"no sparse kernel supports {dtype} on {device}")
-    src, dst = _random_graph(probe_nodes, float(degree_bucket))
+    src, dst = probe_graph(probe_nodes, float(degree_bucket))
     previous = torch.get_num_threads()
     torch.set_num_threads(max(1, int(threads)))
     try:
