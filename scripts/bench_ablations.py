@@ -69,6 +69,10 @@ LOOPBACK = {(SPARSITY, "sparse vs oblivious", 4), (SUPERGCN, "pre -> hybrid -> i
 # #23's must-show comparisons run in this many interleaved rounds (every variant once per round) and
 # pool their epochs: 4 ranks share 2 cores here, and one run's epochs can sit 10-20% above another's
 ROUNDS = {(SPARSITY, "sparse vs oblivious", 4): 3, (SUPERGCN, "pre -> hybrid -> int2", 4): 3}
+# comparisons repeated on a slower emulated link, to show where their savings overtake the compute they add
+SLOW_LINK_GBIT_S = 0.25
+SLOW = {(SUPERGCN, "pre -> hybrid -> int2", 4)}
+NETWORKS = ("emulated", "slow", "loopback")
 
 
 def _rounds(runs: List[Run]) -> List[Tuple[int, int, Run]]:
@@ -122,24 +126,26 @@ def suite_ablations(quick: bool, gbit_s: float = 1.0) -> dict:
     if reason:
         return {"title": title, "columns": columns, "rows": [], "notes": f"not run: {reason}"}
     link = netem.Link(gbit_s=gbit_s)
+    links = {"emulated": link, "slow": netem.Link(gbit_s=SLOW_LINK_GBIT_S)}
     runs = _runs(quick)
     epochs: Dict[Tuple[int, str], List[float]] = {}  # (run index, network) -> epoch times over its rounds
     summaries: Dict[Tuple[int, str], dict] = {}
     failures: List[str] = []
-    clusters: Dict[int, "netem.EmulatedCluster"] = {}
+    clusters: Dict[Tuple[int, str], "netem.EmulatedCluster"] = {}
     with tempfile.TemporaryDirectory() as tmp:
         env = {"GNNTRAIN_CACHE_DIR": f"{tmp}/cache", "OMP_NUM_THREADS": "1"}
         try:
             for i, round_, (paper, comparison, p, variant, extra, _, _) in _rounds(runs):
-                for network in ("emulated", "loopback"):
-                    if network == "loopback" and (paper, comparison, p) not in LOOPBACK:
+                for network in NETWORKS:
+                    if ((network == "loopback" and (paper, comparison, p) not in LOOPBACK)
+                            or (network == "slow" and (paper, comparison, p) not in SLOW)):
                         continue
                     run_dir = Path(tmp) / f"{i}-{round_}-{network}"
-                    if network == "emulated":
-                        if p not in clusters:
-                            clusters[p] = netem.create(f"gtab{p}", p, link)
+                    if network != "loopback":
+                        if (p, network) not in clusters:
+                            clusters[(p, network)] = netem.create(_cluster_name(p, network), p, links[network])
                         for attempt in range(2):  # a second try on another port, should the first be taken
-                            job = netem.run_job(clusters[p], graph + extra, run_dir / f"try{attempt}",
+                            job = netem.run_job(clusters[(p, network)], graph + extra, run_dir / f"try{attempt}",
                                                 port=29700 + 100 * attempt + i, timeout_s=1800, env=env)
                             if job.ok:
                                 break
@@ -151,25 +157,29 @@ def suite_ablations(quick: bool, gbit_s: float = 1.0) -> dict:
                         summary = _run_local(graph + extra, p, run_dir, env)
                         tail = "the local run failed"
                     if summary is None or summary.get("status") != "completed":
-                        label = link.describe() if network == "emulated" else "loopback"
+                        label = links[network].describe() if network in links else "loopback"
                         failures.append(f"{paper} {variant} p={p} ({label}) round {round_ + 1}: {tail[-300:]}")
                         continue
                     epochs.setdefault((i, network), []).extend(_epochs(summary))
                     summaries[(i, network)] = summary
         finally:
-            for p in clusters:
-                netem.destroy(f"gtab{p}")
-    rows, results = _rows(runs, epochs, summaries, link)
-    return {"title": title, "columns": columns, "rows": rows, "notes": _verdicts(results, link) + (
+            for p, network in clusters:
+                netem.destroy(_cluster_name(p, network))
+    rows, results = _rows(runs, epochs, summaries, links)
+    return {"title": title, "columns": columns, "rows": rows, "notes": _verdicts(results, links) + (
         " Failed: " + "; ".join(failures) + "." if failures else "")}
 
 
-def _rows(runs: List[Run], epochs, summaries, link) -> Tuple[List[List[str]], dict]:
+def _cluster_name(p: int, network: str) -> str:
+    return f"gtab{p}" + ("s" if network == "slow" else "")
+
+
+def _rows(runs: List[Run], epochs, summaries, links) -> Tuple[List[List[str]], dict]:
     """One row per run and network, in the runs' order: the median of its pooled epochs, its bytes, and
     both against the comparison's baseline on the same network."""
     rows, results = [], {}
     for i, (paper, comparison, p, variant, _, baseline, claim) in enumerate(runs):
-        for network in ("emulated", "loopback"):
+        for network in NETWORKS:
             if (i, network) not in summaries:
                 continue
             summary = summaries[(i, network)]
@@ -177,7 +187,8 @@ def _rows(runs: List[Run], epochs, summaries, link) -> Tuple[List[List[str]], di
             results[(paper, comparison, p, variant, network)] = (t, sent)
             base = results.get((paper, comparison, p, baseline, network)) if baseline else None
             rounds = ROUNDS.get((paper, comparison, p), 1)
-            rows.append([paper, comparison, str(p), variant, link.describe() if network == "emulated" else "loopback",
+            label = links[network].describe() if network in links else "loopback"
+            rows.append([paper, comparison, str(p), variant, label,
                          f"{t:.3f}" + (f" ({rounds} runs)" if rounds > 1 else ""), f"{sent / MIB:.1f}",
                          f"{summary['comm_bytes']['max_rank_send'] / MIB:.1f}",
                          f"{base[0] / t:.2f}x" if base else "", f"{sent / base[1]:.3f}" if base else "",
@@ -185,11 +196,13 @@ def _rows(runs: List[Run], epochs, summaries, link) -> Tuple[List[List[str]], di
     return rows, results
 
 
-def _verdicts(results: dict, link) -> str:
-    """#23's 'must show 1' at p=4 under the emulated link, each beside the same pair on loopback."""
+def _verdicts(results: dict, links: dict) -> str:
+    """#23's 'must show 1' at p=4 under the emulated link, each beside the same pair on loopback (and
+    SuperGCN's on the slower link too)."""
     def time_of(paper, comparison, variant, network="emulated"):
         return results.get((paper, comparison, 4, variant, network), (None,))[0]
 
+    link = links["emulated"]
     lines = []
     sparse, oblivious = (time_of(SPARSITY, "sparse vs oblivious", v) for v in ("sparse", "oblivious (all-gather)"))
     if sparse and oblivious:
@@ -198,16 +211,21 @@ def _verdicts(results: dict, link) -> str:
                      f"epoch, {oblivious / sparse:.2f}x (goal: sparse below oblivious: "
                      f"{'met' if sparse < oblivious else 'MISSED'})"
                      + (f"; on loopback {lb[1] / lb[0]:.2f}x" if all(lb) else ""))
-    pre, hybrid, int2 = (time_of(SUPERGCN, "pre -> hybrid -> int2", v) for v in ("pre fp32", "hybrid fp32",
-                                                                                  "hybrid int2"))
-    if pre and hybrid and int2:
-        lb = [time_of(SUPERGCN, "pre -> hybrid -> int2", v, "loopback") for v in ("pre fp32", "hybrid fp32",
-                                                                                 "hybrid int2")]
-        lines.append(f"SuperGCN p=4: pre fp32 {pre:.3f} s, hybrid fp32 {hybrid:.3f} s ({pre / hybrid:.2f}x), "
-                     f"hybrid int2 {int2:.3f} s ({pre / int2:.2f}x) (goal int2 < hybrid < pre: "
-                     f"{'met' if int2 < hybrid < pre else 'MISSED'})"
-                     + (f"; on loopback {lb[0] / lb[1]:.2f}x and {lb[0] / lb[2]:.2f}x" if all(lb) else ""))
+    variants = ("pre fp32", "hybrid fp32", "hybrid int2")
+    for network in ("emulated", "slow"):
+        pre, hybrid, int2 = (time_of(SUPERGCN, "pre -> hybrid -> int2", v, network) for v in variants)
+        if not (pre and hybrid and int2):
+            continue
+        lb = [time_of(SUPERGCN, "pre -> hybrid -> int2", v, "loopback") for v in variants]
+        lines.append(f"SuperGCN p=4, {links[network].describe()}: pre fp32 {pre:.3f} s, hybrid fp32 {hybrid:.3f} s "
+                     f"({pre / hybrid:.2f}x), hybrid int2 {int2:.3f} s ({pre / int2:.2f}x) (goal int2 < hybrid < "
+                     f"pre: {'met' if int2 < hybrid < pre else 'MISSED'})"
+                     + (f"; on loopback {lb[0] / lb[1]:.2f}x and {lb[0] / lb[2]:.2f}x"
+                        if all(lb) and network == "emulated" else ""))
     return ". ".join(lines) + (". " if lines else "") + (
         "Every rank is its own emulated host (a network namespace on one bridge, gnntrain netem), so all of its "
         "traffic crosses its shaped link; the hosts share this machine's cores (1 thread per rank). Ratios are "
-        "taken within one comparison and one network.")
+        "taken within one comparison and one network. The loopback rows price what hybrid aggregation and int2 "
+        "coding add in compute on these shared cores; a link saves them time only where the bytes they drop take "
+        "longer to send than that, hence the SuperGCN comparison again at "
+        f"{SLOW_LINK_GBIT_S:g} Gbit/s.")
