@@ -5,7 +5,10 @@ docs/design.md#supergcn).
 For a row x with zero point Z = min(x) and scale S = (max(x) − Z)/(2^b − 1),
 each entry is coded as q = floor((x − Z)/S + U), U ~ U[0, 1), clamped to
 [0, 2^b − 1], and decoded as q·S + Z. Because E[floor(v + U)] = v, the
-decoded value is unbiased, and |decoded − x| < S.
+decoded value is unbiased, and |decoded − x| < S. U is drawn on a 2^-15 grid,
+U = (r + ½)/2^15 with r uniform on 15 bits (four draws per 64-bit random
+word, about 4x cheaper than ``torch.rand``): E[U] = ½ exactly, and the bias
+left by the grid is at most S/2^16, far below the noise.
 
 Parameters travel in ``param_dtype`` (bfloat16 by default: two 2-byte
 values per row, the paper's data/param ratio, with float32's range so tiny
@@ -22,6 +25,7 @@ uint8).
 """
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, Optional, Tuple
@@ -75,6 +79,17 @@ def _step(values: torch.Tensor, down: bool) -> torch.Tensor:
     return out.to(torch.int16).view(values.dtype)
 
 
+NOISE_BITS = 15
+
+
+def rounding_noise(shape: Tuple[int, ...], generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """int16 r uniform on [0, 2^15), four per 64-bit word: torch's int64 ``random_()`` fills [0, 2^63)
+    on CPU and CUDA, so each 16-bit lane's low 15 bits are uniform and its top bit is masked off."""
+    count = math.prod(shape)
+    words = torch.empty((count + 3) // 4, dtype=torch.int64, device=device).random_(generator=generator)
+    return words.view(torch.int16)[:count].bitwise_and_((1 << NOISE_BITS) - 1).view(shape)
+
+
 def quantize_rows(x: torch.Tensor, bits: int, generator: torch.Generator,
                   param_dtype: torch.dtype = torch.bfloat16) -> Tuple[torch.Tensor, torch.Tensor]:
     """(packed uint8 [n, ceil(d·b/8)], params [n, 2] = (scale, zero) in ``param_dtype``)."""
@@ -91,8 +106,11 @@ def quantize_rows(x: torch.Tensor, bits: int, generator: torch.Generator,
     tiny = torch.finfo(param_dtype).tiny
     scale = _round_toward((spread / levels).clamp(min=tiny), param_dtype, down=False)
     s = scale.to(x.dtype)
-    noise = torch.rand(x.shape, generator=generator, dtype=x.dtype, device=x.device)
-    codes = (x - z[:, None]).div_(s[:, None]).add_(noise).floor_().clamp_(0, levels).to(torch.uint8)
+    # (x − Z)/S + (r + ½)/2^15: the half step goes into the zero point, per row, in float64
+    z_half_step = (z.double() - s.double() * 2.0 ** -(NOISE_BITS + 1)).to(x.dtype)
+    noise = rounding_noise(tuple(x.shape), generator, x.device).to(x.dtype)
+    codes = (x - z_half_step[:, None]).div_(s[:, None]).add_(noise, alpha=2.0 ** -NOISE_BITS)
+    codes = codes.floor_().clamp_(0, levels).to(torch.uint8)
     return pack_codes(codes, bits), torch.stack([scale, zero], dim=1)
 
 
