@@ -35,14 +35,17 @@ def calibrated(tmp_path_factory):
     env = {"GNNTRAIN_USER_CONFIG_DIR": str(user_dir), "GNNTRAIN_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
     start = time.perf_counter()
     proc = run_cli(["calibrate", "--name", "test-calibrated",
-                    f"hydra.run.dir={tmp_path_factory.mktemp('calibrate-run')}"], cwd=ROOT, env_extra=env)
+                    f"hydra.run.dir={tmp_path_factory.mktemp('calibrate-run')}"], cwd=ROOT, env_extra=env,
+                   timeout=600)
     return proc, time.perf_counter() - start, user_dir, env
 
 
 def test_calibrate_writes_a_profile_that_composes(calibrated, tmp_path):
     proc, seconds, user_dir, env = calibrated
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    assert seconds < 120, f"calibrate took {seconds:.0f} s"
+    # a guard against a calibrate that grows without bound, not a benchmark: 93-138 s on the 2-core CI
+    # machine (the same commit, minutes apart), so the bound sits at twice the slowest seen
+    assert seconds < 300, f"calibrate took {seconds:.0f} s"
     path = user_dir / "hardware" / "test-calibrated.yaml"
     assert str(path) in proc.stdout.replace("\n", "")
     profile = yaml.safe_load(path.read_text())
