@@ -134,3 +134,66 @@ def test_cli_errors_name_the_fix(args, message, state_dir, capsys):
     assert main(["netem", *args]) == 2
     assert message in capsys.readouterr().err
 
+
+
+def test_dilation_is_cluster_cores_over_usable_cores():
+    assert netem.dilation_for(4, 1, 2) == pytest.approx(4 / (2 * netem.CPU_HEADROOM))
+    assert netem.dilation_for(8, 2, 4) == pytest.approx(16 / (4 * netem.CPU_HEADROOM))
+    assert netem.dilation_for(2, 1, 16) == 1.0  # room enough: capped, not dilated
+
+
+@pytest.mark.parametrize("v2", [False, True])
+def test_cpu_caps_are_written_for_either_cgroup_version(tmp_path, v2):
+    """A fake cgroup tree of each layout: the controller is found and the cap lands in its files."""
+    if v2:
+        (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+        (tmp_path / "cgroup.subtree_control").write_text("")
+    else:
+        (tmp_path / "cpu").mkdir()
+        (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    directory, is_v2 = netem._cpu_controller(tmp_path)
+    assert is_v2 == v2 and directory == (tmp_path if v2 else tmp_path / "cpu")
+    group = directory / "c-h0"
+    netem._cap_cpu(group, is_v2, 0.45)
+    quota, period = round(0.45 * netem.CPU_PERIOD_US), netem.CPU_PERIOD_US
+    if v2:
+        assert (group / "cpu.max").read_text() == f"{quota} {period}"
+        assert (tmp_path / "cgroup.subtree_control").read_text() == "+cpu"
+    else:
+        assert (group / "cpu.cfs_quota_us").read_text() == str(quota)
+        assert (group / "cpu.cfs_period_us").read_text() == str(period)
+    assert netem._cpu_controller(tmp_path / "nothing-here") is None
+
+
+BUSY = "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < 1.5: pass\n" \
+       "print(time.process_time() / (time.perf_counter() - t))"
+
+
+def test_a_dilated_cluster_caps_each_host_and_slows_its_links(state_dir):
+    """4 hosts with a core each on a smaller machine: every link shaped to bandwidth / dilation, each
+    host's processes held to 1 / dilation of a core, and down removes the cpu groups."""
+    reason = netem.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cores = len(os.sched_getaffinity(0))
+    if cores * netem.CPU_HEADROOM >= 4:
+        pytest.skip("this machine has a core per host: nothing to dilate")
+    try:
+        cluster = netem.create(NAME, 4, netem.Link(gbit_s=0.1), cores_per_host=1)
+    except GnnTrainError as exc:
+        pytest.skip(f"cannot make network namespaces or cpu groups here: {exc}")
+    try:
+        dilation = netem.dilation_for(4, 1, cores)
+        assert cluster.dilation == pytest.approx(dilation) and "time-dilated" in cluster.describe()
+        assert netem.load(NAME) == cluster
+        shown = subprocess.run(["tc", "-n", cluster.namespace(2), "qdisc", "show", "dev", netem.INTERFACE],
+                               capture_output=True, text=True).stdout
+        assert f"rate {100 / dilation:.3g}Mbit".replace(".", "") in shown.replace(".", ""), shown
+        procs = cluster.cgroup(1) / "cgroup.procs"
+        share = subprocess.run(["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), "ip", "netns", "exec",
+                                cluster.namespace(1), sys.executable, "-c", BUSY],
+                               capture_output=True, text=True, timeout=60, check=True).stdout
+        assert float(share) < 1.15 / dilation, f"a capped host used {float(share):.2f} of a core"
+    finally:
+        netem.destroy(NAME)
+    assert not any(cluster.cgroup(i).exists() for i in range(4))

@@ -214,3 +214,32 @@ def test_metis_volume_objective():
     assert partitioner_options(_pcfg("volume", objective="vol"))["objective"] == "vol"
     with pytest.raises(PlanError, match="objective"):
         partition_graph(src, dst, data.num_nodes, 4, _pcfg("metis", objective="edges"), data.content_hash)
+
+
+def test_row_weight_balances_dense_work_on_a_graph_with_many_bare_rows(tmp_path):
+    """nnz weights alone put the rows without in-edges (half of a sparse R-MAT graph) into one part,
+    whose dense update then sets the pace; a row weight of the update's nnz-equivalents spreads them.
+    The cache key changes only when row_weight is set."""
+    from gnntrain.data.synthetic import rmat_edges
+    from gnntrain.errors import PlanError
+    from gnntrain.partition import partitioner_options
+    from gnntrain.partition.partitioners import metis_parts
+
+    n = 20_000
+    s, t = rmat_edges(n, 2 * n, (0.57, 0.19, 0.19, 0.05), np.random.default_rng(0))
+    keep = s != t
+    src, dst = np.concatenate([s[keep], t[keep]]), np.concatenate([t[keep], s[keep]])
+    degree = np.bincount(dst, minlength=n)
+    assert (degree == 0).mean() > 0.3
+
+    def balance(parts):  # max/mean per part: (rows, nnz, rows x 23 + nnz)
+        rows, nnz = np.bincount(parts, minlength=4), np.bincount(parts, weights=degree + 1, minlength=4)
+        return [float(x.max() / x.mean()) for x in (rows, nnz, rows * 23 + nnz)]
+
+    plain, weighted = (balance(metis_parts(src, dst, n, 4, 0, "nnz", "cut", rw)) for rw in (0, 23))
+    assert plain[1] < 1.1 and plain[0] > 1.5, plain  # SpMM balanced, rows not
+    assert weighted[2] < 1.1 and weighted[0] < 1.3, weighted  # the whole work balanced
+    assert "row_weight" not in partitioner_options(_pcfg("metis"))
+    assert partitioner_options(_pcfg("metis", row_weight=23))["row_weight"] == 23.0
+    with pytest.raises(PlanError, match="row_weight"):
+        metis_parts(src, dst, n, 4, 0, "nnz", "cut", -1)

@@ -124,6 +124,9 @@ class PartitionerConfig:
     seed: int = 0
     num_parts: int = 0  # 0 = what the mode needs at this world size; otherwise must match it
     vertex_weights: str = "nnz"  # nnz | uniform  (metis/volume)
+    # with vertex_weights=nnz, each row's dense (update) work in nnz-equivalents, added to its weight so
+    # METIS balances all of a rank's compute, not only its SpMM (docs/design.md#partitioning)
+    row_weight: float = 0.0
     objective: str = "cut"  # cut | vol: what METIS minimises, the edge cut or the total communication volume
     reorder: Optional[str] = None  # null | rcm
     # volume refinement (GVB approximation)

@@ -11,11 +11,14 @@ the namespaces this module made):
 - ``N-sw``: the switch, a bridge ``br0`` with one port ``p<i>`` per host;
 - ``N-h<i>``: host i, interface ``eth0`` with address ``10.79.<net>.<i+1>/24``;
 - each link is shaped in both directions: ``eth0``'s egress is the host's upload, ``p<i>``'s egress
-  its download.
+  its download;
+- with ``cores_per_host``, host i's processes also run in a cpu cgroup ``N-h<i>`` capped at that many
+  cores, time-dilated where the machine has fewer cores than the cluster (see ``dilation_for``).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -26,7 +29,7 @@ import time
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from gnntrain.errors import GnnTrainError
 
@@ -34,6 +37,11 @@ STATE_DIR = Path(os.environ.get("GNNTRAIN_NETEM_STATE", "/run/gnntrain-netem"))
 INTERFACE = "eth0"
 MAX_HOSTS = 64
 FAILED_PEER_GRACE_S = 90.0  # after one agent fails, how long the others get to notice and exit
+CGROUP_ROOT = Path(os.environ.get("GNNTRAIN_CGROUP_ROOT", "/sys/fs/cgroup"))
+# the share of the machine's cores the hosts get together; the rest runs the kernel's network path
+# (veth, bridge, tbf) and the torchrun agents, which no host's cap accounts for
+CPU_HEADROOM = 0.9
+CPU_PERIOD_US = 5000  # a short quota period, so a capped host is slowed evenly, not in 100 ms stalls
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,10 @@ class EmulatedCluster:
     link: Link
     net: int  # third octet of 10.79.<net>.0/24
     latency_emulated: bool  # False where the kernel has no netem (then bandwidth only)
+    cores_per_host: int = 0  # 0: the hosts share the machine's cores freely; else each is capped
+    dilation: float = 1.0  # real seconds per emulated second (time dilation; 1 = real time)
+    cgroup_dir: str = ""  # the cpu controller's directory holding the hosts' groups ("" = none)
+    cgroup_v2: bool = False
 
     def namespace(self, host: int) -> str:
         return f"{self.name}-h{host}"
@@ -66,9 +78,65 @@ class EmulatedCluster:
     def address(self, host: int) -> str:
         return f"10.79.{self.net}.{host + 1}"
 
+    def cgroup(self, host: int) -> Optional[Path]:
+        return Path(self.cgroup_dir) / self.namespace(host) if self.cgroup_dir else None
+
     def describe(self) -> str:
         latency = "" if self.latency_emulated or not self.link.latency_us else " (latency not emulated: no netem)"
-        return f"{self.hosts} hosts, {self.link.describe()} per link{latency}"
+        cores = ""
+        if self.cores_per_host:
+            cores = f", {self.cores_per_host} core{'s' if self.cores_per_host > 1 else ''} per host"
+            if self.dilation > 1:
+                cores += f", time-dilated x{self.dilation:.2f}"
+        return f"{self.hosts} hosts, {self.link.describe()} per link{latency}{cores}"
+
+
+def dilation_for(hosts: int, cores_per_host: int, machine_cores: int) -> float:
+    """Time dilation (Gupta et al., "To Infinity and Beyond: Time-Warped Network Emulation", NSDI
+    2006): a cluster with more cores than this machine runs slower by this factor in every resource.
+    Each host is capped at ``cores_per_host / dilation`` cores and each link is shaped to its
+    bandwidth / dilation, so compute and communication keep the emulated cluster's proportions, and
+    real seconds / dilation are the emulated cluster's seconds."""
+    return max(1.0, hosts * cores_per_host / (machine_cores * CPU_HEADROOM))
+
+
+def _cpu_controller(root: Path) -> Optional[Tuple[Path, bool]]:
+    """The cpu controller's directory and whether it is cgroup v2, or None where neither is mounted."""
+    controllers = root / "cgroup.controllers"
+    if controllers.exists() and "cpu" in controllers.read_text().split():
+        return root, True
+    if (root / "cpu" / "cpu.cfs_quota_us").exists():
+        return root / "cpu", False
+    return None
+
+
+def _cap_cpu(group: Path, v2: bool, cores: float) -> None:
+    """Make cpu cgroup ``group`` and cap it at ``cores`` (a quota of that many cores per period)."""
+    quota = max(1000, int(round(cores * CPU_PERIOD_US)))  # the kernel's smallest quota is 1 ms
+    try:
+        if v2:
+            with contextlib.suppress(OSError):  # already on, or not ours to turn on (then mkdir says so)
+                (group.parent / "cgroup.subtree_control").write_text("+cpu")
+            group.mkdir(exist_ok=True)
+            (group / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+        else:
+            group.mkdir(exist_ok=True)
+            (group / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+            (group / "cpu.cfs_quota_us").write_text(str(quota))
+    except OSError as exc:
+        raise GnnTrainError(f"emulated network: cannot cap cpu cgroup {group}: {exc}. Fix: run as root with the "
+                            "cpu cgroup controller mounted, or leave out --cores-per-host") from exc
+
+
+def _remove_cgroup(group: Path) -> None:
+    for _ in range(50):  # killed processes leave their group a moment later
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
 
 
 def unavailable_reason() -> Optional[str]:
@@ -108,8 +176,9 @@ def _shape(namespace: str, device: str, link: Link) -> bool:
     return False
 
 
-def create(name: str, hosts: int, link: Link) -> EmulatedCluster:
-    """Make the switch and ``hosts`` hosts, shape every link and record the cluster."""
+def create(name: str, hosts: int, link: Link, cores_per_host: int = 0) -> EmulatedCluster:
+    """Make the switch and ``hosts`` hosts, shape every link and record the cluster. With
+    ``cores_per_host``, cap each host's cpu and time-dilate where the machine is too small."""
     reason = unavailable_reason()
     if reason:
         raise GnnTrainError(reason)
@@ -121,9 +190,24 @@ def create(name: str, hosts: int, link: Link) -> EmulatedCluster:
         raise GnnTrainError(f"emulated network: name '{name}' must be letters, digits and '-', at most 20")
     if _state_file(name).exists() or name + "-sw" in _namespaces():
         raise GnnTrainError(f"emulated network '{name}' exists already. Fix: gnntrain netem down --name {name}")
-    cluster = EmulatedCluster(name, hosts, link, net=zlib.crc32(name.encode()) % 250 + 1, latency_emulated=False)
+    if cores_per_host < 0:
+        raise GnnTrainError(f"emulated network: cores_per_host={cores_per_host}; give a positive count (or 0)")
+    cpu, dilation = None, 1.0
+    if cores_per_host:
+        cpu = _cpu_controller(CGROUP_ROOT)
+        if cpu is None:
+            raise GnnTrainError(f"emulated network: capping each host at {cores_per_host} core(s) needs the cpu "
+                                f"cgroup controller, and {CGROUP_ROOT} has none. Fix: mount it, or leave out "
+                                "--cores-per-host")
+        dilation = dilation_for(hosts, cores_per_host, len(os.sched_getaffinity(0)))
+    cluster = EmulatedCluster(name, hosts, link, net=zlib.crc32(name.encode()) % 250 + 1, latency_emulated=False,
+                              cores_per_host=cores_per_host, dilation=dilation,
+                              cgroup_dir=str(cpu[0]) if cpu else "", cgroup_v2=bool(cpu and cpu[1]))
+    shaped = Link(link.gbit_s / dilation, link.latency_us * dilation)
     made: List[str] = []
     try:
+        for i in range(hosts if cpu else 0):
+            _cap_cpu(cluster.cgroup(i), cluster.cgroup_v2, cores_per_host / dilation)
         for ns in [cluster.switch] + [cluster.namespace(i) for i in range(hosts)]:
             _run("ip", "netns", "add", ns)
             made.append(ns)
@@ -139,13 +223,15 @@ def create(name: str, hosts: int, link: Link) -> EmulatedCluster:
             _run("ip", "-n", host, "link", "set", INTERFACE, "up")
             _run("ip", "-n", cluster.switch, "link", "set", port, "master", "br0")
             _run("ip", "-n", cluster.switch, "link", "set", port, "up")
-            latency += [_shape(host, INTERFACE, link), _shape(cluster.switch, port, link)]
-        cluster = EmulatedCluster(name, hosts, link, cluster.net, latency_emulated=all(latency))
+            latency += [_shape(host, INTERFACE, shaped), _shape(cluster.switch, port, shaped)]
+        cluster = dataclasses.replace(cluster, latency_emulated=all(latency))
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         _state_file(name).write_text(json.dumps(asdict(cluster)))
     except BaseException:
         for ns in made:
             _run("ip", "netns", "del", ns, check=False)
+        for i in range(hosts if cpu else 0):
+            _remove_cgroup(cluster.cgroup(i))
         raise
     return cluster
 
@@ -163,7 +249,9 @@ def load(name: str) -> EmulatedCluster:
 
 
 def destroy(name: str) -> List[str]:
-    """Delete the namespaces of cluster ``name`` (their veth links go with them): the names deleted."""
+    """Delete the namespaces of cluster ``name`` (their veth links go with them) and its cpu groups:
+    the namespaces deleted."""
+    cluster = load(name) if _state_file(name).exists() else None
     gone = []
     for ns in _namespaces():
         if ns == f"{name}-sw" or (ns.startswith(f"{name}-h") and ns[len(name) + 2:].isdigit()):
@@ -172,6 +260,13 @@ def destroy(name: str) -> List[str]:
                     os.kill(int(pid), signal.SIGKILL)
             _run("ip", "netns", "del", ns, check=False)
             gone.append(ns)
+    for i in range(cluster.hosts if cluster and cluster.cgroup_dir else 0):
+        group = cluster.cgroup(i)
+        with contextlib.suppress(OSError):
+            for pid in (group / "cgroup.procs").read_text().split():  # anything left outside the namespaces
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+        _remove_cgroup(group)
     _state_file(name).unlink(missing_ok=True)
     return gone
 
@@ -182,6 +277,7 @@ class JobResult:
     outputs: List[str]  # stdout + stderr of each host's agent
     run_dirs: List[Path]  # each host's hydra.run.dir; host 0's holds rank 0's summary
     wall_s: float
+    dilation: float = 1.0  # the cluster's time dilation: emulated seconds = real seconds / dilation
 
     @property
     def ok(self) -> bool:
@@ -195,14 +291,17 @@ class JobResult:
 def run_job(cluster: EmulatedCluster, overrides: Sequence[str], run_root: Path, ranks_per_host: int = 1,
             port: int = 29610, timeout_s: Optional[float] = None, env: Optional[Dict[str, str]] = None) -> JobResult:
     """``gnntrain run overrides`` across the cluster: one ``torchrun`` agent per host, rank 0 on
-    host 0, gloo bound to the shaped interface. The hosts share this machine's cores, so each host
-    is given its share (``hardware.cores_per_node``) unless the overrides set it."""
+    host 0, gloo bound to the shaped interface. Each host's ranks get the host's cores
+    (``hardware.cores_per_node``: its cap, or its share of this machine's) unless the overrides set
+    them; a capped host's agent runs inside the host's cpu group."""
     bin_dir = Path(sys.executable).parent
     overrides = list(overrides) + [f"hardware.nodes={cluster.hosts}", f"hardware.ranks_per_node={ranks_per_host}"]
     if not any(o.startswith("hardware.cores_per_node=") for o in overrides):
-        overrides.append(f"hardware.cores_per_node={max(1, (os.cpu_count() or 1) // cluster.hosts)}")
+        cores = cluster.cores_per_host or max(1, (os.cpu_count() or 1) // cluster.hosts)
+        overrides.append(f"hardware.cores_per_node={cores}")
     base_env = dict(os.environ, **(env or {}), GLOO_SOCKET_IFNAME=INTERFACE,
-                    GNNTRAIN_NETWORK=f"emulated '{cluster.name}': {cluster.describe()}")
+                    GNNTRAIN_NETWORK=f"emulated '{cluster.name}': {cluster.describe()}",
+                    GNNTRAIN_TIME_DILATION=f"{cluster.dilation:.6g}")
     run_dirs = [Path(run_root) / f"host{i}" for i in range(cluster.hosts)]
     procs = []
     start = time.perf_counter()
@@ -211,6 +310,9 @@ def run_job(cluster: EmulatedCluster, overrides: Sequence[str], run_root: Path, 
                f"--nproc-per-node={ranks_per_host}", f"--node-rank={i}", f"--master-addr={cluster.address(0)}",
                f"--master-port={port}", "--no-python", str(bin_dir / "gnntrain"), "run", *overrides,
                f"hydra.run.dir={run_dirs[i]}"]
+        group = cluster.cgroup(i)
+        if group is not None:  # join the host's cpu group, then become the agent (its children stay in)
+            cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs"), *cmd]
         procs.append(subprocess.Popen(cmd, env=base_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, start_new_session=True))
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -230,7 +332,7 @@ def run_job(cluster: EmulatedCluster, overrides: Sequence[str], run_root: Path, 
             break
         time.sleep(0.2)
     texts = [out.result() + note for out, note in zip(outputs, notes)]
-    return JobResult([p.wait() for p in procs], texts, run_dirs, time.perf_counter() - start)
+    return JobResult([p.wait() for p in procs], texts, run_dirs, time.perf_counter() - start, cluster.dilation)
 
 
 def _drain(proc: subprocess.Popen):
@@ -268,6 +370,9 @@ def netem_command(argv: Sequence[str], config_root: Path) -> int:
     up.add_argument("--gbit", type=float, help="link bandwidth in Gbit/s, each way")
     up.add_argument("--latency-us", type=float, default=None, help="one-way latency (needs netem)")
     up.add_argument("--profile", help="take the link from a hardware profile's link_gbit_s/link_latency_us")
+    up.add_argument("--cores-per-host", type=int, default=0,
+                    help="cap each host at this many cores (a cpu cgroup); where the machine has fewer than "
+                         "hosts x cores, the cluster runs time-dilated (links and caps scaled alike)")
     run = sub.add_parser("run", help="gnntrain run across the hosts, one torchrun agent per host")
     run.add_argument("--ranks-per-host", type=int, default=1)
     run.add_argument("--port", type=int, default=29610)
@@ -285,9 +390,13 @@ def netem_command(argv: Sequence[str], config_root: Path) -> int:
             link = _profile_link(args.profile, config_root) if args.profile else Link(args.gbit, 0.0)
             if args.latency_us is not None:
                 link = Link(link.gbit_s, args.latency_us)
-            cluster = create(args.name, args.hosts, link)
+            cluster = create(args.name, args.hosts, link, args.cores_per_host)
             print(f"emulated network '{cluster.name}' is up: {cluster.describe()}; host 0 is "
                   f"{cluster.address(0)} in namespace {cluster.namespace(0)}")
+            if cluster.dilation > 1:
+                print(f"time dilation x{cluster.dilation:.2f}: links shaped to {link.gbit_s / cluster.dilation:.3g} "
+                      f"Gbit/s and hosts capped at {cluster.cores_per_host / cluster.dilation:.2f} cores; the runs' "
+                      "times are real seconds, so divide them by the dilation")
             return 0
         if args.action == "down":
             gone = destroy(args.name)
@@ -303,6 +412,9 @@ def netem_command(argv: Sequence[str], config_root: Path) -> int:
         for i, (rc, out) in enumerate(zip(result.returncodes, result.outputs)):
             if i == 0 or rc != 0:
                 print(f"--- host {i} (exit {rc}) ---\n{out.rstrip()}")
+        if result.dilation > 1:
+            print(f"time dilation x{result.dilation:.2f}: the times above are real; the emulated cluster's are "
+                  f"{1 / result.dilation:.3f}x them (summary.json records time_dilation)")
         return 0 if result.ok else 1
     except GnnTrainError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -61,6 +61,9 @@ def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Di
         "rank_hosts": result.get("rank_hosts"),  # the address each rank reached rank 0's host from
         # set by `gnntrain netem run` (an emulated cluster network); absent on real or loopback networks
         **({"network": os.environ["GNNTRAIN_NETWORK"]} if os.environ.get("GNNTRAIN_NETWORK") else {}),
+        # a time-dilated emulated cluster: its times are these real ones / time_dilation
+        **({"time_dilation": float(os.environ["GNNTRAIN_TIME_DILATION"])}
+           if float(os.environ.get("GNNTRAIN_TIME_DILATION") or 1) != 1 else {}),
         **({"mode_report": result["mode_report"]} if result.get("mode_report") else {}),
         **({"prediction": plan.prediction} if getattr(plan, "prediction", None) else {}),
         **({"auto": plan.auto} if getattr(plan, "auto", None) else {}),  # mode=auto: the choice and its table

@@ -24,6 +24,8 @@ def partitioner_options(cfg) -> dict:
     options = {key: cfg[key] for key in keys}
     if cfg.name in ("metis", "volume") and cfg.get("objective", "cut") != "cut":
         options["objective"] = cfg.objective  # keys of partitions cut by edge cut stay as they were
+    if cfg.name in ("metis", "volume") and cfg.get("row_weight", 0):
+        options["row_weight"] = float(cfg.row_weight)  # likewise: keys without row weights are unchanged
     return options
 
 
