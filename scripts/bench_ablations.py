@@ -189,6 +189,11 @@ def _cluster_name(p: int, network: str) -> str:
     return f"gtab{p}" + {"slow": "s", "cluster": "c"}.get(network, "")
 
 
+def _judged_on(comparison: Tuple[str, str, int]) -> str:
+    """The network whose row carries the paper's claim: the core-per-host cluster where it ran."""
+    return "cluster" if comparison in CLUSTER else "emulated"
+
+
 def _label(network: str, links: dict) -> str:
     if network == "cluster":
         return f"{links[network].describe()}, a core per host (time-dilated)"
@@ -213,8 +218,7 @@ def _rows(runs: List[Run], epochs, summaries, links) -> Tuple[List[List[str]], d
                          f"{t:.3f}" + (f" ({rounds} runs)" if rounds > 1 else ""), f"{sent / MIB:.1f}",
                          f"{summary['comm_bytes']['max_rank_send'] / MIB:.1f}",
                          f"{base[0] / t:.2f}x" if base else "", f"{sent / base[1]:.3f}" if base else "",
-                         claim if network in ("cluster", "emulated") and not (
-                             network == "emulated" and (paper, comparison, p) in CLUSTER) else ""])
+                         claim if network == _judged_on((paper, comparison, p)) else ""])
     return rows, results
 
 

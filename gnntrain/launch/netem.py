@@ -248,6 +248,12 @@ def load(name: str) -> EmulatedCluster:
     return EmulatedCluster(**{**raw, "link": Link(**raw["link"])})
 
 
+def _kill(pids: Sequence[str]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
 def destroy(name: str) -> List[str]:
     """Delete the namespaces of cluster ``name`` (their veth links go with them) and its cpu groups:
     the namespaces deleted."""
@@ -255,17 +261,13 @@ def destroy(name: str) -> List[str]:
     gone = []
     for ns in _namespaces():
         if ns == f"{name}-sw" or (ns.startswith(f"{name}-h") and ns[len(name) + 2:].isdigit()):
-            for pid in _run("ip", "netns", "pids", ns, check=False).stdout.split():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
+            _kill(_run("ip", "netns", "pids", ns, check=False).stdout.split())
             _run("ip", "netns", "del", ns, check=False)
             gone.append(ns)
     for i in range(cluster.hosts if cluster and cluster.cgroup_dir else 0):
         group = cluster.cgroup(i)
-        with contextlib.suppress(OSError):
-            for pid in (group / "cgroup.procs").read_text().split():  # anything left outside the namespaces
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
+        with contextlib.suppress(OSError):  # anything left outside the namespaces
+            _kill((group / "cgroup.procs").read_text().split())
         _remove_cgroup(group)
     _state_file(name).unlink(missing_ok=True)
     return gone

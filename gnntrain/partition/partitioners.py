@@ -86,15 +86,15 @@ def partition_nodes(src: np.ndarray, dst: np.ndarray, n: int, k: int, cfg) -> np
         raise PlanError("world size", f"{k} parts requested for a graph of {n} nodes.",
                         "use at most as many parts as nodes")
     name = cfg.name
-    objective = str(cfg.get("objective", "cut"))
+    objective, row_weight = str(cfg.get("objective", "cut")), float(cfg.get("row_weight", 0))
     if name == "metis":
-        return metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights, objective, float(cfg.get("row_weight", 0)))
+        return metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights, objective, row_weight)
     if name == "random":
         return random_parts(n, k, cfg.seed)
     if name == "range":
         return range_parts(n, k)
     if name == "volume":
-        parts = metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights, objective, float(cfg.get("row_weight", 0)))
+        parts = metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights, objective, row_weight)
         return refine_max_send(src, dst, n, parts, k, cfg.imbalance_eps, cfg.max_volume_growth,
                                max_moves=max(1, cfg.refine_rounds) * k * 4)
     raise PlanError("partitioner", f"unknown partitioner '{name}'.", f"use one of {', '.join(PARTITIONERS)}")
