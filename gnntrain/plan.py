@@ -98,11 +98,13 @@ def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float
 # ------------------------------------------------------------------- build
 def build_plan(cfg: DictConfig) -> RunPlan:
     """Resolve and validate; raises PlanError with the offending option."""
-    from gnntrain.data import check_dataset_config
+    from gnntrain.data import check_dataset_config, fill_file_sizes
     from gnntrain.modes import get_mode
 
     t, m, hw, ds = cfg.train, cfg.model, cfg.hardware, cfg.dataset
     warnings: List[str] = []
+    if ds.source == "files":
+        fill_file_sizes(cfg)  # the ingested graph's own sizes, before anything is sized or checked
     check_dataset_config(ds)  # sizes, ratios and fractions a generator or the estimates can use
     if int(t.epochs) < 1:
         raise PlanError("train.epochs", f"must be at least 1 (got {t.epochs}).", "set train.epochs=N with N >= 1")

@@ -66,7 +66,8 @@ class DatasetConfig:
     """
 
     name: str = MISSING
-    source: str = MISSING  # generated | dgl (Planetoid, Reddit: DGL's file layout) | ogb
+    source: str = MISSING  # generated | dgl (Planetoid, Reddit: DGL's file layout) | ogb | files (gnntrain ingest)
+    path: Optional[str] = None  # source=files: the folder gnntrain ingest wrote (relative: to data_dir, then cwd)
     reader: DatasetReader = DatasetReader.auto  # source=dgl only: the library that reads the files
     num_nodes: int = 2708
     num_edges: int = 10556  # directed edge count (rmat: generated edges before symmetrising)

@@ -9,8 +9,8 @@ from gnntrain.data.checks import check_dataset_config
 from gnntrain.data.graph import GraphData
 from gnntrain.errors import DatasetError
 
-__all__ = ["GraphData", "check_dataset_config", "load_dataset", "resolve_cache_dir", "resolve_data_dir",
-           "resolve_reader"]
+__all__ = ["GraphData", "check_dataset_config", "fill_file_sizes", "load_dataset", "resolve_cache_dir",
+           "resolve_data_dir", "resolve_graph_path", "resolve_reader"]
 
 
 def resolve_data_dir(cfg) -> Optional[str]:
@@ -35,6 +35,10 @@ def load_dataset(cfg) -> GraphData:
         if ds.name not in makers:
             raise DatasetError(f"dataset '{ds.name}': no generator of that name; use one of {sorted(makers)}")
         return makers[ds.name](ds)
+    if ds.source == "files":
+        from gnntrain.data.ondisk import load_graph_dir
+
+        return load_graph_dir(resolve_graph_path(cfg))
     from gnntrain.data import loaders
 
     cache = resolve_cache_dir(cfg)
@@ -50,7 +54,35 @@ def load_dataset(cfg) -> GraphData:
         return load_pyg_dataset(ds, resolve_data_dir(cfg), cache, allow)
     if ds.source == "ogb":
         return loaders.load_ogb_dataset(ds, resolve_data_dir(cfg), cache, allow)
-    raise DatasetError(f"dataset '{ds.name}': unknown source '{ds.source}'; use generated, dgl or ogb")
+    raise DatasetError(f"dataset '{ds.name}': unknown source '{ds.source}'; use generated, dgl, ogb or files")
+
+
+def resolve_graph_path(cfg) -> Path:
+    """``dataset.path`` of an ingested graph: absolute, or relative to ``data_dir`` where that holds it,
+    else to the working directory."""
+    raw = cfg.dataset.get("path")
+    if not raw:
+        raise DatasetError("dataset=files needs dataset.path=DIR, a folder written by gnntrain ingest "
+                           "(gnntrain datasets lists those under data_dir).")
+    path = Path(str(raw)).expanduser()
+    data_dir = resolve_data_dir(cfg)
+    if not path.is_absolute() and data_dir and (Path(data_dir).expanduser() / path).exists():
+        path = Path(data_dir).expanduser() / path
+    return path.resolve()
+
+
+def fill_file_sizes(cfg) -> None:
+    """dataset=files: the sizes the plan needs (nodes, edges, features, classes) from the folder's
+    meta.json, written into ``cfg.dataset``; a missing or damaged folder is one DatasetError."""
+    from gnntrain.data.ondisk import open_graph_dir
+
+    ds = cfg.dataset
+    graph = open_graph_dir(resolve_graph_path(cfg))
+    ds.path = str(graph.path)
+    ds.num_nodes, ds.num_edges = graph.num_nodes, max(1, graph.num_edges)
+    ds.feat_dim, ds.num_classes = graph.feat_dim, graph.num_classes
+    ds.symmetrize = False  # the edges are stored as they train (ingest symmetrised them when asked)
+    ds.description = f"ingested graph {graph.meta.get('name', graph.path.name)} ({graph.path})"
 
 
 def resolve_reader(ds) -> str:

@@ -1,0 +1,385 @@
+"""``gnntrain ingest``: a user's own graph into the on-disk format (:mod:`gnntrain.data.ondisk`).
+
+Edges come from CSV/TSV (optionally gzipped), Parquet, NumPy (one 2xE/Ex2 array or two 1-D
+arrays), a scipy sparse ``.npz``, a saved PyG ``Data`` or a DGL graph; node features, labels and
+masks from ``.npy`` (node order) or a Parquet/CSV table keyed by node ID. IDs may be any
+integers or strings: they are mapped to 0..N-1 and kept in ``node_ids.parquet``. Everything is
+read a block at a time (:mod:`.tables`) and the CSR is built by a counting sort through files
+(:mod:`.csr`), so memory stays near the size of the CSR written.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from gnntrain.data import ondisk
+from gnntrain.data.ingest.csr import CsrBuilder, degree_summary
+from gnntrain.data.ingest.nodes import (
+    NodeIds,
+    NodeOptions,
+    NodeResult,
+    load_npy,
+    read_labels,
+    read_mask,
+    read_node_table,
+    require_features,
+    write_features,
+)
+from gnntrain.data.ingest.tables import CsvOptions, id_type_of, open_table, require_file, table_format
+from gnntrain.errors import DatasetError
+
+__all__ = ["CsvOptions", "IngestOptions", "NodeOptions", "ingest", "ingest_arrays"]
+
+EDGE_BATCH = 1 << 22  # edges per step from in-memory or .npy sources
+
+
+@dataclass
+class IngestOptions:
+    out: Path
+    edges: List[Path] = field(default_factory=list)  # one file, or two 1-D .npy files (sources, destinations)
+    edges_format: str = "auto"
+    src_column: Optional[str] = None  # default: "src" when present, else the first column
+    dst_column: Optional[str] = None  # default: "dst" when present, else the second column
+    edges_csv: CsvOptions = field(default_factory=CsvOptions)  # header, delimiter, comment of a CSV/TSV edge list
+    graph: Optional[Path] = None  # a saved PyG Data (.pt) or DGL graph (.bin): edges, and nodes unless given
+    nodes: NodeOptions = field(default_factory=NodeOptions)
+    symmetrize: bool = True
+    self_loops: str = "drop"  # drop | error
+    duplicates: str = "drop"  # drop | error
+    split: Tuple[float, float, float] = (0.6, 0.2, 0.2)  # when no masks are given: fractions of labeled nodes
+    seed: int = 0
+    name: str = ""
+    overwrite: bool = False
+
+
+def _nothing(stage: str, done: int, total: int) -> None:
+    return None
+
+
+# ------------------------------------------------------------ whole graphs
+def _read_graph_object(path: Path, kind: str) -> Dict[str, Any]:
+    """edge_index, num_nodes, x, y and masks of a saved PyG Data or DGL graph, as numpy."""
+    def arr(t):
+        return None if t is None else (t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t))
+
+    if kind == "pyg":
+        import torch
+
+        try:
+            import torch_geometric  # noqa: F401  (unpickling a Data needs its classes)
+        except ImportError:
+            raise DatasetError("ingest: reading a PyG Data needs torch_geometric: pip install torch_geometric") \
+                from None
+        try:
+            data = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as exc:
+            raise DatasetError(f"ingest: --graph {path}: torch.load could not read it ({type(exc).__name__}: "
+                               f"{exc}).") from None
+        if isinstance(data, (tuple, list)) and data and hasattr(data[0], "edge_index"):
+            data = data[0]
+        if not hasattr(data, "edge_index") or data.edge_index is None:
+            raise DatasetError(f"ingest: --graph {path} holds a {type(data).__name__}, not a PyG Data with "
+                               f"edge_index.")
+        get = lambda key: getattr(data, key, None)
+        out = {"edge_index": arr(data.edge_index), "num_nodes": int(data.num_nodes), "x": arr(get("x")),
+               "y": arr(get("y"))}
+        for m in ("train_mask", "val_mask", "test_mask"):
+            out[m] = arr(get(m))
+        return out
+    from gnntrain.backends import dgl_problem
+
+    problem = dgl_problem()
+    if problem is not None:
+        raise DatasetError(f"ingest: --graph {path} is a DGL graph, but DGL does not import here ({problem}). "
+                           f"Install the extra gnntrain[dgl], or save the graph as a PyG Data or as arrays.")
+    import dgl
+
+    try:
+        graphs, _ = dgl.load_graphs(str(path))
+    except Exception as exc:
+        raise DatasetError(f"ingest: --graph {path}: dgl.load_graphs could not read it ({type(exc).__name__}: "
+                           f"{exc}).") from None
+    g = graphs[0]
+    src, dst = g.edges()
+    nd = g.ndata
+    pick = lambda *keys: next((arr(nd[k]) for k in keys if k in nd), None)
+    out = {"edge_index": np.stack([arr(src), arr(dst)]), "num_nodes": int(g.num_nodes()),
+           "x": pick("feat", "x", "features"), "y": pick("label", "y", "labels")}
+    for m in ("train_mask", "val_mask", "test_mask"):
+        out[m] = pick(m)
+    return out
+
+
+# ------------------------------------------------------------------ edges
+def _edge_batches(opts: IngestOptions, ids: NodeIds, graph: Optional[Dict[str, Any]]
+                  ) -> Iterator[Tuple[np.ndarray, np.ndarray, Any, int, int]]:
+    """(src index, dst index, locate(i) -> text, done bytes, total bytes) per batch; unknown IDs refused."""
+    if graph is not None and not opts.edges:
+        ei = graph["edge_index"]
+        yield from _array_batches(np.asarray(ei[0]), np.asarray(ei[1]), ids, f"--graph {opts.graph}")
+        return
+    if not opts.edges:
+        raise DatasetError("ingest: no edges given. Pass --edges FILE (CSV/TSV, Parquet, .npy, .npz) or --graph FILE.")
+    files = [require_file(p, "--edges") for p in opts.edges]
+    kind = table_format(files[0], opts.edges_format)
+    if len(files) > 2 or (len(files) == 2 and kind != "npy"):
+        raise DatasetError("ingest: --edges takes one file, or two 1-D .npy files (sources, then destinations).")
+    if kind == "npy":
+        if len(files) == 2:
+            src, dst = load_npy(files[0], "--edges"), load_npy(files[1], "--edges")
+            if src.ndim != 1 or dst.ndim != 1 or src.shape != dst.shape:
+                raise DatasetError(f"ingest: --edges {files[0]} {files[1]}: two edge files must be 1-D and of equal "
+                                   f"length (got {src.shape} and {dst.shape}).")
+        else:
+            array = load_npy(files[0], "--edges")
+            if array.ndim != 2 or 2 not in array.shape:
+                raise DatasetError(f"ingest: --edges {files[0]} has shape {array.shape}; an edge array must be 2xE "
+                                   f"or Ex2 (or give two 1-D files).")
+            src, dst = (array[0], array[1]) if array.shape[0] == 2 else (array[:, 0], array[:, 1])
+        if src.dtype.kind not in "iu":
+            raise DatasetError(f"ingest: --edges {files[0]}: node IDs in a .npy must be integers (got {src.dtype}).")
+        yield from _array_batches(src, dst, ids, f"--edges {files[0]}")
+        return
+    if kind == "npz":
+        import scipy.sparse as sp
+
+        try:
+            coo = sp.load_npz(files[0]).tocoo()
+        except Exception as exc:
+            raise DatasetError(f"ingest: --edges {files[0]}: not a scipy sparse .npz ({type(exc).__name__}: "
+                               f"{exc}).") from None
+        if coo.shape[0] != coo.shape[1]:
+            raise DatasetError(f"ingest: --edges {files[0]}: the adjacency matrix is {coo.shape[0]}x{coo.shape[1]}; "
+                               f"it must be square (row = source, column = destination).")
+        yield from _array_batches(coo.row, coo.col, ids, f"--edges {files[0]}")
+        return
+    table = open_table(files[0], kind, opts.edges_csv)
+    src_col = table.column(opts.src_column or ("src" if "src" in table.names else None), 0, "--src-column")
+    dst_col = table.column(opts.dst_column or ("dst" if "dst" in table.names else None), 1, "--dst-column")
+    if src_col == dst_col:
+        raise DatasetError(f"ingest: {files[0]}: --src-column and --dst-column name the same column {src_col!r}.")
+    id_type = ids.type
+    if not ids.identity and opts.nodes.id_type == "auto":
+        edge_type = id_type_of(table, src_col, "auto")
+        if edge_type != id_type and id_type.equals(__import__("pyarrow").int64()):
+            raise DatasetError(f"ingest: {files[0]}: the edges name nodes by strings but the node table's IDs are "
+                               f"integers; the IDs must be the same kind (--id-type string reads both as text).")
+    for batch in table.batches([src_col, dst_col], {src_col: id_type, dst_col: id_type}):
+        cols = [batch.table.column(c).combine_chunks() for c in (src_col, dst_col)]
+        coded = [ids.encode(c) for c in cols]
+        for col_name, col, code in zip((src_col, dst_col), cols, coded):
+            if (code < 0).any():
+                i = int(np.flatnonzero(code < 0)[0])
+                raise DatasetError(f"ingest: {files[0]} {batch.locate(i)}, column {col_name!r}: node "
+                                   f"{col[i].as_py()!r} is not a node of the graph "
+                                   f"({_node_source(opts, ids)}).")
+        yield coded[0], coded[1], batch.locate, batch.done_bytes, table.size
+
+
+def _node_source(opts: IngestOptions, ids: NodeIds) -> str:
+    if ids.identity:
+        return f"nodes are 0..{ids.num_nodes - 1}"
+    return f"nodes are the IDs of {opts.nodes.features}"
+
+
+def _array_batches(src: np.ndarray, dst: np.ndarray, ids: NodeIds, where: str):
+    total = int(src.shape[0])
+    for lo in range(0, total, EDGE_BATCH):
+        s = ids.encode(np.asarray(src[lo:lo + EDGE_BATCH]))
+        d = ids.encode(np.asarray(dst[lo:lo + EDGE_BATCH]))
+        for values, code in ((src, s), (dst, d)):
+            if (code < 0).any():
+                i = int(np.flatnonzero(code < 0)[0])
+                known = f"0..{ids.num_nodes - 1}" if ids.identity else "the IDs of the node table"
+                raise DatasetError(f"ingest: {where}, edge {lo + i}: node {values[lo + i]} is not a node of the "
+                                   f"graph (nodes are {known}).")
+        yield s, d, (lambda i, lo=lo: f"edge {lo + i}"), lo + s.shape[0], total
+
+
+# ------------------------------------------------------------------ nodes
+def _nodes(opts: IngestOptions, work: Path, graph: Optional[Dict[str, Any]], progress) -> NodeResult:
+    n_opts = opts.nodes
+    if n_opts.features is None and graph is not None:
+        if graph.get("x") is None:
+            raise DatasetError(f"ingest: --graph {opts.graph} has no node features (x / feat); pass --features.")
+        ids = NodeIds(num_nodes=graph["num_nodes"])
+        width = write_features(graph["x"], work, f"--graph {opts.graph}", progress)
+        if graph["x"].shape[0] != ids.num_nodes:
+            raise DatasetError(f"ingest: --graph {opts.graph}: {graph['x'].shape[0]} feature rows for "
+                               f"{ids.num_nodes} nodes.")
+        return NodeResult(ids, width, None, {})
+    path = require_features(n_opts)
+    kind = table_format(path, n_opts.features_format)
+    if kind == "npy":
+        array = load_npy(path, "--features")
+        ids = NodeIds(num_nodes=array.shape[0] if array.ndim else 0)
+        if graph is not None and graph["num_nodes"] != ids.num_nodes:
+            raise DatasetError(f"ingest: --features {path} has {ids.num_nodes} rows but --graph {opts.graph} has "
+                               f"{graph['num_nodes']} nodes; feature rows must equal nodes.")
+        return NodeResult(ids, write_features(array, work, f"--features {path}", progress), None, {})
+    return read_node_table(path, kind, n_opts, work, progress)
+
+
+def _split(labels: np.ndarray, fractions: Tuple[float, float, float], seed: int) -> Dict[str, np.ndarray]:
+    """Masks drawn among the labeled nodes; with every node labeled, exactly gnntrain's own split_masks."""
+    from gnntrain.data.graph import split_masks
+
+    n = labels.shape[0]
+    if (labels >= 0).all():
+        return {m: t.numpy() for m, t in zip(("train_mask", "val_mask", "test_mask"), split_masks(n, fractions, seed))}
+    labeled = np.flatnonzero(labels >= 0)
+    order = labeled[np.random.default_rng(seed + 7919).permutation(labeled.shape[0])]
+    masks, start = {}, 0
+    for name, fraction in zip(("train_mask", "val_mask", "test_mask"), fractions):
+        size = int(round(fraction * labeled.shape[0]))
+        mask = np.zeros(n, dtype=bool)
+        mask[order[start:start + size]] = True
+        masks[name] = mask
+        start += size
+    return masks
+
+
+def _labels_and_masks(opts: IngestOptions, nodes: NodeResult, graph, notes: List[str]):
+    n = nodes.ids.num_nodes
+    labels = nodes.labels
+    if opts.nodes.labels is not None:
+        labels = read_labels(require_file(opts.nodes.labels, "--labels"), opts.nodes, nodes.ids)
+    elif labels is None and graph is not None and graph.get("y") is not None:
+        y = np.asarray(graph["y"])
+        labels = (y.reshape(y.shape[0], -1)[:, 0]).astype(np.int64)
+    if labels is None:
+        raise DatasetError("ingest: no labels given. Pass --labels FILE (.npy in node order, or a table keyed by node "
+                           "ID) or put a 'label' column in the node table (--label-column NAME).")
+    if labels.shape[0] != n:
+        raise DatasetError(f"ingest: {labels.shape[0]} labels for {n} nodes.")
+    top = int(labels.max()) if labels.size else -1
+    classes = int(opts.nodes.num_classes) or top + 1
+    if top >= classes:
+        i = int(np.flatnonzero(labels >= classes)[0])
+        raise DatasetError(f"ingest: node {nodes.ids.name(i)} has label {int(labels[i])}, but --num-classes is "
+                           f"{classes} (labels are 0..{classes - 1}).")
+    if classes < 2:
+        raise DatasetError(f"ingest: the labels name {classes} class(es); node classification needs at least 2.")
+    masks = dict(nodes.masks)
+    for name, path in opts.nodes.masks.items():
+        if path is not None:
+            masks[name] = read_mask(require_file(path, f"--{name.replace('_', '-')}"), name, n)
+    if not masks and graph is not None:
+        masks = {m: np.asarray(graph[m]).reshape(n, -1)[:, 0].astype(bool) for m in
+                 ("train_mask", "val_mask", "test_mask") if graph.get(m) is not None}
+    if masks:
+        for name in ("train_mask", "val_mask", "test_mask"):
+            if name not in masks:
+                masks[name] = np.zeros(n, dtype=bool)
+                notes.append(f"no {name} given: it is empty")
+    else:
+        masks = _split(labels, opts.split, opts.seed)
+        notes.append(f"split {opts.split[0]:g}/{opts.split[1]:g}/{opts.split[2]:g} of the labeled nodes "
+                     f"(seed {opts.seed})")
+    for name, mask in masks.items():
+        bad = mask & (labels < 0)
+        if bad.any():
+            raise DatasetError(f"ingest: node {nodes.ids.name(int(np.flatnonzero(bad)[0]))} is in the {name} but has "
+                               f"no label.")
+    if not masks["train_mask"].any():
+        raise DatasetError("ingest: the train mask is empty; training needs labeled training nodes. Give a "
+                           "non-empty --train-mask, or let --split draw one.")
+    return labels, classes, masks
+
+
+# ------------------------------------------------------------------- main
+def ingest(opts: IngestOptions, progress=_nothing) -> Dict[str, Any]:
+    """Write the graph folder ``opts.out``; returns the summary (also stored in its meta.json)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    started = time.perf_counter()
+    for value, allowed, option in ((opts.self_loops, ("drop", "error"), "--self-loops"),
+                                   (opts.duplicates, ("drop", "error"), "--duplicates")):
+        if value not in allowed:
+            raise DatasetError(f"ingest: {option} {value!r}: use one of {', '.join(allowed)}.")
+    if len(opts.split) != 3 or any(f < 0 for f in opts.split) or sum(opts.split) > 1 + 1e-9:
+        raise DatasetError(f"ingest: --split {opts.split}: three fractions >= 0 summing to at most 1.")
+    out = Path(opts.out).expanduser()
+    if out.exists() and not opts.overwrite:
+        raise DatasetError(f"ingest: {out} already exists. Pass --overwrite to replace it, or choose another --out.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = ondisk.partial_dir(out)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        graph = None
+        if opts.graph is not None:
+            path = require_file(opts.graph, "--graph")
+            kind = table_format(path, opts.edges_format if opts.edges_format in ("pyg", "dgl") else "auto")
+            if kind not in ("pyg", "dgl"):
+                raise DatasetError(f"ingest: --graph {path}: a whole graph is a saved PyG Data (.pt) or DGL graph "
+                                   f"(.bin); name the kind with --edges-format pyg|dgl.")
+            graph = _read_graph_object(path, kind)
+        notes: List[str] = []
+        nodes = _nodes(opts, work, graph, progress)
+        notes += nodes.notes
+        n = nodes.ids.num_nodes
+        if n < 1:
+            raise DatasetError("ingest: the graph has no nodes.")
+        labels, classes, masks = _labels_and_masks(opts, nodes, graph, notes)
+        builder = CsrBuilder(work, n, opts.symmetrize, opts.self_loops, opts.duplicates, nodes.ids.name)
+        for s, d, locate, done, total in _edge_batches(opts, nodes.ids, graph):
+            builder.add(s, d, locate)
+            progress("reading edges", done, total)
+        stats = builder.finish(progress)
+        np.save(work / "labels.npy", labels)
+        for name, mask in masks.items():
+            np.save(work / f"{name}.npy", mask)
+        pq.write_table(pa.table({"id": nodes.ids.arrow()}), work / ondisk.NODE_IDS)
+        indptr = np.load(work / "indptr.npy")
+        progress("content digest", 0, 1)
+        digest = ondisk.content_digest(indptr, np.load(work / "indices.npy", mmap_mode="r"),
+                                       np.load(work / "features.npy", mmap_mode="r"), labels,
+                                       tuple(masks[m] for m in ondisk.MASKS))
+        summary = {
+            "name": opts.name or out.name, "num_nodes": n, "num_edges": stats.num_edges, "feat_dim": nodes.feat_dim,
+            "num_classes": classes, "digest": digest, "index_dtype": str(np.dtype(builder.dtype)),
+            "id_type": "int" if nodes.ids.identity or pa.types.is_integer(nodes.ids.type) else "string",
+            "symmetrized": opts.symmetrize, "edges_read": stats.num_entries_read,
+            "self_loops_dropped": stats.self_loops,
+            "duplicates_dropped": stats.duplicates, "degree": degree_summary(indptr),
+            "unlabeled": int((labels < 0).sum()), "split": {m: int(v.sum()) for m, v in masks.items()},
+            "sources": {"edges": [str(p) for p in opts.edges], "graph": str(opts.graph) if opts.graph else None,
+                        "features": str(opts.nodes.features) if opts.nodes.features else None,
+                        "labels": str(opts.nodes.labels) if opts.nodes.labels else None},
+            "notes": notes, "ingest_seconds": round(time.perf_counter() - started, 3),
+        }
+        ondisk.finish(work, out, summary, opts.overwrite)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return summary
+
+
+def ingest_arrays(out: Path, edge_index, features, labels, masks: Optional[Dict[str, Any]] = None,
+                  num_nodes: Optional[int] = None, **options) -> Dict[str, Any]:
+    """Ingest in-memory arrays (numpy or torch): ``edge_index`` 2xE of node indices 0..N-1."""
+    import tempfile
+
+    to_np = lambda t: t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
+    with tempfile.TemporaryDirectory(prefix="gnntrain-arrays-", dir=Path(out).expanduser().parent) as tmp:
+        tmp = Path(tmp)
+        np.save(tmp / "edges.npy", to_np(edge_index))
+        np.save(tmp / "features.npy", to_np(features))
+        np.save(tmp / "labels.npy", to_np(labels))
+        mask_paths = {}
+        for name, mask in (masks or {}).items():
+            key = name if name.endswith("_mask") else f"{name}_mask"
+            np.save(tmp / f"{key}.npy", to_np(mask))
+            mask_paths[key] = tmp / f"{key}.npy"
+        feats = to_np(features)
+        if num_nodes is not None and int(num_nodes) != feats.shape[0]:
+            raise DatasetError(f"ingest: num_nodes={num_nodes} but features have {feats.shape[0]} rows.")
+        node_opts = NodeOptions(features=tmp / "features.npy", labels=tmp / "labels.npy", masks=mask_paths)
+        return ingest(IngestOptions(out=Path(out), edges=[tmp / "edges.npy"], nodes=node_opts, **options))

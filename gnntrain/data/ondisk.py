@@ -1,0 +1,222 @@
+"""The on-disk graph format that ``gnntrain ingest`` writes and ``dataset=files`` reads.
+
+One folder per graph::
+
+    meta.json         format, sizes, dtypes, per-array byte sizes, the content digest
+    indptr.npy        int64 (N+1): CSR by destination, row v's in-neighbours are indices[indptr[v]:indptr[v+1]]
+    indices.npy       int32 where N < 2^31, else int64: sources, sorted within a row, no self-loops, no duplicates
+    features.npy      float32 (N, F)
+    labels.npy        int64 (N,): -1 for a node without a label (never in a mask)
+    train_mask.npy, val_mask.npy, test_mask.npy   bool (N,)
+    node_ids.parquet  the user's own ID of every node, in node order (integers or strings)
+
+Every array is a plain ``.npy`` file, so NumPy memory-maps it (``np.load(mmap_mode=...)``).
+A folder is written under a temporary name and renamed into place once ``meta.json`` is
+complete, so a killed ingest leaves nothing that loads. The content digest equals
+:func:`gnntrain.data.graph.hash_tensors` over (src, dst, features, labels, masks) of the
+loaded :class:`GraphData`, so an ingested Cora has the digest of ``dataset=cora``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+import numpy as np
+
+from gnntrain.errors import DatasetError
+
+FORMAT = "gnntrain-graph"
+VERSION = 1
+META = "meta.json"
+ARRAYS = ("indptr", "indices", "features", "labels", "train_mask", "val_mask", "test_mask")
+MASKS = ("train_mask", "val_mask", "test_mask")
+NODE_IDS = "node_ids.parquet"
+DIGEST_BLOCK = 1 << 22  # elements hashed per step: bounded memory for any graph size
+
+
+def index_dtype(num_nodes: int) -> np.dtype:
+    """int32 node indices where every index fits, int64 otherwise."""
+    return np.dtype(np.int32) if num_nodes < 2**31 - 1 else np.dtype(np.int64)
+
+
+def is_graph_dir(path: Path) -> bool:
+    meta = Path(path) / META
+    if not meta.is_file():
+        return False
+    try:
+        return json.loads(meta.read_text()).get("format") == FORMAT
+    except (OSError, ValueError):
+        return False
+
+
+# ------------------------------------------------------------------ digest
+def _blocks(array: np.ndarray, as_dtype: Optional[np.dtype] = None) -> Iterator[bytes]:
+    flat = array.reshape(-1)
+    for start in range(0, flat.shape[0], DIGEST_BLOCK):
+        block = np.ascontiguousarray(flat[start:start + DIGEST_BLOCK])
+        if as_dtype is not None:
+            block = block.astype(as_dtype, copy=False)
+        yield memoryview(block).cast("B")
+
+
+def _destinations(indptr: np.ndarray) -> Iterator[bytes]:
+    """The COO destination of every CSR entry (row id repeated by degree), in blocks of rows."""
+    n = indptr.shape[0] - 1
+    step = max(1, DIGEST_BLOCK // 16)
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        deg = np.diff(indptr[lo:hi + 1])
+        yield memoryview(np.repeat(np.arange(lo, hi, dtype=np.int64), deg)).cast("B")
+
+
+def content_digest(indptr: np.ndarray, indices: np.ndarray, features: np.ndarray, labels: np.ndarray,
+                   masks: Tuple[np.ndarray, ...]) -> str:
+    """``hash_tensors(src, dst, features, labels, *masks)`` computed block by block from the CSR,
+    never materialising the COO arrays (src = indices as int64, dst = row of each entry)."""
+    h = hashlib.sha1(b"")
+    nnz = int(indices.shape[0])
+
+    def header(dtype: str, shape: Tuple[int, ...]) -> None:
+        h.update(dtype.encode() + str(tuple(shape)).encode())
+
+    header("int64", (nnz,))
+    for block in _blocks(indices, np.dtype(np.int64)):
+        h.update(block)
+    header("int64", (nnz,))
+    for block in _destinations(indptr):
+        h.update(block)
+    for array in (features, labels, *masks):
+        header(str(array.dtype), array.shape)
+        for block in _blocks(array):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+# ------------------------------------------------------------------ write
+def partial_dir(out: Path) -> Path:
+    """Where an ingest writes before the rename: beside ``out``, never loadable (no meta.json there
+    until the very end, and a name ``dataset.path`` would not be given)."""
+    out = Path(out)
+    return out.parent / f".{out.name}.partial-{os.getpid()}"
+
+
+def finish(work: Path, out: Path, meta: Dict[str, Any], overwrite: bool) -> Path:
+    """Write meta.json last, then move the finished folder into place (atomic rename)."""
+    from gnntrain.atomic import atomic_write_bytes
+
+    meta = {"format": FORMAT, "version": VERSION, **meta}
+    meta["bytes"] = {p.name: p.stat().st_size for p in sorted(work.iterdir()) if p.is_file()}
+    atomic_write_bytes(work / META, json.dumps(meta, indent=2, sort_keys=True).encode())
+    out = Path(out)
+    old = None
+    if out.exists():
+        if not overwrite:
+            raise DatasetError(f"ingest: {out} already exists. Pass --overwrite to replace it, or choose "
+                               f"another --out.")
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+    os.replace(work, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+# ------------------------------------------------------------------- read
+@dataclass
+class GraphDir:
+    """An ingested graph, its arrays memory-mapped (copy-on-write: writable views that never touch
+    the files)."""
+
+    path: Path
+    meta: Dict[str, Any]
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.meta["num_nodes"])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.meta["num_edges"])
+
+    @property
+    def feat_dim(self) -> int:
+        return int(self.meta["feat_dim"])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.meta["num_classes"])
+
+    @property
+    def digest(self) -> str:
+        return str(self.meta["digest"])
+
+    def array(self, name: str) -> np.ndarray:
+        path = self.path / f"{name}.npy"
+        try:
+            return np.load(path, mmap_mode="c")
+        except (OSError, ValueError) as exc:
+            raise DatasetError(f"dataset.path={self.path}: cannot read {path.name} ({exc}). The folder is damaged: "
+                               f"ingest the graph again (gnntrain ingest ... --out {self.path} --overwrite).") from exc
+
+    def node_ids(self):
+        """The user's IDs in node order, as a pyarrow Array."""
+        import pyarrow.parquet as pq
+
+        return pq.read_table(self.path / NODE_IDS).column("id").combine_chunks()
+
+
+def open_graph_dir(path) -> GraphDir:
+    """Open an ingested graph folder; every problem is one DatasetError naming the folder and the fix."""
+    path = Path(str(path)).expanduser()
+    fix = "run gnntrain ingest ... --out DIR first, then dataset=files dataset.path=DIR"
+    if not path.exists():
+        raise DatasetError(f"dataset.path={path}: no such folder. Fix: {fix}.")
+    if not path.is_dir():
+        raise DatasetError(f"dataset.path={path}: is a file, not an ingested graph folder. Fix: {fix}.")
+    meta_path = path / META
+    if not meta_path.is_file():
+        partial = "" if not path.name.startswith(".") else " (a half-written ingest: it was interrupted)"
+        raise DatasetError(f"dataset.path={path}: no {META} here{partial}, so this is not a finished ingested "
+                           f"graph. Fix: {fix}.")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"dataset.path={path}: {META} is unreadable ({exc}). Ingest the graph again.") from exc
+    if meta.get("format") != FORMAT:
+        raise DatasetError(f"dataset.path={path}: {META} is not a gnntrain graph (format "
+                           f"{meta.get('format')!r}). Fix: {fix}.")
+    if int(meta.get("version", 0)) > VERSION:
+        raise DatasetError(f"dataset.path={path}: written by a newer gnntrain (format version {meta['version']} > "
+                           f"{VERSION}). Upgrade gnntrain or ingest again with this one.")
+    for name, size in meta.get("bytes", {}).items():
+        file = path / name
+        if not file.is_file() or file.stat().st_size != int(size):
+            raise DatasetError(f"dataset.path={path}: {name} is missing or has the wrong size (expected {size} "
+                               f"bytes). The folder is damaged: ingest the graph again with --overwrite.")
+    return GraphDir(path, meta)
+
+
+def load_graph_dir(path, name: str = ""):
+    """The GraphData of an ingested graph: features memory-mapped, COO edges from the CSR."""
+    import torch
+
+    from gnntrain.data.graph import GraphData
+
+    g = open_graph_dir(path)
+    indptr, indices = g.array("indptr"), g.array("indices")
+    src = torch.from_numpy(np.asarray(indices, dtype=np.int64))
+    dst = torch.repeat_interleave(torch.arange(g.num_nodes, dtype=torch.int64),
+                                  torch.from_numpy(np.diff(np.asarray(indptr))))
+    masks = [torch.from_numpy(np.asarray(g.array(m), dtype=bool)) for m in MASKS]
+    label = name or str(g.meta.get("name") or g.path.name)
+    return GraphData(
+        name=label, num_nodes=g.num_nodes, src=src, dst=dst, features=torch.from_numpy(g.array("features")),
+        labels=torch.from_numpy(np.asarray(g.array("labels"))), train_mask=masks[0], val_mask=masks[1],
+        test_mask=masks[2], num_classes=g.num_classes, content_hash=f"files-{g.digest}",
+        origin=f"ingested graph {g.path}",
+    )
