@@ -20,7 +20,10 @@ commands:
   plan [overrides]       resolve, validate and print the run plan; write plan.yaml; train nothing
   partition [overrides]  build (or reuse from the cache) the plan's partitioning and print its metrics
   report DIR...          gather every summary.json under DIR into a table and plots
-  datasets               list the datasets with their sizes and sources
+  datasets [data_dir=DIR] list the datasets with their sizes and sources, and the graphs ingested under DIR
+  ingest --edges F --features F --out DIR ...
+                         convert your own graph (CSV/TSV, Parquet, NumPy, scipy .npz, PyG, DGL) for dataset=files
+                         (gnntrain ingest -h)
   calibrate [hardware=NAME] [--name NEW]
                          measure this host (SpMM, GEMM, memory, collectives; < 2 min) and write the hardware
                          profile NEW (default NAME-calibrated) that mode=auto and the plan's predictions use
@@ -30,6 +33,8 @@ commands:
 examples:
   gnntrain run                                   # GCN on the generated csbm graph, 2 local ranks
   gnntrain run dataset=cora data_dir=../shared/datasets/dgl mode=single
+  gnntrain ingest --edges edges.csv --features nodes.parquet --out graphs/mine
+  gnntrain run dataset=files dataset.path=graphs/mine mode=partition
   gnntrain run -m mode=single,partition dataset=csbm,rmat
   gnntrain plan hardware.ranks_per_node=4 mode.replication=2
   gnntrain calibrate && gnntrain plan mode=auto hardware=local-cpu-calibrated
@@ -284,15 +289,22 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         return netem_command(rest, Path(config_dir()))
     if command == "datasets":
-        from gnntrain.metrics.report import print_datasets
+        from gnntrain.metrics.report import print_datasets, print_ingested
 
         print_datasets(Path(config_dir()) / "dataset")
+        data_dir = next((a.split("=", 1)[1] for a in rest if a.startswith(("data_dir=", "--data-dir="))),
+                        os.environ.get("GNNTRAIN_DATA_DIR"))
+        print_ingested(Path(data_dir).expanduser() if data_dir else None)
         return 0
+    if command == "ingest":
+        from gnntrain.data.ingest.command import ingest_command
+
+        return ingest_command(rest)
     if command == "report":
         from gnntrain.metrics.report import report_command
 
         return report_command(rest)
-    _error(f"unknown command '{command}'. Use one of: run, plan, partition, report, datasets, calibrate, netem "
+    _error(f"unknown command '{command}'. Use one of: run, plan, partition, report, datasets, ingest, calibrate, netem "
            "(gnntrain --help).")
     return 2
 

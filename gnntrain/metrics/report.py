@@ -6,7 +6,7 @@ import json
 import math
 import statistics
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from rich import box
 from rich.console import Console
@@ -259,6 +259,36 @@ def print_datasets(dataset_dir: Path, out: Console = None) -> None:
                 f"{source}: {nodes} nodes, {edges} edges, {feats} features, {classes} classes\n",
                 (description, "dim")))
     out.print(table)
+
+
+def print_ingested(data_dir: Optional[Path], out: Console = None, depth: int = 3) -> None:
+    """The graphs ``gnntrain ingest`` wrote under ``data_dir`` (folders with a gnntrain meta.json, up to
+    ``depth`` levels down), with the override that trains each."""
+    from gnntrain.data.ondisk import META, is_graph_dir
+
+    out = out or console
+    if data_dir is None:
+        out.print("[dim]ingested graphs: give data_dir=DIR (or GNNTRAIN_DATA_DIR) to list those under it[/dim]")
+        return
+    found = []
+    if data_dir.is_dir():
+        for level in range(depth + 1):
+            for meta in sorted(data_dir.glob("/".join(["*"] * level + [META]))):
+                if is_graph_dir(meta.parent) and not meta.parent.name.startswith("."):
+                    found.append((meta.parent, json.loads(meta.read_text())))
+    if not found:
+        out.print(f"[dim]no ingested graphs under {escape(str(data_dir))} (gnntrain ingest --out DIR writes one)[/dim]")
+        return
+    table = Table(title=f"ingested graphs under {data_dir}")
+    table.add_column("dataset.path", no_wrap=True)
+    for col in ("nodes", "edges", "features", "classes"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for path, meta in found:
+        table.add_row(escape(str(path.relative_to(data_dir))), _fmt_count(meta.get("num_nodes")),
+                      _fmt_count(meta.get("num_edges")), _fmt_count(meta.get("feat_dim")),
+                      _fmt_count(meta.get("num_classes")))
+    out.print(table)
+    out.print(f"[dim]train one: gnntrain run dataset=files data_dir={escape(str(data_dir))} dataset.path=NAME[/dim]")
 
 
 # ------------------------------------------------------------------ report

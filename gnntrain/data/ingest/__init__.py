@@ -338,7 +338,7 @@ def ingest(opts: IngestOptions, progress=_nothing) -> Dict[str, Any]:
             np.save(work / f"{name}.npy", mask)
         pq.write_table(pa.table({"id": nodes.ids.arrow()}), work / ondisk.NODE_IDS)
         indptr = np.load(work / "indptr.npy")
-        progress("content digest", 0, 1)
+        progress("content digest", 0, 0)
         digest = ondisk.content_digest(indptr, np.load(work / "indices.npy", mmap_mode="r"),
                                        np.load(work / "features.npy", mmap_mode="r"), labels,
                                        tuple(masks[m] for m in ondisk.MASKS))
