@@ -27,7 +27,7 @@ LAYERS: List[Set[str]] = [
     {"gnntrain.plan"},
     {"gnntrain.auto"},
     {"gnntrain.launch"},
-    {"gnntrain.cli", "gnntrain.__main__"},
+    {"gnntrain.cli", "gnntrain.__main__", "gnntrain.api"},
 ]
 
 

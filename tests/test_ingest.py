@@ -256,3 +256,43 @@ def test_unlabeled_nodes_stay_out_of_every_mask_and_split_is_seeded(tmp_path):
     for mask in (graph.train_mask, graph.val_mask, graph.test_mask):
         assert not (mask & ~labeled).any()
     assert [int(m.sum()) for m in (graph.train_mask, graph.val_mask, graph.test_mask)] == [5, 3, 2]
+
+
+# ------------------------------------------------------------------ Python API
+@requires_shared
+def test_api_trains_from_a_pyg_data_and_the_loaded_model_reproduces_test_accuracy(cora, cache_dir, tmp_path):
+    """gnntrain.api.train(Data) runs like dataset=cora; load_model in a fresh process gives the run's test
+    accuracy on the PyG Data."""
+    from torch_geometric.data import Data
+
+    import gnntrain.api as gt
+
+    data = Data(edge_index=torch.stack([cora.src, cora.dst]), x=cora.features, y=cora.labels,
+                train_mask=cora.train_mask, val_mask=cora.val_mask, test_mask=cora.test_mask)
+    torch.save(data, tmp_path / "cora.pt")
+    result = gt.train(data, [f"cache_dir={cache_dir}", "mode=partition", "train.epochs=20", "train.progress=false"],
+                      run_dir=tmp_path / "run")
+    assert result.status == "completed" and (tmp_path / "run" / "model.pt").exists()
+    script = (f"import torch, gnntrain.api as gt; d = torch.load({str(tmp_path / 'cora.pt')!r}, weights_only=False); "
+              f"m = gt.load_model({str(tmp_path / 'run')!r}); p = m(d).argmax(1); "
+              f"print(float(((p == d.y) & d.test_mask).sum()) / int(d.test_mask.sum()))")
+    fresh = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert fresh.returncode == 0, fresh.stderr
+    assert float(fresh.stdout.strip()) == pytest.approx(result.accuracy["test"], abs=1e-9)
+    hidden = result.model().embeddings(data, layer=1)
+    assert hidden.shape == (cora.num_nodes, 16) and (hidden >= 0).all()
+
+
+def test_api_trains_from_numpy_arrays_and_reuses_the_ingested_graph(cache_dir, tmp_path):
+    import gnntrain.api as gt
+
+    rng = np.random.default_rng(2)
+    n = 80
+    graph = {"edge_index": rng.integers(0, n, size=(2, 400)), "x": rng.standard_normal((n, 6)),
+             "y": rng.integers(0, 3, size=n)}
+    overrides = [f"cache_dir={cache_dir}", "mode=single", "train.epochs=3", "train.progress=false"]
+    first = gt.train(graph, overrides, run_dir=tmp_path / "a")
+    second = gt.train(graph, overrides, run_dir=tmp_path / "b")
+    assert first.status == "completed" and first.losses == second.losses
+    assert first.plan.config["dataset"]["path"] == second.plan.config["dataset"]["path"]
+    assert first.plan.config["dataset"]["num_nodes"] == n

@@ -173,7 +173,21 @@ class EpochLoop:
                 checkpointer.save(epoch + 1, model, optimizer, history)
         if boundary is not None:
             boundary.close()
+        if comm.rank == 0 and ctx.run_dir is not None:
+            self._export_model()
         return {"history": history, "accuracy": accuracy}
+
+    def _export_model(self) -> None:
+        """model.pt + model.yaml for gnntrain.api.load_model (rank 0 holds every parameter, as every rank does)."""
+        from gnntrain.models.export import save_trained_model
+
+        cfg, plan = self.cfg, self.ctx.plan
+        ds = cfg.dataset
+        extra = {"mode": plan.mode, "world_size": plan.world_size, "epochs": int(cfg.train.epochs),
+                 "plan_hash": plan.plan_hash,
+                 "dataset": {"name": str(ds.name), "path": ds.get("path"), "num_nodes": int(ds.num_nodes),
+                             "feat_dim": int(ds.feat_dim), "num_classes": int(ds.num_classes)}}
+        save_trained_model(self.ctx.run_dir, self.model, bool(cfg.model.self_loop), plan.dtype, extra)
 
 
 def epoch_record(comm, epoch: int, loss: float, correct: Optional[List[float]], epoch_time: float,

@@ -1,0 +1,159 @@
+"""gnntrain from Python: compose, plan, run, and train on a graph you hold in memory.
+
+    import gnntrain.api as gt
+    result = gt.train(data, ["mode=partition", "train.epochs=100"])   # a PyG Data, a DGL graph, or arrays
+    result.summary["accuracy"], result.run_dir
+    model = result.model()          # a torch.nn.Module: model(data) -> logits
+
+The same entry the CLI takes: overrides are Hydra's (``key=value``, ``group=option``), the plan is
+validated as ``gnntrain plan`` validates it, and the run writes what ``gnntrain run`` writes
+(plan.yaml, metrics.jsonl, summary.json, model.pt, model.yaml) into ``run_dir``.
+"""
+from __future__ import annotations
+
+import datetime
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence
+
+__all__ = ["RunResult", "compose", "ingest_graph", "load_model", "plan", "run", "train"]
+
+
+@dataclass
+class RunResult:
+    summary: Dict[str, Any]
+    run_dir: Path
+    plan: Any  # gnntrain.sizing.RunPlan
+
+    @property
+    def status(self) -> str:
+        return str(self.summary.get("status"))
+
+    @property
+    def losses(self):
+        return self.summary.get("losses", [])
+
+    @property
+    def accuracy(self) -> Dict[str, float]:
+        return self.summary.get("accuracy", {})
+
+    def model(self):
+        """The trained model as a plain ``torch.nn.Module`` (:func:`load_model`)."""
+        return load_model(self.run_dir)
+
+
+def compose(overrides: Sequence[str] = (), config_dir: Optional[str] = None):
+    """The composed, schema-checked run config for ``overrides`` (as ``gnntrain run`` composes it)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    import gnntrain.modes  # noqa: F401  (each mode registers its options schema on import)
+    from gnntrain.cli import config_dir as default_config_dir
+    from gnntrain.config.schema import register_configs
+
+    register_configs()
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=config_dir or default_config_dir(), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides))
+
+
+def plan(overrides: Sequence[str] = ()):
+    """The validated run plan (mode=auto resolved); raises a GnnTrainError naming the offending option."""
+    from gnntrain.auto import resolve_plan
+
+    return resolve_plan(compose(overrides))
+
+
+def run(overrides: Sequence[str] = (), run_dir: Optional[Path] = None) -> RunResult:
+    """Plan and train; the run's files go to ``run_dir`` (default ``outputs/api/<time>-<mode>-<dataset>``)."""
+    from gnntrain.launch import run_training
+
+    the_plan = plan(list(overrides))
+    if run_dir is None:
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S-%f")
+        run_dir = Path("outputs") / "api" / f"{stamp}-{the_plan.mode}-{the_plan.dataset}"
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    the_plan.write_yaml(run_dir / "plan.yaml")
+    summary = run_training(the_plan, run_dir)
+    return RunResult(summary, run_dir, the_plan)
+
+
+def _arrays_of(graph) -> Dict[str, Any]:
+    """edge_index, features, labels and masks of a PyG Data, a DGL graph or a dict of arrays."""
+    if isinstance(graph, dict):
+        get = lambda *keys: next((graph[k] for k in keys if graph.get(k) is not None), None)
+        arrays = {"edge_index": get("edge_index", "edges"), "features": get("features", "x", "feat"),
+                  "labels": get("labels", "y", "label")}
+        masks = {m: graph[m] for m in ("train_mask", "val_mask", "test_mask") if graph.get(m) is not None}
+    elif hasattr(graph, "edge_index"):  # PyG Data
+        arrays = {"edge_index": graph.edge_index, "features": graph.x, "labels": getattr(graph, "y", None)}
+        masks = {m: getattr(graph, m) for m in ("train_mask", "val_mask", "test_mask")
+                 if getattr(graph, m, None) is not None}
+    elif hasattr(graph, "ndata") and hasattr(graph, "edges"):  # DGL graph
+        import torch
+
+        src, dst = graph.edges()
+        nd = graph.ndata
+        pick = lambda *keys: next((nd[k] for k in keys if k in nd), None)
+        arrays = {"edge_index": torch.stack([src, dst]), "features": pick("feat", "x", "features"),
+                  "labels": pick("label", "y", "labels")}
+        masks = {m: nd[m] for m in ("train_mask", "val_mask", "test_mask") if m in nd}
+    else:
+        raise TypeError(f"train() takes a PyG Data, a DGL graph or a dict of arrays, not {type(graph).__name__}")
+    missing = [k for k in ("edge_index", "features", "labels") if arrays[k] is None]
+    if missing:
+        raise ValueError(f"the graph has no {', '.join(missing)} (give edge_index, features/x and labels/y)")
+    arrays["masks"] = masks
+    return arrays
+
+
+def ingest_graph(graph, out: Optional[Path] = None, cache_dir: Optional[Path] = None, **options) -> Path:
+    """Write an in-memory graph in the on-disk format; returns its folder.
+
+    Without ``out`` it goes to ``<cache_dir>/ingested/<content digest>`` and is reused when the same
+    graph comes again. ``options`` are :class:`gnntrain.data.ingest.IngestOptions` fields
+    (symmetrize, split, seed, ...)."""
+    from gnntrain.data import resolve_cache_dir
+    from gnntrain.data.ingest import ingest_arrays
+
+    arrays = _arrays_of(graph)
+    if out is not None:
+        ingest_arrays(Path(out), arrays["edge_index"], arrays["features"], arrays["labels"], arrays["masks"],
+                      **options)
+        return Path(out)
+    root = resolve_cache_dir({"cache_dir": str(cache_dir) if cache_dir else None}) / "ingested"
+    root.mkdir(parents=True, exist_ok=True)
+    staging = root / f"incoming-{datetime.datetime.now().strftime('%H%M%S%f')}"
+    summary = ingest_arrays(staging, arrays["edge_index"], arrays["features"], arrays["labels"], arrays["masks"],
+                            **options)
+    final = root / summary["digest"]
+    if final.exists():
+        shutil.rmtree(staging)
+    else:
+        staging.rename(final)
+    return final
+
+
+def train(graph, overrides: Sequence[str] = (), run_dir: Optional[Path] = None,
+          ingest_options: Optional[Dict[str, Any]] = None) -> RunResult:
+    """Train on ``graph`` (a PyG Data, a DGL graph, or a dict with edge_index, features/x, labels/y and
+    optional train/val/test masks) with gnntrain overrides, e.g. ``["mode=partition", "model=sage"]``.
+
+    The graph is ingested once (symmetrised, self-loops and repeats dropped, masks drawn 0.6/0.2/0.2
+    when none are given; ``ingest_options`` changes that) and trained as ``dataset=files``."""
+    overrides = list(overrides)
+    cache = next((o.split("=", 1)[1] for o in overrides if o.startswith("cache_dir=")), None)
+    folder = ingest_graph(graph, cache_dir=Path(cache) if cache else None, **(ingest_options or {}))
+    return run(["dataset=files", f"dataset.path={folder}"] + overrides, run_dir)
+
+
+def load_model(run_dir: Path):
+    """The model a run trained, as a ``torch.nn.Module``: ``model(data)`` or ``model(x, edge_index)``
+    -> logits; ``model.embeddings(data, layer=k)`` -> hidden representations."""
+    from gnntrain.models.export import load_trained_model
+
+    return load_trained_model(Path(run_dir))

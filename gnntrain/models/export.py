@@ -1,0 +1,116 @@
+"""The trained model a run leaves behind, and the module that runs it outside gnntrain.
+
+At the end of every run rank 0 writes ``model.pt`` (the weights only: a state dict of tensors,
+loadable with ``torch.load(weights_only=True)``) and ``model.yaml`` (the architecture and how the
+graph is normalised). :func:`load_trained_model` rebuilds a :class:`TrainedModel`, a plain
+``torch.nn.Module`` whose ``forward`` takes a PyG ``Data`` or (x, edge_index) arrays and computes
+the same full-graph forward as ``mode=single`` (same layers, same degree normalisation).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+from torch import nn
+
+from gnntrain.models.gnn import GNN, ModelSpec
+from gnntrain.models.kernels import SparseAdjacency
+from gnntrain.models.norm import edge_weights
+
+MODEL_WEIGHTS = "model.pt"
+MODEL_CARD = "model.yaml"
+
+
+def save_trained_model(run_dir: Path, model: GNN, self_loop: bool, dtype: str, extra: Dict[str, Any]) -> Path:
+    """``model.pt`` + ``model.yaml`` in ``run_dir`` (each written atomically)."""
+    import io
+
+    import yaml
+
+    from gnntrain.atomic import atomic_write_bytes
+
+    run_dir = Path(run_dir)
+    buffer = io.BytesIO()
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
+    atomic_write_bytes(run_dir / MODEL_WEIGHTS, buffer.getvalue())
+    card = {"spec": dataclasses.asdict(model.spec), "self_loop": bool(self_loop), "dtype": dtype, **extra}
+    atomic_write_bytes(run_dir / MODEL_CARD, yaml.safe_dump(card, sort_keys=False).encode())
+    return run_dir / MODEL_WEIGHTS
+
+
+class TrainedModel(nn.Module):
+    """A trained gnntrain GNN as a plain module: ``model(data)`` or ``model(x, edge_index)`` -> logits.
+
+    ``edge_index`` is 2xE (row 0 sources, row 1 destinations) over nodes 0..N-1, as in PyG. Self-loops and
+    repeated edges in it are dropped, and the model's own self-loops added, exactly as for training.
+    ``embeddings(..., layer=k)`` returns the input of layer k (after its activation), k = 1..layers-1."""
+
+    def __init__(self, gnn: GNN, self_loop: bool, card: Dict[str, Any]):
+        super().__init__()
+        self.gnn, self.self_loop, self.card = gnn, bool(self_loop), card
+        self.eval()
+
+    def adjacency(self, edge_index: torch.Tensor, num_nodes: int, device) -> SparseAdjacency:
+        from gnntrain.data.graph import clean_edges
+
+        edge_index = torch.as_tensor(edge_index).to(torch.int64).cpu()
+        src, dst = clean_edges(edge_index[0], edge_index[1], num_nodes, symmetrize=False)
+        if self.self_loop:
+            loops = torch.arange(num_nodes, dtype=torch.int64)
+            src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
+        weights = edge_weights(self.gnn.spec.name, src, dst, num_nodes)
+        dtype = next(self.gnn.parameters()).dtype
+        return SparseAdjacency(dst, src, weights.to(dtype), num_nodes, num_nodes, kernel="torch", device=device)
+
+    def _inputs(self, x, edge_index, data):
+        if data is not None:
+            x, edge_index = data.x, data.edge_index
+        if x is None or edge_index is None:
+            raise ValueError("give a PyG Data (with x and edge_index), or x and edge_index")
+        param = next(self.gnn.parameters())
+        x = torch.as_tensor(x).to(device=param.device, dtype=param.dtype)
+        return x, self.adjacency(edge_index, x.shape[0], param.device)
+
+    def forward(self, x=None, edge_index=None, data=None) -> torch.Tensor:
+        if x is not None and hasattr(x, "edge_index"):
+            data, x = x, None
+        x, adj = self._inputs(x, edge_index, data)
+        return self.gnn(x, adj, None)
+
+    @torch.no_grad()
+    def embeddings(self, x=None, edge_index=None, data=None, layer: Optional[int] = None) -> torch.Tensor:
+        """The hidden representation fed to layer ``layer`` (default: the last layer's input)."""
+        from gnntrain.models.gnn import hidden_activation
+
+        if x is not None and hasattr(x, "edge_index"):
+            data, x = x, None
+        x, adj = self._inputs(x, edge_index, data)
+        stop = len(self.gnn.layers) - 1 if layer is None else int(layer)
+        if not 1 <= stop <= len(self.gnn.layers) - 1:
+            raise ValueError(f"layer must lie in 1..{len(self.gnn.layers) - 1} (the inputs of hidden layers)")
+        h = x
+        for i, module in enumerate(self.gnn.layers[:stop]):
+            if i > 0:
+                h = hidden_activation(h, i, None, self.gnn.hidden_norm(i))
+            h = module.update(h, module.aggregate(h, adj))
+        return hidden_activation(h, stop, None, self.gnn.hidden_norm(stop))
+
+
+def load_trained_model(run_dir: Path, map_location: str = "cpu") -> TrainedModel:
+    """Rebuild the model a run wrote (``model.pt`` + ``model.yaml``)."""
+    import yaml
+
+    from gnntrain.errors import GnnTrainError
+
+    run_dir = Path(run_dir)
+    weights, card_path = run_dir / MODEL_WEIGHTS, run_dir / MODEL_CARD
+    if not weights.is_file() or not card_path.is_file():
+        raise GnnTrainError(f"{run_dir}: no {MODEL_WEIGHTS}/{MODEL_CARD} here. A run writes them when it completes; "
+                            f"give the run's own directory (the one with summary.json).")
+    card = yaml.safe_load(card_path.read_text())
+    spec = ModelSpec(**card["spec"])
+    gnn = GNN(spec).to(getattr(torch, card.get("dtype", "float32")))
+    gnn.load_state_dict(torch.load(weights, map_location=map_location, weights_only=True))
+    return TrainedModel(gnn, bool(card.get("self_loop", True)), card)
