@@ -116,8 +116,9 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         raise PlanError("train.eval_every", f"must be at least 1 (got {t.eval_every}).")
     if int(t.checkpoint_every) < 0:
         raise PlanError("train.checkpoint_every", f"must be >= 0 (got {t.checkpoint_every}).")
-    if m.name not in MODELS:
-        raise PlanError("model", f"unknown model '{m.name}'.", f"use one of {', '.join(MODELS)}")
+    if m.name not in MODELS + ("custom",):
+        raise PlanError("model", f"unknown model '{m.name}'.",
+                        f"use one of {', '.join(MODELS)}, or model=custom model.target=pkg.module.Class (your own)")
     if m.name == "gat" and int(m.get("gat_heads", 1)) != 1:
         raise PlanError("model.gat_heads", f"{m.gat_heads} heads asked for; the GAT layer here has one head.",
                         "use model.gat_heads=1")
@@ -169,11 +170,17 @@ def build_plan(cfg: DictConfig) -> RunPlan:
 
     dtype = option_value(t.dtype)
     dims = model_dims(f, int(m.hidden), c, int(m.layers))
-    widths = layer_widths(m.name, dims, mode.aggregate_first)
+    if m.name == "custom":  # the user's layer class, asked for its widths and parameters
+        from gnntrain.models.custom import describe
+
+        widths, grads, params = describe(m.get("target"), dims, DTYPE_BYTES[dtype])
+    else:
+        widths, grads = layer_widths(m.name, dims, mode.aggregate_first), grad_widths(m.name, dims,
+                                                                                      mode.aggregate_first)
+        params = param_bytes(m.name, dims, DTYPE_BYTES[dtype], option_value(m.norm))
     ctx = PlanContext(world_size=world, num_nodes=n, num_edges=e, feat_dim=f, num_classes=c,
                       dtype_bytes=DTYPE_BYTES[dtype], dims=tuple(dims), comm_widths=tuple(widths),
-                      param_bytes=param_bytes(m.name, dims, DTYPE_BYTES[dtype], option_value(m.norm)), model=m.name,
-                      grad_widths=tuple(grad_widths(m.name, dims, mode.aggregate_first)),
+                      param_bytes=params, model=m.name, grad_widths=tuple(grads),
                       train_nodes=int(round(n * float(ds.train_fraction))) if ds.source == "generated" else 0)
     warnings += mode.validate(ctx)
 

@@ -296,3 +296,62 @@ def test_api_trains_from_numpy_arrays_and_reuses_the_ingested_graph(cache_dir, t
     assert first.status == "completed" and first.losses == second.losses
     assert first.plan.config["dataset"]["path"] == second.plan.config["dataset"]["path"]
     assert first.plan.config["dataset"]["num_nodes"] == n
+
+
+# ------------------------------------------------------------------ your own model
+LAYER_SOURCE = '''
+import torch
+from torch import nn
+
+
+class MeanConv(nn.Module):
+    """A GCN variant with row (mean) normalisation: h' = mean_{u in N(v)+v} h_u W + b."""
+
+    normalization = "mean"
+
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(d_in, d_out))
+        self.bias = nn.Parameter(torch.zeros(d_out))
+        nn.init.xavier_uniform_(self.weight)
+
+    def comm_width(self):
+        return self.weight.shape[1]
+
+    def aggregate(self, h, agg, rows=None):
+        return agg(h @ self.weight)
+
+    def update(self, h, z):
+        return z + self.bias
+'''
+
+
+@pytest.fixture
+def own_package(tmp_path, monkeypatch):
+    pkg = tmp_path / "site" / "mylayers"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(LAYER_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return "mylayers.MeanConv"
+
+
+def test_a_model_from_the_users_package_is_exact_in_partition_against_single(own_package, train):
+    model = ["model=custom", f"model.target={own_package}", "dataset=csbm"]
+    single = train(model + EXACT + ["mode=single"])
+    partition = train(model + EXACT + ["mode=partition", "hardware.ranks_per_node=2"])
+    assert_exact(partition["losses"], single["losses"])
+    gcn = train(["dataset=csbm"] + EXACT + ["mode=single"])
+    assert abs(gcn["losses"][-1] - single["losses"][-1]) > 1e-6  # really another model
+
+
+def test_a_custom_model_is_refused_in_one_line_where_it_cannot_run(own_package):
+    from gnntrain.errors import GnnTrainError
+    from gnntrain.plan import build_plan
+
+    with pytest.raises(GnnTrainError, match="mode 'mop' does not support model 'custom'"):
+        build_plan(compose(["model=custom", f"model.target={own_package}", "mode=mop"]))
+    with pytest.raises(GnnTrainError, match="model.target: cannot import 'nowhere'"):
+        build_plan(compose(["model=custom", "model.target=nowhere.Layer", "mode=single"]))
+    with pytest.raises(GnnTrainError, match="model=custom needs the layer class"):
+        build_plan(compose(["model=custom", "mode=single"]))

@@ -91,7 +91,8 @@ class DatasetConfig:
 # ----------------------------------------------------------------------- model
 @dataclass
 class ModelConfig:
-    name: str = MISSING  # gcn | sage | gin | gat
+    name: str = MISSING  # gcn | sage | gin | gat | custom
+    target: Optional[str] = None  # model=custom: the layer class, pkg.module.Class (docs/design.md#your-own-model)
     layers: int = 2
     hidden: int = 16
     dropout: float = 0.5

@@ -15,6 +15,7 @@ from typing import Any, Dict, Optional
 import torch
 from torch import nn
 
+from gnntrain.models.custom import weights_model
 from gnntrain.models.gnn import GNN, ModelSpec
 from gnntrain.models.kernels import SparseAdjacency
 from gnntrain.models.norm import edge_weights
@@ -60,7 +61,7 @@ class TrainedModel(nn.Module):
         if self.self_loop:
             loops = torch.arange(num_nodes, dtype=torch.int64)
             src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
-        weights = edge_weights(self.gnn.spec.name, src, dst, num_nodes)
+        weights = edge_weights(weights_model(self.gnn.spec.name, self.gnn.spec.target), src, dst, num_nodes)
         dtype = next(self.gnn.parameters()).dtype
         return SparseAdjacency(dst, src, weights.to(dtype), num_nodes, num_nodes, kernel="torch", device=device)
 

@@ -40,6 +40,7 @@ class ModelSpec:
     # > 0: a learnable label embedding for label-propagation rows (SuperGCN §2 and §3 Eq. (5); docs/design.md#supergcn)
     label_classes: int = 0
     norm: str = "none"  # "layer": LayerNorm on each hidden layer's output, before its relu (row-local)
+    target: Optional[str] = None  # name "custom": the user's layer class (gnntrain.models.custom)
 
     @property
     def dims(self) -> List[int]:
@@ -249,8 +250,15 @@ class GNN(nn.Module):
         self.spec = spec
         dims = spec.dims
         layers: List[nn.Module] = []
+        custom = None
+        if spec.name == "custom":
+            from gnntrain.models.custom import resolve_layer_class
+
+            custom = resolve_layer_class(spec.target)
         for d_in, d_out in zip(dims[:-1], dims[1:]):
-            if spec.name == "gcn":
+            if custom is not None:
+                layers.append(custom(d_in, d_out))
+            elif spec.name == "gcn":
                 layers.append(GCNLayer(d_in, d_out, spec.aggregate_first))
             elif spec.name == "sage":
                 layers.append(SAGELayer(d_in, d_out, spec.aggregate_first))

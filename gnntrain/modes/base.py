@@ -206,6 +206,11 @@ class Mode:
         """(the width each layer communicates, those of the layers that also move it backward) on
         ``data``, in this mode's layer order: what :class:`PlanContext` holds, once the graph is known."""
         name, dims = self.cfg.model.name, self.model_dims(data)
+        if name == "custom":
+            from gnntrain.models.custom import describe
+
+            widths, grads, _ = describe(self.cfg.model.get("target"), dims, 8)
+            return widths, grads
         return layer_widths(name, dims, self.aggregate_first), grad_widths(name, dims, self.aggregate_first)
 
     def graph_report(self, data: "GraphData", part, plan: RunPlan) -> Optional[Dict[str, Any]]:

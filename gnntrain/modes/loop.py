@@ -37,7 +37,8 @@ def model_spec(cfg, in_dim: int, num_classes: int, aggregate_first: Optional[boo
     m = cfg.model
     return ModelSpec(name=m.name, in_dim=in_dim, hidden=m.hidden, out_dim=num_classes, layers=m.layers,
                      dropout=m.dropout, aggregate_first=aggregate_first, gin_eps_learnable=m.gin_eps_learnable,
-                     label_classes=num_classes if label_inputs else 0, norm=option_value(m.get("norm", "none")))
+                     label_classes=num_classes if label_inputs else 0, norm=option_value(m.get("norm", "none")),
+                     target=m.get("target"))
 
 
 def sync_gradients(params: List[torch.nn.Parameter], comm, through_host: bool = False) -> None:

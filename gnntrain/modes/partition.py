@@ -79,6 +79,7 @@ class Grid:
 @register_mode
 class PartitionMode(Mode):
     name = "partition"
+    models = ("gcn", "sage", "gin", "custom")
     config_class = PartitionConfig
 
     @property

@@ -10,6 +10,7 @@ import torch
 
 from gnntrain.config.schema import ModeConfig
 from gnntrain.models import SparseAdjacency, edge_weights
+from gnntrain.models.custom import weights_model
 from gnntrain.modes.base import Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import SPLITS, train_full_graph
@@ -24,7 +25,7 @@ def graph_tensors(data, cfg):
     """Edges with the model's self-loops and their global-degree weight factors, computed in
     float64 and kept in the run's dtype (float32 halves them: 8 bytes per edge)."""
     src, dst = data.edges(bool(cfg.model.self_loop))
-    weights = edge_weights(cfg.model.name, src, dst, data.num_nodes)
+    weights = edge_weights(weights_model(cfg.model.name, cfg.model.get("target")), src, dst, data.num_nodes)
     dtype = getattr(cfg.train.dtype, "value", cfg.train.dtype)  # a DType member, or its string
     return src, dst, weights.float() if dtype == "float32" else weights
 
@@ -35,7 +36,7 @@ class SingleMode(Mode):
     config_class = SingleConfig
     part_store = False
     whole_graph_reason = "one rank holds the whole graph by definition"
-    models = ("gcn", "sage", "gin", "gat")
+    models = ("gcn", "sage", "gin", "gat", "custom")
 
     min_world_size = 1
 

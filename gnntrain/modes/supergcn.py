@@ -108,7 +108,7 @@ def label_propagation_rows(train_mask: torch.Tensor, rate: float, seed: int) -> 
 class SuperGCNMode(Mode):
     name = "supergcn"
     config_class = SuperGCNConfig
-    models = ("gcn", "sage", "gin")
+    models = ("gcn", "sage", "gin", "custom")
     models_rule = ("SuperGCN pre-aggregates weighted sums of source rows at the sender; GAT's attention weights "
                    "depend on both endpoints' features, so they cannot be summed before the exchange.")
 
