@@ -6,11 +6,19 @@ from pathlib import Path
 from typing import Optional
 
 from gnntrain.data.checks import check_dataset_config
-from gnntrain.data.graph import GraphData
 from gnntrain.errors import DatasetError
 
 __all__ = ["GraphData", "check_dataset_config", "fill_file_sizes", "load_dataset", "resolve_cache_dir",
            "resolve_data_dir", "resolve_graph_path", "resolve_reader"]
+
+
+def __getattr__(name: str):
+    """``GraphData`` on first use: ``gnntrain ingest`` imports this package without torch."""
+    if name == "GraphData":
+        from gnntrain.data.graph import GraphData
+
+        return GraphData
+    raise AttributeError(name)
 
 
 def resolve_data_dir(cfg) -> Optional[str]:
@@ -25,7 +33,7 @@ def resolve_cache_dir(cfg) -> Path:
     return p
 
 
-def load_dataset(cfg) -> GraphData:
+def load_dataset(cfg) -> "GraphData":  # noqa: F821
     """Load the dataset named by the composed run config ``cfg``."""
     ds = cfg.dataset
     if ds.source == "generated":

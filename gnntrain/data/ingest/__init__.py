@@ -226,12 +226,8 @@ def _nodes(opts: IngestOptions, work: Path, graph: Optional[Dict[str, Any]], pro
 
 
 def _split(labels: np.ndarray, fractions: Tuple[float, float, float], seed: int) -> Dict[str, np.ndarray]:
-    """Masks drawn among the labeled nodes; with every node labeled, exactly gnntrain's own split_masks."""
-    from gnntrain.data.graph import split_masks
-
+    """Masks drawn among the labeled nodes (a seeded permutation, numpy only)."""
     n = labels.shape[0]
-    if (labels >= 0).all():
-        return {m: t.numpy() for m, t in zip(("train_mask", "val_mask", "test_mask"), split_masks(n, fractions, seed))}
     labeled = np.flatnonzero(labels >= 0)
     order = labeled[np.random.default_rng(seed + 7919).permutation(labeled.shape[0])]
     masks, start = {}, 0

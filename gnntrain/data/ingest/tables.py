@@ -18,8 +18,8 @@ import numpy as np
 
 from gnntrain.errors import DatasetError
 
-BLOCK_BYTES = 64 << 20  # CSV bytes parsed per step
-PARQUET_BATCH_ROWS = 1 << 20
+BLOCK_BYTES = 32 << 20  # CSV bytes parsed per step
+PARQUET_BATCH_ROWS = 1 << 16
 
 
 def table_format(path: Path, given: str = "auto") -> str:
