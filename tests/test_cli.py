@@ -208,9 +208,34 @@ def test_run_output_is_clean(tmp_path):
         assert_no_python_repr(out)
         assert "][INFO]" not in out and "Traceback" not in out
         assert "accuracy train/val/test" in proc.stdout
+        assert "epoch 3/3  loss" in proc.stdout  # piped: plain progress lines, not a bar drawn at the end
     # the second run reuses the partition store the first one built: said once, on stderr
     assert "partition store built" in first.stderr and "partition store hit" in second.stderr
     assert "partition store" not in second.stdout
+
+
+def test_progress_without_a_terminal_is_a_line_every_few_seconds(tmp_path):
+    """Piped to a log file: a plain line at most every line_every_s (5 s) of wall time, never more than
+    10 s apart while epochs finish, with the running median epoch time and an ETA; the last epoch always."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from gnntrain.metrics.recorder import RunRecorder
+
+    out = Console(file=io.StringIO(), width=200, force_terminal=False)
+    recorder = RunRecorder(tmp_path, SimpleNamespace(mode="partition", dataset="csbm"), console=out)
+    now = [0.0]
+    recorder._clock = lambda: now[0]
+    recorder.start(40)
+    for epoch in range(40):
+        now[0] += 3.0 if epoch != 7 else 30.0  # one slow epoch: the median stays put
+        recorder.epoch({"epoch": epoch, "loss": 1.0 / (epoch + 1), "epoch_time_s": 3.0 if epoch != 7 else 30.0})
+    lines = [line for line in out.file.getvalue().splitlines() if line.startswith("epoch ")]
+    assert lines[0].startswith("epoch 1/40") and lines[-1].startswith("epoch 40/40")
+    assert 10 <= len(lines) <= 21  # every second 3 s epoch: 6 s apart, never more than 10 s
+    assert all("3000.0 ms/epoch (median)" in line for line in lines[1:])
+    assert "ETA 0m00s" in lines[-1] and "ETA 1m57s" in lines[0]
 
 
 def test_summary_table_shows_a_dash_for_missing_accuracy():

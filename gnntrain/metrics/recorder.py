@@ -7,6 +7,7 @@ import json
 import math
 import os
 import statistics
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -81,6 +82,15 @@ def failed_summary(plan, error: str, partial: Optional[Dict[str, Any]] = None) -
     return summary
 
 
+PROGRESS_LINE_EVERY_S = 5.0  # GNNTRAIN_PROGRESS_EVERY_S overrides
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(max(0.0, seconds)))
+    hours, rest = divmod(seconds, 3600)
+    return (f"{hours}h" if hours else "") + f"{rest // 60:d}m{rest % 60:02d}s"
+
+
 class RunRecorder:
     """Rank 0's writer: appends metrics.jsonl, shows progress, writes summary.json."""
 
@@ -94,6 +104,13 @@ class RunRecorder:
         self.show_progress = progress
         self._progress: Optional[Progress] = None
         self._task = None
+        # not a terminal (a log file, a pipe, a batch job): a plain line every few seconds instead of a bar
+        self.line_every_s = float(os.environ.get("GNNTRAIN_PROGRESS_EVERY_S", PROGRESS_LINE_EVERY_S))
+        self._lines = progress and not self.console.is_terminal
+        self._epoch_times: List[float] = []
+        self._last_line = -math.inf
+        self._total = 0
+        self._clock = time.monotonic
 
     def start(self, epochs: int, resumed: Optional[List[Dict[str, Any]]] = None) -> None:
         for record in resumed or []:  # epochs restored from a checkpoint keep their lines
@@ -101,7 +118,12 @@ class RunRecorder:
                 f.write(json.dumps(record) + "\n")
         if resumed:
             self.console.print(f"[dim]resumed after epoch {len(resumed)} from a checkpoint[/dim]")
-        if self.show_progress:
+        self._total = epochs
+        self._epoch_times = [float(r.get("epoch_time_s", 0.0)) for r in resumed or []]
+        if self._lines:
+            self.console.print(f"training {self.plan.mode}/{self.plan.dataset}: {epochs} epochs "
+                               f"(a progress line every {self.line_every_s:g} s)", highlight=False)
+        elif self.show_progress:
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                 TextColumn("loss {task.fields[loss]}"), TextColumn("val {task.fields[val]}"),
@@ -113,10 +135,20 @@ class RunRecorder:
     def epoch(self, record: Dict[str, Any]) -> None:
         with open(self.metrics_path, "a") as f:
             f.write(json.dumps(record) + "\n")
+        self._epoch_times.append(float(record["epoch_time_s"]))
+        median_ms = 1000 * statistics.median(self._epoch_times)  # a running median: one slow epoch does not jump
+        val = f"{record['val_acc']:.3f}" if "val_acc" in record else "-"
         if self._progress is not None:
-            val = f"{record['val_acc']:.3f}" if "val_acc" in record else "-"
             self._progress.update(self._task, advance=1, loss=f"{record['loss']:.4f}", val=val,
-                                  dt=f"{record['epoch_time_s'] * 1000:.1f} ms/epoch")
+                                  dt=f"{median_ms:.1f} ms/epoch")
+        elif self._lines:
+            done = int(record["epoch"]) + 1
+            now = self._clock()
+            if now - self._last_line >= self.line_every_s or done == self._total:
+                self._last_line = now
+                eta = (self._total - done) * median_ms / 1000
+                self.console.print(f"epoch {done}/{self._total}  loss {record['loss']:.4f}  val {val}  "
+                                   f"{median_ms:.1f} ms/epoch (median)  ETA {_duration(eta)}", highlight=False)
 
     def stop(self) -> None:
         if self._progress is not None:
