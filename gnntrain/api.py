@@ -45,19 +45,9 @@ class RunResult:
 
 def compose(overrides: Sequence[str] = (), config_dir: Optional[str] = None):
     """The composed, schema-checked run config for ``overrides`` (as ``gnntrain run`` composes it)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from gnntrain.launch.compose import compose as compose_config
 
-    import gnntrain.modes  # noqa: F401  (each mode registers its options schema on import)
-    from gnntrain.cli import config_dir as default_config_dir
-    from gnntrain.config.schema import register_configs
-
-    register_configs()
-    if GlobalHydra.instance().is_initialized():
-        GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=config_dir or default_config_dir(), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=list(overrides))
+    return compose_config(overrides, config_dir)
 
 
 def plan(overrides: Sequence[str] = ()):

@@ -21,6 +21,9 @@ commands:
   partition [overrides]  build (or reuse from the cache) the plan's partitioning and print its metrics
   report DIR...          gather every summary.json under DIR into a table and plots
   datasets [data_dir=DIR] list the datasets with their sizes and sources, and the graphs ingested under DIR
+  predict RUN_DIR [--what logits|probs|labels|embeddings] [--layer K] [--out FILE] [--format parquet|npy]
+                         [--checkpoint FILE] [overrides]
+                         every node's predictions or embeddings, with the run's own mode and world size
   ingest --edges F --features F --out DIR ...
                          convert your own graph (CSV/TSV, Parquet, NumPy, scipy .npz, PyG, DGL) for dataset=files
                          (gnntrain ingest -h)
@@ -43,10 +46,9 @@ examples:
 
 
 def config_dir() -> str:
-    env = os.environ.get("GNNTRAIN_CONFIG_DIR")
-    if env:
-        return str(Path(env).resolve())
-    return str(Path(__file__).resolve().parents[1] / "configs")
+    from gnntrain.launch.compose import config_dir as packaged
+
+    return packaged()
 
 
 def _console(stderr: bool = False):
@@ -296,6 +298,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                         os.environ.get("GNNTRAIN_DATA_DIR"))
         print_ingested(Path(data_dir).expanduser() if data_dir else None)
         return 0
+    if command == "predict":
+        from gnntrain.launch.predict import predict_command
+
+        return predict_command(rest)
     if command == "ingest":
         from gnntrain.data.ingest.command import ingest_command
 
@@ -304,8 +310,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         from gnntrain.metrics.report import report_command
 
         return report_command(rest)
-    _error(f"unknown command '{command}'. Use one of: run, plan, partition, report, datasets, ingest, calibrate, netem "
-           "(gnntrain --help).")
+    _error(f"unknown command '{command}'. Use one of: run, plan, partition, report, datasets, ingest, predict, "
+           "calibrate, netem (gnntrain --help).")
     return 2
 
 

@@ -217,6 +217,17 @@ class TrainConfig:
     progress: bool = True  # rank 0 shows a rich progress bar
 
 
+@dataclass
+class PredictConfig:
+    """Inference instead of training (``gnntrain predict RUN_DIR`` sets it; docs/design.md#predict)."""
+
+    out: Optional[str] = None  # the output file; None = train as usual
+    checkpoint: Optional[str] = None  # the weights: a run's model.pt or a checkpoint file
+    what: str = "logits"  # logits | probs | labels | embeddings
+    layer: int = 0  # embeddings: the input of this layer (1..layers-1); 0 = the last layer's input
+    format: str = "parquet"  # parquet (with the node IDs) | npy
+
+
 # ------------------------------------------------------------------------ root
 @dataclass
 class RunConfig:
@@ -229,6 +240,7 @@ class RunConfig:
     hardware: HardwareConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
     auto: AutoConfig = field(default_factory=AutoConfig)
+    predict: PredictConfig = field(default_factory=PredictConfig)
     data_dir: Optional[str] = None  # raw dataset files (env GNNTRAIN_DATA_DIR)
     cache_dir: Optional[str] = None  # processed data + partitions (env GNNTRAIN_CACHE_DIR)
     allow_download: bool = True  # let DGL/OGB download missing files (never when GNNTRAIN_OFFLINE=1)

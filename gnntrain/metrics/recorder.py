@@ -36,6 +36,10 @@ def _identity(plan) -> Dict[str, Any]:
 
 def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Dict[str, Any]:
     """summary.json for a completed run, from rank 0's result."""
+    if result.get("predict") is not None:  # gnntrain predict: no epochs, the output instead
+        return {"status": "completed", "task": "predict", **_identity(plan), "predict": result["predict"],
+                "peak_memory_bytes": result["peak_memory_bytes"], "partition": partition,
+                "setup": result.get("setup")}
     history: List[Dict[str, Any]] = result["history"]
     times = [h["epoch_time_s"] for h in history]
     median_time = statistics.median(times)
@@ -158,6 +162,13 @@ class RunRecorder:
     def finish(self, summary: Dict[str, Any]) -> None:
         self.stop()
         write_json_atomic(self.run_dir / "summary.json", summary)
+        if summary.get("task") == "predict":
+            p = summary["predict"]
+            peak = format_bytes((summary.get("peak_memory_bytes") or {}).get("host_max_rank"))
+            self.console.print(f"wrote {p['what']} of {p['rows']:,} nodes to {p['out']} in {p['seconds']:.2f} s "
+                               f"({summary.get('mode')}, {summary.get('world_size')} rank(s), peak host memory "
+                               f"{peak} per rank)", soft_wrap=True, highlight=False)
+            return
         self.console.print(summary_table(summary))
 
 

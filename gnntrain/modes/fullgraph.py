@@ -38,6 +38,7 @@ class FullGraphTask:
         self.x, self.labels, self.masks, self.label_mask = x, labels, masks, label_mask
         self.forward, self.dropout, self.on_epoch, self.clock = forward, dropout, on_epoch, clock
         self.n_train = max(1, shard.global_counts["train"])
+        self.global_ids = shard.global_ids
 
     def start(self, first_epoch: int, history: List[Dict[str, Any]]) -> None:
         pass
@@ -61,6 +62,14 @@ class FullGraphTask:
         self.optimizer.step()
         stages = dict(sorted(self.clock.seconds.items())) if self.clock is not None else {}
         return EpochStats(loss=float(loss.detach()), seconds=time.perf_counter() - start, stages=stages)
+
+    def predict(self, what: str, layer: int):
+        from gnntrain.modes.predict import rows_output
+
+        if self.on_epoch is not None:
+            self.on_epoch(0, False)
+        values = rows_output(self.model, lambda: self.forward(self.model, self._inputs(), None), what, layer)
+        return self.global_ids, values
 
     def evaluate(self, epoch: int) -> List[float]:
         if self.on_epoch is not None:
@@ -102,5 +111,5 @@ def train_full_graph(shard: RankShard, ctx: RankContext, aggregate: Callable[[to
     global_ids = None if torch.equal(shard.global_ids, torch.arange(shard.num_global_nodes)) else shard.global_ids
     dropout = GlobalDropout(spec.dropout, int(cfg.train.seed), shard.num_global_nodes, global_ids)
     task = FullGraphTask(ctx, model, optimizer, shard, x, labels, masks, label_mask, forward, dropout, on_epoch, clock)
-    result = EpochLoop(ctx, model, optimizer, shard.global_counts).run(task)
+    result = EpochLoop(ctx, model, optimizer, shard.global_counts, shard.num_global_nodes).run(task)
     return {**result, **run_totals(ctx, setup_s), "model": model}

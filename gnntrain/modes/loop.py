@@ -17,7 +17,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Protocol
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 import torch
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
@@ -110,6 +110,9 @@ class EpochTask(Protocol):
     def evaluate(self, epoch: int) -> List[float]:
         """Correct predictions per split (train, val, test) this rank counts (eval phase, no grad)."""
 
+    def predict(self, what: str, layer: int) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+        """(global node ids, values) of the rows this rank infers (gnntrain.modes.predict), or None."""
+
 
 class EpochLoop:
     """Runs an :class:`EpochTask` for ``train.epochs`` epochs.
@@ -122,14 +125,19 @@ class EpochLoop:
     """
 
     def __init__(self, ctx: RankContext, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 global_counts: Dict[str, int]):
+                 global_counts: Dict[str, int], num_nodes: int = 0):
         self.ctx, self.model, self.optimizer = ctx, model, optimizer
         self.global_counts = global_counts
+        self.num_nodes = int(num_nodes)  # the graph's, for predict's assembly
         self.cfg = ctx.plan.config_obj
 
     def run(self, task: EpochTask) -> Dict[str, Any]:
         """Train; returns ``{"history": [...], "accuracy": {split: value}}``."""
         ctx, model, optimizer, train_cfg = self.ctx, self.model, self.optimizer, self.cfg.train
+        if self.cfg.get("predict") is not None and self.cfg.predict.get("out"):
+            from gnntrain.modes.predict import run_predict
+
+            return {"history": [], "accuracy": {}, "predict": run_predict(ctx, model, task, self.num_nodes)}
         comm, ledger = ctx.comm, ctx.comm.ledger
         epochs, eval_every, every = int(train_cfg.epochs), int(train_cfg.eval_every), int(train_cfg.checkpoint_every)
         history: List[Dict[str, Any]] = []
@@ -174,7 +182,7 @@ class EpochLoop:
                 checkpointer.save(epoch + 1, model, optimizer, history)
         if boundary is not None:
             boundary.close()
-        if comm.rank == 0 and ctx.run_dir is not None:
+        if comm.rank == 0 and ctx.run_dir is not None and history:
             self._export_model()
         return {"history": history, "accuracy": accuracy}
 

@@ -152,10 +152,11 @@ class HyScaleTrainer:
         self.n_train = max(1, self.shard.global_counts["train"])
         self.evaluator = Evaluator(self, self.model) if self.rank == 0 else None
         setup_s = time.perf_counter() - setup_start
-        result = EpochLoop(self.ctx, self.model, self.optimizer, self.shard.global_counts).run(self)
+        result = EpochLoop(self.ctx, self.model, self.optimizer, self.shard.global_counts,
+                           self.shard.num_global_nodes).run(self)
         history = result["history"]
         return {**result, **run_totals(self.ctx, setup_s), "model": self.model,
-                "mode_report": self._report(history) if self.rank == 0 else None}
+                "mode_report": self._report(history) if self.rank == 0 and history else None}
 
     def start(self, first_epoch: int, history: List[Dict[str, Any]]) -> None:
         """DRM state and the share schedule: the resumed run's last shares, else the initial ones."""
@@ -206,6 +207,12 @@ class HyScaleTrainer:
                              "iterations": iterations}}
         return EpochStats(loss=ce_sum, seconds=time.perf_counter() - t_epoch, stages=stage_tot,
                           loss_divisor=self.n_train, other_stage=False, extra=extra)
+
+    def predict(self, what: str, layer: int):
+        """Rank 0's full-neighbour inference, layer by layer over the whole graph (its evaluation's forward)."""
+        if self.evaluator is None:
+            return None
+        return self.evaluator.predict(what, layer)
 
     def evaluate(self, epoch: int) -> List[float]:
         """Rank 0 evaluates on the whole graph; the others add nothing to the sums."""
@@ -263,6 +270,14 @@ class Evaluator:
         n = trainer.shard.num_global_nodes
         self.adj = SparseAdjacency(dst, src, w, n, n, kernel=trainer.ctx.plan.kernel)
         self.masks = trainer.shard.count_masks
+
+    def predict(self, what: str, layer: int):
+        from gnntrain.modes.predict import rows_output
+
+        model = self.model if next(self.model.parameters()).device.type == "cpu" else copy.deepcopy(self.model).cpu()
+        model.eval()
+        values = rows_output(model, lambda: model(self.trainer.features.cpu(), self.adj.spmm), what, layer)
+        return torch.arange(self.trainer.shard.num_global_nodes), values
 
     def correct(self) -> List[float]:
         model = self.model
