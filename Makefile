@@ -14,7 +14,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dgl,test]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dgl,test,trackers]'
 	@touch $(STAMP)
 
 run: $(STAMP)

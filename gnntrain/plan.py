@@ -139,6 +139,9 @@ def build_plan(cfg: DictConfig) -> RunPlan:
                         "set hardware.ranks_per_node=N with N >= 1")
 
     check_profile(hw)
+    from gnntrain.metrics.trackers import check_installed
+
+    check_installed(cfg)
     if cfg.mode.name == "auto":
         raise PlanError("mode", "mode=auto picks among the other modes; its plan comes from "
                         "gnntrain.auto.resolve_plan.")

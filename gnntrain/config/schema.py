@@ -218,6 +218,40 @@ class TrainConfig:
 
 
 @dataclass
+class CsvLoggerConfig:
+    file: str = "metrics.csv"  # in the run directory
+
+
+@dataclass
+class TensorBoardLoggerConfig:
+    dir: str = "tensorboard"  # event files, in the run directory: tensorboard --logdir RUN_DIR/tensorboard
+
+
+@dataclass
+class MlflowLoggerConfig:
+    tracking_uri: Optional[str] = None  # None: a file store in RUN_DIR/mlruns
+    experiment: str = "gnntrain"
+    run_name: Optional[str] = None  # None: the run directory's name
+
+
+@dataclass
+class WandbLoggerConfig:
+    project: str = "gnntrain"
+    mode: str = "offline"  # offline (sync later with wandb sync) | online | disabled
+    run_name: Optional[str] = None
+
+
+@dataclass
+class LoggerConfig:
+    """Experiment trackers (``logger=csv``, ``logger=[tensorboard,csv]``); rank 0 only."""
+
+    csv: Optional[CsvLoggerConfig] = None
+    tensorboard: Optional[TensorBoardLoggerConfig] = None
+    mlflow: Optional[MlflowLoggerConfig] = None
+    wandb: Optional[WandbLoggerConfig] = None
+
+
+@dataclass
 class PredictConfig:
     """Inference instead of training (``gnntrain predict RUN_DIR`` sets it; docs/design.md#predict)."""
 
@@ -241,6 +275,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     auto: AutoConfig = field(default_factory=AutoConfig)
     predict: PredictConfig = field(default_factory=PredictConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
     data_dir: Optional[str] = None  # raw dataset files (env GNNTRAIN_DATA_DIR)
     cache_dir: Optional[str] = None  # processed data + partitions (env GNNTRAIN_CACHE_DIR)
     allow_download: bool = True  # let DGL/OGB download missing files (never when GNNTRAIN_OFFLINE=1)

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gnntrain.atomic import atomic_write_bytes
+from gnntrain.metrics.trackers import Trackers
 from gnntrain.sizing import format_bytes
 
 SUMMARY_FIELDS = ("status", "mode", "dataset", "model", "world_size", "epochs", "dtype", "losses", "accuracy",
@@ -115,6 +116,8 @@ class RunRecorder:
         self._last_line = -math.inf
         self._total = 0
         self._clock = time.monotonic
+        config = getattr(plan, "config_obj", None)
+        self.trackers = Trackers(config, self.run_dir) if config is not None else None
 
     def start(self, epochs: int, resumed: Optional[List[Dict[str, Any]]] = None) -> None:
         for record in resumed or []:  # epochs restored from a checkpoint keep their lines
@@ -123,6 +126,10 @@ class RunRecorder:
         if resumed:
             self.console.print(f"[dim]resumed after epoch {len(resumed)} from a checkpoint[/dim]")
         self._total = epochs
+        if self.trackers is not None:
+            self.trackers.start(dict(self.plan.config))
+            for record in resumed or []:
+                self.trackers.epoch(record)
         self._epoch_times = [float(r.get("epoch_time_s", 0.0)) for r in resumed or []]
         if self._lines:
             self.console.print(f"training {self.plan.mode}/{self.plan.dataset}: {epochs} epochs "
@@ -139,6 +146,8 @@ class RunRecorder:
     def epoch(self, record: Dict[str, Any]) -> None:
         with open(self.metrics_path, "a") as f:
             f.write(json.dumps(record) + "\n")
+        if self.trackers is not None:
+            self.trackers.epoch(record)
         self._epoch_times.append(float(record["epoch_time_s"]))
         median_ms = 1000 * statistics.median(self._epoch_times)  # a running median: one slow epoch does not jump
         val = f"{record['val_acc']:.3f}" if "val_acc" in record else "-"
@@ -169,6 +178,8 @@ class RunRecorder:
                                f"({summary.get('mode')}, {summary.get('world_size')} rank(s), peak host memory "
                                f"{peak} per rank)", soft_wrap=True, highlight=False)
             return
+        if self.trackers is not None:
+            self.trackers.finish(summary)
         self.console.print(summary_table(summary))
 
 
