@@ -34,9 +34,10 @@ class CheckpointError(GnnTrainError):
 
 
 class Checkpointer:
-    def __init__(self, directory: Path, plan_hash: str):
+    def __init__(self, directory: Path, plan_hash: str, keep: int = 0):
         self.directory = Path(directory)
         self.plan_hash = plan_hash
+        self.keep = int(keep)  # newest checkpoints kept after each save (train.keep_checkpoints); 0 = all
 
     def path(self, epoch: int) -> Path:
         return self.directory / f"epoch_{epoch:06d}.pt"
@@ -69,7 +70,24 @@ class Checkpointer:
         path = self.path(epoch)
         atomic_write_bytes(path, data)
         atomic_write_bytes(path.with_suffix(".pt.sha1"), hashlib.sha1(data).hexdigest().encode())
+        self.prune(keep_path=path)
         return path
+
+    def prune(self, keep_path: Optional[Path] = None) -> List[Path]:
+        """Remove all but the ``keep`` newest checkpoints (never ``keep_path``, the one just written)."""
+        if self.keep <= 0:
+            return []
+        removed = []
+        for old in self.candidates()[self.keep:]:
+            if old == keep_path:
+                continue
+            for file in (old, old.with_suffix(".pt.sha1")):
+                try:
+                    file.unlink()
+                except FileNotFoundError:
+                    pass
+            removed.append(old)
+        return removed
 
     def candidates(self) -> List[Path]:
         return sorted(self.directory.glob("epoch_*.pt"), reverse=True)
@@ -161,7 +179,7 @@ def run_checkpointer(cfg, run_dir: Optional[Path], plan_hash: str) -> Optional[C
     directory = checkpoint_dir(cfg, run_dir)
     if directory is None or not (int(cfg.train.checkpoint_every) or resume_requested(cfg) or in_slurm_job()):
         return None
-    return Checkpointer(directory, plan_hash)
+    return Checkpointer(directory, plan_hash, keep=int(cfg.train.get("keep_checkpoints", 0) or 0))
 
 
 def preemption_boundary(checkpointer: Optional[Checkpointer], rank: int) -> Optional[PreemptionBoundary]:

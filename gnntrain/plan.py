@@ -116,6 +116,8 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         raise PlanError("train.eval_every", f"must be at least 1 (got {t.eval_every}).")
     if int(t.checkpoint_every) < 0:
         raise PlanError("train.checkpoint_every", f"must be >= 0 (got {t.checkpoint_every}).")
+    if int(t.get("keep_checkpoints", 0)) < 0:
+        raise PlanError("train.keep_checkpoints", f"must be >= 0 (got {t.keep_checkpoints}; 0 keeps every one).")
     if m.name not in MODELS + ("custom",):
         raise PlanError("model", f"unknown model '{m.name}'.",
                         f"use one of {', '.join(MODELS)}, or model=custom model.target=pkg.module.Class (your own)")

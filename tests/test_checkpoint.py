@@ -119,3 +119,26 @@ def test_preemption_while_the_next_snapshot_is_built_saves_the_last_epoch(tmp_pa
     requeued = run_training(build_plan(cfg), tmp_path / "requeued")
     assert requeued["status"] == "completed"
     assert requeued["losses"] == first["losses"] and len(first["losses"]) == 6
+
+
+def test_only_the_newest_checkpoints_are_kept(tmp_path):
+    """train.keep_checkpoints=k: after each save the k newest remain (sidecars too); 0 keeps every one."""
+    from gnntrain.checkpoint import Checkpointer
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    kept = Checkpointer(tmp_path / "k", "h", keep=2)
+    every = Checkpointer(tmp_path / "all", "h", keep=0)
+    for epoch in range(1, 6):
+        kept.save(epoch, model, optimizer, [])
+        every.save(epoch, model, optimizer, [])
+    assert sorted(p.name for p in (tmp_path / "k").iterdir()) == [
+        "epoch_000004.pt", "epoch_000004.pt.sha1", "epoch_000005.pt", "epoch_000005.pt.sha1"]
+    assert len(list((tmp_path / "all").glob("*.pt"))) == 5
+    assert kept.load_latest()["epoch"] == 5
+
+
+def test_a_run_keeps_three_checkpoints_by_default(train, tmp_path):
+    train(["mode=single", "train.epochs=5", "train.checkpoint_every=1", "dataset.num_nodes=300"])
+    assert sorted(p.name for p in (tmp_path / "run1" / "checkpoints").glob("*.pt")) == [
+        "epoch_000003.pt", "epoch_000004.pt", "epoch_000005.pt"]

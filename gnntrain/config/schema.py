@@ -213,6 +213,7 @@ class TrainConfig:
     dtype: DType = DType.float32
     eval_every: int = 1
     checkpoint_every: int = 0
+    keep_checkpoints: int = 3  # the newest k checkpoints are kept; 0 = every one
     resume: bool = False
     progress: bool = True  # rank 0 shows a rich progress bar
 
