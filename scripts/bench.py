@@ -1245,6 +1245,7 @@ def suite_generators(quick: bool) -> dict:
 from bench_ablations import suite_ablations  # noqa: E402  (scripts/ is on sys.path when this runs)
 from bench_auto import suite_auto  # noqa: E402
 from bench_ingest import suite_ingest  # noqa: E402
+from bench_predict import suite_predict  # noqa: E402
 
 SUITES = {"kernels": suite_kernels, "mop_volume": suite_mop_volume, "generators": suite_generators,
           "reference": suite_reference, "partitioners": suite_partitioners, "volume": suite_volume,
@@ -1252,7 +1253,8 @@ SUITES = {"kernels": suite_kernels, "mop_volume": suite_mop_volume, "generators"
           "supergcn_accuracy": suite_supergcn_accuracy, "hongtu_dedup": suite_hongtu_dedup,
           "scale": suite_scale, "hyscale": suite_hyscale, "hyscale_sampler": suite_hyscale_sampler,
           "memory": suite_memory, "ablations": suite_ablations, "partition_memory": suite_partition_memory,
-          "supergcn_lp": suite_supergcn_lp, "auto": suite_auto, "ingest": suite_ingest}
+          "supergcn_lp": suite_supergcn_lp, "auto": suite_auto, "ingest": suite_ingest,
+          "predict": suite_predict}
 
 
 def render(results: dict) -> str:
