@@ -110,7 +110,7 @@ def _is_rank_zero() -> bool:
 
 def run_task(cfg) -> Optional[dict]:
     _setup_logging()  # again: Hydra's job logging put its own console handler back
-    from gnntrain.errors import GnnTrainError
+    from gnntrain.errors import GnnTrainError, Interrupted
     from gnntrain.launch import run_training
     from gnntrain.metrics.report import print_plan
 
@@ -126,14 +126,46 @@ def run_task(cfg) -> Optional[dict]:
         print_predictions(plan, brief=True)
     try:
         summary = run_training(plan, run_dir)
+    except Interrupted as exc:
+        return _interrupted(run_dir, exc.signal, exc.exit_code)
     except GnnTrainError as exc:
         _error(str(exc))
         _console().print(f"[dim]summary: {run_dir / 'summary.json'}[/dim]")
         if _is_multirun():
             return {"status": "failed", "error": str(exc)}
         sys.exit(1)
+    if summary.get("status") == "interrupted":
+        signal_name = (summary.get("interrupted") or {}).get("signal", "SIGINT")
+        return _interrupted(run_dir, signal_name, 143 if signal_name == "SIGTERM" else 130)
     _console().print(f"[dim]outputs: {run_dir}[/dim]")
     return summary
+
+
+def resume_command(run_dir: Path, argv: Optional[List[str]] = None) -> str:
+    """The command that continues this run: the same overrides, its run directory, train.resume=true."""
+    import shlex
+
+    args = [a for a in (sys.argv[1:] if argv is None else argv)
+            if not a.startswith(("hydra.run.dir=", "train.resume=", "hydra/hydra_logging=", "hydra.searchpath=", "-m",
+                                 "--multirun"))]
+    return shlex.join(["gnntrain", "run", *args, f"hydra.run.dir={run_dir}", "train.resume=true"])
+
+
+def _interrupted(run_dir: Path, signal_name: str, code: int):
+    """One line: where the run stopped and the exact command that continues it."""
+    import json
+
+    try:
+        info = json.loads((run_dir / "summary.json").read_text()).get("interrupted") or {}
+    except (OSError, ValueError):
+        info = {}
+    done, total = info.get("last_epoch", 0), info.get("epochs", "?")
+    how = f"after epoch {done} of {total}" if done else "before the first epoch completed"
+    _console(stderr=True).print(f"interrupted by {signal_name} {how}; summary.json says so. Resume with: "
+                                f"{resume_command(run_dir)}", soft_wrap=True, highlight=False, markup=False)
+    if _is_multirun():
+        return {"status": "interrupted"}
+    sys.exit(code)
 
 
 def plan_task(cfg) -> None:

@@ -18,5 +18,17 @@ class DatasetError(GnnTrainError):
     """A dataset that cannot be found or read."""
 
 
+class Interrupted(GnnTrainError):
+    """Ctrl-C or SIGTERM: the run stopped (summary.json says ``interrupted``)."""
+
+    def __init__(self, signal: str, last_epoch: int):
+        self.signal, self.last_epoch = signal, last_epoch
+        super().__init__(f"interrupted by {signal}")
+
+    @property
+    def exit_code(self) -> int:
+        return 143 if self.signal == "SIGTERM" else 130
+
+
 class RankFailure(GnnTrainError):
     """A training rank raised, was killed or stopped answering."""

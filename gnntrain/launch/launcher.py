@@ -26,7 +26,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from gnntrain.errors import GnnTrainError, RankFailure
+from gnntrain.errors import GnnTrainError, Interrupted, RankFailure
+from gnntrain.interrupts import FORWARDED, graceful_stop
 from gnntrain.metrics import RunRecorder, build_summary, failed_summary, write_json_atomic
 from gnntrain.models.kernels import SPMM_CALLS
 
@@ -106,8 +107,9 @@ def _set_threads(threads: int) -> None:
 
 
 def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, port: int,
-              partition: Dict[str, Any], preprocess_s: float) -> Optional[Dict[str, Any]]:
-    """Entry point of one rank, whoever started it."""
+              partition: Dict[str, Any], preprocess_s: float, in_process: bool = False) -> Optional[Dict[str, Any]]:
+    """Entry point of one rank, whoever started it (``in_process``: the launcher's own process, where a second
+    Ctrl-C unwinds to the launcher, which records it, instead of leaving at once)."""
     _set_threads(plan.threads_of(rank))
     import torch
 
@@ -139,7 +141,8 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
     mode = get_mode(plan.mode)(plan.config_obj)
     SPMM_CALLS.clear()  # this rank's run only (in-process ranks run one after another)
     try:
-        result = mode.train_rank(shard, ctx)
+        with graceful_stop(hard_exit=not in_process):  # Ctrl-C, SIGTERM: finish the epoch, agree, stop
+            result = mode.train_rank(shard, ctx)
     except RuntimeError as exc:
         lost = describe_lost_peers(str(exc), hosts, rank, comm.timeout_s) if distributed else None
         if lost is None:
@@ -224,17 +227,27 @@ def run_training(plan, run_dir: Path) -> Dict[str, Any]:
         check_resume(plan, run_dir)
         source, partition, preprocess_s = _shard_source(plan)
         if plan.world_size == 1:
-            summary = rank_main(0, plan, source.shards[0], str(run_dir), "127.0.0.1", 0, partition, preprocess_s)
+            summary = rank_main(0, plan, source.shards[0], str(run_dir), "127.0.0.1", 0, partition, preprocess_s,
+                                in_process=True)
             return summary
         fixed_port = int(plan.config.get("port") or 0)
         for attempt in range(3):
             try:
-                _spawn_and_watch(plan, source, partition, preprocess_s, run_dir, fixed_port or find_free_port())
+                stopped_by = _spawn_and_watch(plan, source, partition, preprocess_s, run_dir,
+                                              fixed_port or find_free_port())
+                if stopped_by is not None:
+                    _name_the_signal(run_dir, stopped_by)
                 break
             except RankFailure as exc:
                 # a free port picked here can be taken by another process before rank 0 binds it
                 if fixed_port or attempt == 2 or "address already in use" not in str(exc).lower():
                     raise
+    except Interrupted as exc:
+        write_json_atomic(run_dir / "summary.json", interrupted_summary(plan, exc.signal, run_dir))
+        raise
+    except KeyboardInterrupt:  # before the ranks trained (loading, partitioning) or in a one-process run
+        write_json_atomic(run_dir / "summary.json", interrupted_summary(plan, "SIGINT", run_dir))
+        raise Interrupted("SIGINT", 0) from None
     except GnnTrainError as exc:
         write_json_atomic(run_dir / "summary.json", failed_summary(plan, str(exc)))
         raise
@@ -245,6 +258,33 @@ def run_training(plan, run_dir: Path) -> Dict[str, Any]:
     import json
 
     return json.loads((run_dir / "summary.json").read_text())
+
+
+def _name_the_signal(run_dir: Path, signum: int) -> None:
+    """The ranks saw the launcher's forwarded stop; summary.json names what the launcher received."""
+    import json
+    import signal
+
+    path = run_dir / "summary.json"
+    summary = json.loads(path.read_text())
+    if summary.get("status") == "interrupted":
+        summary["interrupted"]["signal"] = signal.Signals(signum).name
+        write_json_atomic(path, summary)
+
+
+def interrupted_summary(plan, signal_name: str, run_dir: Path) -> Dict[str, Any]:
+    """An interrupt before any epoch completed (or a second Ctrl-C): no epochs, nothing to resume from
+    beyond the checkpoints already written."""
+    summary = failed_summary(plan, f"interrupted by {signal_name}")
+    summary["status"] = "interrupted"
+    summary["interrupted"] = {"signal": signal_name, "last_epoch": _last_checkpoint_epoch(run_dir),
+                              "epochs": plan.epochs}
+    return summary
+
+
+def _last_checkpoint_epoch(run_dir: Path) -> int:
+    found = sorted(Path(run_dir).glob("checkpoints/epoch_*.pt"))
+    return int(found[-1].stem.split("_")[1]) if found else 0
 
 
 def _shard_source(plan):
@@ -277,15 +317,33 @@ def _spawn_and_watch(plan, source, partition, preprocess_s: float, run_dir: Path
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = saved
+    import signal
+
+    received: List[int] = []
+
+    def pass_on(signum, frame):  # the first: every rank stops after its epoch; the second: stop now
+        if received:
+            raise KeyboardInterrupt
+        received.append(signum)
+        for proc in context.processes:
+            if proc.is_alive():
+                os.kill(proc.pid, FORWARDED)
+
+    previous = {s: signal.signal(s, pass_on) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         while not context.join(timeout=0.5):
             pass
+        return received[0] if received else None
+    except KeyboardInterrupt:
+        raise Interrupted(signal.Signals(received[0]).name if received else "SIGINT", 0) from None
     except mp.ProcessRaisedException as exc:
         raise RankFailure(_describe_failure(exc.error_index, str(exc))) from None
     except mp.ProcessExitedException as exc:
         raise RankFailure(f"rank {exc.error_index} died ({_signal_text(exc)}); the other ranks were stopped. "
                           "Check the host's memory (an out-of-memory kill shows as SIGKILL).") from None
     finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         for proc in context.processes:
             if proc.is_alive():
                 proc.terminate()

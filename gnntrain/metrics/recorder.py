@@ -42,6 +42,9 @@ def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Di
                 "peak_memory_bytes": result["peak_memory_bytes"], "partition": partition,
                 "setup": result.get("setup")}
     history: List[Dict[str, Any]] = result["history"]
+    if not history:  # stopped before its first epoch completed
+        return {"status": "interrupted", **_identity(plan), "interrupted": result.get("interrupted"),
+                "losses": [], "peak_memory_bytes": result.get("peak_memory_bytes")}
     times = [h["epoch_time_s"] for h in history]
     median_time = statistics.median(times)
     # the epoch whose time is the (lower) median gives the per-epoch figures
@@ -73,6 +76,8 @@ def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Di
         **({"mode_report": result["mode_report"]} if result.get("mode_report") else {}),
         **({"prediction": plan.prediction} if getattr(plan, "prediction", None) else {}),
         **({"auto": plan.auto} if getattr(plan, "auto", None) else {}),  # mode=auto: the choice and its table
+        # Ctrl-C or SIGTERM: stopped after this epoch (a checkpoint of it is saved), resumable
+        **({"status": "interrupted", "interrupted": result["interrupted"]} if result.get("interrupted") else {}),
     }
 
 

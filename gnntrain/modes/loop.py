@@ -22,9 +22,17 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple
 import torch
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from gnntrain.checkpoint import preemption_boundary, resume_requested, run_checkpointer, slurm_restarted
+from gnntrain.checkpoint import (
+    Checkpointer,
+    checkpoint_dir,
+    preemption_boundary,
+    resume_requested,
+    run_checkpointer,
+    slurm_restarted,
+)
 from gnntrain.comm.accounting import KINDS, Phase
 from gnntrain.config.schema import option_value
+from gnntrain.interrupts import STOP
 from gnntrain.models import ModelSpec
 from gnntrain.models.kernels import SPMM_CALLS
 from gnntrain.runtime import RankContext, peak_device_bytes, peak_host_bytes
@@ -65,7 +73,7 @@ def sync_gradients(params: List[torch.nn.Parameter], comm, through_host: bool = 
 
 
 def inject_fault(rank: int, epoch: int) -> None:
-    """Failure-test hook: ``GNNTRAIN_INJECT_FAULT=rank:epoch:raise|kill|hang``.
+    """Failure-test hook: ``GNNTRAIN_INJECT_FAULT=rank:epoch:raise|kill|hang|ctrl-c|term-launcher``.
 
     Lets the reliability tests make one rank fail mid-run the way real ranks
     do (an exception, a SIGKILL, a silent stall); unset in normal runs. A
@@ -84,6 +92,10 @@ def inject_fault(rank: int, epoch: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if action == "hang":
         time.sleep(3600)
+    if action == "ctrl-c":  # what a terminal's Ctrl-C does: SIGINT to the launcher and every rank, mid-epoch
+        os.killpg(os.getpgrp(), signal.SIGINT)
+    if action == "term-launcher":  # a batch system's or a user's SIGTERM to the launcher alone
+        os.kill(os.getppid(), signal.SIGTERM)
 
 
 @dataclass
@@ -156,6 +168,7 @@ class EpochLoop:
         if ctx.recorder is not None:
             ctx.recorder.start(epochs, resumed=history)
         boundary = preemption_boundary(checkpointer, comm.rank)
+        interrupted: Optional[Dict[str, Any]] = None
 
         for epoch in range(start_epoch, epochs):
             ledger.reset(Phase.train)
@@ -169,7 +182,9 @@ class EpochLoop:
                 with ledger.in_phase(Phase.eval), torch.no_grad():
                     correct = task.evaluate(epoch)
             record = epoch_record(comm, epoch, stats.loss, correct, stats.seconds, stats.stages, self.global_counts,
-                                  loss_divisor=stats.loss_divisor, other_stage=stats.other_stage)
+                                  loss_divisor=stats.loss_divisor, other_stage=stats.other_stage,
+                                  stop=STOP.requested)
+            stop = bool(record.pop("stop"))  # every rank's flag, reduced: all ranks stop after the same epoch
             record.update(stats.extra)
             if correct is not None:
                 accuracy = {s: record[f"{s}_acc"] for s in SPLITS}
@@ -178,13 +193,24 @@ class EpochLoop:
                 boundary.update(epoch + 1, model, optimizer, history)
             if ctx.recorder is not None:
                 ctx.recorder.epoch(record)
-            if checkpointer is not None and every and (epoch + 1) % every == 0 and comm.rank == 0:
+            saved = checkpointer is not None and every and (epoch + 1) % every == 0
+            if saved and comm.rank == 0:
                 checkpointer.save(epoch + 1, model, optimizer, history)
+            if stop and epoch + 1 < epochs:
+                interrupted = {"signal": STOP.name or "SIGINT", "last_epoch": epoch + 1, "epochs": epochs}
+                if comm.rank == 0 and ctx.run_dir is not None and not saved:  # so that the run can resume
+                    (checkpointer or Checkpointer(checkpoint_dir(self.cfg, ctx.run_dir), ctx.plan.plan_hash,
+                                                  int(train_cfg.get("keep_checkpoints", 0) or 0))
+                     ).save(epoch + 1, model, optimizer, history)
+                break
         if boundary is not None:
             boundary.close()
         if comm.rank == 0 and ctx.run_dir is not None and history:
             self._export_model()
-        return {"history": history, "accuracy": accuracy}
+        result = {"history": history, "accuracy": accuracy}
+        if interrupted is not None:
+            result["interrupted"] = interrupted
+        return result
 
     def _export_model(self) -> None:
         """model.pt + model.yaml for gnntrain.api.load_model (rank 0 holds every parameter, as every rank does)."""
@@ -201,7 +227,7 @@ class EpochLoop:
 
 def epoch_record(comm, epoch: int, loss: float, correct: Optional[List[float]], epoch_time: float,
                  stages: Dict[str, float], global_counts: Dict[str, int], loss_divisor: float = 1.0,
-                 other_stage: bool = True) -> Dict[str, Any]:
+                 other_stage: bool = True, stop: bool = False) -> Dict[str, Any]:
     """One epoch's metrics row, reduced over ranks (a collective).
 
     ``loss`` (this rank's part; the row holds the sum / ``loss_divisor``) and
@@ -216,7 +242,8 @@ def epoch_record(comm, epoch: int, loss: float, correct: Optional[List[float]], 
     stats = [float(loss)] + list(correct or [])
     totals = comm.reduce_stats(stats + sent)
     maxima = comm.reduce_stats([float(sum(s for k, s in zip(KINDS, sent) if k != "reused")),
-                                epoch_time, comm_time, *stages.values()], op="max")
+                                epoch_time, comm_time, *stages.values(), float(stop)], op="max")
+    stop_any = maxima.pop() > 0  # a stop any rank was asked for (Ctrl-C, SIGTERM), agreed by all
     by_kind = {k: int(v) for k, v in zip(KINDS, totals[len(stats):len(stats) + len(KINDS)]) if v}
     record = {
         "epoch": epoch, "loss": totals[0] / loss_divisor,
@@ -232,6 +259,7 @@ def epoch_record(comm, epoch: int, loss: float, correct: Optional[List[float]], 
             record["time_breakdown_s"]["other"] = max(0.0, maxima[1] - maxima[2] - sum(slowest.values()))
     if correct is not None:
         record.update({f"{s}_acc": totals[1 + i] / max(1, global_counts[s]) for i, s in enumerate(SPLITS)})
+    record["stop"] = stop_any
     return record
 
 
