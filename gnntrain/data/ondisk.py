@@ -54,6 +54,60 @@ def is_graph_dir(path: Path) -> bool:
         return False
 
 
+# ------------------------------------------------------------------ blocks
+def read_npy_header(f):
+    """(shape, fortran order, dtype) of an open ``.npy`` file, leaving it at the data."""
+    version = np.lib.format.read_magic(f)
+    reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    return reader(f)
+
+
+class NpyFile:
+    """A C-ordered ``.npy`` file read a block of rows at a time with ``pread``: unlike a memory map, the
+    pages read never count toward the process's resident memory once a block is dropped."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        with open(self.path, "rb") as f:
+            shape, fortran, dtype = read_npy_header(f)
+            self.offset = f.tell()
+        if fortran and len(shape) > 1:
+            raise ValueError(f"{self.path} is stored in Fortran order; save it C-ordered (np.ascontiguousarray)")
+        if dtype.hasobject:
+            raise ValueError(f"{self.path} holds Python objects, not numbers")
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.ndim = len(self.shape)
+        self.row_items = int(np.prod(self.shape[1:])) if self.ndim > 1 else 1
+
+    def __len__(self) -> int:
+        return int(self.shape[0]) if self.shape else 1
+
+    def items(self, start: int, count: int) -> np.ndarray:
+        """``count`` elements of the flattened array from element ``start``."""
+        out = np.empty(count, dtype=self.dtype)
+        with open(self.path, "rb", buffering=0) as f:
+            f.seek(self.offset + start * self.dtype.itemsize)
+            got = f.readinto(memoryview(out).cast("B"))
+        if got != out.nbytes:
+            raise ValueError(f"{self.path} is shorter than its header says (truncated?)")
+        return out
+
+    def rows(self, lo: int, hi: int) -> np.ndarray:
+        hi = min(hi, len(self))
+        block = self.items(lo * self.row_items, max(0, hi - lo) * self.row_items)
+        return block.reshape((max(0, hi - lo),) + self.shape[1:])
+
+
+def _file_blocks(path: Path, as_dtype: Optional[np.dtype] = None) -> Iterator[bytes]:
+    npy = NpyFile(path)
+    total = len(npy) * npy.row_items
+    for start in range(0, total, DIGEST_BLOCK):
+        block = npy.items(start, min(DIGEST_BLOCK, total - start))
+        if as_dtype is not None:
+            block = block.astype(as_dtype, copy=False)
+        yield memoryview(block).cast("B")
+
+
 # ------------------------------------------------------------------ digest
 def _blocks(array: np.ndarray, as_dtype: Optional[np.dtype] = None) -> Iterator[bytes]:
     flat = array.reshape(-1)
@@ -74,25 +128,33 @@ def _destinations(indptr: np.ndarray) -> Iterator[bytes]:
         yield memoryview(np.repeat(np.arange(lo, hi, dtype=np.int64), deg)).cast("B")
 
 
-def content_digest(indptr: np.ndarray, indices: np.ndarray, features: np.ndarray, labels: np.ndarray,
+def content_digest(indptr: np.ndarray, indices, features, labels: np.ndarray,
                    masks: Tuple[np.ndarray, ...]) -> str:
     """``hash_tensors(src, dst, features, labels, *masks)`` computed block by block from the CSR,
-    never materialising the COO arrays (src = indices as int64, dst = row of each entry)."""
+    never materialising the COO arrays (src = indices as int64, dst = row of each entry). ``indices`` and
+    ``features`` may be arrays or ``.npy`` paths (then read with ``pread``, never mapped)."""
     h = hashlib.sha1(b"")
-    nnz = int(indices.shape[0])
 
     def header(dtype: str, shape: Tuple[int, ...]) -> None:
         h.update(dtype.encode() + str(tuple(shape)).encode())
 
+    def blocks(array, as_dtype=None):
+        return _file_blocks(array, as_dtype) if isinstance(array, (str, Path)) else _blocks(array, as_dtype)
+
+    nnz = len(NpyFile(indices)) if isinstance(indices, (str, Path)) else int(indices.shape[0])
     header("int64", (nnz,))
-    for block in _blocks(indices, np.dtype(np.int64)):
+    for block in blocks(indices, np.dtype(np.int64)):
         h.update(block)
     header("int64", (nnz,))
     for block in _destinations(indptr):
         h.update(block)
     for array in (features, labels, *masks):
-        header(str(array.dtype), array.shape)
-        for block in _blocks(array):
+        if isinstance(array, (str, Path)):
+            npy = NpyFile(array)
+            header(str(npy.dtype), npy.shape)
+        else:
+            header(str(array.dtype), array.shape)
+        for block in blocks(array):
             h.update(block)
     return h.hexdigest()[:16]
 

@@ -23,7 +23,7 @@ from gnntrain.data.ingest.nodes import (
     NodeIds,
     NodeOptions,
     NodeResult,
-    load_npy,
+    open_npy,
     read_labels,
     read_mask,
     read_node_table,
@@ -120,8 +120,9 @@ def _edge_batches(opts: IngestOptions, ids: NodeIds, graph: Optional[Dict[str, A
                   ) -> Iterator[Tuple[np.ndarray, np.ndarray, Any, int, int]]:
     """(src index, dst index, locate(i) -> text, done bytes, total bytes) per batch; unknown IDs refused."""
     if graph is not None and not opts.edges:
-        ei = graph["edge_index"]
-        yield from _array_batches(np.asarray(ei[0]), np.asarray(ei[1]), ids, f"--graph {opts.graph}")
+        ei = np.asarray(graph["edge_index"])
+        yield from _array_batches(ei.shape[1], lambda lo, hi: (ei[0, lo:hi], ei[1, lo:hi]), ids,
+                                  f"--graph {opts.graph}")
         return
     if not opts.edges:
         raise DatasetError("ingest: no edges given. Pass --edges FILE (CSV/TSV, Parquet, .npy, .npz) or --graph FILE.")
@@ -129,21 +130,29 @@ def _edge_batches(opts: IngestOptions, ids: NodeIds, graph: Optional[Dict[str, A
     kind = table_format(files[0], opts.edges_format)
     if len(files) > 2 or (len(files) == 2 and kind != "npy"):
         raise DatasetError("ingest: --edges takes one file, or two 1-D .npy files (sources, then destinations).")
-    if kind == "npy":
+    if kind == "npy":  # read with pread a block at a time (a memory map would stay resident)
+        arrays = [open_npy(f, "--edges") for f in files]
         if len(files) == 2:
-            src, dst = load_npy(files[0], "--edges"), load_npy(files[1], "--edges")
+            src, dst = arrays
             if src.ndim != 1 or dst.ndim != 1 or src.shape != dst.shape:
                 raise DatasetError(f"ingest: --edges {files[0]} {files[1]}: two edge files must be 1-D and of equal "
                                    f"length (got {src.shape} and {dst.shape}).")
+            total, read = len(src), lambda lo, hi: (src.rows(lo, hi), dst.rows(lo, hi))
         else:
-            array = load_npy(files[0], "--edges")
+            (array,) = arrays
             if array.ndim != 2 or 2 not in array.shape:
                 raise DatasetError(f"ingest: --edges {files[0]} has shape {array.shape}; an edge array must be 2xE "
                                    f"or Ex2 (or give two 1-D files).")
-            src, dst = (array[0], array[1]) if array.shape[0] == 2 else (array[:, 0], array[:, 1])
-        if src.dtype.kind not in "iu":
-            raise DatasetError(f"ingest: --edges {files[0]}: node IDs in a .npy must be integers (got {src.dtype}).")
-        yield from _array_batches(src, dst, ids, f"--edges {files[0]}")
+            if array.shape[0] == 2:
+                total = array.shape[1]
+                read = lambda lo, hi: (array.items(lo, hi - lo), array.items(total + lo, hi - lo))
+            else:
+                total = array.shape[0]
+                read = lambda lo, hi: tuple(array.rows(lo, hi).T)
+        if arrays[0].dtype.kind not in "iu":
+            raise DatasetError(f"ingest: --edges {files[0]}: node IDs in a .npy must be integers "
+                               f"(got {arrays[0].dtype}).")
+        yield from _array_batches(total, read, ids, f"--edges {files[0]}")
         return
     if kind == "npz":
         import scipy.sparse as sp
@@ -156,7 +165,8 @@ def _edge_batches(opts: IngestOptions, ids: NodeIds, graph: Optional[Dict[str, A
         if coo.shape[0] != coo.shape[1]:
             raise DatasetError(f"ingest: --edges {files[0]}: the adjacency matrix is {coo.shape[0]}x{coo.shape[1]}; "
                                f"it must be square (row = source, column = destination).")
-        yield from _array_batches(coo.row, coo.col, ids, f"--edges {files[0]}")
+        yield from _array_batches(coo.nnz, lambda lo, hi: (coo.row[lo:hi], coo.col[lo:hi]), ids,
+                                  f"--edges {files[0]}")
         return
     table = open_table(files[0], kind, opts.edges_csv)
     src_col = table.column(opts.src_column or ("src" if "src" in table.names else None), 0, "--src-column")
@@ -187,16 +197,17 @@ def _node_source(opts: IngestOptions, ids: NodeIds) -> str:
     return f"nodes are the IDs of {opts.nodes.features}"
 
 
-def _array_batches(src: np.ndarray, dst: np.ndarray, ids: NodeIds, where: str):
-    total = int(src.shape[0])
+def _array_batches(total: int, read, ids: NodeIds, where: str):
+    """Edges from arrays: ``read(lo, hi)`` -> (sources, destinations) of edges lo..hi-1."""
+    total = int(total)
     for lo in range(0, total, EDGE_BATCH):
-        s = ids.encode(np.asarray(src[lo:lo + EDGE_BATCH]))
-        d = ids.encode(np.asarray(dst[lo:lo + EDGE_BATCH]))
+        src, dst = read(lo, min(total, lo + EDGE_BATCH))
+        s, d = ids.encode(np.asarray(src)), ids.encode(np.asarray(dst))
         for values, code in ((src, s), (dst, d)):
             if (code < 0).any():
                 i = int(np.flatnonzero(code < 0)[0])
                 known = f"0..{ids.num_nodes - 1}" if ids.identity else "the IDs of the node table"
-                raise DatasetError(f"ingest: {where}, edge {lo + i}: node {values[lo + i]} is not a node of the "
+                raise DatasetError(f"ingest: {where}, edge {lo + i}: node {values[i]} is not a node of the "
                                    f"graph (nodes are {known}).")
         yield s, d, (lambda i, lo=lo: f"edge {lo + i}"), lo + s.shape[0], total
 
@@ -216,8 +227,8 @@ def _nodes(opts: IngestOptions, work: Path, graph: Optional[Dict[str, Any]], pro
     path = require_features(n_opts)
     kind = table_format(path, n_opts.features_format)
     if kind == "npy":
-        array = load_npy(path, "--features")
-        ids = NodeIds(num_nodes=array.shape[0] if array.ndim else 0)
+        array = open_npy(path, "--features")
+        ids = NodeIds(num_nodes=len(array) if array.ndim else 0)
         if graph is not None and graph["num_nodes"] != ids.num_nodes:
             raise DatasetError(f"ingest: --features {path} has {ids.num_nodes} rows but --graph {opts.graph} has "
                                f"{graph['num_nodes']} nodes; feature rows must equal nodes.")
@@ -335,8 +346,7 @@ def ingest(opts: IngestOptions, progress=_nothing) -> Dict[str, Any]:
         pq.write_table(pa.table({"id": nodes.ids.arrow()}), work / ondisk.NODE_IDS)
         indptr = np.load(work / "indptr.npy")
         progress("content digest", 0, 0)
-        digest = ondisk.content_digest(indptr, np.load(work / "indices.npy", mmap_mode="r"),
-                                       np.load(work / "features.npy", mmap_mode="r"), labels,
+        digest = ondisk.content_digest(indptr, work / "indices.npy", work / "features.npy", labels,
                                        tuple(masks[m] for m in ondisk.MASKS))
         summary = {
             "name": opts.name or out.name, "num_nodes": n, "num_edges": stats.num_edges, "feat_dim": nodes.feat_dim,

@@ -14,11 +14,11 @@ from typing import Callable, Dict
 
 import numpy as np
 
-from gnntrain.data.ondisk import index_dtype
+from gnntrain.data.ondisk import index_dtype, read_npy_header
 from gnntrain.errors import DatasetError
 
-SCATTER_EDGES = 1 << 22  # edges scattered per step
-SORT_ENTRIES = 1 << 23  # CSR entries sorted per row block
+SCATTER_EDGES = 1 << 21  # edges scattered per step
+SORT_ENTRIES = 1 << 21  # CSR entries sorted per row block
 
 
 @dataclass
@@ -33,7 +33,8 @@ def _rewrite_npy_length(path: Path, dtype: np.dtype, length: int) -> None:
     """Shrink a 1-D ``.npy`` file in place: same header size (padded with spaces), new shape, truncated."""
     with open(path, "r+b") as f:
         version = np.lib.format.read_magic(f)
-        np.lib.format._read_array_header(f, version)
+        f.seek(0)
+        read_npy_header(f)  # moves f to the data offset
         offset = f.tell()
         fields = repr({"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (length,)})
         prefix = 8 + (2 if version == (1, 0) else 4)

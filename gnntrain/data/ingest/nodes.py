@@ -21,6 +21,7 @@ from gnntrain.data.ingest.tables import (
     require_file,
     table_format,
 )
+from gnntrain.data.ondisk import NpyFile
 from gnntrain.errors import DatasetError
 
 LABEL_NAMES = ("label", "labels", "y", "class")
@@ -262,29 +263,45 @@ def _raw_to_npy(raw: Path, out: Path, shape) -> None:
 
 
 def write_features(features, work: Path, where: str, progress) -> int:
-    """A feature matrix in node order (numpy, memory-mapped or not, or a tensor) to features.npy."""
-    array = features.detach().cpu().numpy() if hasattr(features, "detach") else features
-    if array.ndim == 1:
-        array = array.reshape(-1, 1)
-    if array.ndim != 2:
+    """A feature matrix in node order (a numpy array, a tensor, or an :class:`NpyFile` read a block at a time)
+    to features.npy, written sequentially (never memory-mapped)."""
+    if isinstance(features, NpyFile):
+        rows, shape, dtype = features.rows, features.shape, features.dtype
+    else:
+        array = features.detach().cpu().numpy() if hasattr(features, "detach") else np.asarray(features)
+        rows, shape, dtype = (lambda lo, hi: array[lo:hi]), array.shape, array.dtype
+    if len(shape) == 1:
+        shape = (shape[0], 1)
+    if len(shape) != 2:
         raise DatasetError(f"ingest: {where}: features must be a 2-D array (nodes x features); got shape "
-                           f"{tuple(array.shape)}.")
-    if array.dtype.kind not in "fiub":
-        raise DatasetError(f"ingest: {where}: features of dtype {array.dtype} cannot be read as numbers.")
-    out = np.lib.format.open_memmap(work / "features.npy", mode="w+", dtype=np.float32, shape=array.shape)
-    for lo in range(0, array.shape[0], FEATURE_ROWS):
-        block = np.asarray(array[lo:lo + FEATURE_ROWS], dtype=np.float32)
-        _check_finite(block, lo, where, None, None)
-        out[lo:lo + block.shape[0]] = block
-        progress("copying features", lo + block.shape[0], array.shape[0])
-    out.flush()
-    del out
-    return int(array.shape[1])
+                           f"{tuple(shape)}.")
+    if dtype.kind not in "fiub":
+        raise DatasetError(f"ingest: {where}: features of dtype {dtype} cannot be read as numbers.")
+    with open(work / "features.npy", "wb") as out:
+        np.lib.format.write_array_header_1_0(out, {"descr": "<f4", "fortran_order": False, "shape": tuple(shape)})
+        for lo in range(0, shape[0], FEATURE_ROWS):
+            block = np.asarray(rows(lo, lo + FEATURE_ROWS), dtype=np.float32).reshape(-1, shape[1])
+            block = np.ascontiguousarray(block)
+            _check_finite(block, lo, where, None, None)
+            out.write(memoryview(block).cast("B"))
+            progress("copying features", lo + block.shape[0], shape[0])
+    return int(shape[1])
 
 
 def load_npy(path: Path, option: str) -> np.ndarray:
+    """A small .npy (labels, masks) read whole."""
     try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
+        return np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        raise DatasetError(f"ingest: {option} {path}: not a plain NumPy array ({exc}).") from None
+    except OSError as exc:
+        raise DatasetError(f"ingest: {option} {path}: cannot read it as .npy ({exc}).") from None
+
+
+def open_npy(path: Path, option: str) -> NpyFile:
+    """A large .npy (edges, features) to read a block at a time."""
+    try:
+        return NpyFile(path)
     except ValueError as exc:
         raise DatasetError(f"ingest: {option} {path}: not a plain NumPy array ({exc}).") from None
     except OSError as exc:
