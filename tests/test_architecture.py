@@ -18,6 +18,7 @@ MAX_MODULE_LINES = 500
 # lower index = lower layer; a module may import its own layer or lower ones only
 LAYERS: List[Set[str]] = [
     {"gnntrain", "gnntrain.errors", "gnntrain.atomic", "gnntrain.seeding", "gnntrain.logs", "gnntrain.config",
+     "gnntrain.interrupts",
      "gnntrain.backends"},
     {"gnntrain.sizing"},
     {"gnntrain.data", "gnntrain.partition", "gnntrain.comm", "gnntrain.models", "gnntrain.metrics",
