@@ -28,6 +28,32 @@ import torch
 from gnntrain.atomic import atomic_write_bytes
 from gnntrain.errors import GnnTrainError
 
+# Settings a resume may change: applied from the resumed epoch on, printed as old -> new and recorded in
+# summary.json (``resume``) and metrics.jsonl. Everything in the plan hash (dataset, model but its dropout, mode,
+# partitioner, world size, dtype, seed) is pinned: a checkpoint of another plan is refused.
+RESUMABLE_SETTINGS = ("train.lr", "train.weight_decay", "train.epochs", "train.eval_every", "train.checkpoint_every",
+                      "train.keep_checkpoints", "model.dropout")
+
+
+def current_settings(cfg) -> Dict[str, Any]:
+    out = {}
+    for key in RESUMABLE_SETTINGS:
+        group, name = key.split(".")
+        out[key] = cfg[group].get(name)
+    return out
+
+
+def resume_changes(state: Dict[str, Any], cfg) -> Dict[str, list]:
+    """{setting: [old, new]} between a checkpoint and this run (old lr and weight decay also from the optimizer
+    state, for checkpoints that predate the stored settings)."""
+    old = dict(state.get("settings") or {})
+    groups = (state.get("optimizer") or {}).get("param_groups") or [{}]
+    old.setdefault("train.lr", groups[0].get("lr"))
+    old.setdefault("train.weight_decay", groups[0].get("weight_decay"))
+    new = current_settings(cfg)
+    return {k: [old[k], new[k]] for k in RESUMABLE_SETTINGS
+            if old.get(k) is not None and new.get(k) is not None and float(old[k]) != float(new[k])}
+
 
 class CheckpointError(GnnTrainError):
     """A checkpoint that cannot be used (another plan, none valid)."""
@@ -38,6 +64,7 @@ class Checkpointer:
         self.directory = Path(directory)
         self.plan_hash = plan_hash
         self.keep = int(keep)  # newest checkpoints kept after each save (train.keep_checkpoints); 0 = all
+        self.settings: Dict[str, Any] = {}  # the run's RESUMABLE_SETTINGS, stored so a resume can name changes
 
     def path(self, epoch: int) -> Path:
         return self.directory / f"epoch_{epoch:06d}.pt"
@@ -59,7 +86,8 @@ class Checkpointer:
     def _payload(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  history: List[Dict[str, Any]]) -> Dict[str, Any]:
         return {"epoch": int(epoch), "plan_hash": self.plan_hash, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "history": history, "rng": torch.get_rng_state()}
+                "optimizer": optimizer.state_dict(), "history": history, "rng": torch.get_rng_state(),
+                "settings": dict(self.settings)}
 
     def save_state(self, payload: Dict[str, Any]) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -179,7 +207,14 @@ def run_checkpointer(cfg, run_dir: Optional[Path], plan_hash: str) -> Optional[C
     directory = checkpoint_dir(cfg, run_dir)
     if directory is None or not (int(cfg.train.checkpoint_every) or resume_requested(cfg) or in_slurm_job()):
         return None
-    return Checkpointer(directory, plan_hash, keep=int(cfg.train.get("keep_checkpoints", 0) or 0))
+    return make_checkpointer(cfg, directory, plan_hash)
+
+
+def make_checkpointer(cfg, directory: Path, plan_hash: str) -> Checkpointer:
+    """A Checkpointer for this run's settings (retention, the settings a resume compares against)."""
+    checkpointer = Checkpointer(directory, plan_hash, keep=int(cfg.train.get("keep_checkpoints", 0) or 0))
+    checkpointer.settings = current_settings(cfg)
+    return checkpointer
 
 
 def preemption_boundary(checkpointer: Optional[Checkpointer], rank: int) -> Optional[PreemptionBoundary]:

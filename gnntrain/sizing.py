@@ -103,6 +103,8 @@ class RunPlan:
     @property
     def plan_hash(self) -> str:
         keys = {k: self.config[k] for k in ("dataset", "model", "mode", "partitioner")}
+        # dropout may change on a resume (gnntrain.checkpoint.RESUMABLE_SETTINGS); the rest of the model is pinned
+        keys["model"] = {k: v for k, v in keys["model"].items() if k != "dropout"}
         keys.update(world_size=self.world_size, dtype=self.dtype, seed=self.config["train"]["seed"])
         return hashlib.sha1(json.dumps(keys, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -142,3 +142,24 @@ def test_a_run_keeps_three_checkpoints_by_default(train, tmp_path):
     train(["mode=single", "train.epochs=5", "train.checkpoint_every=1", "dataset.num_nodes=300"])
     assert sorted(p.name for p in (tmp_path / "run1" / "checkpoints").glob("*.pt")) == [
         "epoch_000003.pt", "epoch_000004.pt", "epoch_000005.pt"]
+
+
+def test_a_resume_with_changed_settings_applies_them_and_says_so(train, tmp_path):
+    """train.resume with another lr (and more epochs): trained at the new lr from the resumed epoch on (its losses
+    leave the unchanged resume's), printed old -> new, recorded in summary.json and metrics.jsonl."""
+    import json
+    import shutil
+
+    base = ["mode=single", "train.checkpoint_every=2", "dataset.num_nodes=300", "train.dtype=float64"]
+    train(base + ["train.epochs=4"])
+    shutil.copytree(tmp_path / "run1", tmp_path / "copy")  # resume=DIR writes its new checkpoints there too
+    same = train(base + ["train.epochs=6", f"resume={tmp_path / 'run1'}"])
+    changed = train(base + ["train.epochs=6", f"resume={tmp_path / 'copy'}", "train.lr=0.5", "train.weight_decay=0"])
+    assert same["losses"][:4] == changed["losses"][:4] and same["losses"][4] == changed["losses"][4]
+    assert abs(same["losses"][5] - changed["losses"][5]) > 1e-6  # epoch 6 is the first trained at lr 0.5
+    assert changed["resume"] == {"from_epoch": 4, "changed": {"train.lr": [0.01, 0.5],
+                                                              "train.weight_decay": [0.0005, 0.0],
+                                                              "train.epochs": [4, 6]}}
+    assert same["resume"]["changed"] == {"train.epochs": [4, 6]}
+    records = [json.loads(line) for line in (tmp_path / "run3" / "metrics.jsonl").read_text().splitlines()]
+    assert records[4]["resume_changed"]["train.lr"] == [0.01, 0.5] and "resume_changed" not in records[5]

@@ -76,6 +76,8 @@ def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Di
         **({"mode_report": result["mode_report"]} if result.get("mode_report") else {}),
         **({"prediction": plan.prediction} if getattr(plan, "prediction", None) else {}),
         **({"auto": plan.auto} if getattr(plan, "auto", None) else {}),  # mode=auto: the choice and its table
+        # resumed from a checkpoint: from which epoch, and the settings changed then ({key: [old, new]})
+        **({"resume": result["resume"]} if result.get("resume") else {}),
         # Ctrl-C or SIGTERM: stopped after this epoch (a checkpoint of it is saved), resumable
         **({"status": "interrupted", "interrupted": result["interrupted"]} if result.get("interrupted") else {}),
     }
@@ -124,12 +126,16 @@ class RunRecorder:
         config = getattr(plan, "config_obj", None)
         self.trackers = Trackers(config, self.run_dir) if config is not None else None
 
-    def start(self, epochs: int, resumed: Optional[List[Dict[str, Any]]] = None) -> None:
+    def start(self, epochs: int, resumed: Optional[List[Dict[str, Any]]] = None,
+              changed: Optional[Dict[str, list]] = None) -> None:
         for record in resumed or []:  # epochs restored from a checkpoint keep their lines
             with open(self.metrics_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
         if resumed:
             self.console.print(f"[dim]resumed after epoch {len(resumed)} from a checkpoint[/dim]")
+        for key, (old, new) in (changed or {}).items():  # applied from the resumed epoch on
+            self.console.print(f"resume: {key} {old} -> {new} (from epoch {len(resumed or []) + 1} on)",
+                               highlight=False, markup=False)
         self._total = epochs
         if self.trackers is not None:
             self.trackers.start(dict(self.plan.config))

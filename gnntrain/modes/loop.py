@@ -23,9 +23,10 @@ import torch
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from gnntrain.checkpoint import (
-    Checkpointer,
     checkpoint_dir,
+    make_checkpointer,
     preemption_boundary,
+    resume_changes,
     resume_requested,
     run_checkpointer,
     slurm_restarted,
@@ -155,18 +156,22 @@ class EpochLoop:
         history: List[Dict[str, Any]] = []
         accuracy: Dict[str, float] = {}
         start_epoch = 0
+        resumed: Optional[Dict[str, Any]] = None
         checkpointer = run_checkpointer(self.cfg, ctx.run_dir, ctx.plan.plan_hash)
         if checkpointer is not None and resume_requested(self.cfg):
             state = checkpointer.load_latest()  # run_training already refused foreign or missing ones
             if state is not None:
                 model.load_state_dict(state["model"])
                 optimizer.load_state_dict(state["optimizer"])
+                for group in optimizer.param_groups:  # this run's lr and weight decay, not the checkpoint's
+                    group["lr"], group["weight_decay"] = float(train_cfg.lr), float(train_cfg.weight_decay)
                 torch.set_rng_state(state["rng"])
                 history, start_epoch = list(state["history"]), int(state["epoch"])
+                resumed = {"from_epoch": start_epoch, "changed": resume_changes(state, self.cfg)}
                 accuracy = {s: history[-1][f"{s}_acc"] for s in SPLITS if f"{s}_acc" in history[-1]}
         task.start(start_epoch, history)
         if ctx.recorder is not None:
-            ctx.recorder.start(epochs, resumed=history)
+            ctx.recorder.start(epochs, resumed=history, changed=(resumed or {}).get("changed"))
         boundary = preemption_boundary(checkpointer, comm.rank)
         interrupted: Optional[Dict[str, Any]] = None
 
@@ -186,6 +191,8 @@ class EpochLoop:
                                   stop=STOP.requested)
             stop = bool(record.pop("stop"))  # every rank's flag, reduced: all ranks stop after the same epoch
             record.update(stats.extra)
+            if resumed is not None and epoch == start_epoch and resumed["changed"]:
+                record["resume_changed"] = resumed["changed"]  # the first epoch that trained with them
             if correct is not None:
                 accuracy = {s: record[f"{s}_acc"] for s in SPLITS}
             history.append(record)
@@ -199,15 +206,16 @@ class EpochLoop:
             if stop and epoch + 1 < epochs:
                 interrupted = {"signal": STOP.name or "SIGINT", "last_epoch": epoch + 1, "epochs": epochs}
                 if comm.rank == 0 and ctx.run_dir is not None and not saved:  # so that the run can resume
-                    (checkpointer or Checkpointer(checkpoint_dir(self.cfg, ctx.run_dir), ctx.plan.plan_hash,
-                                                  int(train_cfg.get("keep_checkpoints", 0) or 0))
-                     ).save(epoch + 1, model, optimizer, history)
+                    (checkpointer or make_checkpointer(self.cfg, checkpoint_dir(self.cfg, ctx.run_dir),
+                                                       ctx.plan.plan_hash)).save(epoch + 1, model, optimizer, history)
                 break
         if boundary is not None:
             boundary.close()
         if comm.rank == 0 and ctx.run_dir is not None and history:
             self._export_model()
         result = {"history": history, "accuracy": accuracy}
+        if resumed is not None:
+            result["resume"] = resumed
         if interrupted is not None:
             result["interrupted"] = interrupted
         return result
