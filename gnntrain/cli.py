@@ -70,6 +70,23 @@ def _setup_logging() -> None:
     setup_logging()
 
 
+SWEEP_FAILURES: List[str] = []  # the overrides of each failed job of a sweep run in this process
+
+
+def _sweep_failed(status: str) -> None:
+    """A multirun job that did not complete: remembered for the sweep's closing line and exit code."""
+    from hydra.core.hydra_config import HydraConfig
+
+    swept = {a.split("=", 1)[0] for a in sys.argv[1:] if "=" in a and "," in a.split("=", 1)[1]
+             and not a.split("=", 1)[1].startswith("[")}  # the sweep's axes (key=a,b,...)
+    try:
+        task = list(HydraConfig.get().overrides.task)
+        overrides = " ".join(o for o in task if o.split("=", 1)[0] in swept) or " ".join(task)
+    except Exception:
+        overrides = "?"
+    SWEEP_FAILURES.append(f"{overrides} ({status})")
+
+
 def _is_multirun() -> bool:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -98,6 +115,7 @@ def _plan_or_exit(cfg, run_dir: Path):
         _error(f"invalid plan: {exc}")
         write_json_atomic(run_dir / "summary.json", failed_summary(None, f"invalid plan: {exc}"))
         if _is_multirun():
+            _sweep_failed("invalid plan")
             return None
         sys.exit(1)
 
@@ -132,6 +150,7 @@ def run_task(cfg) -> Optional[dict]:
         _error(str(exc))
         _console().print(f"[dim]summary: {run_dir / 'summary.json'}[/dim]")
         if _is_multirun():
+            _sweep_failed("failed")
             return {"status": "failed", "error": str(exc)}
         sys.exit(1)
     if summary.get("status") == "interrupted":
@@ -164,6 +183,7 @@ def _interrupted(run_dir: Path, signal_name: str, code: int):
     _console(stderr=True).print(f"interrupted by {signal_name} {how}; summary.json says so. Resume with: "
                                 f"{resume_command(run_dir)}", soft_wrap=True, highlight=False, markup=False)
     if _is_multirun():
+        _sweep_failed("interrupted")
         return {"status": "interrupted"}
     sys.exit(code)
 
@@ -281,6 +301,23 @@ def _calibrate(args: List[str]) -> int:
     return _hydra(calibrate_task, rest, "gnntrain calibrate")
 
 
+SCHEMA_GROUPS = ("dataset", "model", "mode", "partitioner", "hardware", "logger")
+
+
+def _schema_as_option(args: List[str]) -> Optional[str]:
+    """``dataset=dataset_schema``: the schema gnntrain registers for the group, not an option of it."""
+    import re
+
+    for arg in args:
+        hit = re.fullmatch(r"\+?(\w+)=\[?([\w,-]*_schema[\w,-]*)\]?", arg)
+        if hit and hit.group(1) in SCHEMA_GROUPS:
+            group = hit.group(1)
+            options = sorted(p.stem for p in (Path(config_dir()) / group).glob("*.yaml"))
+            return (f"{arg}: {hit.group(2)} is the schema of the {group} group, not a {group}. Use one of: "
+                    f"{', '.join(options)}.")
+    return None
+
+
 def _hydra(task, args: List[str], prog: str) -> int:
     import hydra
 
@@ -289,6 +326,10 @@ def _hydra(task, args: List[str], prog: str) -> int:
 
     register_configs()
     args = list(args)
+    schema = _schema_as_option(args)
+    if schema is not None:
+        _error(schema)
+        return 2
     if not any(a.startswith(("hydra/hydra_logging=", "+hydra/hydra_logging=")) for a in args):
         # Hydra's own lines (sweep launches) go through the same handler as ours, not its stdout format
         args.append("hydra/hydra_logging=none")
@@ -298,7 +339,11 @@ def _hydra(task, args: List[str], prog: str) -> int:
     if user_dir.is_dir() and not any(a.startswith("hydra.searchpath") for a in args):
         args.append(f"hydra.searchpath=[file://{user_dir}]")  # profiles written by gnntrain calibrate
     sys.argv = [prog] + args
+    SWEEP_FAILURES.clear()
     hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)()
+    if SWEEP_FAILURES:  # a sweep whose jobs did not all complete: say which, and fail
+        _error(f"sweep: {len(SWEEP_FAILURES)} job(s) did not complete: " + "; ".join(SWEEP_FAILURES))
+        return 1
     return 0
 
 

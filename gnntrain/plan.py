@@ -13,7 +13,7 @@ from typing import List, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from gnntrain.config.schema import option_value
+from gnntrain.config.schema import option_value, unknown_keys
 from gnntrain.errors import PlanError
 from gnntrain.modes.cost import check_profile, cost_profile
 from gnntrain.sizing import (
@@ -101,6 +101,17 @@ def build_plan(cfg: DictConfig) -> RunPlan:
     from gnntrain.data import check_dataset_config, fill_file_sizes
     from gnntrain.modes import get_mode
 
+    extra = unknown_keys(cfg)
+    if extra:  # appended with +key=value onto a structured config: nothing would read it
+        import difflib
+
+        key, valid = extra[0]
+        close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=3)
+        parent = key.rsplit(".", 1)[0] + "." if "." in key else ""
+        hint = f"did you mean {', '.join(parent + c for c in close)}?" if close else \
+            f"valid keys there: {', '.join(valid)}"
+        raise PlanError(key, "is not an option (appended with +, it would be ignored).",
+                        f"{hint} Set existing keys without '+'.")
     t, m, hw, ds = cfg.train, cfg.model, cfg.hardware, cfg.dataset
     warnings: List[str] = []
     if ds.source == "files":

@@ -338,3 +338,21 @@ def test_logging_setup_rank_levels_warnings_and_hydra_handler(capsys):
     assert process_rank({"RANK": "3", "WORLD_SIZE": "4"}) == 3
     assert process_rank({"SLURM_PROCID": "2", "SLURM_NTASKS": "4"}) == 2
     assert process_rank({"RANK": "0", "WORLD_SIZE": "1"}) == 0 and process_rank({}) == 0
+
+
+@pytest.mark.parametrize("args,line", [
+    (["plan", "+train.epoch=5"], "error: invalid plan: train.epoch: is not an option (appended with +, it would be "
+                                 "ignored). Fix: did you mean train.epochs? Set existing keys without '+'."),
+    (["plan", "+model._target_=my.Model"], "error: invalid plan: model._target_: is not an option (appended with +, "
+                                           "it would be ignored). Fix: did you mean model.target? Set existing keys "
+                                           "without '+'."),
+    (["plan", "dataset=dataset_schema"], "error: dataset=dataset_schema: dataset_schema is the schema of the dataset "
+                                         "group, not a dataset. Use one of: citeseer, cora, csbm, files, ogbn-arxiv, "
+                                         "ogbn-products, pubmed, reddit, rmat."),
+    (["run", "mode=single_schema"], "error: mode=single_schema: single_schema is the schema of the mode group, not a "
+                                    "mode. Use one of: auto, hongtu, hyscale, mop, partition, single, supergcn."),
+])
+def test_appended_keys_and_schema_names_are_one_line(tmp_path, args, line):
+    proc = run_cli(args + [f"hydra.run.dir={tmp_path}/r"], cwd=tmp_path, env_extra={"COLUMNS": "300"})
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert line in proc.stderr.splitlines(), proc.stderr

@@ -13,7 +13,10 @@ def test_sweep_runs_every_job_and_survives_a_failure(tmp_path):
     proc = run_cli(["run", "-m", "mode=single,partition", "dataset.num_nodes=3,300", "train.epochs=2",
                     "train.progress=false", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path}/cache",
                     "hardware.ranks_per_node=4"], cwd=tmp_path, timeout=400)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # the sweep ran every job, then says which did not complete and fails (a CI job must see it)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    closing = [line for line in proc.stderr.splitlines() if "sweep:" in line]
+    assert closing == ["error: sweep: 1 job(s) did not complete: mode=partition dataset.num_nodes=3 (invalid plan)"]
     summaries = {p.parent.name: json.loads(p.read_text()) for p in sweep.rglob("summary.json")}
     assert len(summaries) == 4, sorted(summaries)
     failed = [name for name, s in summaries.items() if s["status"] == "failed"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from omegaconf import MISSING
 
@@ -284,6 +284,28 @@ class RunConfig:
     resume: Optional[str] = None  # a run directory to resume from (its newest valid checkpoint)
     port: int = 0  # rendezvous port for local launches; 0 = pick a free one
     comm_timeout_s: float = 120.0  # finite timeout for every collective
+
+
+def unknown_keys(cfg, prefix: str = "") -> List[Tuple[str, List[str]]]:
+    """Keys a structured node does not define (``+train.epoch=5`` appends one that nothing reads), each with
+    the node's valid keys: [(dotted key, valid keys)]."""
+    import dataclasses
+
+    from omegaconf import DictConfig, OmegaConf
+
+    found: List[Tuple[str, List[str]]] = []
+    kind = OmegaConf.get_type(cfg)
+    valid = [f.name for f in dataclasses.fields(kind)] if dataclasses.is_dataclass(kind) else None
+    for key in cfg.keys():
+        if str(key) in ("hydra",):
+            continue
+        if valid is not None and key not in valid:
+            found.append((f"{prefix}{key}", valid))
+            continue
+        child = cfg._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
+            found += unknown_keys(child, f"{prefix}{key}.")
+    return found
 
 
 def _cpus_per_task(cores_per_node, ranks_per_node) -> int:

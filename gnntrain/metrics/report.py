@@ -377,7 +377,7 @@ def report_command(args: List[str]) -> int:
             table.add_column(h, justify="right", no_wrap=not wraps, **({"overflow": "fold"} if wraps else {}))
         for r, s in zip(rows, runs):
             what = [f"{s['mode']} on {s['dataset']}" if s.get("mode") and s.get("dataset") else "",
-                    f"{s['world_size']} ranks" if s.get("world_size") else "", str(s.get("status") or "")]
+                    _ranks(s.get("world_size")), str(s.get("status") or "")]
             to_target = f"{r[9]} s\n{r[8]} epochs" if r[8][0].isdigit() else r[8]
             table.add_row(Text.assemble(r[0], "\n", (", ".join(x for x in what if x), "dim")), *r[4:8],
                           *([to_target] if with_target else []))
@@ -395,6 +395,10 @@ def report_command(args: List[str]) -> int:
     (out / "report.md").write_text("# gnntrain report\n\n" + "\n".join(md) + "\n")
     console.print(f"[dim]wrote {escape(str(out / 'report.md'))} and {len(pngs)} plot(s)[/dim]")
     return 0
+
+
+def _ranks(world_size) -> str:
+    return "" if not world_size else f"{world_size} rank" + ("" if int(world_size) == 1 else "s")
 
 
 def _plots(runs: List[Dict[str, Any]], out: Path) -> List[Path]:
