@@ -43,6 +43,10 @@ def exported(cora, tmp_path_factory):
     pq.write_table(pa.table(cols), out / "nodes.parquet")
     pq.write_table(pa.table({"src": src, "dst": dst}), out / "edges.parquet")
     np.save(out / "edge_index.npy", np.stack([src, dst]))
+    import scipy.sparse as sp
+
+    sp.save_npz(out / "adjacency.npz", sp.coo_matrix((np.ones(src.shape[0]), (src, dst)),
+                                                     shape=(cora.num_nodes, cora.num_nodes)).tocsr())
     np.save(out / "x.npy", feats)
     np.save(out / "y.npy", cora.labels.numpy())
     for k, m in cora.masks.items():
@@ -70,6 +74,7 @@ FORMATS = {
         features=d / "nodes.parquet")),
     "parquet+npy": lambda d, out: IngestOptions(out=out, edges=[d / "edges.parquet"], nodes=_npy_nodes(d)),
     "npy": lambda d, out: IngestOptions(out=out, edges=[d / "edge_index.npy"], nodes=_npy_nodes(d)),
+    "scipy npz": lambda d, out: IngestOptions(out=out, edges=[d / "adjacency.npz"], nodes=_npy_nodes(d)),
     "pyg": lambda d, out: IngestOptions(out=out, graph=d / "cora.pt"),
     "dgl": lambda d, out: IngestOptions(out=out, graph=d / "cora.bin"),
 }
@@ -83,8 +88,9 @@ def ingested(exported, tmp_path_factory):
     for name, make in FORMATS.items():
         if name == "dgl" and not (exported / "cora.bin").exists():
             continue
-        ingest(make(exported, root / name))
-        out[name] = root / name
+        folder = root / name.replace(" ", "-")
+        ingest(make(exported, folder))
+        out[name] = folder
     return out
 
 
