@@ -57,9 +57,11 @@ STOP = StopRequest()
 
 
 @contextmanager
-def graceful_stop(hard_exit: bool = True) -> Iterator[StopRequest]:
+def graceful_stop(hard_exit: bool = True, sigterm: bool = True) -> Iterator[StopRequest]:
     """Catch SIGINT, SIGTERM and the launcher's SIGUSR1 for the ``with`` block (main thread only; elsewhere a
-    no-op), restoring the previous handlers afterwards."""
+    no-op), restoring the previous handlers afterwards. ``sigterm=False`` leaves SIGTERM deadly: a rank the
+    local launcher spawned gets its stops as SIGUSR1, and SIGTERM from it means "end now" (torch's
+    process context terminates the survivors of a failed rank with it, and waits for them)."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -67,7 +69,8 @@ def graceful_stop(hard_exit: bool = True) -> Iterator[StopRequest]:
         return
     STOP.reset()
     STOP.hard_exit = hard_exit
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, FORWARDED)}
+    caught = (signal.SIGINT, signal.SIGTERM, FORWARDED) if sigterm else (signal.SIGINT, FORWARDED)
+    previous = {s: signal.getsignal(s) for s in caught}
     for s in previous:
         signal.signal(s, STOP.handle)
     try:

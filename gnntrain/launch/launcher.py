@@ -107,7 +107,8 @@ def _set_threads(threads: int) -> None:
 
 
 def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, port: int,
-              partition: Dict[str, Any], preprocess_s: float, in_process: bool = False) -> Optional[Dict[str, Any]]:
+              partition: Dict[str, Any], preprocess_s: float, in_process: bool = False,
+              spawned: bool = False) -> Optional[Dict[str, Any]]:
     """Entry point of one rank, whoever started it (``in_process``: the launcher's own process, where a second
     Ctrl-C unwinds to the launcher, which records it, instead of leaving at once)."""
     _set_threads(plan.threads_of(rank))
@@ -141,7 +142,8 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
     mode = get_mode(plan.mode)(plan.config_obj)
     SPMM_CALLS.clear()  # this rank's run only (in-process ranks run one after another)
     try:
-        with graceful_stop(hard_exit=not in_process):  # Ctrl-C, SIGTERM: finish the epoch, agree, stop
+        # Ctrl-C, SIGTERM: finish the epoch, agree, stop (gnntrain.interrupts)
+        with graceful_stop(hard_exit=not in_process, sigterm=not spawned):
             result = mode.train_rank(shard, ctx)
     except RuntimeError as exc:
         lost = describe_lost_peers(str(exc), hosts, rank, comm.timeout_s) if distributed else None
@@ -185,7 +187,7 @@ def _spawned_rank(rank: int, plan, source, *args) -> None:
 
     setup_logging(rank)  # a fresh interpreter: rank 0 logs info, the others warnings and errors only
     shard, _ = source.shard(plan, rank)  # its own part only, from the store where the mode has one
-    rank_main(rank, plan, shard, *args)
+    rank_main(rank, plan, shard, *args, spawned=True)
     # A finished rank leaves without interpreter teardown: destroying gloo's
     # process group there raced its worker threads ("terminate called without
     # an active exception", SIGABRT) after every output was already written,
