@@ -74,30 +74,25 @@ def run(overrides: Sequence[str] = (), run_dir: Optional[Path] = None) -> RunRes
 
 def _arrays_of(graph) -> Dict[str, Any]:
     """edge_index, features, labels and masks of a PyG Data, a DGL graph or a dict of arrays."""
+    from gnntrain.data.ingest import graph_arrays
+
+    masks = ("train_mask", "val_mask", "test_mask")
     if isinstance(graph, dict):
         get = lambda *keys: next((graph[k] for k in keys if graph.get(k) is not None), None)
         arrays = {"edge_index": get("edge_index", "edges"), "features": get("features", "x", "feat"),
-                  "labels": get("labels", "y", "label")}
-        masks = {m: graph[m] for m in ("train_mask", "val_mask", "test_mask") if graph.get(m) is not None}
-    elif hasattr(graph, "edge_index"):  # PyG Data
-        arrays = {"edge_index": graph.edge_index, "features": graph.x, "labels": getattr(graph, "y", None)}
-        masks = {m: getattr(graph, m) for m in ("train_mask", "val_mask", "test_mask")
-                 if getattr(graph, m, None) is not None}
-    elif hasattr(graph, "ndata") and hasattr(graph, "edges"):  # DGL graph
-        import torch
-
-        src, dst = graph.edges()
-        nd = graph.ndata
-        pick = lambda *keys: next((nd[k] for k in keys if k in nd), None)
-        arrays = {"edge_index": torch.stack([src, dst]), "features": pick("feat", "x", "features"),
-                  "labels": pick("label", "y", "labels")}
-        masks = {m: nd[m] for m in ("train_mask", "val_mask", "test_mask") if m in nd}
+                  "labels": get("labels", "y", "label"), "masks": {m: graph[m] for m in masks
+                                                                  if graph.get(m) is not None}}
     else:
-        raise TypeError(f"train() takes a PyG Data, a DGL graph or a dict of arrays, not {type(graph).__name__}")
+        try:
+            found = graph_arrays(graph)
+        except TypeError:
+            raise TypeError(f"train() takes a PyG Data, a DGL graph or a dict of arrays, not "
+                            f"{type(graph).__name__}") from None
+        arrays = {"edge_index": found["edge_index"], "features": found["x"], "labels": found["y"],
+                  "masks": {m: found[m] for m in masks if found[m] is not None}}
     missing = [k for k in ("edge_index", "features", "labels") if arrays[k] is None]
     if missing:
         raise ValueError(f"the graph has no {', '.join(missing)} (give edge_index, features/x and labels/y)")
-    arrays["masks"] = masks
     return arrays
 
 

@@ -33,7 +33,6 @@ from gnntrain.errors import DatasetError
 FORMAT = "gnntrain-graph"
 VERSION = 1
 META = "meta.json"
-ARRAYS = ("indptr", "indices", "features", "labels", "train_mask", "val_mask", "test_mask")
 MASKS = ("train_mask", "val_mask", "test_mask")
 NODE_IDS = "node_ids.parquet"
 DIGEST_BLOCK = 1 << 22  # elements hashed per step: bounded memory for any graph size
@@ -98,21 +97,19 @@ class NpyFile:
         return block.reshape((max(0, hi - lo),) + self.shape[1:])
 
 
-def _file_blocks(path: Path, as_dtype: Optional[np.dtype] = None) -> Iterator[bytes]:
-    npy = NpyFile(path)
-    total = len(npy) * npy.row_items
+def _flat(array) -> Tuple[np.dtype, Tuple[int, ...], Any]:
+    """(dtype, shape, read(start, count) of the flattened elements) of an array or a ``.npy`` path (read with
+    ``pread``, never mapped)."""
+    if isinstance(array, (str, Path)):
+        npy = NpyFile(array)
+        return npy.dtype, npy.shape, npy.items
+    flat = np.asarray(array).reshape(-1)
+    return flat.dtype, tuple(np.shape(array)), lambda start, count: np.ascontiguousarray(flat[start:start + count])
+
+
+def _blocks(read, total: int, as_dtype: Optional[np.dtype] = None) -> Iterator[bytes]:
     for start in range(0, total, DIGEST_BLOCK):
-        block = npy.items(start, min(DIGEST_BLOCK, total - start))
-        if as_dtype is not None:
-            block = block.astype(as_dtype, copy=False)
-        yield memoryview(block).cast("B")
-
-
-# ------------------------------------------------------------------ digest
-def _blocks(array: np.ndarray, as_dtype: Optional[np.dtype] = None) -> Iterator[bytes]:
-    flat = array.reshape(-1)
-    for start in range(0, flat.shape[0], DIGEST_BLOCK):
-        block = np.ascontiguousarray(flat[start:start + DIGEST_BLOCK])
+        block = read(start, min(DIGEST_BLOCK, total - start))
         if as_dtype is not None:
             block = block.astype(as_dtype, copy=False)
         yield memoryview(block).cast("B")
@@ -138,24 +135,20 @@ def content_digest(indptr: np.ndarray, indices, features, labels: np.ndarray,
     def header(dtype: str, shape: Tuple[int, ...]) -> None:
         h.update(dtype.encode() + str(tuple(shape)).encode())
 
-    def blocks(array, as_dtype=None):
-        return _file_blocks(array, as_dtype) if isinstance(array, (str, Path)) else _blocks(array, as_dtype)
+    def add(array, as_dtype: Optional[np.dtype] = None) -> int:
+        dtype, shape, read = _flat(array)
+        total = int(np.prod(shape))
+        header(str(as_dtype or dtype), shape)
+        for block in _blocks(read, total, as_dtype):
+            h.update(block)
+        return total
 
-    nnz = len(NpyFile(indices)) if isinstance(indices, (str, Path)) else int(indices.shape[0])
-    header("int64", (nnz,))
-    for block in blocks(indices, np.dtype(np.int64)):
-        h.update(block)
-    header("int64", (nnz,))
+    nnz = add(indices, np.dtype(np.int64))  # src: the CSR's sources as int64
+    header("int64", (nnz,))  # dst: each entry's row
     for block in _destinations(indptr):
         h.update(block)
     for array in (features, labels, *masks):
-        if isinstance(array, (str, Path)):
-            npy = NpyFile(array)
-            header(str(npy.dtype), npy.shape)
-        else:
-            header(str(array.dtype), array.shape)
-        for block in blocks(array):
-            h.update(block)
+        add(array)
     return h.hexdigest()[:16]
 
 

@@ -279,14 +279,12 @@ def interrupted_summary(plan, signal_name: str, run_dir: Path) -> Dict[str, Any]
     beyond the checkpoints already written."""
     summary = failed_summary(plan, f"interrupted by {signal_name}")
     summary["status"] = "interrupted"
-    summary["interrupted"] = {"signal": signal_name, "last_epoch": _last_checkpoint_epoch(run_dir),
+    from gnntrain.checkpoint import Checkpointer, checkpoint_dir
+
+    newest = Checkpointer(checkpoint_dir(plan.config_obj, run_dir), plan.plan_hash).candidates()[:1]
+    summary["interrupted"] = {"signal": signal_name, "last_epoch": int(newest[0].stem.split("_")[1]) if newest else 0,
                               "epochs": plan.epochs}
     return summary
-
-
-def _last_checkpoint_epoch(run_dir: Path) -> int:
-    found = sorted(Path(run_dir).glob("checkpoints/epoch_*.pt"))
-    return int(found[-1].stem.split("_")[1]) if found else 0
 
 
 def _shard_source(plan):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from gnntrain.errors import GnnTrainError
+from gnntrain.modes.predict import WHATS
 
 GROUPS = ("dataset", "model", "mode", "partitioner", "hardware")
 EXTENSIONS = {"parquet": ".parquet", "npy": ".npy"}
@@ -25,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
                                        "dataset.path=other_graph (same feature width)")
     p.add_argument("run_dir", type=Path, help="the run's directory (plan.yaml, model.pt)")
     p.add_argument("--checkpoint", type=Path, help="weights to use: a checkpoint file (default: RUN_DIR/model.pt)")
-    p.add_argument("--what", default="logits", choices=["logits", "probs", "labels", "embeddings"])
+    p.add_argument("--what", default="logits", choices=WHATS)
     p.add_argument("--layer", type=int, default=0, help="embeddings: the input of this layer (1..layers-1; "
                                                          "default the last layer's input)")
     p.add_argument("--out", type=Path, help="output file (default RUN_DIR/predictions/<what>.<format>)")

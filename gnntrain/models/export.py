@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from gnntrain.models.custom import weights_model
-from gnntrain.models.gnn import GNN, ModelSpec
+from gnntrain.models.gnn import GNN, ModelSpec, layer_input
 from gnntrain.models.kernels import SparseAdjacency
 from gnntrain.models.norm import edge_weights
 
@@ -83,20 +83,10 @@ class TrainedModel(nn.Module):
     @torch.no_grad()
     def embeddings(self, x=None, edge_index=None, data=None, layer: Optional[int] = None) -> torch.Tensor:
         """The hidden representation fed to layer ``layer`` (default: the last layer's input)."""
-        from gnntrain.models.gnn import hidden_activation
-
         if x is not None and hasattr(x, "edge_index"):
             data, x = x, None
         x, adj = self._inputs(x, edge_index, data)
-        stop = len(self.gnn.layers) - 1 if layer is None else int(layer)
-        if not 1 <= stop <= len(self.gnn.layers) - 1:
-            raise ValueError(f"layer must lie in 1..{len(self.gnn.layers) - 1} (the inputs of hidden layers)")
-        h = x
-        for i, module in enumerate(self.gnn.layers[:stop]):
-            if i > 0:
-                h = hidden_activation(h, i, None, self.gnn.hidden_norm(i))
-            h = module.update(h, module.aggregate(h, adj))
-        return hidden_activation(h, stop, None, self.gnn.hidden_norm(stop))
+        return layer_input(self.gnn, lambda: self.gnn(x, adj, None), 0 if layer is None else int(layer))
 
 
 def load_trained_model(run_dir: Path, map_location: str = "cpu") -> TrainedModel:

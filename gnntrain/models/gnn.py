@@ -322,6 +322,23 @@ def run_layers(model: nn.Module, x: torch.Tensor, step: LayerStep, dropout: Opti
     return h
 
 
+def layer_input(model: GNN, forward: Callable[[], torch.Tensor], layer: int) -> torch.Tensor:
+    """The input of layer ``layer`` (1..layers-1; 0 or less: the last layer's), computed by ``forward()`` with the
+    layer stack cut after layer ``layer`` - 1 and the hidden activation applied: any forward that runs
+    ``model.layers`` (a mode's own layout, or a plain adjacency) yields the embeddings that way."""
+    layers = model.layers
+    depth = len(layers)
+    k = depth - 1 if layer <= 0 else int(layer)
+    if not 1 <= k <= depth - 1:
+        raise ValueError(f"embeddings are the inputs of layers 1..{depth - 1} (this model has {depth} layers)")
+    model.layers = nn.ModuleList(list(layers)[:k])
+    try:
+        h = forward()
+    finally:
+        model.layers = layers
+    return hidden_activation(h, k, None, model.hidden_norm(k))
+
+
 def build_model(spec: ModelSpec, seed: int, dtype: torch.dtype) -> GNN:
     """Identical initial weights on every process: one seeded generator."""
     state = torch.random.get_rng_state()

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from gnntrain.errors import GnnTrainError
-from gnntrain.models.gnn import hidden_activation
+from gnntrain.models.gnn import layer_input
 
 WHATS = ("logits", "probs", "labels", "embeddings")
 PARTS = ".parts"
@@ -51,18 +51,10 @@ def rows_output(model: nn.Module, forward: Callable[[], torch.Tensor], what: str
         if what == "probs":
             return torch.softmax(logits, dim=1)
         return logits.argmax(dim=1) if what == "labels" else logits
-    layers = model.layers
-    depth = len(layers)
-    k = depth - 1 if layer <= 0 else layer
-    if not 1 <= k <= depth - 1:
-        raise GnnTrainError(f"predict: --layer {layer}: embeddings are the inputs of layers 1..{depth - 1} "
-                            f"(this model has {depth} layers).")
-    model.layers = nn.ModuleList(list(layers)[:k])
     try:
-        h = forward()
-    finally:
-        model.layers = layers
-    return hidden_activation(h, k, None, model.hidden_norm(k))
+        return layer_input(model, forward, layer)
+    except ValueError as exc:
+        raise GnnTrainError(f"predict: --layer {layer}: {exc}.") from None
 
 
 def write_part(out_dir: Path, rank: int, ids: torch.Tensor, values: torch.Tensor) -> None:

@@ -33,7 +33,7 @@ from gnntrain.data.ingest.nodes import (
 from gnntrain.data.ingest.tables import CsvOptions, id_type_of, open_table, require_file, table_format
 from gnntrain.errors import DatasetError
 
-__all__ = ["CsvOptions", "IngestOptions", "NodeOptions", "ingest", "ingest_arrays"]
+__all__ = ["CsvOptions", "IngestOptions", "NodeOptions", "graph_arrays", "ingest", "ingest_arrays"]
 
 EDGE_BATCH = 1 << 22  # edges per step from in-memory or .npy sources
 
@@ -74,11 +74,30 @@ def _release_heap() -> None:
 
 
 # ------------------------------------------------------------ whole graphs
-def _read_graph_object(path: Path, kind: str) -> Dict[str, Any]:
-    """edge_index, num_nodes, x, y and masks of a saved PyG Data or DGL graph, as numpy."""
+def graph_arrays(graph) -> Dict[str, Any]:
+    """edge_index (2xE), num_nodes, x, y and the three masks of a PyG ``Data`` or a DGL graph, as numpy (None
+    where the graph has none); TypeError for anything else."""
     def arr(t):
         return None if t is None else (t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t))
 
+    if hasattr(graph, "edge_index"):  # PyG Data
+        get = lambda key: arr(getattr(graph, key, None))
+        out = {"edge_index": arr(graph.edge_index), "num_nodes": int(graph.num_nodes), "x": get("x"), "y": get("y")}
+        out.update({m: get(m) for m in ("train_mask", "val_mask", "test_mask")})
+        return out
+    if hasattr(graph, "ndata") and hasattr(graph, "edges"):  # DGL graph
+        src, dst = graph.edges()
+        nd = graph.ndata
+        pick = lambda *keys: next((arr(nd[k]) for k in keys if k in nd), None)
+        out = {"edge_index": np.stack([arr(src), arr(dst)]), "num_nodes": int(graph.num_nodes()),
+               "x": pick("feat", "x", "features"), "y": pick("label", "y", "labels")}
+        out.update({m: pick(m) for m in ("train_mask", "val_mask", "test_mask")})
+        return out
+    raise TypeError(f"{type(graph).__name__} is neither a PyG Data nor a DGL graph")
+
+
+def _read_graph_object(path: Path, kind: str) -> Dict[str, Any]:
+    """:func:`graph_arrays` of a saved PyG Data (torch.save) or DGL graph (dgl.save_graphs)."""
     if kind == "pyg":
         import torch
 
@@ -94,15 +113,10 @@ def _read_graph_object(path: Path, kind: str) -> Dict[str, Any]:
                                f"{exc}).") from None
         if isinstance(data, (tuple, list)) and data and hasattr(data[0], "edge_index"):
             data = data[0]
-        if not hasattr(data, "edge_index") or data.edge_index is None:
+        if getattr(data, "edge_index", None) is None:
             raise DatasetError(f"ingest: --graph {path} holds a {type(data).__name__}, not a PyG Data with "
                                f"edge_index.")
-        get = lambda key: getattr(data, key, None)
-        out = {"edge_index": arr(data.edge_index), "num_nodes": int(data.num_nodes), "x": arr(get("x")),
-               "y": arr(get("y"))}
-        for m in ("train_mask", "val_mask", "test_mask"):
-            out[m] = arr(get(m))
-        return out
+        return graph_arrays(data)
     from gnntrain.backends import dgl_problem
 
     problem = dgl_problem()
@@ -116,15 +130,7 @@ def _read_graph_object(path: Path, kind: str) -> Dict[str, Any]:
     except Exception as exc:
         raise DatasetError(f"ingest: --graph {path}: dgl.load_graphs could not read it ({type(exc).__name__}: "
                            f"{exc}).") from None
-    g = graphs[0]
-    src, dst = g.edges()
-    nd = g.ndata
-    pick = lambda *keys: next((arr(nd[k]) for k in keys if k in nd), None)
-    out = {"edge_index": np.stack([arr(src), arr(dst)]), "num_nodes": int(g.num_nodes()),
-           "x": pick("feat", "x", "features"), "y": pick("label", "y", "labels")}
-    for m in ("train_mask", "val_mask", "test_mask"):
-        out[m] = pick(m)
-    return out
+    return graph_arrays(graphs[0])
 
 
 # ------------------------------------------------------------------ edges
@@ -134,7 +140,7 @@ def _edge_batches(opts: IngestOptions, ids: NodeIds, graph: Optional[Dict[str, A
     if graph is not None and not opts.edges:
         ei = np.asarray(graph["edge_index"])
         yield from _array_batches(ei.shape[1], lambda lo, hi: (ei[0, lo:hi], ei[1, lo:hi]), ids,
-                                  f"--graph {opts.graph}")
+                                  f"--graph {opts.graph}", _node_source(opts, ids))
         return
     if not opts.edges:
         raise DatasetError("ingest: no edges given. Pass --edges FILE (CSV/TSV, Parquet, .npy, .npz) or --graph FILE.")
@@ -164,7 +170,7 @@ def _edge_batches(opts: IngestOptions, ids: NodeIds, graph: Optional[Dict[str, A
         if arrays[0].dtype.kind not in "iu":
             raise DatasetError(f"ingest: --edges {files[0]}: node IDs in a .npy must be integers "
                                f"(got {arrays[0].dtype}).")
-        yield from _array_batches(total, read, ids, f"--edges {files[0]}")
+        yield from _array_batches(total, read, ids, f"--edges {files[0]}", _node_source(opts, ids))
         return
     if kind == "npz":
         import scipy.sparse as sp
@@ -178,17 +184,19 @@ def _edge_batches(opts: IngestOptions, ids: NodeIds, graph: Optional[Dict[str, A
             raise DatasetError(f"ingest: --edges {files[0]}: the adjacency matrix is {coo.shape[0]}x{coo.shape[1]}; "
                                f"it must be square (row = source, column = destination).")
         yield from _array_batches(coo.nnz, lambda lo, hi: (coo.row[lo:hi], coo.col[lo:hi]), ids,
-                                  f"--edges {files[0]}")
+                                  f"--edges {files[0]}", _node_source(opts, ids))
         return
     table = open_table(files[0], kind, opts.edges_csv)
     src_col = table.column(opts.src_column or ("src" if "src" in table.names else None), 0, "--src-column")
     dst_col = table.column(opts.dst_column or ("dst" if "dst" in table.names else None), 1, "--dst-column")
     if src_col == dst_col:
         raise DatasetError(f"ingest: {files[0]}: --src-column and --dst-column name the same column {src_col!r}.")
+    import pyarrow as pa
+
     id_type = ids.type
     if not ids.identity and opts.nodes.id_type == "auto":
         edge_type = id_type_of(table, src_col, "auto")
-        if edge_type != id_type and id_type.equals(__import__("pyarrow").int64()):
+        if edge_type != id_type and id_type.equals(pa.int64()):
             raise DatasetError(f"ingest: {files[0]}: the edges name nodes by strings but the node table's IDs are "
                                f"integers; the IDs must be the same kind (--id-type string reads both as text).")
     for batch in table.batches([src_col, dst_col], {src_col: id_type, dst_col: id_type}):
@@ -198,8 +206,7 @@ def _edge_batches(opts: IngestOptions, ids: NodeIds, graph: Optional[Dict[str, A
             if (code < 0).any():
                 i = int(np.flatnonzero(code < 0)[0])
                 raise DatasetError(f"ingest: {files[0]} {batch.locate(i)}, column {col_name!r}: node "
-                                   f"{col[i].as_py()!r} is not a node of the graph "
-                                   f"({_node_source(opts, ids)}).")
+                                   f"{col[i].as_py()!r} is not a node of the graph ({_node_source(opts, ids)}).")
         yield coded[0], coded[1], batch.locate, batch.done_bytes, table.size
 
 
@@ -209,8 +216,9 @@ def _node_source(opts: IngestOptions, ids: NodeIds) -> str:
     return f"nodes are the IDs of {opts.nodes.features}"
 
 
-def _array_batches(total: int, read, ids: NodeIds, where: str):
-    """Edges from arrays: ``read(lo, hi)`` -> (sources, destinations) of edges lo..hi-1."""
+def _array_batches(total: int, read, ids: NodeIds, where: str, known: str):
+    """Edges from arrays: ``read(lo, hi)`` -> (sources, destinations) of edges lo..hi-1; ``known`` says which
+    nodes exist, for the error on one that does not."""
     total = int(total)
     for lo in range(0, total, EDGE_BATCH):
         src, dst = read(lo, min(total, lo + EDGE_BATCH))
@@ -218,9 +226,8 @@ def _array_batches(total: int, read, ids: NodeIds, where: str):
         for values, code in ((src, s), (dst, d)):
             if (code < 0).any():
                 i = int(np.flatnonzero(code < 0)[0])
-                known = f"0..{ids.num_nodes - 1}" if ids.identity else "the IDs of the node table"
                 raise DatasetError(f"ingest: {where}, edge {lo + i}: node {values[i]} is not a node of the "
-                                   f"graph (nodes are {known}).")
+                                   f"graph ({known}).")
         yield s, d, (lambda i, lo=lo: f"edge {lo + i}"), lo + s.shape[0], total
 
 

@@ -78,7 +78,30 @@ def _split_fields(line: str, delimiter: str) -> List[str]:
     return next(csv.reader([line], delimiter=delimiter)) if line else []
 
 
-class CsvTable:
+class _Table:
+    """What CSV and Parquet tables share: their column names, and picking a column by name or position."""
+
+    path: Path
+    names: List[str]
+    width: int
+    headerless = False  # a CSV without header: columns are named by their 0-based index
+
+    def column(self, wanted: Optional[str], default_index: int, option: str) -> str:
+        """The column name for ``wanted`` (a name, or an index without a header), or the ``default_index``-th."""
+        if wanted is None or wanted == "":
+            if default_index >= self.width:
+                raise DatasetError(f"ingest: {self.path} has {self.width} column(s); {option} needs a column at "
+                                   f"position {default_index}.")
+            return self.names[default_index]
+        if wanted in self.names:
+            return wanted
+        if self.headerless and re.fullmatch(r"\d+", str(wanted)) and int(wanted) < self.width:
+            return str(int(wanted))
+        shown = f"0..{self.width - 1} (no header)" if self.headerless else ", ".join(self.names)
+        raise DatasetError(f"ingest: {self.path} has no column {wanted!r} ({option}); its columns are {shown}.")
+
+
+class CsvTable(_Table):
     """A CSV/TSV file read block by block. Columns are chosen by header name or by 0-based index."""
 
     def __init__(self, path: Path, options: CsvOptions, kind: str = "csv"):
@@ -105,22 +128,9 @@ class CsvTable:
             raise DatasetError(f"ingest: {path} is not UTF-8 text; is it really a {kind.upper()} file?") from None
         self.width = len(fields)
         self.names = [f.strip() for f in fields] if options.header else [str(i) for i in range(self.width)]
+        self.headerless = not options.header
         if options.header and len(set(self.names)) != len(self.names):
             raise DatasetError(f"ingest: {path}: the header repeats a column name ({', '.join(self.names)}).")
-
-    def column(self, wanted: Optional[str], default_index: int, option: str) -> str:
-        """The column name for ``wanted`` (a header name or an index), or the ``default_index``-th column."""
-        if wanted is None or wanted == "":
-            if default_index >= self.width:
-                raise DatasetError(f"ingest: {self.path} has {self.width} column(s); {option} needs a column at "
-                                   f"position {default_index}.")
-            return self.names[default_index]
-        if wanted in self.names:
-            return wanted
-        if not self.options.header and re.fullmatch(r"\d+", str(wanted)) and int(wanted) < self.width:
-            return str(int(wanted))
-        shown = ", ".join(self.names) if self.options.header else f"0..{self.width - 1} (no header)"
-        raise DatasetError(f"ingest: {self.path} has no column {wanted!r} ({option}); its columns are {shown}.")
 
     def batches(self, columns: Sequence[str], types: Dict[str, object]) -> Iterator[Batch]:
         import pyarrow as pa
@@ -222,7 +232,7 @@ class CsvTable:
         return DatasetError(f"ingest: {self.path}: cannot parse: {exc}")
 
 
-class ParquetTable:
+class ParquetTable(_Table):
     """A Parquet file read in record batches of the selected columns."""
 
     def __init__(self, path: Path):
@@ -238,17 +248,6 @@ class ParquetTable:
         self.names = list(self.schema.names)
         self.width = len(self.names)
         self.size = path.stat().st_size
-
-    def column(self, wanted: Optional[str], default_index: int, option: str) -> str:
-        if wanted is None or wanted == "":
-            if default_index >= self.width:
-                raise DatasetError(f"ingest: {self.path} has {self.width} column(s); {option} needs one at "
-                                   f"position {default_index}.")
-            return self.names[default_index]
-        if wanted in self.names:
-            return wanted
-        raise DatasetError(f"ingest: {self.path} has no column {wanted!r} ({option}); its columns are "
-                           f"{', '.join(self.names)}.")
 
     def batches(self, columns: Sequence[str], types: Dict[str, object]) -> Iterator[Batch]:
         import pyarrow as pa

@@ -274,16 +274,20 @@ class Evaluator:
     def predict(self, what: str, layer: int):
         from gnntrain.modes.predict import rows_output
 
-        model = self.model if next(self.model.parameters()).device.type == "cpu" else copy.deepcopy(self.model).cpu()
-        model.eval()
+        model = self._host_model()
         values = rows_output(model, lambda: model(self.trainer.features.cpu(), self.adj.spmm), what, layer)
         return torch.arange(self.trainer.shard.num_global_nodes), values
 
-    def correct(self) -> List[float]:
+    def _host_model(self):
+        """The model in eval mode on the host (a copy when it trains on a device)."""
         model = self.model
         if next(model.parameters()).device.type != "cpu":
             model = copy.deepcopy(model).cpu()
         model.eval()
+        return model
+
+    def correct(self) -> List[float]:
+        model = self._host_model()
         with torch.no_grad():
             pred = model(self.trainer.features.cpu(), self.adj.spmm).argmax(dim=1)
         self.model.train()
