@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import pickle
+import shutil
 import stat
 import time
 from collections import defaultdict
@@ -416,3 +417,55 @@ def test_dgl_folder_name_is_computed_as_dgl_does(monkeypatch):
         for source in DGL_SOURCES.values():
             want = source.folder_name + "_" + hashlib.sha1(_get_dgl_url(source.url_path).encode()).hexdigest()[:8]
             assert source.folder() == want
+
+
+# ------------------------------------------------- where the files are not
+def _cora_error(tmp_path, data_dir) -> str:
+    with pytest.raises(DatasetError) as err:
+        load_dataset(compose(["dataset=cora", f"data_dir={data_dir}", f"cache_dir={tmp_path / 'cache'}"]))
+    return str(err.value)
+
+
+@requires_shared
+def test_a_data_dir_one_level_too_high_names_the_right_one(tmp_path):
+    """data_dir=../shared/datasets instead of ../shared/datasets/dgl: the folder that holds the
+    files is named, and nothing is downloaded (it used to blame the network)."""
+    from conftest import SHARED_DGL
+
+    message = _cora_error(tmp_path, SHARED_DGL.parent)
+    assert f"data_dir={SHARED_DGL.parent} has no {DGL_SOURCES['cora'].folder()}/, but {SHARED_DGL} does: " \
+           f"set data_dir={SHARED_DGL}" in message
+    assert "download" not in message
+
+
+@requires_shared
+def test_a_missing_raw_file_is_named(tmp_path):
+    from conftest import SHARED_DGL
+
+    folder = DGL_SOURCES["cora"].folder()
+    copy = tmp_path / "data" / folder
+    shutil.copytree(SHARED_DGL / folder, copy)
+    (copy / "ind.cora_v2.tx").unlink()
+    message = _cora_error(tmp_path, tmp_path / "data")
+    assert message.startswith(f"dataset 'cora': {copy} is missing 1 of ")  # DGL's or PyG's, by dataset.reader
+    assert "'s files: ind.cora_v2.tx. Restore them" in message
+    assert "download" not in message
+
+
+def test_a_data_dir_that_is_a_file_says_so(tmp_path):
+    not_a_folder = tmp_path / "cora.zip"
+    not_a_folder.write_bytes(b"PK")
+    assert f"data_dir={not_a_folder} is a file, not a folder." in _cora_error(tmp_path, not_a_folder)
+
+
+def test_without_a_network_no_download_is_tried(tmp_path, monkeypatch):
+    """Downloads allowed but the server unreachable: the library's download is never started
+    (its retries took minutes and ended in a ConnectionError blamed on DGL's cache folder)."""
+    from gnntrain.data import farm
+
+    monkeypatch.delenv("GNNTRAIN_OFFLINE", raising=False)
+    monkeypatch.setattr(farm, "network_problem", lambda library: "data.dgl.ai cannot be reached (test)")
+    message = _cora_error(tmp_path, tmp_path)
+    assert f"raw files not found (data_dir={tmp_path} holds no {DGL_SOURCES['cora'].folder()}/), and no download " \
+           f"was tried: data.dgl.ai cannot be reached (test)." in message
+    assert not (tmp_path / "cache" / "dgl" / "downloaded").exists()

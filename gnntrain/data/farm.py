@@ -42,6 +42,26 @@ def offline() -> bool:
     return os.environ.get("GNNTRAIN_OFFLINE", "") not in ("", "0", "false")
 
 
+DOWNLOAD_HOSTS = {"DGL": "data.dgl.ai", "PyG": "github.com", "OGB": "snap.stanford.edu"}  # download servers
+
+
+def network_problem(library: str, timeout_s: float = 3.0) -> Optional[str]:
+    """Why ``library``'s download server cannot be reached (None when a TCP connection to it
+    opens): checked before any download is started, so a machine without a network never
+    waits on a library's retries and the error names the network only when it is the cause."""
+    import socket
+    from urllib.parse import urlparse
+
+    host = DOWNLOAD_HOSTS.get(library, "")
+    if library == "DGL" and os.environ.get("DGL_REPO"):
+        host = urlparse(os.environ["DGL_REPO"]).hostname or host
+    try:
+        with socket.create_connection((host, 443), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return f"{host} cannot be reached ({exc.strerror or type(exc).__name__})"
+
+
 def source_stamp(source_dir: Path) -> str:
     """What the raw files under ``source_dir`` are: per file its relative path, size and a
     content digest (size and mtime for files over HASHED_FILE_BYTES). Independent of where
@@ -105,35 +125,86 @@ class Located:
     layout: Optional[Layout]  # which layout matched (None when downloading)
 
 
+def _nearby(data_dir: Path, layouts: Sequence[Layout]) -> Optional[Path]:
+    """A folder near ``data_dir`` that holds a layout's folder: one or two levels down (data_dir
+    set too high, e.g. ``datasets`` instead of ``datasets/dgl``) or the parent (data_dir set to
+    the dataset folder itself)."""
+    candidates = [data_dir.parent]
+    children = sorted(c for c in data_dir.iterdir() if c.is_dir()) if data_dir.is_dir() else []
+    candidates += children + [g for c in children for g in sorted(c.iterdir()) if g.is_dir()]
+    for layout in layouts:
+        for candidate in candidates:
+            if (candidate / layout.folder).is_dir() and candidate.resolve() != data_dir.resolve():
+                return candidate
+    return None
+
+
 def locate(name: str, data_dir: Optional[str], layouts: Sequence[Layout], farm_root: Path, farm_folder: str,
            allow_download: bool, library: str) -> Located:
     """Find ``<data_dir>/<folder>/<files>`` for the first layout that is complete, and link it
     into ``<farm_root>/<content key>/<farm_folder>``; or explain what is missing. Call it
     holding :func:`farm_lock`.
 
-    A downloaded copy has a root of its own, so it never stands in for a ``data_dir``'s
-    files, nor they for it.
+    Every error names the data_dir searched, what is missing there and the layouts accepted. A
+    layout folder that is present but incomplete is an error naming the missing files (never a
+    download standing in for the user's files); a download is tried only when allowed, not
+    offline, and the library's server answers. A downloaded copy has a root of its own, so it
+    never stands in for a ``data_dir``'s files, nor they for it.
     """
-    first = layouts[0]
-    if data_dir and not Path(data_dir).is_dir():
-        raise DatasetError(f"dataset '{name}': data_dir={data_dir} does not exist. Set data_dir=DIR (or "
-                           f"GNNTRAIN_DATA_DIR) to the folder holding {first.folder}/, or leave it unset to "
-                           f"let {library} download the files.")
-    for layout in layouts if data_dir else ():
-        found = Path(data_dir) / layout.folder
-        if all((found / f).exists() for f in layout.files):
-            content = source_stamp(found)
-            root = farm_root / hashlib.sha1(content.encode()).hexdigest()[:16]
-            link_farm(found, root / farm_folder, content, layout.links or None)
-            return Located(found, str(found), root, layout)
-    if allow_download and not offline():
-        root = farm_root / "downloaded"
-        return Located(None, f"downloaded by {library} into {root / farm_folder}", root, None)
-    searched = str(Path(data_dir) / first.folder) if data_dir else "(no data_dir set)"
     expected = " or ".join(f"<data_dir>/{lay.folder}/{{{', '.join(lay.files)}}}" for lay in layouts)
-    raise DatasetError(
-        f"dataset '{name}': raw files not found at {searched}, and downloading is "
-        f"{'disabled (GNNTRAIN_OFFLINE)' if offline() else 'off'}. Expected {library}'s layout: "
-        f"{expected}. Set data_dir=DIR (or GNNTRAIN_DATA_DIR) "
-        f"to the folder holding it, or run online to let {library} download it."
-    )
+    accepted = f"{library}'s layout: {expected}"
+    fix = "Set data_dir=DIR (or GNNTRAIN_DATA_DIR) to the folder that holds"
+    if data_dir:
+        where = Path(data_dir)
+        if where.exists() and not where.is_dir():
+            raise DatasetError(f"dataset '{name}': data_dir={data_dir} is a file, not a folder. {fix} "
+                               f"{layouts[0].folder}/ ({accepted}).")
+        if not where.exists():
+            raise DatasetError(f"dataset '{name}': data_dir={data_dir} does not exist. {fix} {layouts[0].folder}/ "
+                               f"({accepted}), or leave it unset to let {library} download the files.")
+        for layout in layouts:
+            found = where / layout.folder
+            if all((found / f).exists() for f in layout.files):
+                content = source_stamp(found)
+                root = farm_root / hashlib.sha1(content.encode()).hexdigest()[:16]
+                link_farm(found, root / farm_folder, content, layout.links or None)
+                return Located(found, str(found), root, layout)
+        for layout in layouts:
+            found = where / layout.folder
+            if found.is_dir():
+                missing = [f for f in layout.files if not (found / f).exists()]
+                raise DatasetError(
+                    f"dataset '{name}': {found} is missing {len(missing)} of {library}'s files: "
+                    f"{', '.join(missing)}. Restore them (the whole set is {accepted}), or point data_dir at "
+                    f"a complete copy.")
+        near = _nearby(where, layouts)
+        if near is not None:
+            raise DatasetError(f"dataset '{name}': data_dir={data_dir} has no {layouts[0].folder}/, but {near} "
+                               f"does: set data_dir={near} ({accepted}).")
+    searched = f"data_dir={data_dir} holds no {layouts[0].folder}/" if data_dir else "no data_dir is set"
+    if not allow_download:
+        why = "downloading is off (allow_download=false)"
+    elif offline():
+        why = "downloading is disabled (GNNTRAIN_OFFLINE)"
+    else:
+        why = network_problem(library)
+        if why is None:
+            root = farm_root / "downloaded"
+            return Located(None, f"downloaded by {library} into {root / farm_folder}", root, None)
+        why = f"no download was tried: {why}"
+    raise DatasetError(f"dataset '{name}': raw files not found ({searched}), and {why}. Expected {accepted}. "
+                       f"{fix} them.")
+
+
+def read_failure(name: str, library: str, where: Located, folder: str, exc: Exception) -> DatasetError:
+    """The one error for a library that failed to read (or, with nothing in data_dir, to
+    download) the raw files: the network is named only when a download was really tried."""
+    cause = f"{type(exc).__name__}: {exc}"
+    if where.found is None:
+        return DatasetError(
+            f"dataset '{name}': {library} could not download it into {where.root / folder} ({cause}). "
+            f"Place the raw files in {library}'s layout under a folder and set data_dir=DIR, or retry when "
+            f"the network is up.")
+    return DatasetError(
+        f"dataset '{name}': {library} could not read {where.found} ({cause}). Check those files "
+        f"(a truncated or corrupt file), or delete {where.root / folder} to rebuild {library}'s processed cache.")

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from gnntrain.backends import dgl_problem
-from gnntrain.data.farm import Layout, farm_lock, locate, quiet
+from gnntrain.data.farm import Layout, farm_lock, locate, quiet, read_failure
 from gnntrain.data.graph import GraphData, clean_edges, hash_tensors
 from gnntrain.errors import DatasetError
 
@@ -127,11 +127,7 @@ def load_dgl_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_downlo
         try:
             ds = quiet(lambda: cls(raw_dir=str(where.root), verbose=False, **(source.kwargs or {})))
         except Exception as exc:  # corrupt files, failed download, ...
-            raise DatasetError(
-                f"dataset '{name}': DGL could not read {where.origin}: {type(exc).__name__}: {exc}. "
-                f"Check the files in {where.found or where.root / folder} (DGL layout <data_dir>/{folder}/...), "
-                f"or delete {where.root / folder} to rebuild DGL's processed cache."
-            ) from exc
+            raise read_failure(name, "DGL", where, folder, exc) from exc
     g = ds[0]
     src, dst = g.edges()
     masks = [g.ndata[f"{s}_mask"] for s in ("train", "val", "test")]
@@ -165,10 +161,7 @@ def load_ogb_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_downlo
             graph, labels = ds[0]
             split = ds.get_idx_split()
         except Exception as exc:
-            raise DatasetError(
-                f"dataset '{name}': OGB could not read {where.origin}: {type(exc).__name__}: {exc}. "
-                f"Check the files (OGB layout <data_dir>/{folder}/raw, split/), or delete {where.root / folder}."
-            ) from exc
+            raise read_failure(name, "OGB", where, folder, exc) from exc
     n = int(graph["num_nodes"])
     masks = []
     for key in ("train", "valid", "test"):

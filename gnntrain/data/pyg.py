@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from gnntrain.backends import pyg_problem
-from gnntrain.data.farm import Layout, farm_lock, locate, quiet
+from gnntrain.data.farm import Layout, farm_lock, locate, quiet, read_failure
 from gnntrain.data.graph import GraphData
 from gnntrain.data.loaders import DGL_SOURCES, graph_data
 from gnntrain.errors import DatasetError
@@ -117,11 +117,7 @@ def load_pyg_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_downlo
             with contextlib.redirect_stderr(io.StringIO()):  # PyG reports "Processing..." on stderr
                 data = quiet(lambda: _read(name, where.root))
         except Exception as exc:  # corrupt files, failed download, ...
-            raise DatasetError(
-                f"dataset '{name}': PyG could not read {where.origin}: {type(exc).__name__}: {exc}. "
-                f"Check the files in {where.found or where.root / farm_folder}, "
-                f"or delete {where.root / farm_folder} to rebuild PyG's processed cache."
-            ) from exc
+            raise read_failure(name, "PyG", where, farm_folder, exc) from exc
         features, num_classes = data.x, REDDIT_CLASSES
         if name != "reddit":
             dtype, num_classes = _planetoid_facts(where.root / farm_folder / "raw", PLANETOID_NAMES[name].lower())
