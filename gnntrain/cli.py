@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 USAGE = """usage: gnntrain COMMAND [overrides...]
 
@@ -156,7 +156,8 @@ def run_task(cfg) -> Optional[dict]:
     if summary.get("status") == "interrupted":
         signal_name = (summary.get("interrupted") or {}).get("signal", "SIGINT")
         return _interrupted(run_dir, signal_name, 143 if signal_name == "SIGTERM" else 130)
-    _console().print(f"[dim]outputs: {run_dir}[/dim]")
+    if _is_rank_zero():  # under torchrun/srun every rank returns here: one line
+        _console().print(f"[dim]outputs: {run_dir}[/dim]")
     return summary
 
 
@@ -318,6 +319,80 @@ def _schema_as_option(args: List[str]) -> Optional[str]:
     return None
 
 
+def config_error(exc: BaseException) -> Optional[str]:
+    """One line for what went wrong composing the config or making the run folder; None for
+    anything else (a bug keeps its traceback)."""
+    import dataclasses
+    import difflib
+
+    import yaml
+    from hydra.errors import CompactHydraException
+
+    chain, cause = [], exc
+    while cause is not None and len(chain) < 8:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    for cause in chain:
+        mark = getattr(cause, "problem_mark", None)
+        if isinstance(cause, yaml.YAMLError) and mark is not None:
+            problem = getattr(cause, "problem", None) or "not valid YAML"
+            return (f"{mark.name}:{mark.line + 1}:{mark.column + 1}: YAML syntax error: {problem}. Fix that line "
+                    f"of the file (indentation, an unclosed bracket or quote, a ':' inside an unquoted value).")
+    missing = getattr(exc, "missing_cfg_file", None)
+    if missing and "/" in missing:  # group=option that no YAML provides
+        group, option = missing.rsplit("/", 1)
+        options = [o for o in getattr(exc, "options", None) or [] if not o.endswith("_schema")]
+        close = difflib.get_close_matches(option, options, n=1)
+        return (f"{group}={option}: no such {group}." + (f" Did you mean {group}={close[0]}?" if close else "") +
+                f" Use one of: {', '.join(options)}.")
+    kind, key = getattr(exc.__cause__, "object_type", None), getattr(exc.__cause__, "full_key", None)
+    if isinstance(exc, CompactHydraException) and key and dataclasses.is_dataclass(kind):  # key=value, no such key
+        valid = [f.name for f in dataclasses.fields(kind)]
+        parent = key.rsplit(".", 1)[0] + "." if "." in key else ""
+        close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=3)
+        hint = f"Did you mean {', '.join(parent + c for c in close)}?" if close else \
+            f"The keys there are: {', '.join(parent + v for v in valid)}."
+        return f"{key}: not an option. {hint}"
+    if getattr(exc, "override", None):  # Hydra's override grammar
+        return f"{exc.override}: {' '.join(str(exc).split())}"
+    if isinstance(exc, CompactHydraException):
+        text = str(exc) if exc.__cause__ is None else f"{exc} {str(exc.__cause__).splitlines()[0]}"
+        return " ".join(line.strip() for line in text.splitlines() if line.strip())
+    if isinstance(exc, OSError) and exc.filename:
+        what = {FileExistsError: "it is a file, not a folder", NotADirectoryError: "a folder on its path is a file"
+                }.get(type(exc), (exc.strerror or str(exc)).lower())
+        return (f"cannot create the run folder {exc.filename}: {what}. Set hydra.run.dir=DIR (hydra.sweep.dir=DIR "
+                f"with -m) to a writable folder, or run from one.")
+    return None
+
+
+def _help(show: Callable[[], None]) -> int:
+    """Hydra's --help with the registered schemas (``dataset_schema`` ...) left out of the group
+    lists: they are what a group's YAMLs build on, not options to pick."""
+    import contextlib
+    import io
+    import re
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        try:
+            show()
+        except SystemExit:
+            pass
+    lines = []
+    for line in text.getvalue().splitlines():
+        group = re.fullmatch(r"(\w+): (.*)", line)
+        if group and group.group(1) in SCHEMA_GROUPS:
+            line = f"{group.group(1)}: " + ", ".join(o for o in group.group(2).split(", ") if not o.endswith("_schema"))
+        lines.append(line)
+    try:
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # gnntrain run --help | head
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def _hydra(task, args: List[str], prog: str) -> int:
     import hydra
 
@@ -340,7 +415,21 @@ def _hydra(task, args: List[str], prog: str) -> int:
         args.append(f"hydra.searchpath=[file://{user_dir}]")  # profiles written by gnntrain calibrate
     sys.argv = [prog] + args
     SWEEP_FAILURES.clear()
-    hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)()
+    full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing: config errors become one line here
+    try:
+        if "--help" in args or "-h" in args:
+            return _help(lambda: hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)())
+        hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)()
+    except Exception as exc:
+        message = config_error(exc)
+        if message is None or full_error:
+            raise
+        _error(message)
+        return 1
+    finally:
+        if full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
     if SWEEP_FAILURES:  # a sweep whose jobs did not all complete: say which, and fail
         _error(f"sweep: {len(SWEEP_FAILURES)} job(s) did not complete: " + "; ".join(SWEEP_FAILURES))
         return 1

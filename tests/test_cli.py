@@ -287,7 +287,7 @@ def test_datasets_and_report_follow_the_terminal_width(tmp_path):
         assert "…" not in proc.stdout
     assert "where it comes from" in proc.stdout  # wide enough: the one-row-per-column table
 
-    run = tmp_path / "runs" / "0-partition-csbm"
+    run = tmp_path / "runs" / "15-37-02-partition-csbm"  # a run folder's name as Hydra makes it
     run.mkdir(parents=True)
     (run / "summary.json").write_text(json.dumps({
         "status": "completed", "mode": "partition", "dataset": "csbm", "world_size": 2, "losses": [1.0],
@@ -298,6 +298,10 @@ def test_datasets_and_report_follow_the_terminal_width(tmp_path):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert max(cell_len(line.rstrip()) for line in proc.stdout.splitlines()) <= columns
         assert "…" not in proc.stdout and "nan" not in proc.stdout and "2.00 KiB" in proc.stdout
+        # the run's name and what it was are read on one line, never folded over several
+        if columns < 200:
+            assert re.search(r"^ ?1  15-37-02-partition-csbm(: |\n   )partition on csbm, 2 ranks, completed$",
+                             proc.stdout, re.M), proc.stdout
 
 
 def test_logging_setup_rank_levels_warnings_and_hydra_handler(capsys):
@@ -356,3 +360,56 @@ def test_appended_keys_and_schema_names_are_one_line(tmp_path, args, line):
     proc = run_cli(args + [f"hydra.run.dir={tmp_path}/r"], cwd=tmp_path, env_extra={"COLUMNS": "300"})
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert line in proc.stderr.splitlines(), proc.stderr
+
+
+def _broken_profile(tmp_path) -> str:
+    folder = tmp_path / "conf" / "hardware"
+    folder.mkdir(parents=True)
+    (folder / "broken.yaml").write_text("defaults:\n  - hardware_schema\nname: broken\n  cores_per_node: [1, 2\n")
+    return f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+
+
+@pytest.mark.parametrize("case,args,line", [
+    ("yaml", ["plan", "hardware=broken"], "error: {tmp}/conf/hardware/broken.yaml:4:17: YAML syntax error: mapping "
+     "values are not allowed here. Fix that line of the file (indentation, an unclosed bracket or quote, a ':' "
+     "inside an unquoted value)."),
+    ("run dir", ["run", "hydra.run.dir={tmp}/a-file/run"], "error: cannot create the run folder {tmp}/a-file/run: a "
+     "folder on its path is a file. Set hydra.run.dir=DIR (hydra.sweep.dir=DIR with -m) to a writable folder, or "
+     "run from one."),
+    ("cache dir", ["plan", "cache_dir={tmp}/a-file"], "error: invalid plan: cache_dir: {tmp}/a-file is a file, not a "
+     "folder. Fix: set cache_dir=DIR (or GNNTRAIN_CACHE_DIR) to a writable folder."),
+    ("no key", ["plan", "train.epoch=5"], "error: train.epoch: not an option. Did you mean train.epochs?"),
+    ("no option", ["plan", "hardware=local_cpu"], "error: hardware=local_cpu: no such hardware. Did you mean "
+     "hardware=local-cpu? Use one of: a100x4, cpu-cluster, gpu-1, gpu-cluster, local-cpu."),
+    ("grammar", ["plan", "train.lr=["], "error: train.lr=[: no viable alternative at input '[' See "
+     "https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details"),
+    ("cluster here", ["run", "hardware=cpu-cluster", "dataset.num_nodes=300"], "error: hardware.nodes: the plan spans "
+     "4 nodes (8 ranks, hardware=cpu-cluster), but no cluster launcher started this run, so all ranks would start on "
+     "this machine. Fix: submit it with -m hydra/launcher=slurm, start it on every node with torchrun (README: "
+     "torchrun), or run here with hardware=local-cpu."),
+    ("degree", ["plan", "dataset.num_nodes=100", "dataset.avg_degree=100000"], "error: invalid plan: "
+     "dataset.avg_degree: 100000.0 is more than a simple graph on num_nodes=100 nodes allows (at most 99: each node "
+     "links to every other once). Fix: lower dataset.avg_degree or raise dataset.num_nodes"),
+])
+def test_config_and_path_errors_are_one_line(tmp_path, case, args, line):
+    """A YAML syntax error, an unusable run or cache folder, a key or group option that does not exist
+    (each used to be a Hydra traceback or a multi-line listing), a cluster profile run without a
+    cluster launcher (it started 8 local ranks), a degree no graph of that size has (the kernel probe
+    tried to allocate 26 GB)."""
+    (tmp_path / "a-file").write_text("")
+    args = [a.format(tmp=tmp_path) for a in args]
+    extra = [_broken_profile(tmp_path)] if case == "yaml" else []
+    extra += [] if any(a.startswith("hydra.run.dir") for a in args) else [f"hydra.run.dir={tmp_path}/r"]
+    extra += [] if any(a.startswith("cache_dir") for a in args) else [f"cache_dir={tmp_path}/cache"]
+    proc = run_cli(args + extra, cwd=tmp_path, env_extra={"COLUMNS": "400"}, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert line.format(tmp=tmp_path) in proc.stderr.splitlines(), proc.stderr
+    assert len([x for x in proc.stderr.splitlines() if x.strip()]) == 1, proc.stderr
+
+
+def test_help_lists_no_schemas(tmp_path):
+    proc = run_cli(["run", "--help"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    groups = [line for line in proc.stdout.splitlines() if line.startswith(("dataset: ", "mode: ", "hardware: "))]
+    assert len(groups) == 3 and "_schema" not in "".join(groups), groups
+    assert "mode: auto, hongtu, hyscale, mop, partition, single, supergcn" in groups

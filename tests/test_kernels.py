@@ -123,7 +123,28 @@ def test_auto_measures_every_kernel_once_per_shape_and_caches(monkeypatch, tmp_p
     fake.update(dgl=0.0005)
     assert kernels.choose_kernel("cpu", "float64", 1, 10.0, 16, tmp_path, probe_nodes=100).kernel == "dgl"
     (tmp_path / "kernels.json").write_text("{not json")
-    assert kernels.choose_kernel("cpu", "float32", 1, 10.0, 16, tmp_path, probe_nodes=100).kernel == "dgl"
+    with pytest.warns(UserWarning, match=f"kernel cache {tmp_path / 'kernels.json'} is corrupt .*re-measuring"):
+        assert kernels.choose_kernel("cpu", "float32", 1, 10.0, 16, tmp_path, probe_nodes=100).kernel == "dgl"
+
+
+@pytest.mark.parametrize("degree,width", [(100_000, 128), (4, 4_000_000), (2**20, 2**20)])
+def test_the_kernel_probe_stays_within_its_budget(monkeypatch, degree, width):
+    """However dense or wide the planned graph, the probe's graph and features fit a small fixed
+    budget (num_nodes=100 avg_degree=100000 used to allocate 26 GB and fail)."""
+    shapes = []
+
+    def fake_graph(nodes, avg_degree):
+        shapes.append((nodes, avg_degree))
+        return torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+
+    monkeypatch.setattr(kernels, "probe_graph", fake_graph)
+    monkeypatch.setattr(kernels, "time_kernel", lambda *args, **kwargs: 0.001)
+    kernels.choose_kernel("cpu", "float32", 1, degree, width, None)
+    (nodes, avg_degree), = shapes
+    assert nodes * avg_degree <= kernels.PROBE_MAX_EDGES
+    assert nodes * (avg_degree * kernels.PROBE_BYTES_PER_EDGE + width * 4 * 4) <= kernels.PROBE_BUDGET_BYTES or \
+        nodes == 16
+    assert nodes * width * 4 * 4 <= 2**30  # with the 16-node floor: a gigabyte at this extreme width
 
 
 def test_real_timing_of_both_kernels():

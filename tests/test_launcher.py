@@ -113,21 +113,24 @@ def test_failing_rank_ends_the_job(tmp_path, action, needle):
     assert summary["status"] == "failed" and summary["error"]
 
 
-def test_run_on_the_torchrun_path(tmp_path):
-    """The same worker entry point runs when ranks come from torchrun."""
+def test_run_on_the_torchrun_path_as_the_readme_writes_it(tmp_path):
+    """The same worker entry point runs when ranks come from torchrun, started as the README says
+    (``.venv/bin/torchrun ... -m gnntrain run``) with nothing on PATH, and each line is printed
+    once (every rank used to print "outputs:")."""
+    import os
+    import subprocess
     import sys
     from pathlib import Path
 
     torchrun = Path(sys.executable).parent / "torchrun"
-    import subprocess
-
-    cmd = [str(torchrun), "--standalone", "--nproc-per-node=2", "--no-python", str(Path(sys.executable).parent /
-           "gnntrain"), "run", f"hydra.run.dir={tmp_path}/run", f"cache_dir={tmp_path}/cache", "train.epochs=3",
-           "train.progress=false"]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "gnntrain", "run", "hardware.ranks_per_node=2",
+           f"hydra.run.dir={tmp_path}/run", f"cache_dir={tmp_path}/cache", "train.epochs=3", "train.progress=false"]
+    env = dict(os.environ, PATH="/usr/bin:/bin")  # the venv's bin is not on PATH
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = read_summary(tmp_path / "run")
     assert summary["status"] == "completed" and summary["world_size"] == 2
+    assert proc.stdout.count(f"outputs: {tmp_path}/run") == 1, proc.stdout
 
 
 def _report_peak(queue) -> None:
@@ -154,3 +157,20 @@ def test_spawned_rank_peak_memory_is_its_own():
     child.join(timeout=60)
     assert peak_host_bytes() >= ballast.numel() * 8
     assert child_peak < peak_host_bytes() - 2**29, (child_peak, peak_host_bytes())
+
+
+def test_threads_never_exceed_the_cores_a_rank_has(monkeypatch):
+    """A profile's cores_per_node (32 on cpu-cluster) planned 16 threads per rank on a 2-core machine;
+    a rank takes its share of the cores it may run on instead."""
+    import os
+
+    from gnntrain.launch.launcher import local_ranks, threads_here
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)))
+    for key in ("LOCAL_WORLD_SIZE", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    assert threads_here(16, world_size=2) == 1 and threads_here(16, world_size=1) == 2
+    assert threads_here(1, world_size=1) == 1  # never more than planned
+    assert local_ranks(8, {"LOCAL_WORLD_SIZE": "2"}) == 2 and local_ranks(8, {"SLURM_PROCID": "3"}) == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # torchrun, one rank on this host
+    assert threads_here(16, world_size=8) == 2

@@ -95,6 +95,15 @@ def test_a_corrupt_part_is_rebuilt_with_a_warning(tmp_path, caplog):
     _assert_same(prepare_in_memory(plan).shards[1].features, shard.features, "rebuilt features")
 
 
+def test_a_corrupt_meta_json_is_rebuilt_with_a_warning(tmp_path):
+    plan = build_plan(compose(SMALL + MODES["partition"] + [f"cache_dir={tmp_path}"]))
+    directory, meta, _ = ensure_store(plan)
+    (directory / "meta.json").write_text('{"format_version": 1, "par')
+    with pytest.warns(UserWarning, match=f"partition store {directory / 'meta.json'} is corrupt .*rebuilding"):
+        rebuilt, again, _ = ensure_store(plan)
+    assert rebuilt == directory and again["built_at"] != meta["built_at"]
+
+
 def test_the_key_follows_what_shapes_a_part(tmp_path):
     base = SMALL + MODES["partition"] + [f"cache_dir={tmp_path}"]
     here = store_dir(build_plan(compose(base)))

@@ -29,7 +29,16 @@ def resolve_cache_dir(cfg) -> Path:
     path = cfg.get("cache_dir") or os.environ.get("GNNTRAIN_CACHE_DIR") or str(
         Path.home() / ".cache" / "gnntrain")
     p = Path(path).expanduser()
-    p.mkdir(parents=True, exist_ok=True)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied", str(p))
+    except OSError as exc:
+        from gnntrain.errors import PlanError
+
+        what = "is a file, not a folder" if p.is_file() else f"cannot be written ({exc.strerror or exc})"
+        raise PlanError("cache_dir", f"{p} {what}.",
+                        "set cache_dir=DIR (or GNNTRAIN_CACHE_DIR) to a writable folder.") from None
     return p
 
 

@@ -62,11 +62,21 @@ def check_dataset_config(ds: Any) -> None:
         if not _number(ds, "avg_degree") > 0:
             raise PlanError("dataset.avg_degree", f"must be > 0 (got {ds.avg_degree}).",
                             "set dataset.avg_degree to a positive value, e.g. 4")
+        n = int(_number(ds, "num_nodes"))
+        if _number(ds, "avg_degree") > n - 1:
+            raise PlanError("dataset.avg_degree", f"{ds.avg_degree} is more than a simple graph on num_nodes={n} "
+                            f"nodes allows (at most {n - 1}: each node links to every other once).",
+                            "lower dataset.avg_degree or raise dataset.num_nodes")
         _in_unit_interval(ds, "intra_ratio", "the fraction of edges inside a class")
         if not _number(ds, "feature_snr") >= 0:
             raise PlanError("dataset.feature_snr", f"must be >= 0 (got {ds.feature_snr}).",
                             "set dataset.feature_snr to 0 or more")
     if name == "rmat":
+        n = int(_number(ds, "num_nodes"))
+        if _number(ds, "num_edges") > n * (n - 1):
+            raise PlanError("dataset.num_edges", f"{ds.num_edges} is more than a simple directed graph on "
+                            f"num_nodes={n} nodes holds (at most {n * (n - 1)}).",
+                            "lower dataset.num_edges or raise dataset.num_nodes")
         abcd = ds.get("rmat_abcd")
         try:
             values = [float(x) for x in abcd]

@@ -26,7 +26,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from gnntrain.errors import GnnTrainError, Interrupted, RankFailure
+from gnntrain.errors import GnnTrainError, Interrupted, PlanError, RankFailure
 from gnntrain.interrupts import FORWARDED, graceful_stop
 from gnntrain.metrics import RunRecorder, build_summary, failed_summary, write_json_atomic
 from gnntrain.models.kernels import SPMM_CALLS
@@ -99,6 +99,24 @@ def external_identity(env: Optional[Dict[str, str]] = None) -> Optional[RankIden
     return None
 
 
+def local_ranks(world_size: int, env: Optional[Dict[str, str]] = None) -> int:
+    """How many ranks share this host: torchrun says (LOCAL_WORLD_SIZE); under srun each task
+    has its own CPU set already (1); the local launcher runs them all here."""
+    env = os.environ if env is None else env
+    if "LOCAL_WORLD_SIZE" in env:
+        return max(1, int(env["LOCAL_WORLD_SIZE"]))
+    if "SLURM_PROCID" in env:
+        return 1
+    return max(1, world_size)
+
+
+def threads_here(planned: int, world_size: int) -> int:
+    """The planned intra-op threads, but never more than this rank's share of the cores it may
+    run on (a profile's cores_per_node describes its nodes, not the machine a run lands on)."""
+    share = max(1, len(os.sched_getaffinity(0)) // local_ranks(world_size))
+    return max(1, min(int(planned), share))
+
+
 def _set_threads(threads: int) -> None:
     """Intra-op threads of this rank (spawned ranks also get OMP_NUM_THREADS from the launcher)."""
     import torch
@@ -111,7 +129,7 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
               spawned: bool = False) -> Optional[Dict[str, Any]]:
     """Entry point of one rank, whoever started it (``in_process``: the launcher's own process, where a second
     Ctrl-C unwinds to the launcher, which records it, instead of leaving at once)."""
-    _set_threads(plan.threads_of(rank))
+    _set_threads(threads_here(plan.threads_of(rank), plan.world_size))
     import torch
 
     from gnntrain.comm import Communicator
@@ -226,6 +244,11 @@ def run_training(plan, run_dir: Path) -> Dict[str, Any]:
     if identity is not None:
         return _run_external(plan, run_dir, identity)
     try:
+        if plan.nodes > 1:  # a cluster profile with no cluster launcher: every rank would start here
+            raise PlanError("hardware.nodes", f"the plan spans {plan.nodes} nodes ({plan.world_size} ranks, hardware="
+                            f"{plan.hardware}), but no cluster launcher started this run, so all ranks would start "
+                            f"on this machine.", "submit it with -m hydra/launcher=slurm, start it on every node "
+                            "with torchrun (README: torchrun), or run here with hardware=local-cpu.")
         check_resume(plan, run_dir)
         source, partition, preprocess_s = _shard_source(plan)
         if plan.world_size == 1:
@@ -308,7 +331,8 @@ def _spawn_and_watch(plan, source, partition, preprocess_s: float, run_dir: Path
     args = (plan, source, str(run_dir), "127.0.0.1", port, partition, preprocess_s)
     # children inherit the thread limit at spawn time; the launcher's own environment is left as it was
     saved = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = str(max(plan.threads_of(r) for r in range(plan.world_size)))
+    os.environ["OMP_NUM_THREADS"] = str(max(threads_here(plan.threads_of(r), plan.world_size)
+                                            for r in range(plan.world_size)))
     try:
         context = mp.start_processes(_spawned_rank, args=args, nprocs=plan.world_size, join=False,
                                      start_method="spawn")

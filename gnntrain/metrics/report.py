@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -366,22 +367,28 @@ def report_command(args: List[str]) -> int:
                          **({"overflow": "fold", "ratio": 1} if h == "run" else {"no_wrap": True}))
     for r in rows:
         table.add_row(*(escape(c) for c in r))
+    details: List[str] = []
     if not _fits(table, console):
-        # narrow terminal: what the run was and how it ended go under its name, the figures keep columns
-        # and the time to target shares one column with its epochs
+        # narrow terminal: runs get short numbers in the table (figures keep their columns, the time to
+        # target shares one column with its epochs); each run's name, what it was and how it ended follow
         table = Table(title=title)
-        table.add_column("run", overflow="fold", ratio=1)
+        table.add_column("#", justify="right", no_wrap=True)
         with_target = any(r[8] != "—" for r in rows)  # no column for a figure no run has
         for h in headers[4:8] + (["to target"] if with_target else []):
             wraps = h in ("median epoch (ms)", "to target")
             table.add_column(h, justify="right", no_wrap=not wraps, **({"overflow": "fold"} if wraps else {}))
-        for r, s in zip(rows, runs):
+        for number, (r, s) in enumerate(zip(rows, runs), start=1):
             what = [f"{s['mode']} on {s['dataset']}" if s.get("mode") and s.get("dataset") else "",
                     _ranks(s.get("world_size")), str(s.get("status") or "")]
             to_target = f"{r[9]} s\n{r[8]} epochs" if r[8][0].isdigit() else r[8]
-            table.add_row(Text.assemble(r[0], "\n", (", ".join(x for x in what if x), "dim")), *r[4:8],
-                          *([to_target] if with_target else []))
+            table.add_row(str(number), *r[4:8], *([to_target] if with_target else []))
+            head, tail = f"{number:>{len(str(len(rows)))}}  {r[0]}", ", ".join(x for x in what if x)
+            one_line = f"{head}: {tail}"
+            details.append(one_line if cell_len(one_line) <= console.width else
+                           f"{head}\n{' ' * (len(str(len(rows))) + 2)}{tail}")
     console.print(table)
+    for line in details:
+        console.print(escape(line), overflow="fold")
     target_line = (f"validation accuracy target {target:.4f} ({chosen}); {WALL_TIME_NOTE}" if target is not None
                    else "no run recorded a validation accuracy: no time to target")
     console.print(f"[dim]{escape(target_line)}[/dim]", soft_wrap=True)

@@ -243,9 +243,22 @@ def _cache_key(device: str, dtype: str, threads: int, degree_bucket: int, width:
 def _read_cache(cache_file: Path) -> Dict[str, dict]:
     """kernels.json as a dict; missing or corrupt reads as empty (re-measured and rewritten)."""
     try:
-        return json.loads(cache_file.read_text()) if cache_file.exists() else {}
-    except (OSError, ValueError):
+        cached = json.loads(cache_file.read_text()) if cache_file.exists() else {}
+        if not isinstance(cached, dict):
+            raise ValueError("not a JSON object")
+        return cached
+    except OSError:
         return {}
+    except ValueError as exc:
+        warnings.warn(f"kernel cache {cache_file} is corrupt ({exc}); re-measuring the kernels and rewriting it",
+                      stacklevel=2)
+        return {}
+
+
+PROBE_BUDGET_BYTES = 256 * 2**20  # the probe graph and its features: a wide or dense run shrinks the probe
+PROBE_BYTES_PER_EDGE = 64  # src, dst, two float64 scales, and each kernel's CSR and transpose
+PROBE_MAX_EDGES = 2**20  # and never more than a second or so of SpMM per kernel
+PROBE_MAX_DEGREE = 1024  # rows denser than this time alike: one probe shape for all of them
 
 
 def choose_kernel(device: str, dtype: str, threads: int, avg_degree: float, width: int,
@@ -255,7 +268,7 @@ def choose_kernel(device: str, dtype: str, threads: int, avg_degree: float, widt
 
     Results are cached in ``cache_dir/kernels.json`` per (torch, DGL, device, dtype, threads,
     degree rounded to a power of two, width), so a host measures each shape once."""
-    degree_bucket = 1 << max(0, round(max(avg_degree, 1.0)).bit_length() - 1)
+    degree_bucket = min(PROBE_MAX_DEGREE, 1 << max(0, round(max(avg_degree, 1.0)).bit_length() - 1))
     width = max(1, int(width))
     key = _cache_key(device, dtype, threads, degree_bucket, width)
     cache_file = Path(cache_dir) / "kernels.json" if cache_dir is not None else None
@@ -268,6 +281,9 @@ def choose_kernel(device: str, dtype: str, threads: int, avg_degree: float, widt
     candidates = [k for k in KERNELS if kernel_problem(k, device, torch_dtype) is None]
     if not candidates:
         raise ValueError(f"no sparse kernel supports {dtype} on {device}")
+    per_node = degree_bucket * PROBE_BYTES_PER_EDGE + width * torch_dtype.itemsize * 4  # x, out and their grads
+    probe_nodes = max(16, min(probe_nodes, PROBE_BUDGET_BYTES // per_node,  # never more than the budget
+                              PROBE_MAX_EDGES // degree_bucket))
     src, dst = probe_graph(probe_nodes, float(degree_bucket))
     previous = torch.get_num_threads()
     torch.set_num_threads(max(1, int(threads)))

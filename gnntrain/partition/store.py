@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -184,9 +185,15 @@ def _shared_refs(tree) -> List[str]:
 # ------------------------------------------------------------------ reading
 def read_meta(directory: Path) -> Optional[Dict[str, Any]]:
     """The store's meta.json, or None when the store is missing, incomplete or of another format."""
+    path = Path(directory) / "meta.json"
     try:
-        meta = json.loads((Path(directory) / "meta.json").read_text())
-    except (OSError, ValueError):
+        meta = json.loads(path.read_text())
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+    except OSError:
+        return None
+    except ValueError as exc:
+        warnings.warn(f"partition store {path} is corrupt ({exc}); rebuilding the store", stacklevel=2)
         return None
     return meta if meta.get("format_version") == FORMAT_VERSION else None
 
