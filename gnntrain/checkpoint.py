@@ -43,6 +43,28 @@ def current_settings(cfg) -> Dict[str, Any]:
     return out
 
 
+def pinned_settings(cfg) -> Dict[str, Any]:
+    """The settings a checkpoint pins (what the plan hash covers), flat: {"model.hidden": 16, ...}, so a
+    refused resume names the keys that differ."""
+    from collections.abc import Mapping
+
+    def flat(prefix: str, node) -> Dict[str, Any]:
+        if isinstance(node, Mapping):
+            return {k: v for key in node for k, v in flat(f"{prefix}.{key}", node[key]).items()}
+        if isinstance(node, (list, tuple)) or type(node).__name__ == "ListConfig":
+            return {prefix: [str(x) for x in node]}
+        return {prefix: node if isinstance(node, (bool, int, float, type(None))) else str(node)}
+
+    out: Dict[str, Any] = {}
+    for group in ("dataset", "model", "mode", "partitioner"):
+        out.update(flat(group, cfg[group]))
+    out.pop("model.dropout", None)
+    for key in ("train.seed", "train.dtype", "hardware.nodes", "hardware.ranks_per_node"):
+        group, name = key.split(".")
+        out[key] = flat(key, cfg[group].get(name))[key]
+    return out
+
+
 def resume_changes(state: Dict[str, Any], cfg) -> Dict[str, list]:
     """{setting: [old, new]} between a checkpoint and this run (old lr and weight decay also from the optimizer
     state, for checkpoints that predate the stored settings)."""
@@ -65,6 +87,7 @@ class Checkpointer:
         self.plan_hash = plan_hash
         self.keep = int(keep)  # newest checkpoints kept after each save (train.keep_checkpoints); 0 = all
         self.settings: Dict[str, Any] = {}  # the run's RESUMABLE_SETTINGS, stored so a resume can name changes
+        self.pinned: Dict[str, Any] = {}  # the run's pinned_settings, stored so a refused resume names what differs
 
     def path(self, epoch: int) -> Path:
         return self.directory / f"epoch_{epoch:06d}.pt"
@@ -87,7 +110,7 @@ class Checkpointer:
                  history: List[Dict[str, Any]]) -> Dict[str, Any]:
         return {"epoch": int(epoch), "plan_hash": self.plan_hash, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "history": history, "rng": torch.get_rng_state(),
-                "settings": dict(self.settings)}
+                "settings": dict(self.settings), "pinned": dict(self.pinned)}
 
     def save_state(self, payload: Dict[str, Any]) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -127,10 +150,17 @@ class Checkpointer:
             if state is None:
                 continue
             if state.get("plan_hash") != self.plan_hash:
+                old, new = state.get("pinned") or {}, self.pinned
+                keys = [k for k in sorted(set(old) | set(new)) if old and new and old.get(k) != new.get(k)]
+                renamed = {k.split(".")[0] for k in keys if k.endswith(".name")}  # another mode: not its options
+                differ = [f"{k} {old.get(k)} -> {new.get(k)}" for k in keys
+                          if k.split(".")[0] not in renamed or k.endswith(".name")]
+                what = ("; ".join(differ[:6]) + ("; ..." if len(differ) > 6 else "")) if differ else \
+                    "mode, dataset, model, partitioner, world size, dtype or seed differ"
                 raise CheckpointError(
                     f"checkpoint {path} was written by another plan (plan hash {state.get('plan_hash')}, this run "
-                    f"{self.plan_hash}: mode, dataset, model, partitioner, world size, dtype or seed differ). "
-                    "Resume with the original overrides, or start a new run directory.")
+                    f"{self.plan_hash}: {what}). A resume may change only {', '.join(RESUMABLE_SETTINGS)}. "
+                    "Resume with the original values of the others, or start a new run directory.")
             return state
         return None
 
@@ -214,6 +244,7 @@ def make_checkpointer(cfg, directory: Path, plan_hash: str) -> Checkpointer:
     """A Checkpointer for this run's settings (retention, the settings a resume compares against)."""
     checkpointer = Checkpointer(directory, plan_hash, keep=int(cfg.train.get("keep_checkpoints", 0) or 0))
     checkpointer.settings = current_settings(cfg)
+    checkpointer.pinned = pinned_settings(cfg)
     return checkpointer
 
 

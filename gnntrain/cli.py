@@ -113,7 +113,8 @@ def _plan_or_exit(cfg, run_dir: Path):
         return resolve_plan(cfg)
     except GnnTrainError as exc:
         _error(f"invalid plan: {exc}")
-        write_json_atomic(run_dir / "summary.json", failed_summary(None, f"invalid plan: {exc}"))
+        if not (run_dir / "summary.json").exists():  # an earlier run's summary in this folder is never replaced
+            write_json_atomic(run_dir / "summary.json", failed_summary(None, f"invalid plan: {exc}"))
         if _is_multirun():
             _sweep_failed("invalid plan")
             return None
@@ -129,19 +130,27 @@ def _is_rank_zero() -> bool:
 def run_task(cfg) -> Optional[dict]:
     _setup_logging()  # again: Hydra's job logging put its own console handler back
     from gnntrain.errors import GnnTrainError, Interrupted
-    from gnntrain.launch import run_training
+    from gnntrain.launch import external_identity, preflight, run_training
     from gnntrain.metrics.report import print_plan
 
     run_dir = _output_dir()
     plan = _plan_or_exit(cfg, run_dir)
     if plan is None:
         return None
-    plan.write_yaml(run_dir / "plan.yaml")
     if _is_rank_zero():  # under torchrun/srun every rank runs this task: one plan on the console
         from gnntrain.metrics.prediction import print_predictions
 
         print_plan(plan, brief=True)
         print_predictions(plan, brief=True)
+    try:
+        preflight(plan, run_dir, external_identity())
+    except GnnTrainError as exc:  # nothing written: an earlier run in this folder keeps its files
+        _error(str(exc))
+        if _is_multirun():
+            _sweep_failed("refused")
+            return {"status": "failed", "error": str(exc)}
+        sys.exit(1)
+    plan.write_yaml(run_dir / "plan.yaml")
     try:
         summary = run_training(plan, run_dir)
     except Interrupted as exc:
@@ -327,6 +336,7 @@ def config_error(exc: BaseException) -> Optional[str]:
 
     import yaml
     from hydra.errors import CompactHydraException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
     chain, cause = [], exc
     while cause is not None and len(chain) < 8:
@@ -345,8 +355,12 @@ def config_error(exc: BaseException) -> Optional[str]:
         close = difflib.get_close_matches(option, options, n=1)
         return (f"{group}={option}: no such {group}." + (f" Did you mean {group}={close[0]}?" if close else "") +
                 f" Use one of: {', '.join(options)}.")
-    kind, key = getattr(exc.__cause__, "object_type", None), getattr(exc.__cause__, "full_key", None)
-    if isinstance(exc, CompactHydraException) and key and dataclasses.is_dataclass(kind):  # key=value, no such key
+    cause = exc.__cause__
+    kind, key = getattr(cause, "object_type", None), getattr(cause, "full_key", None)
+    if isinstance(exc, CompactHydraException) and isinstance(cause, ValidationError) and key:  # a value of wrong type
+        return f"{key}: {str(cause).splitlines()[0]}"
+    if isinstance(exc, CompactHydraException) and isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and key \
+            and dataclasses.is_dataclass(kind):  # key=value, no such key
         valid = [f.name for f in dataclasses.fields(kind)]
         parent = key.rsplit(".", 1)[0] + "." if "." in key else ""
         close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=3)

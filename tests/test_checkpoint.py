@@ -59,6 +59,14 @@ def test_checkpoint_of_another_plan_is_refused(tmp_path):
                    cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "another plan" in out and "Traceback" not in out
+    assert ": mode.name single -> partition). " in out, out  # the keys that differ, named
+    proc = run_cli(["run", "mode=partition", "train.resume=true", f"hydra.run.dir={tmp_path}/a"] + base, cwd=tmp_path)
+    assert proc.returncode == 1 and "another plan" in proc.stderr
+    assert read_summary(tmp_path / "a")["status"] == "completed"  # the refused resume kept the run's own files
+    assert "  mode:\n    name: single\n" in (tmp_path / "a" / "plan.yaml").read_text()
+    proc = run_cli(["run", "mode=single", "train.resume=true", f"hydra.run.dir={tmp_path}/c"] + base, cwd=tmp_path)
+    assert proc.returncode == 0 and f"train.resume=true: no checkpoint in {tmp_path}/c/checkpoints yet; training " \
+        "from epoch 1" in proc.stdout + proc.stderr  # never silently from scratch
 
 
 def test_resume_without_checkpoint_is_refused(tmp_path):

@@ -381,6 +381,8 @@ def _broken_profile(tmp_path) -> str:
     ("no key", ["plan", "train.epoch=5"], "error: train.epoch: not an option. Did you mean train.epochs?"),
     ("no option", ["plan", "hardware=local_cpu"], "error: hardware=local_cpu: no such hardware. Did you mean "
      "hardware=local-cpu? Use one of: a100x4, cpu-cluster, gpu-1, gpu-cluster, local-cpu."),
+    ("type", ["plan", "train.dtype=float16"], "error: train.dtype: Invalid value 'float16', expected one of "
+     "[float32, float64]"),
     ("grammar", ["plan", "train.lr=["], "error: train.lr=[: no viable alternative at input '[' See "
      "https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details"),
     ("cluster here", ["run", "hardware=cpu-cluster", "dataset.num_nodes=300"], "error: hardware.nodes: the plan spans "

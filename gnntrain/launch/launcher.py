@@ -15,6 +15,7 @@ says ``status: failed``.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
@@ -224,16 +225,32 @@ def prepare(plan, ranks=None):
 
 def check_resume(plan, run_dir: Path) -> None:
     """Before any rank starts: a resume source must hold a valid checkpoint of this very plan."""
-    from gnntrain.checkpoint import Checkpointer, CheckpointError, checkpoint_dir, resume_requested
+    from gnntrain.checkpoint import CheckpointError, checkpoint_dir, make_checkpointer, resume_requested
 
     cfg = plan.config
     if not resume_requested(cfg):
         return
     directory = checkpoint_dir(plan.config_obj, run_dir)
-    state = Checkpointer(directory, plan.plan_hash).load_latest()  # raises for another plan's checkpoint
+    state = make_checkpointer(plan.config_obj, directory, plan.plan_hash).load_latest()  # refuses another plan's
     if state is None and cfg.get("resume"):
         raise CheckpointError(f"resume={cfg['resume']}: no valid checkpoint in {directory}. Point resume= at a "
                               "run directory that was trained with train.checkpoint_every > 0.")
+    if state is None:  # train.resume=true where no checkpoint was written yet: say so, then train from epoch 1
+        logging.getLogger("gnntrain").warning(f"train.resume=true: no checkpoint in {directory} yet; training "
+                                              "from epoch 1")
+
+
+def preflight(plan, run_dir: Path, identity: Optional[RankIdentity]) -> None:
+    """What refuses a run before it writes anything (an earlier run's summary.json, plan.yaml and
+    checkpoints in the same folder stay as they were): a cluster profile with no cluster launcher,
+    a resume that finds another plan's checkpoint or none. Every rank checks (they read the same
+    directory), so under torchrun or srun all refuse before any rendezvous."""
+    if identity is None and plan.nodes > 1:  # every rank would start on this machine
+        raise PlanError("hardware.nodes", f"the plan spans {plan.nodes} nodes ({plan.world_size} ranks, hardware="
+                        f"{plan.hardware}), but no cluster launcher started this run, so all ranks would start "
+                        f"on this machine.", "submit it with -m hydra/launcher=slurm, start it on every node "
+                        "with torchrun (README: torchrun), or run here with hardware=local-cpu.")
+    check_resume(plan, run_dir)
 
 
 def run_training(plan, run_dir: Path) -> Dict[str, Any]:
@@ -241,15 +258,10 @@ def run_training(plan, run_dir: Path) -> Dict[str, Any]:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     identity = external_identity()
+    preflight(plan, run_dir, identity)  # refused before anything in run_dir is written
     if identity is not None:
         return _run_external(plan, run_dir, identity)
     try:
-        if plan.nodes > 1:  # a cluster profile with no cluster launcher: every rank would start here
-            raise PlanError("hardware.nodes", f"the plan spans {plan.nodes} nodes ({plan.world_size} ranks, hardware="
-                            f"{plan.hardware}), but no cluster launcher started this run, so all ranks would start "
-                            f"on this machine.", "submit it with -m hydra/launcher=slurm, start it on every node "
-                            "with torchrun (README: torchrun), or run here with hardware=local-cpu.")
-        check_resume(plan, run_dir)
         source, partition, preprocess_s = _shard_source(plan)
         if plan.world_size == 1:
             summary = rank_main(0, plan, source.shards[0], str(run_dir), "127.0.0.1", 0, partition, preprocess_s,
@@ -391,13 +403,6 @@ def _describe_failure(rank: int, message: str) -> str:
 
 
 def _run_external(plan, run_dir: Path, identity: RankIdentity) -> Dict[str, Any]:
-    # every rank checks (they read the same directory), so all refuse before any rendezvous
-    try:
-        check_resume(plan, run_dir)
-    except GnnTrainError as exc:
-        if identity.rank == 0:
-            write_json_atomic(run_dir / "summary.json", failed_summary(plan, str(exc)))
-        raise
     if plan.world_size == 1:
         # a one-process plan (mode=single) inside a multi-task allocation: task 0 runs it alone
         if identity.rank != 0:
