@@ -21,7 +21,7 @@ run: $(STAMP)
 	$(BIN)/gnntrain run
 
 test: $(STAMP)
-	GNNTRAIN_OFFLINE=1 $(BIN)/python -m pytest -q
+	GNNTRAIN_OFFLINE=1 $(BIN)/python -m pytest -q --durations=40
 
 lint: $(STAMP)
 	$(BIN)/ruff check gnntrain tests scripts hydra_plugins
