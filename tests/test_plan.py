@@ -116,7 +116,7 @@ def test_port_in_use_is_refused():
 @pytest.mark.parametrize("args,needle", [
     (["train.epochs=-3"], "train.epochs"),
     (["hardware.ranks_per_node=6", "mode.replication=2"], "c^2"),
-    (["dataset.num_nodes=3", "hardware.ranks_per_node=4"], "world size"),
+    (["dataset.num_nodes=3", "dataset.avg_degree=2", "hardware.ranks_per_node=4"], "world size"),
     (["mode=hongtu", "mode.device_memory=1KiB"], "mode.device_memory"),
     (["mode=supergcn", "mode.bits=3"], "mode.bits"),
 ])
