@@ -50,13 +50,19 @@ RUN_MARK = "GNNTRAIN_TEST_RUN_MARK"  # set in the launcher's environment; spawne
 
 
 def _run_ranks(mark: str) -> dict:
-    """Live rank processes of the run marked ``mark``: spawned interpreters (``spawn_main``) whose
-    environment carries the mark. Found through /proc, whoever their parent is now."""
+    """Live rank processes of the run marked ``mark``: spawned interpreters (``spawn_main``), or the
+    fork server's children (the server itself is not a rank), whose environment carries the mark.
+    Found through /proc, whoever their parent is now."""
     found = {}
     for pid in psutil.pids():
         try:
             p = psutil.Process(pid)
-            if p.environ().get(RUN_MARK) != mark or "spawn_main" not in " ".join(p.cmdline()):
+            command = " ".join(p.cmdline())
+            if p.environ().get(RUN_MARK) != mark:
+                continue
+            forked = "forkserver" in command and p.parent() is not None and \
+                "forkserver" in " ".join(p.parent().cmdline())
+            if "spawn_main" not in command and not forked:
                 continue
             if p.status() != psutil.STATUS_ZOMBIE:
                 found[pid] = p

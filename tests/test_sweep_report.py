@@ -10,7 +10,8 @@ from conftest import run_cli
 def test_sweep_runs_every_job_and_survives_a_failure(tmp_path):
     sweep = tmp_path / "sweep"
     # dataset.num_nodes=3 with 4 ranks is an impossible plan for partition, fine for single
-    proc = run_cli(["run", "-m", "mode=single,partition", "dataset.num_nodes=3,300", "dataset.avg_degree=2", "train.epochs=2",
+    proc = run_cli(["run", "-m", "mode=single,partition", "dataset.num_nodes=3,300", "dataset.avg_degree=2",
+                    "train.epochs=2",
                     "train.progress=false", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path}/cache",
                     "hardware.ranks_per_node=4"], cwd=tmp_path, timeout=400)
     # the sweep ran every job, then says which did not complete and fails (a CI job must see it)

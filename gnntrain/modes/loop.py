@@ -96,7 +96,7 @@ def inject_fault(rank: int, epoch: int) -> None:
     if action == "ctrl-c":  # what a terminal's Ctrl-C does: SIGINT to the launcher and every rank, mid-epoch
         os.killpg(os.getpgrp(), signal.SIGINT)
     if action == "term-launcher":  # a batch system's or a user's SIGTERM to the launcher alone
-        os.kill(os.getppid(), signal.SIGTERM)
+        os.kill(int(os.environ.get("GNNTRAIN_LAUNCHER_PID") or os.getppid()), signal.SIGTERM)
 
 
 @dataclass
