@@ -122,14 +122,21 @@ def test_arena_cap_binds_the_allocators_peak():
 
 
 def test_stager_loads_the_same_rows():
+    """The staged path (reusable buffers, rotated) on the CPU: every load equals ``host[index]`` and stays
+    so after later loads refill the buffers; a load that handed out its buffer, or a buffer grown or
+    reused wrongly, would change an earlier result."""
     from gnntrain.modes.hongtu.staging import HostToDeviceStager
 
-    host = torch.arange(40, dtype=torch.float64).reshape(10, 4)
-    stager = HostToDeviceStager(torch.device("cpu"))
-    index = torch.tensor([7, 1, 1, 4])
-    assert torch.equal(stager.load(host, index), host[index])
-    assert torch.equal(stager.load(host, slice(2, 6)), host[2:6])
-    assert stager.stream is None and not stager.cuda
+    host = torch.arange(400, dtype=torch.float64).reshape(100, 4)
+    plain = HostToDeviceStager(torch.device("cpu"))
+    assert plain.stream is None and not plain.cuda and not plain.staged
+    stager = HostToDeviceStager(torch.device("cpu"), staged=True)
+    indices = [torch.tensor([7, 1, 1, 4]), slice(2, 6), torch.arange(90, 30, -1), torch.tensor([0]),
+               slice(50, 100), torch.tensor([99, 98])]
+    loaded = [stager.load(host, index) for index in indices]
+    for index, rows in zip(indices, loaded):
+        assert torch.equal(rows, host[index]) and torch.equal(plain.load(host, index), host[index])
+    assert all(buf is not None for buf in stager._buffers)  # both buffers were used
 
 
 def test_hyscale_cpu_trainer_gets_the_cores_the_accelerators_do_not_need():

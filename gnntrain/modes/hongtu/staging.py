@@ -19,9 +19,12 @@ Index = Union[torch.Tensor, slice]
 class HostToDeviceStager:
     """Loads host rows onto ``device``; double-buffered pinned staging on CUDA."""
 
-    def __init__(self, device: torch.device, buffers: int = 2):
+    def __init__(self, device: torch.device, buffers: int = 2, staged: Optional[bool] = None):
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
+        # staged: gather into the reusable buffers, then copy out (always on CUDA; on the CPU only to test
+        # the buffer rotation, with unpinned buffers and a synchronous copy)
+        self.staged = self.cuda if staged is None else bool(staged)
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
         self._buffers: List[Optional[torch.Tensor]] = [None] * buffers
         self._landed: List[Optional[object]] = [None] * buffers  # CUDA events: the buffer's last copy is done
@@ -32,13 +35,13 @@ class HostToDeviceStager:
         buf = self._buffers[slot]
         shape = (rows,) + tuple(like.shape[1:])
         if buf is None or buf.dtype != like.dtype or buf.shape[1:] != shape[1:] or buf.shape[0] < rows:
-            buf = torch.empty((max(rows, 1),) + shape[1:], dtype=like.dtype, pin_memory=True)
+            buf = torch.empty((max(rows, 1),) + shape[1:], dtype=like.dtype, pin_memory=self.cuda)
             self._buffers[slot] = buf
         return buf[:rows]
 
     def load(self, host: torch.Tensor, index: Index) -> torch.Tensor:
         """``host[index]`` on the device, ready for the current stream to use."""
-        if not self.cuda:
+        if not self.staged:
             rows = host[index]
             return rows if self.device.type == "cpu" else rows.to(self.device)
         slot, self._next = self._next, (self._next + 1) % len(self._buffers)
@@ -51,6 +54,8 @@ class HostToDeviceStager:
         else:
             staging = self._staging(slot, int(index.numel()), host)
             torch.index_select(host, 0, index.to(torch.int64), out=staging)
+        if not self.cuda:
+            return staging.to(self.device, copy=True)  # the buffer is refilled by the load after next
         compute = torch.cuda.current_stream(self.device)
         with torch.cuda.stream(self.stream):
             out = staging.to(self.device, non_blocking=True)
