@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
-__all__ = ["RunResult", "compose", "ingest_graph", "load_model", "plan", "run", "train"]
+__all__ = ["RunResult", "cli", "compose", "ingest_graph", "load_model", "plan", "run", "train"]
 
 
 @dataclass
@@ -41,6 +41,21 @@ class RunResult:
     def model(self):
         """The trained model as a plain ``torch.nn.Module`` (:func:`load_model`)."""
         return load_model(self.run_dir)
+
+
+def cli(args: Sequence[str], cwd: Optional[Path] = None, timeout: Optional[float] = None,
+        env: Optional[Dict[str, str]] = None):
+    """``gnntrain ARGS`` in a process of its own (this interpreter's ``gnntrain`` entry point, or
+    ``python -m gnntrain``), output captured: a ``subprocess.CompletedProcess``. ``env`` adds to
+    this process's environment."""
+    import os
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).parent / "gnntrain"
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "gnntrain"]
+    return subprocess.run(command + [str(a) for a in args], cwd=cwd, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def compose(overrides: Sequence[str] = (), config_dir: Optional[str] = None):

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 SHARED = ROOT.parent / "shared" / "datasets" / "dgl"
 OUT = ROOT / "docs" / "bench"
 
@@ -33,7 +32,7 @@ def machine() -> str:
 
 
 def compose(overrides):
-    from conftest import compose as _compose
+    from gnntrain.api import compose as _compose
 
     return _compose(overrides)
 
@@ -428,8 +427,7 @@ import resource, sys, time
 from omegaconf import OmegaConf
 from gnntrain.data.synthetic import make_rmat
 from gnntrain.partition import partition_graph
-sys.path.insert(0, {tests!r})
-from conftest import compose
+from gnntrain.api import compose
 data = make_rmat(compose(["dataset=rmat", "dataset.num_nodes={n}", "dataset.num_edges={e}", "dataset.feat_dim=1"]
                          ).dataset)
 graph_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -451,7 +449,7 @@ def suite_partition_memory(quick: bool) -> dict:
     n, k = (200_000, 16) if quick else (2_000_000, 64)
     rows, peaks, edges = [], {}, "?"
     for name in ("metis", "volume"):
-        code = PARTITION_PEAK.format(tests=str(ROOT / "tests"), n=n, e=4 * n, name=name, k=k)
+        code = PARTITION_PEAK.format(n=n, e=4 * n, name=name, k=k)
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
         if proc.returncode != 0:
             rows.append([name, "failed", "", "", "", "", proc.stderr.strip().splitlines()[-1][-300:]])
@@ -935,11 +933,11 @@ class MachineMemoryWatch:
 def run_cli_measured(overrides: list, run_dir: Path) -> tuple:
     """One ``gnntrain run`` in its own process tree (so an out-of-memory kill takes down only that
     run): (summary or None, machine memory peak above baseline, wall seconds, last output lines)."""
-    from conftest import run_cli
+    from gnntrain.api import cli
 
     start = time.perf_counter()
     with MachineMemoryWatch() as watch:
-        proc = run_cli(["run", *overrides, f"hydra.run.dir={run_dir}"], cwd=ROOT, timeout=None)
+        proc = cli(["run", *overrides, f"hydra.run.dir={run_dir}"], cwd=ROOT)
     wall = time.perf_counter() - start
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
@@ -1279,9 +1277,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
     parser.add_argument("--render", action="store_true",
                         help="only regenerate docs/BENCHMARKS.md from docs/bench/*.json (e.g. after a GPU check)")
+    parser.add_argument("--results", type=Path, default=OUT, help="the folder of suite results (*.json)")
+    parser.add_argument("--to", type=Path, default=ROOT / "docs" / "BENCHMARKS.md", help="the page to write")
     args = parser.parse_args()
     os.environ.setdefault("GNNTRAIN_OFFLINE", "1")
-    OUT.mkdir(parents=True, exist_ok=True)
+    out = args.results
+    out.mkdir(parents=True, exist_ok=True)
     for name in [] if args.render else (args.suites or list(SUITES)):
         print(f"running suite {name} ...", flush=True)
         start = time.perf_counter()
@@ -1289,10 +1290,10 @@ def main() -> int:
         result.update(command="python scripts/bench.py " + name + (" --quick" if args.quick else ""),
                       machine=machine(), date=dt.date.today().isoformat(),
                       wall_s=round(time.perf_counter() - start, 1))
-        (OUT / f"{name}.json").write_text(json.dumps(result, indent=2))
+        (out / f"{name}.json").write_text(json.dumps(result, indent=2))
         print(render({name: result}))
-    results = {p.stem: json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))}
-    (ROOT / "docs" / "BENCHMARKS.md").write_text(render(results))
+    results = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*.json"))}
+    args.to.write_text(render(results))
     return 0
 
 

@@ -110,10 +110,10 @@ def _epochs(summary: dict) -> List[float]:
 def _run_local(overrides: List[str], p: int, run_dir: Path, env: Dict[str, str]) -> Optional[dict]:
     import json
 
-    from conftest import run_cli
+    from gnntrain.api import cli
 
-    proc = run_cli(["run", *overrides, f"hardware.ranks_per_node={p}", f"hydra.run.dir={run_dir}"],
-                   cwd=Path(__file__).resolve().parents[1], timeout=1800, env_extra=env)
+    proc = cli(["run", *overrides, f"hardware.ranks_per_node={p}", f"hydra.run.dir={run_dir}"],
+               cwd=Path(__file__).resolve().parents[1], timeout=1800, env=env)
     path = run_dir / "summary.json"
     if proc.returncode != 0 or not path.exists():
         return None

@@ -129,3 +129,35 @@ def test_the_checker_sees_deferred_and_type_checking_imports(tmp_path, source, c
     for name, text in source.items():
         (root / name).write_text(text)
     assert bool(find_cycle(import_graph(root))) is cycle
+
+
+def _top_level_imports(path: Path) -> Set[str]:
+    """Every module name an import statement in ``path`` names (deferred imports and code strings
+    handed to a subprocess included: those are parsed too where they are literal Python)."""
+    names: Set[str] = set()
+    trees = [ast.parse(path.read_text(), filename=str(path))]
+    for node in ast.walk(trees[0]):  # code run in a child interpreter (python -c "...") is Python too
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "import " in node.value:
+            try:
+                trees.append(ast.parse(node.value.replace("{{", "{").replace("}}", "}")))
+            except SyntaxError:
+                pass
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def test_tests_and_benchmarks_do_not_import_each_other():
+    """Benchmarks and scripts reach gnntrain through gnntrain.api (compose, cli), never through the tests'
+    conftest; tests run a script as a process, never import it."""
+    root = PACKAGE.parent
+    script_modules = {p.stem for p in (root / "scripts").glob("*.py")}
+    test_modules = {p.stem for p in (root / "tests").glob("*.py")}
+    for path in (root / "scripts").rglob("*.py"):
+        assert not _top_level_imports(path) & test_modules, f"{path} imports a test module"
+    for path in (root / "tests").rglob("*.py"):
+        assert not _top_level_imports(path) & script_modules, f"{path} imports a script"
