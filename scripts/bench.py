@@ -1273,7 +1273,7 @@ def render(results: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("suites", nargs="*", default=list(SUITES), choices=list(SUITES) + [[]])
+    parser.add_argument("suites", nargs="*", default=None, choices=list(SUITES) + [[]])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
     parser.add_argument("--render", action="store_true",
                         help="only regenerate docs/BENCHMARKS.md from docs/bench/*.json (e.g. after a GPU check)")

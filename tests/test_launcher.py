@@ -180,3 +180,31 @@ def test_threads_never_exceed_the_cores_a_rank_has(monkeypatch):
     assert local_ranks(8, {"LOCAL_WORLD_SIZE": "2"}) == 2 and local_ranks(8, {"SLURM_PROCID": "3"}) == 1
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # torchrun, one rank on this host
     assert threads_here(16, world_size=8) == 2
+
+
+def test_ranks_started_with_different_overrides_stop_with_one_line(tmp_path):
+    """Two ranks as an external launcher starts them (RANK/WORLD_SIZE/MASTER_*), one command line each,
+    one of them with another hidden width: both stop at the start-up exchange, naming the key."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gnntrain.launch import find_free_port
+
+    port = str(find_free_port())
+    exe = Path(sys.executable).parent / "gnntrain"
+    procs = []
+    for rank, hidden in ((0, 16), (1, 32)):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        procs.append(subprocess.Popen([str(exe), "run", f"hydra.run.dir={tmp_path}/r{rank}", f"cache_dir={tmp_path}/c",
+                                       "dataset.num_nodes=300", "kernel=torch", f"model.hidden={hidden}",
+                                       "train.progress=false", "comm_timeout_s=60"],
+                                      cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=120) for p in procs]
+    for proc, (out, err) in zip(procs, outs):
+        assert proc.returncode == 1, out + err
+        assert "the ranks planned different runs: model.hidden 16 (rank 0) vs 32 (rank 1) (rank 1 differs from " \
+               "rank 0)" in err, err
+        assert "Traceback" not in err

@@ -149,18 +149,42 @@ def test_lost_peers_are_named_from_gloos_messages(message, expected):
     assert (described is None) if expected is None else (expected in described)
 
 
-def test_every_rank_runs_rank_zeros_kernel(monkeypatch):
-    """kernel=auto is measured per host; a host that chose otherwise takes rank 0's choice."""
+def test_every_rank_runs_rank_zeros_kernel_and_ranks_that_planned_otherwise_stop(monkeypatch):
+    """One start-up exchange: kernel=auto is measured per host, and a host that chose otherwise takes rank
+    0's choice; a rank started with other overrides (torchrun runs one command line per host) stops the
+    job with one line naming the keys, instead of training a different model beside the others."""
     import dataclasses
+    import json
 
     from gnntrain.comm import peers
+    from gnntrain.errors import PlanError
     from gnntrain.launch import launcher
     from gnntrain.plan import build_plan
 
-    plan = dataclasses.replace(build_plan(compose(["dataset=csbm", "dataset.num_nodes=300", "kernel=torch"])),
-                               kernel="dgl")  # as if this host had measured DGL faster
-    monkeypatch.setattr(peers, "gather_text", lambda comm, text: ["torch", text])
-    agreed = launcher._agree_on_kernel(plan, comm=None, rank=1)
-    assert agreed.kernel == "torch" and "rank 0's choice" in agreed.kernel_note
-    monkeypatch.setattr(peers, "gather_text", lambda comm, text: [text, text])
-    assert launcher._agree_on_kernel(plan, comm=None, rank=1) is plan
+    base = ["dataset=csbm", "dataset.num_nodes=300", "kernel=torch"]
+    plan = dataclasses.replace(build_plan(compose(base)), kernel="dgl")  # as if this host had measured DGL faster
+    other = build_plan(compose(base + ["model.hidden=32", "train.lr=0.5"]))
+
+    def gathered(rank0_plan, rank0_kernel):
+        def gather(comm, text, size=64):
+            mine = json.loads(text)
+            if "host" in mine:
+                zero = {"host": "10.0.0.1", "kernel": rank0_kernel, "settings": ""}
+                import hashlib
+
+                zero["settings"] = hashlib.sha1(json.dumps(launcher.agreed_settings(rank0_plan), sort_keys=True,
+                                                           default=str).encode()).hexdigest()[:16]
+                return [json.dumps(zero), text]
+            return [json.dumps(launcher.agreed_settings(rank0_plan), default=str), text]
+        return gather
+
+    monkeypatch.setattr(peers, "gather_text", gathered(plan, "torch"))
+    hosts, agreed = launcher.handshake(plan, None, 1, "127.0.0.1")
+    assert agreed.kernel == "torch" and "rank 0's choice" in agreed.kernel_note and hosts[0] == "10.0.0.1"
+    monkeypatch.setattr(peers, "gather_text", gathered(plan, "dgl"))
+    assert launcher.handshake(plan, None, 1, "127.0.0.1")[1] is plan
+    monkeypatch.setattr(peers, "gather_text", gathered(other, "torch"))
+    with pytest.raises(PlanError) as err:
+        launcher.handshake(plan, None, 1, "127.0.0.1")
+    assert "the ranks planned different runs: model.hidden 32 (rank 0) vs 16 (rank 1); train.lr 0.5 (rank 0) vs " \
+           "0.01 (rank 1) (rank 1 differs from rank 0)" in str(err.value)

@@ -29,22 +29,18 @@ def local_address(master_addr: str, port: int = 9) -> str:
         return socket.gethostname()
 
 
-def gather_text(comm, text: str) -> List[str]:
-    """Every rank's ``text`` (at most HOST_BYTES bytes of UTF-8), in rank order (a collective)."""
-    if not comm.distributed:
+def gather_text(comm, text: str, size: int = HOST_BYTES) -> List[str]:
+    """Every rank's ``text`` (at most ``size`` bytes of UTF-8), in rank order (a collective: every rank
+    passes the same ``size``)."""
+    if comm is None or not comm.distributed:
         return [text]
     import torch.distributed as dist
 
-    raw = text.encode()[:HOST_BYTES].ljust(HOST_BYTES, b"\0")
-    record = torch.tensor(list(raw), dtype=torch.uint8, device=comm._bookkeeping_device())
+    raw = text.encode()[:size].ljust(size, b"\0")
+    record = torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(comm._bookkeeping_device())
     records = [torch.empty_like(record) for _ in range(comm.world_size)]
     dist.all_gather(records, record)
-    return [bytes(r.cpu().tolist()).rstrip(b"\0").decode(errors="replace") for r in records]
-
-
-def gather_hosts(comm, master_addr: str) -> List[str]:
-    """Every rank's :func:`local_address`, in rank order (a collective)."""
-    return gather_text(comm, local_address(master_addr))
+    return [bytes(r.cpu().numpy().tobytes()).rstrip(b"\0").decode(errors="replace") for r in records]
 
 
 def describe_lost_peers(message: str, hosts: List[str], rank: int, timeout_s: Optional[float]) -> Optional[str]:

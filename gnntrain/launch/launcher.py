@@ -134,7 +134,7 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
     import torch
 
     from gnntrain.comm import Communicator
-    from gnntrain.comm.peers import describe_lost_peers, gather_hosts
+    from gnntrain.comm.peers import describe_lost_peers
     from gnntrain.modes import get_mode
     from gnntrain.runtime import RankContext
 
@@ -154,8 +154,7 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
     if rank == 0 and run_dir is not None:
         recorder = RunRecorder(Path(run_dir), plan, progress=bool(plan.config["train"]["progress"]))
     comm = Communicator(rank, plan.world_size, timeout_s=float(plan.config["comm_timeout_s"]))
-    hosts = gather_hosts(comm, master_addr)  # to name the ranks a lost connection belonged to
-    plan = _agree_on_kernel(plan, comm, rank)
+    hosts, plan = handshake(plan, comm, rank, master_addr)
     ctx = RankContext(plan=plan, comm=comm, device=device,
                       run_dir=Path(run_dir) if run_dir else None, recorder=recorder, preprocess_s=preprocess_s)
     mode = get_mode(plan.mode)(plan.config_obj)
@@ -185,20 +184,49 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
     return summary
 
 
-def _agree_on_kernel(plan, comm, rank: int):
-    """Under torchrun or srun every host resolves ``kernel=auto`` by its own measurement, and two
-    hosts may pick different kernels: all ranks take rank 0's, so every rank runs one plan."""
+def agreed_settings(plan) -> Dict[str, Any]:
+    """What every rank of one job must have planned alike: the settings a checkpoint pins (mode, dataset,
+    model, partitioner, world size, dtype, seed) and the training settings (lr, epochs, ...)."""
+    from gnntrain.checkpoint import current_settings, pinned_settings
+
+    return {**pinned_settings(plan.config_obj), **current_settings(plan.config_obj),
+            "world_size": plan.world_size}
+
+
+def handshake(plan, comm, rank: int, master_addr: str):
+    """The one start-up exchange: every rank's (host, kernel choice, settings digest), gathered once.
+    Under torchrun or srun each rank builds its own plan from its own command line: ranks whose
+    settings differ stop with one line naming the keys; a host whose ``kernel=auto`` measured another
+    kernel takes rank 0's, so every rank runs one plan. Returns (hosts by rank, the plan to run)."""
     import dataclasses
+    import hashlib
+    import json
     import logging
 
-    from gnntrain.comm.peers import gather_text
+    from gnntrain.comm.peers import gather_text, local_address
 
-    kernels = gather_text(comm, plan.kernel)
+    settings = agreed_settings(plan)
+    digest = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    records = [json.loads(r) for r in gather_text(comm, json.dumps(
+        {"host": local_address(master_addr), "kernel": plan.kernel, "settings": digest}), size=256)]
+    hosts = [r["host"] for r in records]
+    differing = [r for r, record in enumerate(records) if record["settings"] != records[0]["settings"]]
+    if differing:  # every rank sees the same records, so all stop here together
+        everyone = [json.loads(t) for t in gather_text(comm, json.dumps(settings, default=str), size=16384)]
+        other = differing[0]
+        first, theirs = everyone[0], everyone[other]
+        keys = [f"{k} {first.get(k)} (rank 0) vs {theirs.get(k)} (rank {other})"
+                for k in sorted(set(first) | set(theirs)) if first.get(k) != theirs.get(k)]
+        raise PlanError("ranks", f"the ranks planned different runs: {'; '.join(keys[:6]) or 'settings differ'} "
+                        f"({'ranks' if len(differing) > 1 else 'rank'} {', '.join(map(str, differing))} "
+                        f"{'differ' if len(differing) > 1 else 'differs'} from rank 0).",
+                        "start every rank with the same overrides (torchrun/srun run one command line per host).")
+    kernels = [r["kernel"] for r in records]
     if kernels[0] == plan.kernel:
-        return plan
+        return hosts, plan
     logging.getLogger(__name__).warning("rank %d resolved kernel=%s, rank 0 %s: using rank 0's", rank, plan.kernel,
                                         kernels[0])
-    return dataclasses.replace(plan, kernel=kernels[0], kernel_note=f"rank 0's choice ({plan.kernel_note})")
+    return hosts, dataclasses.replace(plan, kernel=kernels[0], kernel_note=f"rank 0's choice ({plan.kernel_note})")
 
 
 # Ranks start from a fork server that has torch and gnntrain's modules imported already (each spawned
