@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -176,3 +177,23 @@ def test_the_key_follows_raw_files_in_pyg_layout(tmp_path):
     here = store_dir(build_plan(compose(overrides)))
     (raw / "ind.citeseer.graph").write_bytes((raw / "ind.citeseer.graph").read_bytes() + b" ")
     assert store_dir(build_plan(compose(overrides))) != here
+
+
+def test_opening_a_part_reads_no_file_the_build_left_untouched(tmp_path, monkeypatch):
+    """The digests are taken when the store is built; a rank's start checks sizes and mtimes and reads
+    (digests) only files written to since, so opening does not page the whole part in."""
+    plan = build_plan(compose(SMALL + MODES["partition"] + [f"cache_dir={tmp_path}"]))
+    directory, meta, _ = ensure_store(plan)
+    read = []
+    real_digest = store.digest
+    monkeypatch.setattr(store, "digest", lambda path: (read.append(path), real_digest(path))[1])
+    store.open_part(directory, 1)
+    assert read == []
+    features = directory / "part1" / "features.npy"
+    os.utime(features, ns=(features.stat().st_atime_ns, features.stat().st_mtime_ns + 10**9))  # touched, same bytes
+    store.open_part(directory, 1)
+    assert read == [features]
+    monkeypatch.setenv("GNNTRAIN_VERIFY_PARTS", "1")
+    read.clear()
+    store.open_part(directory, 1)
+    assert len(read) == len(meta["parts"][1])

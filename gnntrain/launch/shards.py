@@ -9,6 +9,7 @@ ranks train, and under torchrun or srun no rank loads the graph when the store i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -57,6 +58,7 @@ def _raw_files(cfg) -> List[Tuple[str, int, int]]:
     return sorted(found)
 
 
+@functools.lru_cache(maxsize=None)  # once per process: the code does not change under a running process
 def _code_stamp(mode_name: str) -> str:
     """A digest of the code that makes a part (the mode's module or package, the partitioners, the
     data layer, the edge weights), so a changed ``prepare`` never reuses an older store."""
@@ -139,9 +141,9 @@ def open_rank_shard(plan, rank: int) -> Tuple[RankShard, Dict[str, Any], float]:
     """(rank's shard from its own part, the partition figures, preprocessing seconds): opened from
     the store, which this call builds first when it is missing or its part is corrupt."""
     start = time.perf_counter()
-    fields, meta = store.open_or_build(store_dir(plan), rank, lambda: _build(plan), _warn)
-    partition = dict(meta["partition"], store=str(store_dir(plan)),
-                     store_bytes_per_part=meta["bytes_per_part"])
+    directory = store_dir(plan)
+    fields, meta = store.open_or_build(directory, rank, lambda: _build(plan), _warn)
+    partition = dict(meta["partition"], store=str(directory), store_bytes_per_part=meta["bytes_per_part"])
     return RankShard(**fields), partition, float(meta.get("preprocess_s", 0.0)) + time.perf_counter() - start
 
 
