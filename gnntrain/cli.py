@@ -27,9 +27,10 @@ commands:
   ingest --edges F --features F --out DIR ...
                          convert your own graph (CSV/TSV, Parquet, NumPy, scipy .npz, PyG, DGL) for dataset=files
                          (gnntrain ingest -h)
-  calibrate [hardware=NAME] [--name NEW]
+  calibrate [hardware=NAME] [--name NEW] [--quick]
                          measure this host (SpMM, GEMM, memory, collectives; < 2 min) and write the hardware
-                         profile NEW (default NAME-calibrated) that mode=auto and the plan's predictions use
+                         profile NEW (default NAME-calibrated) that mode=auto and the plan's predictions use;
+                         --quick: rougher per-mode factors from shorter probes
   netem up|run|show|down an emulated cluster network: hosts as network namespaces on tc-shaped links,
                          one torchrun agent per host (as root; gnntrain netem -h)
 
@@ -284,7 +285,8 @@ def calibrate_task(cfg) -> None:
     console.print(f"calibrating hardware profile '{cfg.hardware.name}' on this host ...")
     try:
         measured = calibrate(cfg, resolve_cache_dir(cfg), _output_dir(),
-                             say=lambda line: console.print(line, soft_wrap=True))
+                             say=lambda line: console.print(line, soft_wrap=True),
+                             quick=os.environ.get("GNNTRAIN_CALIBRATE_QUICK") == "1")
     except GnnTrainError as exc:
         _error(f"calibration failed: {exc}")
         sys.exit(1)
@@ -300,6 +302,10 @@ def _calibrate(args: List[str]) -> int:
         if args[i] == "--name" and i + 1 < len(args):
             os.environ["GNNTRAIN_CALIBRATE_NAME"] = args[i + 1]
             i += 2
+            continue
+        if args[i] == "--quick":
+            os.environ["GNNTRAIN_CALIBRATE_QUICK"] = "1"
+            i += 1
             continue
         if args[i].startswith("--name="):
             os.environ["GNNTRAIN_CALIBRATE_NAME"] = args[i].split("=", 1)[1]

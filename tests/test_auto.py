@@ -30,11 +30,12 @@ def _plan(overrides, cache_dir):
 # ------------------------------------------------------------------ calibrate
 @pytest.fixture(scope="module")
 def calibrated(tmp_path_factory):
-    """One real `gnntrain calibrate` (its wall time too), into a private user config dir."""
+    """One real `gnntrain calibrate --quick` (its wall time too), into a private user config dir: every probe
+    runs; only the per-mode factors come from shorter runs (scripts/bench.py auto uses the full one)."""
     user_dir = tmp_path_factory.mktemp("user-config")
     env = {"GNNTRAIN_USER_CONFIG_DIR": str(user_dir), "GNNTRAIN_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
     start = time.perf_counter()
-    proc = run_cli(["calibrate", "--name", "test-calibrated",
+    proc = run_cli(["calibrate", "--name", "test-calibrated", "--quick",
                     f"hydra.run.dir={tmp_path_factory.mktemp('calibrate-run')}"], cwd=ROOT, env_extra=env,
                    timeout=600)
     return proc, time.perf_counter() - start, user_dir, env
@@ -50,7 +51,8 @@ def test_calibrate_writes_a_profile_that_composes(calibrated, tmp_path):
     assert str(path) in proc.stdout.replace("\n", "")
     profile = yaml.safe_load(path.read_text())
     cost = profile["cost"]
-    assert profile["name"] == "test-calibrated" and cost["calibrated"]
+    assert profile["name"] == "test-calibrated" and cost["calibrated"].endswith("(quick)")
+    assert "10 000-node probe, quick" in proc.stdout and set(cost["mode_factor"]) >= {"single", "partition", "mop"}
     assert cost["threads"] and all(len(cost[k]) == len(cost["threads"]) for k in ("spmm_ns_per_edge_col",
                                                                                     "gemm_gflops", "op_overhead_us"))
     assert all(v > 0 for v in sum(cost["gemm_gflops"], []) + cost["spmm_ns_per_edge_col"])

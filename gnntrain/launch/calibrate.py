@@ -209,7 +209,11 @@ def _probe_ranks(cfg) -> int:
     return min(2, torch.cuda.device_count()) if option_value(cfg.hardware.device) == "cuda" else 2
 
 
-def fit_mode_factors(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[str], None]) -> None:
+QUICK_MODE_PROBE = {"num_nodes": 10000, "epochs": 5, "reps": 1}  # calibrate --quick: a rougher factor per mode
+
+
+def fit_mode_factors(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[str], None],
+                     quick: bool = False) -> None:
     """``cost["mode_factor"]``: every mode, with the first options ``mode=auto`` tries, trains a 40 000-node
     graph (hidden width 64) twice, on one rank where it runs on one, else on two; the factor is the median of
     (measured - fixed costs) / the modelled compute that grows with the graph. At this size the fixed costs
@@ -224,18 +228,21 @@ def fit_mode_factors(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[st
         cls = MODE_REGISTRY[name]
         ranks = max(1, min(_probe_ranks(cfg), int(cls.min_world_size)))
         probe = _probe_config(cfg, name, 2, host_cores(cfg.hardware), ranks, fitted)
-        probe.dataset = OmegaConf.merge(probe.dataset, MODE_PROBE_GRAPH)
+        probe.dataset = OmegaConf.merge(probe.dataset, MODE_PROBE_GRAPH,
+                                        {"num_nodes": QUICK_MODE_PROBE["num_nodes"]} if quick else {})
         probe.model.hidden = 64
-        probe.train.epochs = probe.train.eval_every = MODE_PROBE_EPOCHS
+        probe.train.epochs = probe.train.eval_every = QUICK_MODE_PROBE["epochs"] if quick else MODE_PROBE_EPOCHS
         probe.mode = OmegaConf.merge(probe.mode, dict(cls.auto_variants[0]))
         ratios = []
-        for rep in range(2):
+        for rep in range(QUICK_MODE_PROBE["reps"] if quick else 2):
             measured, predicted = _train_probe(probe, scratch, f"mode-{name}-{rep}")
             fixed = predicted["epoch_s"] - predicted["scaling_compute_s"]
             ratios.append((measured - fixed) / max(1e-9, predicted["scaling_compute_s"]))
         factors[name] = round(min(4.0, max(0.25, statistics.median(ratios))), 3)
     cost["mode_factor"] = factors
-    say("measured / modelled compute per mode (40 000-node probe): "
+    size = QUICK_MODE_PROBE["num_nodes"] if quick else MODE_PROBE_GRAPH["num_nodes"]
+    shown = f"{size:,}".replace(",", " ")
+    say(f"measured / modelled compute per mode ({shown}-node probe{', quick' if quick else ''}): "
         + ", ".join(f"{k} {v:.2f}" for k, v in factors.items()))
 
 
@@ -419,8 +426,11 @@ def thread_counts(hw) -> List[int]:
     return sorted({max(1, cores // r) for r in range(1, max(1, int(hw.ranks_per_node)) + 1)})
 
 
-def calibrate(cfg, cache_dir, scratch: Path, say: Callable[[str], None] = print) -> Dict[str, Any]:
-    """Run every probe on ``cfg.hardware``; returns the profile's ``cost`` block plus the replaced rates."""
+def calibrate(cfg, cache_dir, scratch: Path, say: Callable[[str], None] = print, quick: bool = False
+              ) -> Dict[str, Any]:
+    """Run every probe on ``cfg.hardware``; returns the profile's ``cost`` block plus the replaced rates.
+    ``quick``: the per-mode factors from one short run of a smaller graph each (rougher, several times
+    faster)."""
     import torch
 
     hw = cfg.hardware
@@ -464,14 +474,14 @@ def calibrate(cfg, cache_dir, scratch: Path, say: Callable[[str], None] = print)
         cost[f"{kind}_gbps"] = round(figures["gbps"], 4)
         say(f"{kind} ({backend}, 2 ranks): latency {figures['latency_us']:.0f} µs, {figures['gbps']:.2f} GB/s")
     fit_overheads(cfg, scratch, cost, say)
-    fit_mode_factors(cfg, scratch, cost, say)
+    fit_mode_factors(cfg, scratch, cost, say, quick=quick)
     rates: Dict[str, Any] = {"host_mem_gbps": max(cost["elementwise_gbps"]),
                              "core_gmacs": round(cost["gemm_gflops"][0][-1] / cost["threads"][0], 4)}
     if device == "cuda":
         rates["h2d_gbps"] = round(probe_h2d(), 3)
         say(f"host→device: {rates['h2d_gbps']:.1f} GB/s")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    cost["calibrated"] = f"{platform.node()}, torch {torch.__version__}, {stamp}"
+    cost["calibrated"] = f"{platform.node()}, torch {torch.__version__}, {stamp}" + (" (quick)" if quick else "")
     return {"cost": cost, **rates}
 
 
