@@ -334,58 +334,6 @@ def _schema_as_option(args: List[str]) -> Optional[str]:
     return None
 
 
-def config_error(exc: BaseException) -> Optional[str]:
-    """One line for what went wrong composing the config or making the run folder; None for
-    anything else (a bug keeps its traceback)."""
-    import dataclasses
-    import difflib
-
-    import yaml
-    from hydra.errors import CompactHydraException
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
-
-    chain, cause = [], exc
-    while cause is not None and len(chain) < 8:
-        chain.append(cause)
-        cause = cause.__cause__ or cause.__context__
-    for cause in chain:
-        mark = getattr(cause, "problem_mark", None)
-        if isinstance(cause, yaml.YAMLError) and mark is not None:
-            problem = getattr(cause, "problem", None) or "not valid YAML"
-            return (f"{mark.name}:{mark.line + 1}:{mark.column + 1}: YAML syntax error: {problem}. Fix that line "
-                    f"of the file (indentation, an unclosed bracket or quote, a ':' inside an unquoted value).")
-    missing = getattr(exc, "missing_cfg_file", None)
-    if missing and "/" in missing:  # group=option that no YAML provides
-        group, option = missing.rsplit("/", 1)
-        options = [o for o in getattr(exc, "options", None) or [] if not o.endswith("_schema")]
-        close = difflib.get_close_matches(option, options, n=1)
-        return (f"{group}={option}: no such {group}." + (f" Did you mean {group}={close[0]}?" if close else "") +
-                f" Use one of: {', '.join(options)}.")
-    cause = exc.__cause__
-    kind, key = getattr(cause, "object_type", None), getattr(cause, "full_key", None)
-    if isinstance(exc, CompactHydraException) and isinstance(cause, ValidationError) and key:  # a value of wrong type
-        return f"{key}: {str(cause).splitlines()[0]}"
-    if isinstance(exc, CompactHydraException) and isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and key \
-            and dataclasses.is_dataclass(kind):  # key=value, no such key
-        valid = [f.name for f in dataclasses.fields(kind)]
-        parent = key.rsplit(".", 1)[0] + "." if "." in key else ""
-        close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=3)
-        hint = f"Did you mean {', '.join(parent + c for c in close)}?" if close else \
-            f"The keys there are: {', '.join(parent + v for v in valid)}."
-        return f"{key}: not an option. {hint}"
-    if getattr(exc, "override", None):  # Hydra's override grammar
-        return f"{exc.override}: {' '.join(str(exc).split())}"
-    if isinstance(exc, CompactHydraException):
-        text = str(exc) if exc.__cause__ is None else f"{exc} {str(exc.__cause__).splitlines()[0]}"
-        return " ".join(line.strip() for line in text.splitlines() if line.strip())
-    if isinstance(exc, OSError) and exc.filename:
-        what = {FileExistsError: "it is a file, not a folder", NotADirectoryError: "a folder on its path is a file"
-                }.get(type(exc), (exc.strerror or str(exc)).lower())
-        return (f"cannot create the run folder {exc.filename}: {what}. Set hydra.run.dir=DIR (hydra.sweep.dir=DIR "
-                f"with -m) to a writable folder, or run from one.")
-    return None
-
-
 def _help(show: Callable[[], None]) -> int:
     """Hydra's --help with the registered schemas (``dataset_schema`` ...) left out of the group
     lists: they are what a group's YAMLs build on, not options to pick."""
@@ -442,6 +390,8 @@ def _hydra(task, args: List[str], prog: str) -> int:
             return _help(lambda: hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)())
         hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)()
     except Exception as exc:
+        from gnntrain.launch.compose import config_error
+
         message = config_error(exc)
         if message is None or full_error:
             raise

@@ -104,7 +104,9 @@ def fill_file_sizes(cfg) -> None:
 
 def resolve_reader(ds) -> str:
     """``dataset.reader`` with auto resolved: DGL where it imports, else PyG."""
-    reader = getattr(ds.get("reader", "auto"), "value", ds.get("reader", "auto"))
+    from gnntrain.config.schema import option_value
+
+    reader = option_value(ds.get("reader", "auto"))
     if reader != "auto":
         return str(reader)
     from gnntrain.backends import dgl_problem

@@ -211,7 +211,6 @@ def _probe_ranks(cfg) -> int:
 
 QUICK_MODE_PROBE = {"num_nodes": 10000, "epochs": 5, "reps": 1}  # calibrate --quick: a rougher factor per mode
 
-
 def fit_mode_factors(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[str], None],
                      quick: bool = False) -> None:
     """``cost["mode_factor"]``: every mode, with the first options ``mode=auto`` tries, trains a 40 000-node

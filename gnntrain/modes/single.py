@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
-from gnntrain.config.schema import ModeConfig
+from gnntrain.config.schema import ModeConfig, option_value
 from gnntrain.models import SparseAdjacency, edge_weights
 from gnntrain.models.custom import weights_model
 from gnntrain.modes.base import Mode, Prepared, RankShard, register_mode
@@ -26,7 +26,7 @@ def graph_tensors(data, cfg):
     float64 and kept in the run's dtype (float32 halves them: 8 bytes per edge)."""
     src, dst = data.edges(bool(cfg.model.self_loop))
     weights = edge_weights(weights_model(cfg.model.name, cfg.model.get("target")), src, dst, data.num_nodes)
-    dtype = getattr(cfg.train.dtype, "value", cfg.train.dtype)  # a DType member, or its string
+    dtype = option_value(cfg.train.dtype)  # a DType member, or its string
     return src, dst, weights.float() if dtype == "float32" else weights
 
 

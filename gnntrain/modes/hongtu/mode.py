@@ -52,7 +52,7 @@ class HongTuMode(Mode):
         cached aggregates in host memory (§4.1), a full copy of each rather than autograd's working
         set, plus the device arena, which lives in host memory too on a CPU profile."""
         base = estimate_memory(ctx, self.num_parts(ctx.world_size), activation_factor=2.0)
-        on_host = str(getattr(self.cfg.hardware.device, "value", self.cfg.hardware.device)) == "cpu"
+        on_host = str(option_value(self.cfg.hardware.device)) == "cpu"
         arena = self.device_cap() if on_host else 0
         if on_host and not arena:  # no cap: the arena holds a batch's working set (chunk_working_bytes, unchunked)
             m, n = ctx.world_size, max(1, int(self.options.chunks) or 4)
@@ -105,7 +105,7 @@ class HongTuMode(Mode):
         if "reuse" in self.dedup:
             loaded *= 1 - 1 / (n + 1)
         moved = loaded * (sum(ctx.comm_widths) + sum(ctx.grad_widths)) * ctx.dtype_bytes
-        on_host = str(getattr(self.cfg.hardware.device, "value", self.cfg.hardware.device)) == "cpu"
+        on_host = str(option_value(self.cfg.hardware.device)) == "cpu"
         work.gathered_elements += moved / ctx.dtype_bytes  # rows picked from (or added into) the host copies
         if not on_host:
             work.h2d_bytes += moved

@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from gnntrain.config.schema import option_value
 from gnntrain.errors import PlanError
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.cost import Work
@@ -65,7 +66,7 @@ class HyScaleMode(Mode):
         if int(o.batch_size) < cpu + acc:
             raise PlanError("mode.batch_size", f"a global batch of {o.batch_size} cannot give each of the "
                             f"{cpu + acc} trainers a seed.", f"use mode.batch_size >= {cpu + acc}")
-        if acc > 0 and str(getattr(cfg.hardware.device, "value", cfg.hardware.device)) == "cuda" \
+        if acc > 0 and str(option_value(cfg.hardware.device)) == "cuda" \
                 and not torch.cuda.is_available():
             raise PlanError("mode.accel_trainers", f"{acc} accelerator trainers on a CUDA profile, but no CUDA "
                             "device is available here.", "use hardware=local-cpu (accelerator trainers then run "
@@ -86,14 +87,14 @@ class HyScaleMode(Mode):
         if not 0.0 < float(o.drm_ema) <= 1.0:
             raise PlanError("mode.drm_ema", f"{o.drm_ema} is outside (0, 1].", "use e.g. mode.drm_ema=0.5")
         warnings = []
-        if acc and str(getattr(cfg.hardware.device, "value", cfg.hardware.device)) == "cpu":
+        if acc and str(option_value(cfg.hardware.device)) == "cpu":
             warnings.append(f"CPU-only profile: the {acc} accelerator trainer(s) run as CPU processes")
         return warnings
 
     def _threads(self) -> int:
         """Threads of a CPU trainer, for the performance model."""
         hw = self.cfg.hardware
-        devices = self.rank_devices(str(getattr(hw.device, "value", hw.device)), self.trainers,
+        devices = self.rank_devices(str(option_value(hw.device)), self.trainers,
                                     int(hw.ranks_per_node))
         return max(self.rank_threads(devices, min(self.trainers, int(hw.ranks_per_node)), host_cores(hw)))
 

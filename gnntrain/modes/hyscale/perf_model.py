@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Sequence, Tuple
 
+from gnntrain.config.schema import option_value
 from gnntrain.modes.hyscale.batches import initial_shares
 
 
@@ -36,7 +37,7 @@ def predict_times(ctx, hw, options, threads: int) -> Dict[str, Any]:
     batch = min(int(options.batch_size), ctx.train_nodes or int(options.batch_size))
     s = ctx.dtype_bytes
     avg_degree = (ctx.num_edges + ctx.num_nodes) / max(1, ctx.num_nodes)
-    on_gpu = str(getattr(hw.device, "value", hw.device)) == "cuda"
+    on_gpu = str(option_value(hw.device)) == "cuda"
     v0, t_load, t_trans, trainer_s = [], 0.0, 0.0, []
     for i, share in enumerate(shares):
         layers = frontier_sizes(batch * share, options.fanouts, ctx.num_nodes, avg_degree)

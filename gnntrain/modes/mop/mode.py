@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from gnntrain.config.schema import ModeConfig
+from gnntrain.config.schema import ModeConfig, option_value
 from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
 from gnntrain.metrics.clock import StageClock
@@ -115,7 +115,7 @@ class MoPMode(Mode):
             raise PlanError("mode.pipeline_chunks", f"{self.options.pipeline_chunks} chunks exceed the "
                             f"{ctx.num_nodes // ctx.world_size} rows the smallest rank owns.",
                             "use fewer pipeline chunks")
-        if where == "cpu" and str(getattr(self.cfg.hardware.device, "value", self.cfg.hardware.device)) == "cpu":
+        if where == "cpu" and str(option_value(self.cfg.hardware.device)) == "cpu":
             return ["CPU-only profile: aggregation_device=cpu changes nothing, every rank already runs on the host"]
         return []
 
