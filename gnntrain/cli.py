@@ -208,13 +208,26 @@ def plan_task(cfg) -> None:
     plan = _plan_or_exit(cfg, run_dir)
     if plan is None:
         return None
+    report = None
+    if MODE_REGISTRY[plan.mode].graph_report is not Mode.graph_report:
+        report = _graph_report(cfg, plan)  # figures that need the graph (loaded, partition from the cache)
+    known = dict((report or {}).get("bytes per epoch") or {})
+    if known:  # the partition's own volumes: the bytes the run will move, in place of "depends on the graph"
+        import dataclasses
+
+        total = known.pop("total")
+        plan = dataclasses.replace(plan, comm_per_epoch={
+            "per_epoch_bytes": total, "by_kind": known,
+            "formula": "this partition's measured volumes: exchanged rows x widths x bytes per element"})
     path = plan.write_yaml(run_dir / "plan.yaml")
     print_plan(plan)
     from gnntrain.metrics.prediction import print_predictions
 
     print_predictions(plan)
-    if MODE_REGISTRY[plan.mode].graph_report is not Mode.graph_report:
-        _graph_report(cfg, plan)  # figures that need the graph (loaded, partition from the cache)
+    if report:
+        from gnntrain.metrics.report import print_graph_report
+
+        print_graph_report(plan, report)
     _console().print(f"[dim]plan written to {path}[/dim]")
     return None
 
@@ -229,20 +242,18 @@ def _load_and_partition(cfg, plan):
     return data, part, hit
 
 
-def _graph_report(cfg, plan, data=None, part=None) -> None:
+def _graph_report(cfg, plan, data=None, part=None) -> Optional[dict]:
+    """The mode's figures that need the graph (:meth:`Mode.graph_report`), or None."""
     from gnntrain.errors import GnnTrainError
-    from gnntrain.metrics.report import print_graph_report
     from gnntrain.modes import MODE_REGISTRY
 
     try:
         if data is None:
             data, part, _ = _load_and_partition(cfg, plan)
-        report = MODE_REGISTRY[plan.mode](cfg).graph_report(data, part, plan)
+        return MODE_REGISTRY[plan.mode](cfg).graph_report(data, part, plan)
     except GnnTrainError as exc:
         _error(str(exc))
         sys.exit(1)
-    if report:
-        print_graph_report(plan, report)
 
 
 def partition_task(cfg) -> None:
@@ -260,7 +271,11 @@ def partition_task(cfg) -> None:
         _error(str(exc))
         sys.exit(1)
     print_partition(data, cfg.partitioner, part, hit)
-    _graph_report(cfg, plan, data, part)
+    report = _graph_report(cfg, plan, data, part)
+    if report:
+        from gnntrain.metrics.report import print_graph_report
+
+        print_graph_report(plan, report)
     from gnntrain.launch.shards import ensure_store, uses_store
     from gnntrain.sizing import format_bytes
 

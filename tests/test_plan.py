@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+import yaml
 from conftest import compose, run_cli
 
 from gnntrain.errors import PlanError
@@ -277,3 +278,20 @@ def test_hongtu_graph_figures_equal_measured_bytes(train, cache_dir, model, dedu
     re-gather, and the gradient rows handed on and flushed)."""
     assert_graph_figures_equal_measured(train, cache_dir, [f"model={model}", "mode=hongtu", "mode.chunks=3",
                                                            f"mode.dedup={dedup}", f"hardware.ranks_per_node={p}"])
+
+
+@pytest.mark.parametrize("mode", [["mode=partition"], ["mode=supergcn", "mode.aggregation=hybrid"],
+                                  ["mode=hongtu", "mode.chunks=3"]], ids=["partition", "supergcn", "hongtu"])
+def test_plan_prints_the_bytes_the_run_moves(train, cache_dir, tmp_path, mode):
+    """`gnntrain plan` partitions the graph (or reads the partition cache) and states the bytes per epoch
+    the run will move, kind by kind, in plan.yaml and on the console: no "depends on the graph" beside a
+    byte count."""
+    overrides = [f"cache_dir={cache_dir}", "dataset=rmat", "dataset.num_nodes=2000", "dataset.num_edges=16000",
+                 "train.epochs=1", "kernel=torch", "hardware.ranks_per_node=2", *mode]
+    proc = run_cli(["plan", *overrides, f"hydra.run.dir={tmp_path}"], cwd=tmp_path, env_extra={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert "depends on the graph" not in proc.stdout
+    planned = yaml.safe_load((tmp_path / "plan.yaml").read_text())["comm_per_epoch"]
+    measured = train(overrides)["comm_bytes"]
+    assert planned["per_epoch_bytes"] == measured["per_epoch"]
+    assert planned["by_kind"] == {k: v for k, v in measured["by_kind"].items() if v}
