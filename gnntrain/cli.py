@@ -153,7 +153,7 @@ def run_task(cfg) -> Optional[dict]:
         sys.exit(1)
     plan.write_yaml(run_dir / "plan.yaml")
     try:
-        summary = run_training(plan, run_dir)
+        summary = run_training(plan, run_dir, preflighted=True)
     except Interrupted as exc:
         return _interrupted(run_dir, exc.signal, exc.exit_code)
     except GnnTrainError as exc:
@@ -400,10 +400,11 @@ def _hydra(task, args: List[str], prog: str) -> int:
     SWEEP_FAILURES.clear()
     full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing: config errors become one line here
+    app = hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)
     try:
         if "--help" in args or "-h" in args:
-            return _help(lambda: hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)())
-        hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)()
+            return _help(app)
+        app()
     except Exception as exc:
         from gnntrain.launch.compose import config_error
 

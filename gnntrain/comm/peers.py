@@ -40,7 +40,7 @@ def gather_text(comm, text: str, size: int = HOST_BYTES) -> List[str]:
     record = torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(comm._bookkeeping_device())
     records = [torch.empty_like(record) for _ in range(comm.world_size)]
     dist.all_gather(records, record)
-    return [bytes(r.cpu().numpy().tobytes()).rstrip(b"\0").decode(errors="replace") for r in records]
+    return [r.cpu().numpy().tobytes().rstrip(b"\0").decode(errors="replace") for r in records]
 
 
 def describe_lost_peers(message: str, hosts: List[str], rank: int, timeout_s: Optional[float]) -> Optional[str]:

@@ -58,11 +58,11 @@ def check_dataset_config(ds: Any) -> None:
         return
     _at_least(ds, "seed", 0)  # numpy's generators refuse negative seeds
     name = ds.get("name")
+    n = int(_number(ds, "num_nodes"))
     if name == "csbm":
         if not _number(ds, "avg_degree") > 0:
             raise PlanError("dataset.avg_degree", f"must be > 0 (got {ds.avg_degree}).",
                             "set dataset.avg_degree to a positive value, e.g. 4")
-        n = int(_number(ds, "num_nodes"))
         if _number(ds, "avg_degree") > n - 1:
             raise PlanError("dataset.avg_degree", f"{ds.avg_degree} is more than a simple graph on num_nodes={n} "
                             f"nodes allows (at most {n - 1}: each node links to every other once).",
@@ -72,7 +72,6 @@ def check_dataset_config(ds: Any) -> None:
             raise PlanError("dataset.feature_snr", f"must be >= 0 (got {ds.feature_snr}).",
                             "set dataset.feature_snr to 0 or more")
     if name == "rmat":
-        n = int(_number(ds, "num_nodes"))
         if _number(ds, "num_edges") > n * (n - 1):
             raise PlanError("dataset.num_edges", f"{ds.num_edges} is more than a simple directed graph on "
                             f"num_nodes={n} nodes holds (at most {n * (n - 1)}).",

@@ -211,6 +211,7 @@ def _probe_ranks(cfg) -> int:
 
 QUICK_MODE_PROBE = {"num_nodes": 10000, "epochs": 5, "reps": 1}  # calibrate --quick: a rougher factor per mode
 
+
 def fit_mode_factors(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[str], None],
                      quick: bool = False) -> None:
     """``cost["mode_factor"]``: every mode, with the first options ``mode=auto`` tries, trains a 40 000-node
@@ -239,8 +240,7 @@ def fit_mode_factors(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[st
             ratios.append((measured - fixed) / max(1e-9, predicted["scaling_compute_s"]))
         factors[name] = round(min(4.0, max(0.25, statistics.median(ratios))), 3)
     cost["mode_factor"] = factors
-    size = QUICK_MODE_PROBE["num_nodes"] if quick else MODE_PROBE_GRAPH["num_nodes"]
-    shown = f"{size:,}".replace(",", " ")
+    shown = f"{QUICK_MODE_PROBE['num_nodes'] if quick else MODE_PROBE_GRAPH['num_nodes']:,}".replace(",", " ")
     say(f"measured / modelled compute per mode ({shown}-node probe{', quick' if quick else ''}): "
         + ", ".join(f"{k} {v:.2f}" for k, v in factors.items()))
 

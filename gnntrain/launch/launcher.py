@@ -295,12 +295,14 @@ def preflight(plan, run_dir: Path, identity: Optional[RankIdentity]) -> None:
     check_resume(plan, run_dir)
 
 
-def run_training(plan, run_dir: Path) -> Dict[str, Any]:
-    """Train ``plan``; returns the summary (raises GnnTrainError on failure after writing it)."""
+def run_training(plan, run_dir: Path, preflighted: bool = False) -> Dict[str, Any]:
+    """Train ``plan``; returns the summary (raises GnnTrainError on failure after writing it).
+    ``preflighted``: the caller ran :func:`preflight` already (the CLI does, before writing plan.yaml)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     identity = external_identity()
-    preflight(plan, run_dir, identity)  # refused before anything in run_dir is written
+    if not preflighted:
+        preflight(plan, run_dir, identity)  # refused before anything in run_dir is written
     if identity is not None:
         return _run_external(plan, run_dir, identity)
     try:
