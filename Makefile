@@ -24,16 +24,16 @@ test: $(STAMP)
 	GNNTRAIN_OFFLINE=1 $(BIN)/python -m pytest -q --durations=40
 
 lint: $(STAMP)
-	$(BIN)/ruff check gnntrain tests scripts hydra_plugins
+	$(BIN)/ruff check gnntrain tests scripts benchmarks hydra_plugins
 
 test-all: $(STAMP)
 	GNNTRAIN_OFFLINE=1 $(BIN)/python -m pytest -q -m ''
 
 bench: $(STAMP)
-	GNNTRAIN_OFFLINE=1 $(BIN)/python scripts/bench.py reference overhead volume
+	GNNTRAIN_OFFLINE=1 $(BIN)/python -m benchmarks reference overhead volume
 
 bench-all: $(STAMP)
-	GNNTRAIN_OFFLINE=1 $(BIN)/python scripts/bench.py
+	GNNTRAIN_OFFLINE=1 $(BIN)/python -m benchmarks
 
 # A fresh venv with the newest torch PyPI serves for NEWEST_PYTHON, gnntrain without DGL (no
 # constraints), and the suite's no-DGL subset. Heavy (a ~3 GB download): run it by hand, not in CI.

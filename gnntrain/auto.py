@@ -18,8 +18,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from gnntrain.errors import PlanError
 from gnntrain.modes import MODE_REGISTRY, Mode
 from gnntrain.modes.cost import check_profile, nearest_cost
-from gnntrain.plan import build_plan
-from gnntrain.sizing import RunPlan, host_cores
+from gnntrain.plan import build_mode, build_plan
+from gnntrain.plan_types import RunPlan
+from gnntrain.sizing import host_cores
 
 __all__ = ["resolve_plan", "choose_plan", "candidate_configs"]
 
@@ -87,7 +88,7 @@ def choose_plan(cfg: DictConfig) -> RunPlan:
             continue  # another ranks_per_node giving the same world size (mode=single is always one rank)
         seen.add(key)
         label = _label(name, options, plan.world_size)
-        mode: Mode = MODE_REGISTRY[name](cand)
+        mode: Mode = build_mode(cand)
         if plan.world_size < mode.min_world_size:
             dropped.append({"candidate": label, "reason": f"{name} on {plan.world_size} rank(s) is mode=single "
                             "with extra work"})

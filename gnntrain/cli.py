@@ -233,24 +233,29 @@ def plan_task(cfg) -> None:
 
 
 def _load_and_partition(cfg, plan):
-    from gnntrain.data import load_dataset, resolve_cache_dir
-    from gnntrain.partition import partition_graph
+    """The graph and the mode's own partitioning of it (the plan's parts with the configured partitioner
+    where the mode partitions nothing itself)."""
+    from gnntrain.data import load_dataset
+    from gnntrain.modes import Mode
+    from gnntrain.plan import plan_mode
 
     data = load_dataset(cfg)
-    part, hit = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.num_parts,
-                                cfg.partitioner, data.content_hash, resolve_cache_dir(cfg))
+    mode = plan_mode(plan)
+    part, hit = mode.partition(data, plan)
+    if part is None:
+        part, hit = Mode.partition(mode, data, plan)
     return data, part, hit
 
 
 def _graph_report(cfg, plan, data=None, part=None) -> Optional[dict]:
     """The mode's figures that need the graph (:meth:`Mode.graph_report`), or None."""
     from gnntrain.errors import GnnTrainError
-    from gnntrain.modes import MODE_REGISTRY
+    from gnntrain.plan import plan_mode
 
     try:
         if data is None:
             data, part, _ = _load_and_partition(cfg, plan)
-        return MODE_REGISTRY[plan.mode](cfg).graph_report(data, part, plan)
+        return plan_mode(plan).graph_report(data, part, plan)
     except GnnTrainError as exc:
         _error(str(exc))
         sys.exit(1)

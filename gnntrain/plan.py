@@ -16,23 +16,18 @@ from omegaconf import DictConfig, OmegaConf
 from gnntrain.config.schema import option_value, unknown_keys
 from gnntrain.errors import PlanError
 from gnntrain.modes.cost import check_profile, cost_profile
+from gnntrain.plan_types import MemoryEstimate, PlanContext, RunPlan, RunSettings
 from gnntrain.sizing import (
     DTYPE_BYTES,
-    MODELS,
-    MemoryEstimate,
-    PlanContext,
-    RunPlan,
     dataset_sizes,
     format_bytes,
-    grad_widths,
     host_cores,
     host_memory_bytes,
-    layer_widths,
     model_dims,
-    param_bytes,
 )
 
-__all__ = ["MemoryEstimate", "PlanContext", "RunPlan", "build_plan", "resolve_kernel", "resolve_reader"]
+__all__ = ["MemoryEstimate", "PlanContext", "RunPlan", "build_mode", "build_plan", "plan_mode", "resolve_kernel",
+           "resolve_reader"]
 
 
 def port_in_use(port: int) -> bool:
@@ -95,6 +90,22 @@ def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float
     return choice.kernel, choice.describe()
 
 
+# ------------------------------------------------------------------- modes
+def build_mode(cfg):
+    """The configured mode (a :class:`gnntrain.modes.Mode`), built from its own options and the run's
+    typed settings: the one place a composed config becomes a mode."""
+    from gnntrain.modes import get_mode
+
+    return get_mode(cfg["mode"]["name"])(cfg["mode"], RunSettings.of(cfg))
+
+
+def plan_mode(plan: RunPlan):
+    """The mode of a resolved plan, in any process (a rank reads the plan back from plan.config)."""
+    from gnntrain.modes import get_mode
+
+    return get_mode(plan.mode)(plan.config["mode"], plan.settings)
+
+
 # ------------------------------------------------------------------- build
 def build_plan(cfg: DictConfig) -> RunPlan:
     """Resolve and validate; raises PlanError with the offending option."""
@@ -129,9 +140,9 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         raise PlanError("train.checkpoint_every", f"must be >= 0 (got {t.checkpoint_every}).")
     if int(t.get("keep_checkpoints", 0)) < 0:
         raise PlanError("train.keep_checkpoints", f"must be >= 0 (got {t.keep_checkpoints}; 0 keeps every one).")
-    if m.name not in MODELS + ("custom",):
-        raise PlanError("model", f"unknown model '{m.name}'.",
-                        f"use one of {', '.join(MODELS)}, or model=custom model.target=pkg.module.Class (your own)")
+    from gnntrain.models.registry import model_family
+
+    family = model_family(m.name, m.get("target"))  # an unknown model or custom class: one PlanError
     if m.name == "gat" and int(m.get("gat_heads", 1)) != 1:
         raise PlanError("model.gat_heads", f"{m.gat_heads} heads asked for; the GAT layer here has one head.",
                         "use model.gat_heads=1")
@@ -159,11 +170,15 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         raise PlanError("mode", "mode=auto picks among the other modes; its plan comes from "
                         "gnntrain.auto.resolve_plan.")
     mode_cls = get_mode(cfg.mode.name)
-    mode = mode_cls(cfg)
-    if m.name not in mode_cls.models:
+    mode = mode_cls(cfg.mode, RunSettings.of(cfg))
+    refusal = mode.refuses(family)
+    if refusal is not None:
+        from gnntrain.models.registry import MODEL_REGISTRY
+
         rule = f" {mode_cls.models_rule}" if mode_cls.models_rule else ""
-        raise PlanError("model", f"mode '{mode_cls.name}' does not support model '{m.name}'.{rule}",
-                        f"use one of {', '.join(mode_cls.models)}")
+        hosted = [name for name, f in sorted(MODEL_REGISTRY.items()) if mode.refuses(f) is None]
+        raise PlanError("model", f"mode '{mode_cls.name}' does not support model '{m.name}': {refusal}.{rule}",
+                        f"use one of {', '.join(hosted)}")
 
     device = option_value(hw.device)
     if device == "cuda":
@@ -186,17 +201,12 @@ def build_plan(cfg: DictConfig) -> RunPlan:
 
     dtype = option_value(t.dtype)
     dims = model_dims(f, int(m.hidden), c, int(m.layers))
-    if m.name == "custom":  # the user's layer class, asked for its widths and parameters
-        from gnntrain.models.custom import describe
-
-        widths, grads, params = describe(m.get("target"), dims, DTYPE_BYTES[dtype])
-    else:
-        widths, grads = layer_widths(m.name, dims, mode.aggregate_first), grad_widths(m.name, dims,
-                                                                                      mode.aggregate_first)
-        params = param_bytes(m.name, dims, DTYPE_BYTES[dtype], option_value(m.norm))
+    shape = mode.model_shape(dims, DTYPE_BYTES[dtype])  # the one model-shape table (widths, params, MACs)
+    widths, grads, params = list(shape.widths), list(shape.grad_widths), shape.param_bytes
     ctx = PlanContext(world_size=world, num_nodes=n, num_edges=e, feat_dim=f, num_classes=c,
                       dtype_bytes=DTYPE_BYTES[dtype], dims=tuple(dims), comm_widths=tuple(widths),
-                      param_bytes=params, model=m.name, grad_widths=tuple(grads),
+                      param_bytes=params, model=m.name, grad_widths=tuple(grads), update_macs=shape.update_macs,
+                      elementwise=family.elementwise, settings=RunSettings.of(cfg),
                       train_nodes=int(round(n * float(ds.train_fraction))) if ds.source == "generated" else 0)
     warnings += mode.validate(ctx)
 

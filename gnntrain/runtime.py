@@ -11,7 +11,7 @@ import torch
 
 from gnntrain.comm import Communicator
 from gnntrain.metrics.recorder import RunRecorder
-from gnntrain.sizing import RunPlan
+from gnntrain.plan_types import RunPlan
 
 
 @dataclass

@@ -4,7 +4,7 @@
 # Installs the wheels carried in .whl/ (made here by `make gpu-carry`) into a temporary folder, runs
 # scripts/gpu_check.py (every check, or those named) and writes docs/bench/gpu.json; with $OUT set (the
 # device tool) the JSON is copied there too. Back on the development machine:
-#   cp <returned>/gpu.json docs/bench/ && python scripts/bench.py --render   # the GPU section of BENCHMARKS.md
+#   cp <returned>/gpu.json docs/bench/ && python -m benchmarks --render   # the GPU section of BENCHMARKS.md
 # Cora is read from .gpu-data/ when `make gpu-carry` staged it there (it is carried, never committed).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -4,7 +4,8 @@ do on a real device; ``single`` against PyG's ``GCNConv`` on the same device; Mo
 beside a GPU update rank; and ``gnntrain calibrate`` on the device.
 
 Writes ``docs/bench/gpu.json``: the device, torch and CUDA versions, one record per check, and a table
-that ``python scripts/bench.py --render`` turns into the ``gpu`` section of docs/BENCHMARKS.md.
+that ``python -m benchmarks --render`` (benchmarks.harness.render) turns into the ``gpu`` section of
+docs/BENCHMARKS.md.
 
     bash scripts/gpu-check.sh [CHECK ...]          # on the GPU machine: installs the carried wheels, runs
     python scripts/gpu_check.py --device cpu --quick  # the same flow on a CPU at small sizes (smoke test)

@@ -1,6 +1,8 @@
 """The package's shape: an acyclic import graph that follows the layer chain
 config → sizing → data/partition, comm, models, metrics → runtime → modes → plan → auto →
-launch → cli (docs/design.md, "Layers"), and modules small enough to hold in one's head.
+launch → cli (docs/design.md, "Layers"), and modules small enough to hold in one's head. The
+benchmarks package (``python -m benchmarks``) is held to the same: no cycle, no long module, and
+it and the tests never import each other.
 
 Every import statement counts, deferred (inside functions) and ``TYPE_CHECKING`` ones too.
 """
@@ -8,11 +10,13 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Set
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gnntrain"
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "gnntrain"
+BENCHMARKS = REPO / "benchmarks"
 MAX_MODULE_LINES = 500
 
 # lower index = lower layer; a module may import its own layer or lower ones only
@@ -20,11 +24,13 @@ LAYERS: List[Set[str]] = [
     {"gnntrain", "gnntrain.errors", "gnntrain.atomic", "gnntrain.seeding", "gnntrain.logs", "gnntrain.config",
      "gnntrain.interrupts",
      "gnntrain.backends"},
+    {"gnntrain.plan_types"},
     {"gnntrain.sizing"},
     {"gnntrain.data", "gnntrain.partition", "gnntrain.comm", "gnntrain.models", "gnntrain.metrics",
      "gnntrain.checkpoint"},
     {"gnntrain.runtime"},
     {"gnntrain.modes"},
+    {"gnntrain.training"},
     {"gnntrain.plan"},
     {"gnntrain.auto"},
     {"gnntrain.launch"},
@@ -39,24 +45,25 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def import_graph(root: Optional[Path] = None) -> Dict[str, Set[str]]:
-    """Module → the gnntrain modules its import statements name (``from a import b`` names
-    ``a.b`` when that is a module, else ``a``)."""
-    root = root or PACKAGE
-    modules = {module_name(p, root): p for p in root.rglob("*.py")}
+def import_graph(*roots: Path) -> Dict[str, Set[str]]:
+    """Module → the modules of the packages ``roots`` (default: gnntrain) that its import statements
+    name (``from a import b`` names ``a.b`` when that is a module, else ``a``)."""
+    roots = roots or (PACKAGE,)
+    tops = {root.name for root in roots}
+    modules = {module_name(p, root): p for root in roots for p in root.rglob("*.py")}
     graph: Dict[str, Set[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         deps: Set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Import):
-                deps.update(a.name for a in node.names if a.name.split(".")[0] == "gnntrain")
+                deps.update(a.name for a in node.names if a.name.split(".")[0] in tops)
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
                     anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join(anchor + ([base] if base else []))
-                if base.split(".")[0] != "gnntrain":
+                if base.split(".")[0] not in tops:
                     continue
                 for alias in node.names:
                     sub = f"{base}.{alias.name}"
@@ -100,7 +107,8 @@ def layer_of(module: str) -> int:
 
 
 def test_import_graph_has_no_cycle():
-    cycle = find_cycle(import_graph())
+    """Across gnntrain and the benchmarks together (a cycle could run through both)."""
+    cycle = find_cycle(import_graph(PACKAGE, BENCHMARKS))
     assert not cycle, "import cycle: " + " -> ".join(cycle)
 
 
@@ -111,33 +119,41 @@ def test_imports_follow_the_layer_chain():
 
 
 def test_no_module_over_500_lines():
-    long = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    long = {str(p.relative_to(REPO)): n for folder in (PACKAGE, BENCHMARKS, REPO / "scripts")
+            for p in folder.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 
 @pytest.mark.parametrize("source, cycle", [
-    ({"a.py": "from gnntrain.b import x\n", "b.py": "def f():\n    from gnntrain.a import y\n"}, True),
-    ({"a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import gnntrain.b\n",
-      "b.py": "import gnntrain.a\n"}, True),
-    ({"a.py": "from gnntrain.b import x\n", "b.py": "x = 1\n"}, False),
+    ({"gnntrain/a.py": "from gnntrain.b import x\n", "gnntrain/b.py": "def f():\n    from gnntrain.a import y\n"},
+     True),
+    ({"gnntrain/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import gnntrain.b\n",
+      "gnntrain/b.py": "import gnntrain.a\n"}, True),
+    ({"gnntrain/a.py": "from gnntrain.b import x\n", "gnntrain/b.py": "x = 1\n"}, False),
+    # through both packages, closed by a deferred import
+    ({"benchmarks/h.py": "from gnntrain.a import x\n", "gnntrain/a.py": "def f():\n    import benchmarks.h\n"}, True),
+    ({"benchmarks/s/k.py": "from ..h import x\n", "benchmarks/h.py": "def f():\n    from benchmarks.s import k\n"},
+     True),
+    ({"benchmarks/h.py": "from gnntrain.a import x\n", "gnntrain/a.py": "x = 1\n"}, False),
 ])
 def test_the_checker_sees_deferred_and_type_checking_imports(tmp_path, source, cycle):
-    root = tmp_path / "gnntrain"
-    root.mkdir()
-    (root / "__init__.py").write_text("")
+    for package in ("gnntrain", "benchmarks", "benchmarks/s"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
     for name, text in source.items():
-        (root / name).write_text(text)
-    assert bool(find_cycle(import_graph(root))) is cycle
+        (tmp_path / name).write_text(text)
+    assert bool(find_cycle(import_graph(tmp_path / "gnntrain", tmp_path / "benchmarks"))) is cycle
 
 
-def _top_level_imports(path: Path) -> Set[str]:
-    """Every module name an import statement in ``path`` names (deferred imports and code strings
-    handed to a subprocess included: those are parsed too where they are literal Python)."""
+def imported_modules(path: Path) -> Set[str]:
+    """Every absolute module name that ``path`` imports: import statements anywhere (deferred ones
+    included), ``importlib.import_module("...")`` / ``__import__("...")`` with a literal name, and the
+    same in code strings handed to a child interpreter (``python -c "..."``), parsed where they are
+    literal Python."""
     names: Set[str] = set()
     trees = [ast.parse(path.read_text(), filename=str(path))]
     for node in ast.walk(trees[0]):  # code run in a child interpreter (python -c "...") is Python too
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "import " in node.value:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "import" in node.value:
             try:
                 trees.append(ast.parse(node.value.replace("{{", "{").replace("}}", "}")))
             except SyntaxError:
@@ -145,19 +161,79 @@ def _top_level_imports(path: Path) -> Set[str]:
     for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                names.update(a.name.split(".")[0] for a in node.names)
+                names.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-                names.add(node.module.split(".")[0])
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+            elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                  and isinstance(node.args[0].value, str)
+                  and ((isinstance(node.func, ast.Name) and node.func.id in ("__import__", "import_module"))
+                       or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"))):
+                names.add(node.args[0].value)
     return names
+
+
+def importable_names(tree: Path) -> Set[str]:
+    """The top-level names under which code in ``tree`` can be imported: the tree itself, and, for an
+    importer that put one of its folders on ``sys.path``, every module and package inside it."""
+    names = {tree.name}
+    for path in tree.rglob("*.py"):
+        if "__pycache__" in path.parts:
+            continue
+        if not path.stem.startswith("__"):
+            names.add(path.stem)
+        names.update(part for part in path.relative_to(tree).parts[:-1])
+    return names
+
+
+# importer -> the trees it must never import; tests reach benchmarks and scripts as processes only
+NO_IMPORT = {"tests": ("benchmarks", "scripts"), "benchmarks": ("tests",), "scripts": ("tests",),
+             "gnntrain": ("tests", "benchmarks", "scripts")}
+
+
+def forbidden_imports(repo: Path) -> List[str]:
+    """Each import in ``repo`` of a module that lives in a tree its own tree must not import."""
+    found = []
+    for importer, trees in NO_IMPORT.items():
+        banned = {name: tree for tree in trees for name in importable_names(repo / tree)}
+        for path in sorted((repo / importer).rglob("*.py")):
+            if path.resolve() == Path(__file__).resolve():  # this checker: its fixtures are code strings
+                continue
+            for module in sorted(imported_modules(path)):
+                if module.split(".")[0] in banned:
+                    found.append(f"{path.relative_to(repo)} imports {module} (from {banned[module.split('.')[0]]}/)")
+    return found
 
 
 def test_tests_and_benchmarks_do_not_import_each_other():
     """Benchmarks and scripts reach gnntrain through gnntrain.api (compose, cli), never through the tests'
-    conftest; tests run a script as a process, never import it."""
-    root = PACKAGE.parent
-    script_modules = {p.stem for p in (root / "scripts").glob("*.py")}
-    test_modules = {p.stem for p in (root / "tests").glob("*.py")}
-    for path in (root / "scripts").rglob("*.py"):
-        assert not _top_level_imports(path) & test_modules, f"{path} imports a test module"
-    for path in (root / "tests").rglob("*.py"):
-        assert not _top_level_imports(path) & script_modules, f"{path} imports a script"
+    conftest; tests run a benchmark or script as a process, never import it; gnntrain imports none of them."""
+    found = forbidden_imports(REPO)
+    assert not found, "imports across trees that must stay apart:\n" + "\n".join(found)
+
+
+def _repo(tmp_path: Path, files: Dict[str, str]) -> Path:
+    for name, text in {"tests/conftest.py": "ROOT = 1\n", "benchmarks/__init__.py": "",
+                       "benchmarks/harness.py": "def render():\n    pass\n", "benchmarks/suites/__init__.py": "",
+                       "benchmarks/suites/kernels.py": "", "scripts/gpu_check.py": "", "gnntrain/__init__.py": "",
+                       **files}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize("files, crossing", [
+    ({"benchmarks/suites/kernels.py": "def f():\n    import tests.conftest\n"}, True),
+    ({"benchmarks/harness.py": "def f():\n    from conftest import ROOT\n"}, True),  # tests/ put on sys.path
+    ({"scripts/gpu_check.py": "import importlib\nimportlib.import_module('tests.conftest')\n"}, True),
+    ({"tests/test_x.py": "from benchmarks.harness import render\n"}, True),
+    ({"tests/test_x.py": "import sys\nsys.path.insert(0, 'benchmarks')\nfrom harness import render\n"}, True),
+    ({"tests/test_x.py": "def f():\n    import kernels\n"}, True),  # benchmarks/suites on sys.path
+    ({"tests/test_x.py": "CODE = 'from gpu_check import main'\n"}, True),  # run as python -c CODE
+    ({"gnntrain/x.py": "def f():\n    from benchmarks import harness\n"}, True),
+    ({"tests/test_x.py": "import subprocess, sys\nsubprocess.run([sys.executable, '-m', 'benchmarks'])\n"}, False),
+    ({"benchmarks/harness.py": "from gnntrain.api import compose\n", "tests/test_x.py": "from conftest import ROOT\n"},
+     False),
+])
+def test_the_tree_checker_sees_deferred_and_sys_path_imports(tmp_path, files, crossing):
+    assert bool(forbidden_imports(_repo(tmp_path, files))) is crossing

@@ -31,7 +31,7 @@ def _plan(overrides, cache_dir):
 @pytest.fixture(scope="module")
 def calibrated(tmp_path_factory):
     """One real `gnntrain calibrate --quick` (its wall time too), into a private user config dir: every probe
-    runs; only the per-mode factors come from shorter runs (scripts/bench.py auto uses the full one)."""
+    runs; only the per-mode factors come from shorter runs (`python -m benchmarks auto` uses the full one)."""
     user_dir = tmp_path_factory.mktemp("user-config")
     env = {"GNNTRAIN_USER_CONFIG_DIR": str(user_dir), "GNNTRAIN_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
     start = time.perf_counter()

@@ -149,6 +149,7 @@ def test_plan_tree_has_no_python_reprs(mode, cache_dir):
     from gnntrain.cli import _load_and_partition
     from gnntrain.metrics.report import print_graph_report, print_plan
     from gnntrain.modes import MODE_REGISTRY, Mode
+    from gnntrain.plan import build_mode
 
     cfg, plan = _plan(mode, cache_dir)
     text = _render(print_plan, plan) + _render(print_plan, plan, brief=True)
@@ -161,7 +162,7 @@ def test_plan_tree_has_no_python_reprs(mode, cache_dir):
     assert "MiB" in text or "KiB" in text
     if MODE_REGISTRY[mode].graph_report is not Mode.graph_report:
         data, part, _ = _load_and_partition(cfg, plan)
-        report = MODE_REGISTRY[mode](cfg).graph_report(data, part, plan)
+        report = build_mode(cfg).graph_report(data, part, plan)
         assert_no_python_repr(_render(print_graph_report, plan, report))
 
 

@@ -103,12 +103,11 @@ def test_mode_options_are_typed_per_mode():
 def test_modes_read_typed_options_at_plan_time_and_in_the_ranks():
     """A mode sees its options as its dataclass with enum members, whether built from the composed
     config (plan) or from the plain dict a rank reads back from the plan."""
-    from gnntrain.modes import get_mode
     from gnntrain.modes.supergcn import Aggregation, SuperGCNConfig
-    from gnntrain.plan import build_plan
+    from gnntrain.plan import build_mode, build_plan, plan_mode
 
     plan = build_plan(compose(["mode=supergcn", "mode.aggregation=pre"]))
-    for cfg in (compose(["mode=supergcn", "mode.aggregation=pre"]), plan.config_obj):
-        options = get_mode("supergcn")(cfg).options
+    for mode in (build_mode(compose(["mode=supergcn", "mode.aggregation=pre"])), plan_mode(plan)):
+        options = mode.options
         assert isinstance(options, SuperGCNConfig) and options.aggregation is Aggregation.pre
     assert plan.config_obj is plan.config_obj  # built once per plan, not per access

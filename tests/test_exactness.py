@@ -83,3 +83,16 @@ def test_layer_norm_is_exact_in_every_mode(train, graph, mode, p, extra):
     assert not np.allclose(ref, single_losses(train, GRAPHS[graph] + EXACT + ["model=sage", "model.layers=3"]))
     s = train(norm + [f"mode={mode}", f"hardware.ranks_per_node={p}"] + extra)
     assert_exact(s["losses"], ref)
+
+
+@pytest.mark.parametrize("graph", ["csbm", pytest.param("cora", marks=requires_shared)])
+def test_a_registered_model_is_exact_in_partition(train, graph):
+    """gcn_rw (gnntrain/models/gcn_rw.py + configs/model/gcn_rw.yaml, nothing else): a GCN with the
+    random-walk normalisation D^-1 (A+I), a model the modes know only through its family, trains the
+    same in partition (sparse halos, p=2 and 1.5D p=4) as in single; and it is not plain GCN."""
+    ref = _reference(train, graph, "gcn_rw")
+    assert not np.allclose(ref, _reference(train, graph, "gcn"))
+    for p, c in ((2, 1), (4, 2)):
+        s = train(GRAPHS[graph] + EXACT + ["model=gcn_rw", "mode=partition", "mode.comm=sparse",
+                                           f"hardware.ranks_per_node={p}", f"mode.replication={c}"])
+        assert_exact(s["losses"], ref)

@@ -1,5 +1,5 @@
 """scripts/gpu_check.py (issue #21) off a GPU: its flow runs on the CPU at small sizes, writes the records
-and a table that bench.py renders, and refuses plainly where it cannot run. The GPU run itself is
+and a table that `python -m benchmarks --render` renders, and refuses plainly where it cannot run. The GPU run itself is
 `bash scripts/gpu-check.sh` on a CUDA machine (README: GPU check)."""
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ def test_gpu_check_flow_on_the_cpu_writes_records_that_render(tmp_path):
     assert single["kernel"] == "torch" and single["reference_kernel"] == ("dgl" if dgl_available() else "torch")
     (tmp_path / "results").mkdir()
     out.rename(tmp_path / "results" / "gpu.json")
-    rendered = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--render", "--results",
-                               str(tmp_path / "results"), "--to", str(tmp_path / "BENCHMARKS.md")],
-                              capture_output=True, text=True, timeout=120)
+    rendered = subprocess.run([sys.executable, "-m", "benchmarks", "--render", "--results", str(tmp_path / "results"),
+                               "--to", str(tmp_path / "BENCHMARKS.md")], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
     assert rendered.returncode == 0, rendered.stderr
     text = (tmp_path / "BENCHMARKS.md").read_text()
     assert "## gpu" in text and "| hongtu_exact_csbm | hongtu | ok |" in text and "bash scripts/gpu-check.sh" in text

@@ -9,7 +9,7 @@ import pytest
 from conftest import CORA, EXACT, assert_exact, compose, requires_shared, run_cli, single_losses
 
 from gnntrain.errors import PlanError
-from gnntrain.plan import build_plan
+from gnntrain.plan import build_mode, build_plan
 
 SMALL = ["dataset=csbm", "dataset.num_nodes=400"]
 DEDUPS = ["none", "p2p", "reuse", "p2p+reuse"]
@@ -141,7 +141,6 @@ def test_bytes_by_kind_follow_the_rows(train):
 def test_dedup_on_power_law_graph_and_reorganize():
     """R-MAT, m·n = 32: p2p+reuse cuts host→device rows by ≥ 25% (paper: 25–71%), reorganize cuts more."""
     from gnntrain.data import load_dataset
-    from gnntrain.modes.hongtu import HongTuMode
     from gnntrain.partition import partition_graph
 
     cfg = compose(["dataset=rmat", "dataset.num_nodes=4096", "dataset.num_edges=32768", "model=gcn",
@@ -150,7 +149,8 @@ def test_dedup_on_power_law_graph_and_reorganize():
     plan = build_plan(cfg)
     part, _ = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, 2, cfg.partitioner,
                               data.content_hash, None)
-    figures = HongTuMode(cfg).figures(HongTuMode(cfg).choose_layout(data, part, plan))
+    mode = build_mode(cfg)
+    figures = mode.figures(mode.choose_layout(data, part, plan))
     reorg, ident = figures["rows_per_layer"], figures["rows_per_layer_identity_order"]
     assert 1 - reorg["ru"] / reorg["ori"] >= 0.25
     assert reorg["ru"] < ident["ru"]

@@ -29,9 +29,10 @@ from gnntrain.modes.hyscale import (
     rebalance,
     split_batch,
 )
-from gnntrain.modes.loop import model_spec
 from gnntrain.modes.single import graph_tensors
+from gnntrain.modes.strategy import model_spec
 from gnntrain.plan import build_plan
+from gnntrain.plan_types import RunSettings
 
 HS = ["mode=hyscale", "mode.cpu_trainers=1", "mode.accel_trainers=1"]
 
@@ -69,7 +70,7 @@ def _sampler_checks() -> None:
 
     data = load_dataset(compose(["dataset=csbm", "dataset.num_nodes=400", "dataset.avg_degree=8"]))
     cfg = compose(["dataset=csbm", "model=sage"])
-    src, dst, w = graph_tensors(data, cfg)
+    src, dst, w = graph_tensors(data, RunSettings.of(cfg))
     seeds = torch.arange(0, 400, 5)
 
     def edges(sampler, seed):
@@ -113,7 +114,7 @@ def _sampler_checks() -> None:
 # ------------------------------------------------------- torch-native sampler
 def _csbm_graph(nodes=400, degree=8):
     data = load_dataset(compose(["dataset=csbm", f"dataset.num_nodes={nodes}", f"dataset.avg_degree={degree}"]))
-    src, dst, w = graph_tensors(data, compose(["dataset=csbm", "model=sage"]))
+    src, dst, w = graph_tensors(data, RunSettings.of(compose(["dataset=csbm", "model=sage"])))
     return data, src, dst, w
 
 
@@ -215,10 +216,10 @@ def test_weighted_step_equals_union_batch_step(train, tmp_path, model):
 
     cfg = compose(overrides)
     data = load_dataset(cfg)
-    src, dst, w = graph_tensors(data, cfg)
+    src, dst, w = graph_tensors(data, RunSettings.of(cfg))
     adj = SparseAdjacency(dst, src, w, data.num_nodes, data.num_nodes, kernel="torch")
     x = data.features.to(torch.float64)
-    ref = build_model(model_spec(cfg, x.shape[1], data.num_classes), 5, torch.float64)
+    ref = build_model(model_spec(RunSettings.of(cfg).model, x.shape[1], data.num_classes), 5, torch.float64)
     opt = torch.optim.Adam(ref.parameters(), lr=float(cfg.train.lr), weight_decay=float(cfg.train.weight_decay))
     ce = 0.0
     for union in global_batches(data.train_mask.nonzero().flatten(), 100, 5, 0):

@@ -78,7 +78,7 @@ def test_a_registered_mode_plugs_into_composition_and_the_plan(monkeypatch):
 
     from gnntrain.config.schema import ModeConfig
     from gnntrain.modes import MODE_REGISTRY, Mode, register_mode
-    from gnntrain.sizing import MemoryEstimate
+    from gnntrain.plan_types import MemoryEstimate
 
     @dataclass
     class ToyConfig(ModeConfig):
@@ -231,8 +231,8 @@ def assert_graph_figures_equal_measured(train, cache_dir, overrides):
     """The bytes per epoch a mode's ``graph_report`` states once the graph is partitioned (`gnntrain plan`
     / `partition` print them) equal what the run measures, in total and kind by kind."""
     from gnntrain.data import load_dataset
-    from gnntrain.modes import MODE_REGISTRY
     from gnntrain.partition import partition_graph
+    from gnntrain.plan import build_mode
 
     overrides = [f"cache_dir={cache_dir}"] + GRAPH_FIGURES + overrides
     cfg = compose(overrides)
@@ -240,7 +240,7 @@ def assert_graph_figures_equal_measured(train, cache_dir, overrides):
     data = load_dataset(cfg)
     part, _ = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.num_parts, cfg.partitioner,
                               data.content_hash, cache_dir)
-    report = dict(MODE_REGISTRY[plan.mode](cfg).graph_report(data, part, plan)["bytes per epoch"])
+    report = dict(build_mode(cfg).graph_report(data, part, plan)["bytes per epoch"])
     measured = train(overrides)["comm_bytes"]
     assert measured["per_epoch"] == report.pop("total")
     assert {k: v for k, v in measured["by_kind"].items() if v} == report

@@ -26,8 +26,13 @@ def resolve_data_dir(cfg) -> Optional[str]:
 
 
 def resolve_cache_dir(cfg) -> Path:
-    path = cfg.get("cache_dir") or os.environ.get("GNNTRAIN_CACHE_DIR") or str(
-        Path.home() / ".cache" / "gnntrain")
+    return cache_folder(cfg.get("cache_dir"))
+
+
+def cache_folder(configured: Optional[str]) -> Path:
+    """The cache folder: ``cache_dir`` as configured, else GNNTRAIN_CACHE_DIR, else ~/.cache/gnntrain;
+    created, and refused in one line where it cannot be written."""
+    path = configured or os.environ.get("GNNTRAIN_CACHE_DIR") or str(Path.home() / ".cache" / "gnntrain")
     p = Path(path).expanduser()
     try:
         p.mkdir(parents=True, exist_ok=True)

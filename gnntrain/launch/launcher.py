@@ -135,8 +135,9 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
 
     from gnntrain.comm import Communicator
     from gnntrain.comm.peers import describe_lost_peers
-    from gnntrain.modes import get_mode
+    from gnntrain.plan import plan_mode
     from gnntrain.runtime import RankContext
+    from gnntrain.training import train_rank
 
     distributed = plan.world_size > 1
     if distributed:
@@ -157,12 +158,12 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
     hosts, plan = handshake(plan, comm, rank, master_addr)
     ctx = RankContext(plan=plan, comm=comm, device=device,
                       run_dir=Path(run_dir) if run_dir else None, recorder=recorder, preprocess_s=preprocess_s)
-    mode = get_mode(plan.mode)(plan.config_obj)
+    mode = plan_mode(plan)
     SPMM_CALLS.clear()  # this rank's run only (in-process ranks run one after another)
     try:
         # Ctrl-C, SIGTERM: finish the epoch, agree, stop (gnntrain.interrupts)
         with graceful_stop(hard_exit=not in_process, sigterm=not spawned):
-            result = mode.train_rank(shard, ctx)
+            result = train_rank(mode, shard, ctx)
     except RuntimeError as exc:
         lost = describe_lost_peers(str(exc), hosts, rank, comm.timeout_s) if distributed else None
         if lost is None:

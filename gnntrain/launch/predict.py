@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from gnntrain.errors import GnnTrainError
-from gnntrain.modes.predict import WHATS
+from gnntrain.training.predict import WHATS
 
 GROUPS = ("dataset", "model", "mode", "partitioner", "hardware")
 EXTENSIONS = {"parquet": ".parquet", "npy": ".npy"}

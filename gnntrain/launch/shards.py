@@ -98,12 +98,17 @@ def store_dir(plan) -> Path:
 
 def prepare_in_memory(plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
     """Load the graph and prepare ``ranks``' shards (all when None) in this process."""
-    cfg = plan.config_obj
+    from gnntrain.plan import plan_mode
+
     start = time.perf_counter()
-    data = load_dataset(cfg)
-    load_s = time.perf_counter() - start
-    prepared = get_mode(plan.mode)(cfg).prepare(data, plan, ranks)
+    data = load_dataset(plan.config_obj)
+    mode = plan_mode(plan)
+    part, hit = mode.partition(data, plan) if mode.partitions_graph else (None, False)
+    load_s = time.perf_counter() - start  # loading and partitioning (the partitioner's cache, or METIS)
+    prepared = mode.prepare(data, plan, part, ranks)
     prepared.preprocess_s += load_s
+    if part is not None and mode.partitions_graph:
+        prepared.partition.setdefault("cache_hit", hit)
     # the graph as loaded (directed edges, before any model's self-loops), for summary.json
     prepared.partition.setdefault("graph_nodes", data.num_nodes)
     prepared.partition.setdefault("graph_edges", data.num_edges)

@@ -20,11 +20,10 @@ exactly; the modes that restructure the aggregation (MoP, HongTu, HyScale) refus
 from __future__ import annotations
 
 import importlib
-from typing import List, Sequence, Tuple
 
 from gnntrain.errors import PlanError
 
-NORMALIZATIONS = {"gcn": "gcn", "mean": "sage", "sum": "gin"}  # -> the built-in model whose edge weights it uses
+NORMALIZATIONS = ("gcn", "mean", "sum")
 ENTRY_POINT_GROUP = "gnntrain.models"
 FIX = "set model.target=package.module.Class (an importable layer class; docs/design.md#your-own-model)"
 
@@ -68,27 +67,3 @@ def check_layer_class(cls, target: str) -> None:
     if norm not in NORMALIZATIONS:
         raise PlanError("model.target", f"{target}.normalization is {norm!r}; it must be one of "
                         f"{', '.join(NORMALIZATIONS)}.", "set the class attribute normalization")
-
-
-def weights_model(name: str, target=None) -> str:
-    """The built-in model whose edge weights a model uses (itself, or a custom layer's normalization's)."""
-    if name != "custom":
-        return name
-    return NORMALIZATIONS[resolve_layer_class(target).normalization]
-
-
-def describe(target, dims: Sequence[int], dtype_bytes: int) -> Tuple[List[int], List[int], int]:
-    """(comm widths, widths exchanged backward, parameter bytes) of a custom stack, from one throwaway
-    instance per layer (built on the meta device: no memory, no random draws)."""
-    import torch
-
-    cls = resolve_layer_class(target)
-    widths, params = [], 0
-    with torch.device("meta"):
-        for d_in, d_out in zip(dims[:-1], dims[1:]):
-            layer = cls(int(d_in), int(d_out))
-            widths.append(int(layer.comm_width()))
-            params += sum(p.numel() for p in layer.parameters())
-    first_has_grad = widths[0] != dims[0]  # aggregating the input features: nothing flows back through them
-    grads = [w for i, w in enumerate(widths) if i > 0 or first_has_grad]
-    return widths, grads, params * dtype_bytes

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 from torch import nn
 
-from gnntrain.models.custom import weights_model
+from gnntrain.errors import GnnTrainError
 from gnntrain.models.gnn import GNN, ModelSpec, layer_input
 from gnntrain.models.kernels import SparseAdjacency
 from gnntrain.models.norm import edge_weights
+from gnntrain.models.registry import model_family
 
 MODEL_WEIGHTS = "model.pt"
 MODEL_CARD = "model.yaml"
@@ -61,7 +62,8 @@ class TrainedModel(nn.Module):
         if self.self_loop:
             loops = torch.arange(num_nodes, dtype=torch.int64)
             src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
-        weights = edge_weights(weights_model(self.gnn.spec.name, self.gnn.spec.target), src, dst, num_nodes)
+        weights = edge_weights(model_family(self.gnn.spec.name, self.gnn.spec.target).normalization, src, dst,
+                               num_nodes)
         dtype = next(self.gnn.parameters()).dtype
         return SparseAdjacency(dst, src, weights.to(dtype), num_nodes, num_nodes, kernel="torch", device=device)
 
@@ -93,8 +95,6 @@ def load_trained_model(run_dir: Path, map_location: str = "cpu") -> TrainedModel
     """Rebuild the model a run wrote (``model.pt`` + ``model.yaml``)."""
     import yaml
 
-    from gnntrain.errors import GnnTrainError
-
     run_dir = Path(run_dir)
     weights, card_path = run_dir / MODEL_WEIGHTS, run_dir / MODEL_CARD
     if not weights.is_file() or not card_path.is_file():
@@ -105,3 +105,35 @@ def load_trained_model(run_dir: Path, map_location: str = "cpu") -> TrainedModel
     gnn = GNN(spec).to(getattr(torch, card.get("dtype", "float32")))
     gnn.load_state_dict(torch.load(weights, map_location=map_location, weights_only=True))
     return TrainedModel(gnn, bool(card.get("self_loop", True)), card)
+
+
+def load_weights(model: nn.Module, path: str) -> None:
+    """A run's ``model.pt`` (a state dict) or a checkpoint (``{"model": state dict, ...}``) into ``model``."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise GnnTrainError(f"predict: cannot read the weights {path} ({type(exc).__name__}: {exc}).") from None
+    if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
+        state = state["model"]
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        lines = str(exc).strip().splitlines()
+        why = lines[-1].strip() if lines else str(exc)
+        raise GnnTrainError(f"predict: the weights in {path} do not fit this model ({why}). Predict with the run's "
+                            f"own model options, on a graph with the same feature width and classes.") from None
+
+
+def rows_output(model: nn.Module, forward: Callable[[], torch.Tensor], what: str, layer: int) -> torch.Tensor:
+    """The rows ``forward()`` computes, as logits, probabilities, labels or the input of layer ``layer``
+    (embeddings; default the last layer's input). Embeddings run the same forward with the layer stack cut
+    after layer ``layer`` - 1, so every mode computes them in its own layout."""
+    if what != "embeddings":
+        logits = forward()
+        if what == "probs":
+            return torch.softmax(logits, dim=1)
+        return logits.argmax(dim=1) if what == "labels" else logits
+    try:
+        return layer_input(model, forward, layer)
+    except ValueError as exc:
+        raise GnnTrainError(f"predict: --layer {layer}: {exc}.") from None

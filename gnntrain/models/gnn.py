@@ -1,4 +1,5 @@
-"""GCN, GraphSAGE-mean, GIN and one-head GAT in aggregate → update form.
+"""The model every mode trains: a stack of registered layers (gnntrain.models.registry) in
+aggregate → update form, with the hidden activation, dropout and norms between them.
 
 Each layer splits into
 
@@ -18,18 +19,17 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from gnntrain.seeding import Stream, derive_words
-from gnntrain.sizing import aggregates_first, model_dims
+from gnntrain.sizing import model_dims
 
 Aggregate = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    name: str  # gcn | sage | gin | gat
+    name: str  # a registered model (gnntrain.models.registry), or custom
     in_dim: int
     hidden: int
     out_dim: int
@@ -45,130 +45,6 @@ class ModelSpec:
     @property
     def dims(self) -> List[int]:
         return model_dims(self.in_dim, self.hidden, self.out_dim, self.layers)
-
-
-class GCNLayer(nn.Module):
-    """h' = Â·h·W + b (Kipf & Welling); order of Â and W chosen per layer."""
-
-    def __init__(self, d_in: int, d_out: int, aggregate_first: Optional[bool]):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(d_in, d_out))
-        self.bias = nn.Parameter(torch.zeros(d_out))
-        nn.init.xavier_uniform_(self.weight)
-        self.aggregate_first = aggregates_first("gcn", d_in, d_out, aggregate_first)
-
-    def comm_width(self) -> int:
-        return self.weight.shape[0] if self.aggregate_first else self.weight.shape[1]
-
-    def aggregate(self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
-        return agg(h) if self.aggregate_first else agg(h @ self.weight)
-
-    def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return (z @ self.weight if self.aggregate_first else z) + self.bias
-
-
-class SAGELayer(nn.Module):
-    """h' = h·W_self + mean_{u∈N(v)} h_u · W_neigh + b (Hamilton et al., mean aggregator).
-
-    The mean is linear, so mean(h)·W_neigh = mean(h·W_neigh): like DGL's ``SAGEConv``
-    the narrower side is aggregated (``aggregate_first`` None: aggregate unless the
-    layer narrows), which halves neither accuracy nor exactness, only the SpMM width."""
-
-    def __init__(self, d_in: int, d_out: int, aggregate_first: Optional[bool] = None):
-        super().__init__()
-        self.aggregate_first = aggregates_first("sage", d_in, d_out, aggregate_first)
-        self.fc_self = nn.Linear(d_in, d_out, bias=False)
-        self.fc_neigh = nn.Linear(d_in, d_out, bias=False)
-        self.bias = nn.Parameter(torch.zeros(d_out))
-        gain = nn.init.calculate_gain("relu")
-        nn.init.xavier_uniform_(self.fc_self.weight, gain=gain)
-        nn.init.xavier_uniform_(self.fc_neigh.weight, gain=gain)
-
-    def comm_width(self) -> int:
-        return self.fc_self.weight.shape[1] if self.aggregate_first else self.fc_self.weight.shape[0]
-
-    def aggregate(self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
-        return agg(h) if self.aggregate_first else agg(self.fc_neigh(h))
-
-    def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return self.fc_self(h) + (self.fc_neigh(z) if self.aggregate_first else z) + self.bias
-
-
-class GINLayer(nn.Module):
-    """h' = MLP((1+ε)·h + Σ_{u∈N(v)} h_u) (Xu et al.); ε lives on the aggregation side."""
-
-    def __init__(self, d_in: int, d_out: int, eps_learnable: bool):
-        super().__init__()
-        eps = torch.zeros(1)
-        if eps_learnable:
-            self.eps = nn.Parameter(eps)
-        else:
-            self.register_buffer("eps", eps)
-        self.mlp = nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU(), nn.Linear(d_out, d_out))
-
-    def comm_width(self) -> int:
-        return self.mlp[0].weight.shape[1]
-
-    def aggregate(self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``rows``: when ``agg`` yields only these destination rows (MoP's pipeline chunks)."""
-        return self.self_term(h if rows is None else h[rows]) + agg(h)
-
-    def self_term(self, h: torch.Tensor) -> torch.Tensor:
-        """(1+ε)·h: row-local, so a mode that splits the aggregation by columns may add it on the
-        row side instead (``self_term(h) + agg(h)`` is the same sum either way)."""
-        return (1 + self.eps) * h
-
-    def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return self.mlp(z)
-
-
-class GATLayer(nn.Module):
-    """One-head GAT (Veličković et al.; DGL ``GATConv`` with ``num_heads=1`` and no
-    feature/attention dropout): e_uv = LeakyReLU(a_l·Wh_u + a_r·Wh_v), α = softmax
-    of e over v's in-edges, h'_v = Σ_u α_uv·Wh_u + b.
-
-    The attention needs both endpoints, so ``aggregate`` takes the edge list
-    from ``agg.edge_index()`` (a :class:`SparseAdjacency`) instead of an SpMM;
-    modes that split the graph call :meth:`attend` on their own row blocks.
-    """
-
-    def __init__(self, d_in: int, d_out: int, negative_slope: float = 0.2):
-        super().__init__()
-        self.fc = nn.Linear(d_in, d_out, bias=False)
-        self.attn_l = nn.Parameter(torch.empty(1, d_out))
-        self.attn_r = nn.Parameter(torch.empty(1, d_out))
-        self.bias = nn.Parameter(torch.zeros(d_out))
-        self.negative_slope = negative_slope
-        gain = nn.init.calculate_gain("relu")
-        for weight in (self.fc.weight, self.attn_l, self.attn_r):
-            nn.init.xavier_normal_(weight, gain=gain)
-
-    def comm_width(self) -> int:
-        return self.fc.weight.shape[1]
-
-    def attend(self, h_src: torch.Tensor, dst: torch.Tensor, src: torch.Tensor,
-               dst_rows: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Attention-weighted sum into the destinations; ``src`` indexes ``h_src``, ``dst``
-        the destinations, whose own rows are ``h_src[dst_rows]`` (all of ``h_src`` if None)."""
-        z = self.fc(h_src)
-        z_dst = z if dst_rows is None else z[dst_rows]
-        el = (z * self.attn_l).sum(-1)
-        er = (z_dst * self.attn_r).sum(-1)
-        e = F.leaky_relu(el[src] + er[dst], self.negative_slope)
-        num_dst = z_dst.shape[0]
-        e_max = torch.full((num_dst,), float("-inf"), dtype=e.dtype, device=e.device)
-        e_max = e_max.scatter_reduce(0, dst, e.detach(), "amax")  # a shift: softmax is invariant to it
-        w = torch.exp(e - e_max[dst])
-        denom = torch.zeros(num_dst, dtype=e.dtype, device=e.device).index_add(0, dst, w)
-        alpha = (w / denom[dst]).unsqueeze(1)
-        return torch.zeros_like(z_dst).index_add(0, dst, alpha * z[src])
-
-    def aggregate(self, h: torch.Tensor, agg, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
-        dst, src = agg.edge_index()
-        return self.attend(h, dst, src)
-
-    def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return z + self.bias
 
 
 def _signed(value: int, bits: int) -> int:
@@ -249,25 +125,11 @@ class GNN(nn.Module):
         super().__init__()
         self.spec = spec
         dims = spec.dims
-        layers: List[nn.Module] = []
-        custom = None
-        if spec.name == "custom":
-            from gnntrain.models.custom import resolve_layer_class
+        from gnntrain.models.registry import LayerOptions, model_family
 
-            custom = resolve_layer_class(spec.target)
-        for d_in, d_out in zip(dims[:-1], dims[1:]):
-            if custom is not None:
-                layers.append(custom(d_in, d_out))
-            elif spec.name == "gcn":
-                layers.append(GCNLayer(d_in, d_out, spec.aggregate_first))
-            elif spec.name == "sage":
-                layers.append(SAGELayer(d_in, d_out, spec.aggregate_first))
-            elif spec.name == "gin":
-                layers.append(GINLayer(d_in, d_out, spec.gin_eps_learnable))
-            elif spec.name == "gat":
-                layers.append(GATLayer(d_in, d_out))
-            else:
-                raise ValueError(f"model {spec.name!r} is not available in aggregate/update form")
+        family = model_family(spec.name, spec.target)
+        options = LayerOptions(aggregate_first=spec.aggregate_first, gin_eps_learnable=spec.gin_eps_learnable)
+        layers: List[nn.Module] = [family.build(d_in, d_out, options) for d_in, d_out in zip(dims[:-1], dims[1:])]
         self.layers = nn.ModuleList(layers)
         # LayerNorm normalises each row on its own, so a mode holding any subset of the rows computes the
         # same values; its initial weights are constants (no random draw, the layers keep their init)

@@ -15,25 +15,28 @@ from __future__ import annotations
 import torch
 
 
-def edge_weights(model: str, src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> torch.Tensor:
-    """float64 (E, 2) factors (src_scale[u], dst_scale[v]) per edge src→dst.
+def edge_weights(normalization: str, src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """float64 (E, 2) factors (src_scale[u], dst_scale[v]) per edge src→dst, for a model family's
+    ``normalization`` (or a registered model's name, which stands for its family's):
 
     * gcn: 1/sqrt(out_deg(u)) and 1/sqrt(in_deg(v)), the symmetric
       D^-1/2 (A+I) D^-1/2 when self-loops are present (DGL GraphConv ``norm='both'``).
-    * sage: 1 and 1/in_deg(v), the neighbour mean (DGL SAGEConv ``'mean'``).
-    * gin, gat: 1 and 1 (sum; GAT computes its own attention weights).
+    * mean: 1 and 1/in_deg(v), the neighbour mean (DGL SAGEConv ``'mean'``).
+    * sum: 1 and 1 (GIN; GAT computes its own attention weights).
     """
+    if normalization not in ("gcn", "mean", "sum"):
+        from gnntrain.models.registry import model_family
+
+        normalization = model_family(normalization).normalization
     ones = torch.ones(src.numel(), dtype=torch.float64)
-    if model == "gcn":
+    if normalization == "gcn":
         out_deg = torch.bincount(src, minlength=num_nodes).clamp(min=1).to(torch.float64)
         in_deg = torch.bincount(dst, minlength=num_nodes).clamp(min=1).to(torch.float64)
         return torch.stack([out_deg.rsqrt()[src], in_deg.rsqrt()[dst]], dim=1)
-    if model == "sage":
+    if normalization == "mean":
         in_deg = torch.bincount(dst, minlength=num_nodes).clamp(min=1).to(torch.float64)
         return torch.stack([ones, in_deg.reciprocal()[dst]], dim=1)
-    if model in ("gin", "gat"):
-        return torch.stack([ones, ones], dim=1)
-    raise ValueError(f"unknown model {model!r}")
+    return torch.stack([ones, ones], dim=1)
 
 
 def edge_weight_values(weights: torch.Tensor) -> torch.Tensor:

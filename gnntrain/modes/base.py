@@ -2,15 +2,18 @@
 
 A mode is one module in ``gnntrain/modes/`` that defines a ``Mode`` subclass
 (decorated with :func:`register_mode`) and its options dataclass, plus one
-YAML file in ``configs/mode/``. It takes part in three stages:
+YAML file in ``configs/mode/``. A mode reads its own options and the run's typed
+settings (:class:`~gnntrain.plan_types.RunSettings`), never the composed config.
+It takes part in three stages:
 
 1. **plan** (no processes yet): :meth:`Mode.world_size`, :meth:`Mode.validate`,
-   :meth:`Mode.estimate_memory` and :meth:`Mode.estimate_comm` see only sizes from
-   the config (a :class:`~gnntrain.sizing.PlanContext`);
+   :meth:`Mode.estimate_memory` and :meth:`Mode.estimate_comm` see only sizes
+   (a :class:`~gnntrain.plan_types.PlanContext`);
 2. **prepare** (launcher process, or each rank under torchrun/srun):
    :meth:`Mode.prepare` turns the loaded :class:`GraphData` into one
    :class:`RankShard` of plain tensors per rank;
-3. **train** (in each rank): :meth:`Mode.train_rank`.
+3. **train** (in each rank): :meth:`Mode.strategy` builds the rank's
+   :class:`~gnntrain.modes.strategy.RankStrategy`, which the one epoch loop runs.
 """
 from __future__ import annotations
 
@@ -19,22 +22,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence,
 
 import torch
 
-from gnntrain.config.schema import ModeConfig
+from gnntrain.config.schema import ModeConfig, option_value
 from gnntrain.errors import PlanError
 from gnntrain.modes.cost import CostProfile, Prediction, Work, local_work, price
-from gnntrain.sizing import (
-    MemoryEstimate,
-    PlanContext,
-    RunPlan,
-    estimate_memory,
-    grad_widths,
-    halo_rows,
-    layer_widths,
-    model_dims,
-)
+from gnntrain.plan_types import MemoryEstimate, PlanContext, RunPlan, RunSettings, typed_section
+from gnntrain.sizing import estimate_memory, halo_rows, model_dims
 
 if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.data.graph import GraphData
+    from gnntrain.models.registry import ModelFamily, ModelShape
+    from gnntrain.modes.strategy import RankStrategy
+    from gnntrain.partition import Partitioning
     from gnntrain.runtime import RankContext
 
 MODE_REGISTRY: Dict[str, Type["Mode"]] = {}
@@ -88,31 +86,32 @@ class CommEstimate:
     formula: str
 
 
-def typed_options(config_class: Type[ModeConfig], mode_cfg) -> Any:
-    """The mode's options as an instance of its dataclass (enums as members, lists as lists),
-    the same whether they come from Hydra's composition or from a rank's ``plan.config``."""
-    from omegaconf import OmegaConf
-
-    values = OmegaConf.to_container(mode_cfg, resolve=True) if OmegaConf.is_config(mode_cfg) else dict(mode_cfg)
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(config_class), values))
-
-
 class Mode:
     name: ClassVar[str]
     config_class: ClassVar[Type[ModeConfig]]
-    models: ClassVar[Sequence[str]] = ("gcn", "sage", "gin")
+    # what a model must offer for this mode to host it (gnntrain.models.registry.ModelFamily)
+    needs_elementwise: ClassVar[bool] = True  # aggregation a weighted sum of rows (no attention)
+    needs_restructurable: ClassVar[bool] = True  # the built-in layer protocol (a user's custom layer is not)
     models_rule: ClassVar[str] = ""  # why other models are refused, for the plan's message
     # each rank opens only its own part from the partition store; False: the mode needs the whole
     # graph in every rank (single holds it by definition, HyScale samples from all of it)
     part_store: ClassVar[bool] = True
     whole_graph_reason: ClassVar[str] = ""
 
-    def __init__(self, cfg):
-        self.cfg = cfg  # the whole composed run config
-        self.options = typed_options(self.config_class, cfg.mode)
+    def __init__(self, options, settings: RunSettings):
+        self.options = typed_section(self.config_class, options)  # this mode's own section
+        self.settings = settings  # the run's typed settings: model, train, hardware, partitioner, dataset
 
 
     # ------------------------------------------------------------- planning
+    def refuses(self, family: "ModelFamily") -> Optional[str]:
+        """Why this mode cannot host ``family`` (one line for the plan), or None."""
+        if self.needs_elementwise and not family.elementwise:
+            return f"its aggregation is not a weighted sum of rows ({family.name} uses attention)"
+        if self.needs_restructurable and not family.restructurable:
+            return "a custom layer is hosted only by the modes that exchange what its aggregate hands them"
+        return None
+
     def world_size(self, hardware_world_size: int) -> int:
         return hardware_world_size
 
@@ -199,19 +198,23 @@ class Mode:
 
     def model_dims(self, data: "GraphData") -> List[int]:
         """The configured model's widths on ``data``: [F, hidden, ..., hidden, classes]."""
-        m = self.cfg.model
+        m = self.settings.model
         return model_dims(data.features.shape[1], int(m.hidden), data.num_classes, int(m.layers))
+
+    def model_shape(self, dims: Sequence[int], dtype_bytes: int = 8) -> "ModelShape":
+        """The configured model's :class:`~gnntrain.models.registry.ModelShape` at widths ``dims``, in this
+        mode's layer order (the one model-shape table the plan and the estimates read)."""
+        from gnntrain.models.registry import describe_model, model_family
+
+        m = self.settings.model
+        return describe_model(model_family(m.name, m.target), dims, dtype_bytes, self.aggregate_first,
+                              str(option_value(m.norm)), bool(m.gin_eps_learnable))
 
     def exchanged_widths(self, data: "GraphData") -> Tuple[List[int], List[int]]:
         """(the width each layer communicates, those of the layers that also move it backward) on
         ``data``, in this mode's layer order: what :class:`PlanContext` holds, once the graph is known."""
-        name, dims = self.cfg.model.name, self.model_dims(data)
-        if name == "custom":
-            from gnntrain.models.custom import describe
-
-            widths, grads, _ = describe(self.cfg.model.get("target"), dims, 8)
-            return widths, grads
-        return layer_widths(name, dims, self.aggregate_first), grad_widths(name, dims, self.aggregate_first)
+        shape = self.model_shape(self.model_dims(data))
+        return list(shape.widths), list(shape.grad_widths)
 
     def graph_report(self, data: "GraphData", part, plan: RunPlan) -> Optional[Dict[str, Any]]:
         """Plan figures that need the graph and its partitioning (``gnntrain plan``/``partition``
@@ -219,8 +222,25 @@ class Mode:
         return None
 
     # ---------------------------------------------------------- prepare/train
-    def prepare(self, data: "GraphData", plan: RunPlan, ranks: Optional[Sequence[int]] = None) -> Prepared:
+    # prepare() reads a partitioning of the graph (partition, SuperGCN, HongTu; MoP's node order)
+    partitions_graph: ClassVar[bool] = True
+
+    def partition(self, data: "GraphData", plan: RunPlan) -> Tuple[Optional["Partitioning"], bool]:
+        """(the graph's partitioning into ``plan.num_parts`` parts, whether it came from the cache), made
+        once per process upstream of :meth:`prepare` (``gnntrain partition`` prints it)."""
+        from gnntrain.data import cache_folder
+        from gnntrain.partition import partition_graph
+
+        return partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.num_parts,
+                               self.settings.partitioner, data.content_hash, cache_folder(self.settings.cache_dir))
+
+    def prepare(self, data: "GraphData", plan: RunPlan, part: Optional["Partitioning"],
+                ranks: Optional[Sequence[int]] = None) -> Prepared:
+        """One :class:`RankShard` per rank in ``ranks`` (all when None) from the loaded graph and
+        :meth:`partition`'s result (None where ``partitions_graph`` is False)."""
         raise NotImplementedError
 
-    def train_rank(self, shard: RankShard, ctx: "RankContext") -> Dict[str, Any]:
+    def strategy(self, shard: RankShard, ctx: "RankContext") -> "RankStrategy":
+        """This rank's :class:`~gnntrain.modes.strategy.RankStrategy`, built from its shard; the one
+        epoch loop (:func:`gnntrain.training.train_rank`) runs it."""
         raise NotImplementedError

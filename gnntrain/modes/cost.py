@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Tuple
 
 from gnntrain.config.schema import option_value
 from gnntrain.errors import PlanError
-from gnntrain.sizing import PlanContext
+from gnntrain.plan_types import PlanContext
 
 COLLECTIVES = ("alltoall", "allreduce", "allgather")
 ELEMENTWISE_PASSES = 4  # reads+writes per layer output element besides the activation: bias add and its gradient
@@ -214,18 +214,6 @@ def price(work: Work, cost: CostProfile) -> Tuple[float, float, float]:
     return variable, fixed, comm
 
 
-def layer_macs(model: str, d_in: int, d_out: int) -> int:
-    """Multiply-adds of one layer's dense update per row (GraphSAGE: self and neighbour weights; GIN: its
-    two-layer MLP; GAT: W plus the two attention vectors)."""
-    if model == "sage":
-        return 2 * d_in * d_out
-    if model == "gin":
-        return d_in * d_out + d_out * d_out
-    if model == "gat":
-        return d_in * d_out + 2 * d_out
-    return d_in * d_out
-
-
 def local_work(ctx: PlanContext, rows: float, edges: float, agg_rows: Optional[float] = None,
                width_share: float = 1.0, update_rows: Optional[float] = None) -> Work:
     """The compute of a rank that aggregates ``edges`` (over ``agg_rows`` source rows) at
@@ -241,9 +229,9 @@ def local_work(ctx: PlanContext, rows: float, edges: float, agg_rows: Optional[f
         width = w * width_share
         work.spmm_edges += edges * (1.0 if backward else 0.5)
         work.spmm_edge_cols += edges * width * (1.0 if backward else 0.5)
-        if ctx.model == "gat":
+        if not ctx.elementwise:  # attention
             work.elementwise_bytes += 6 * edges * ctx.dtype_bytes  # per-edge scores, softmax and its gradient
-        macs = update_rows * layer_macs(ctx.model, d_in, d_out)
+        macs = update_rows * ctx.update_macs[layer]  # the model's own weights (gnntrain.models.registry)
         work.gemms.append((macs * (3 if layer > 0 else 2), min(d_in, d_out)))
         work.elementwise_bytes += ELEMENTWISE_PASSES * update_rows * d_out * ctx.dtype_bytes
         if layer > 0:

@@ -25,16 +25,15 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from gnntrain.config.schema import ModeConfig
-from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
 from gnntrain.models import SparseAdjacency
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.cost import Work, local_work
-from gnntrain.modes.fullgraph import SPLITS, train_full_graph
+from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy
 from gnntrain.modes.halo import build_halo_plan, group_all_reduce, halo_exchange, local_source_index
 from gnntrain.modes.single import graph_tensors
-from gnntrain.partition import partition_graph
-from gnntrain.sizing import DTYPE_BYTES, MemoryEstimate, estimate_memory, halo_rows
+from gnntrain.plan_types import MemoryEstimate, RunSettings
+from gnntrain.sizing import DTYPE_BYTES, estimate_memory, halo_rows
 
 LAYER_ORDER = {None: "per layer: the narrower side is aggregated", True: "aggregate, then apply the weights",
                False: "apply the weights, then aggregate"}
@@ -79,7 +78,7 @@ class Grid:
 @register_mode
 class PartitionMode(Mode):
     name = "partition"
-    models = ("gcn", "sage", "gin", "custom")
+    needs_restructurable = False  # exchanges whatever a layer hands its aggregation
     config_class = PartitionConfig
 
     @property
@@ -171,14 +170,11 @@ class PartitionMode(Mode):
                 "widths communicated": list(ctx.comm_widths)}
 
     # ------------------------------------------------------------- prepare
-    def prepare(self, data, plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
+    def prepare(self, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
         start = time.perf_counter()
-        cfg = self.cfg
         grid = Grid(plan.world_size, self.c)
         q = grid.rows
-        part, hit = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, q, cfg.partitioner,
-                                    data.content_hash, resolve_cache_dir(cfg))
-        src, dst, w = graph_tensors(data, cfg)
+        src, dst, w = graph_tensors(data, self.settings)
         inverse = torch.from_numpy(part.inverse)
         perm = torch.from_numpy(part.perm)
         offsets = torch.from_numpy(part.offsets)
@@ -209,23 +205,30 @@ class PartitionMode(Mode):
             ))
         m = part.metrics
         summary = {"num_parts": q, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
-                   "max_send_volume": m.max_send_volume, "partitioner": cfg.partitioner.name,
-                   "send_imbalance": m.send_imbalance, "nnz_balance": m.nnz_balance, "cache_hit": hit}
+                   "max_send_volume": m.max_send_volume, "partitioner": self.settings.partitioner.name,
+                   "send_imbalance": m.send_imbalance, "nnz_balance": m.nnz_balance}
         return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start)
 
     # ---------------------------------------------------------------- train
-    def train_rank(self, shard: RankShard, ctx) -> Dict[str, Any]:
-        start = time.perf_counter()
-        comm = ctx.comm
-        grid = Grid(shard.world_size, int(shard.info["c"]))
+    def strategy(self, shard: RankShard, ctx) -> "PartitionStrategy":
+        return PartitionStrategy(shard, ctx, self.settings, self.options)
+
+
+class PartitionStrategy(FullGraphStrategy):
+    """A rank of the 1D/1.5D grid: its own rows' product plus the halo rows' product, the halo
+    exchanged per layer (sparse all-to-all or oblivious all-gather), 1.5D rows summed over the grid row."""
+
+    def __init__(self, shard: RankShard, ctx, settings: RunSettings, options: "PartitionConfig"):
+        comm = self.comm = ctx.comm
+        self.grid = grid = Grid(shard.world_size, int(shard.info["c"]))
         offsets = shard.info["offsets"]
         i, k = grid.position(shard.rank)
         blocks = grid.group_blocks(k)
         block_rank = [grid.sender(j, k) for j in range(grid.rows)]
         dst, src, w = shard.edges
-        sparse = self.options.comm == CommKind.sparse
+        sparse = options.comm == CommKind.sparse
         kinds = ("halo_fwd", "halo_bwd") if sparse else ("allgather", "reduce_scatter")
-        plan = build_halo_plan(comm, src, offsets, i, blocks, block_rank, sparse, kinds)
+        self.halo = plan = build_halo_plan(comm, src, offsets, i, blocks, block_rank, sparse, kinds)
         own_included = i in blocks
         cols = local_source_index(src, offsets, i, own_included, plan, block_rank)
         n_own = shard.features.shape[0]
@@ -233,28 +236,25 @@ class PartitionMode(Mode):
         # two products, own rows and halo rows, rather than one over [own | halo]: the concatenated
         # copy of every received row (and of its gradient in backward) is never made
         from_own = cols < base
-        own_adj = (SparseAdjacency(dst[from_own], cols[from_own], w[from_own], n_own, n_own, kernel=ctx.plan.kernel,
-                                   device=ctx.device) if own_included else None)
-        halo_adj = SparseAdjacency(dst[~from_own], cols[~from_own] - base, w[~from_own], n_own, plan.halo_rows,
-                                   kernel=ctx.plan.kernel, device=ctx.device)
+        self.own_adj = (SparseAdjacency(dst[from_own], cols[from_own], w[from_own], n_own, n_own,
+                                        kernel=ctx.plan.kernel, device=ctx.device) if own_included else None)
+        self.halo_adj = SparseAdjacency(dst[~from_own], cols[~from_own] - base, w[~from_own], n_own,
+                                        plan.halo_rows, kernel=ctx.plan.kernel, device=ctx.device)
         # grid rows all-reduce their partial sums (1.5D); every rank creates every group
-        row_group = None
+        self.row_group = None
         if grid.c > 1:
             for row in range(grid.rows):
                 g = comm.new_group([row * grid.c + kk for kk in range(grid.c)])
                 if row == i:
-                    row_group = g
-        send_index = plan.send_index.to(ctx.device)
-        plan.send_index = send_index
+                    self.row_group = g
+        plan.send_index = plan.send_index.to(ctx.device)
+        super().__init__(shard, ctx, settings, aggregate_first=options.aggregate_first)
 
-        def aggregate(h: torch.Tensor) -> torch.Tensor:
-            halo = halo_exchange(h, plan, comm)
-            z = halo_adj.spmm(halo)
-            if own_adj is not None:
-                z = z + own_adj.spmm(h)
-            if grid.c > 1:
-                z = group_all_reduce(z, comm, row_group, grid.c, "row_allreduce")
-            return z
-
-        return train_full_graph(shard, ctx, aggregate, aggregate_first=self.options.aggregate_first,
-                                setup_s=time.perf_counter() - start)
+    def aggregate(self, h: torch.Tensor) -> torch.Tensor:
+        halo = halo_exchange(h, self.halo, self.comm)
+        z = self.halo_adj.spmm(halo)
+        if self.own_adj is not None:
+            z = z + self.own_adj.spmm(h)
+        if self.grid.c > 1:
+            z = group_all_reduce(z, self.comm, self.row_group, self.grid.c, "row_allreduce")
+        return z

@@ -8,12 +8,13 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
-from gnntrain.config.schema import ModeConfig, option_value
+from gnntrain.config.schema import ModeConfig
 from gnntrain.models import SparseAdjacency, edge_weights
-from gnntrain.models.custom import weights_model
+from gnntrain.models.registry import model_family
 from gnntrain.modes.base import Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.cost import Work, local_work
-from gnntrain.modes.fullgraph import SPLITS, train_full_graph
+from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy
+from gnntrain.plan_types import RunSettings
 
 
 @dataclass
@@ -21,13 +22,26 @@ class SingleConfig(ModeConfig):
     name: str = "single"
 
 
-def graph_tensors(data, cfg):
+def graph_tensors(data, settings: RunSettings):
     """Edges with the model's self-loops and their global-degree weight factors, computed in
     float64 and kept in the run's dtype (float32 halves them: 8 bytes per edge)."""
-    src, dst = data.edges(bool(cfg.model.self_loop))
-    weights = edge_weights(weights_model(cfg.model.name, cfg.model.get("target")), src, dst, data.num_nodes)
-    dtype = option_value(cfg.train.dtype)  # a DType member, or its string
-    return src, dst, weights.float() if dtype == "float32" else weights
+    model = settings.model
+    src, dst = data.edges(bool(model.self_loop))
+    weights = edge_weights(model_family(model.name, model.target).normalization, src, dst, data.num_nodes)
+    return src, dst, weights.float() if settings.dtype == "float32" else weights
+
+
+class SingleStrategy(FullGraphStrategy):
+    """The whole graph in one process: one SpMM per layer."""
+
+    def __init__(self, shard: RankShard, ctx, settings: RunSettings):
+        dst, src, w = shard.edges
+        self.adjacency = SparseAdjacency(dst, src, w, shard.num_global_nodes, shard.num_global_nodes,
+                                         kernel=ctx.plan.kernel, device=ctx.device)
+        super().__init__(shard, ctx, settings)
+
+    def forward(self, model, x, dropout):
+        return model(x, self.adjacency, dropout)  # the adjacency itself: attention reads its edge list
 
 
 @register_mode
@@ -36,9 +50,10 @@ class SingleMode(Mode):
     config_class = SingleConfig
     part_store = False
     whole_graph_reason = "one rank holds the whole graph by definition"
-    models = ("gcn", "sage", "gin", "gat", "custom")
+    needs_elementwise = needs_restructurable = False  # hosts every model
 
     min_world_size = 1
+    partitions_graph = False
 
     def world_size(self, hardware_world_size: int) -> int:
         return 1  # the reference always runs in one process
@@ -49,9 +64,9 @@ class SingleMode(Mode):
     def details(self, ctx) -> Dict[str, Any]:
         return {"note": "one process; hardware.ranks_per_node does not apply"}
 
-    def prepare(self, data, plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
+    def prepare(self, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
         start = time.perf_counter()
-        src, dst, w = graph_tensors(data, self.cfg)
+        src, dst, w = graph_tensors(data, self.settings)
         masks = data.masks
         shard = RankShard(
             rank=0, world_size=1, num_global_nodes=data.num_nodes, num_classes=data.num_classes,
@@ -63,8 +78,5 @@ class SingleMode(Mode):
                                                    "max_send_volume": 0},
                         preprocess_s=time.perf_counter() - start)
 
-    def train_rank(self, shard: RankShard, ctx) -> Dict[str, Any]:
-        dst, src, w = shard.edges
-        adj = SparseAdjacency(dst, src, w, shard.num_global_nodes, shard.num_global_nodes,
-                              kernel=ctx.plan.kernel, device=ctx.device)
-        return train_full_graph(shard, ctx, adj)
+    def strategy(self, shard: RankShard, ctx) -> SingleStrategy:
+        return SingleStrategy(shard, ctx, self.settings)

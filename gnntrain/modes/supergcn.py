@@ -43,17 +43,16 @@ import torch
 
 from gnntrain.comm.quantize import packed_row_bytes, param_row_bytes, quantizer_for
 from gnntrain.config.schema import ModeConfig
-from gnntrain.data import resolve_cache_dir
 from gnntrain.errors import PlanError
 from gnntrain.metrics.clock import StageClock
 from gnntrain.models import SparseAdjacency, source_scale
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.cost import Work
-from gnntrain.modes.fullgraph import SPLITS, train_full_graph
+from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy
 from gnntrain.modes.halo import ExchangeSpec, start_exchange
 from gnntrain.modes.single import graph_tensors
-from gnntrain.partition import partition_graph
 from gnntrain.partition.cover import pair_grid, rows_per_pair, split_cut_edges
+from gnntrain.plan_types import RunSettings
 from gnntrain.seeding import Stream, derive_seed
 from gnntrain.sizing import DTYPE_BYTES, halo_rows
 
@@ -108,7 +107,7 @@ def label_propagation_rows(train_mask: torch.Tensor, rate: float, seed: int) -> 
 class SuperGCNMode(Mode):
     name = "supergcn"
     config_class = SuperGCNConfig
-    models = ("gcn", "sage", "gin", "custom")
+    needs_restructurable = False  # exchanges whatever a layer hands its aggregation
     models_rule = ("SuperGCN pre-aggregates weighted sums of source rows at the sender; GAT's attention weights "
                    "depend on both endpoints' features, so they cannot be summed before the exchange.")
 
@@ -173,7 +172,7 @@ class SuperGCNMode(Mode):
 
     def graph_report(self, data, part, plan) -> Dict[str, Any]:
         """Rows per (sender, receiver) pair under pre, post and hybrid, and the bytes they imply."""
-        src, dst, _ = graph_tensors(data, self.cfg)
+        src, dst, _ = graph_tensors(data, self.settings)
         table = rows_per_pair(part.inverse[src.numpy()], part.inverse[dst.numpy()], part.offsets)
         widths = plan.mode_details["widths communicated"]
         per_row = sum(row_bytes(w, self.bits, DTYPE_BYTES[plan.dtype], self.options.param_dtype.value) for w in widths)
@@ -207,12 +206,10 @@ class SuperGCNMode(Mode):
         return {**by_kind, "total": sum(by_kind.values())}
 
     # ------------------------------------------------------------- prepare
-    def prepare(self, data, plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
+    def prepare(self, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
         start = time.perf_counter()
-        cfg, p = self.cfg, plan.world_size
-        part, hit = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, p, cfg.partitioner,
-                                    data.content_hash, resolve_cache_dir(cfg))
-        src, dst, w = graph_tensors(data, cfg)
+        p = plan.world_size
+        src, dst, w = graph_tensors(data, self.settings)
         inverse = torch.from_numpy(part.inverse)
         perm = torch.from_numpy(part.perm)
         offsets = part.offsets.astype(np.int64)
@@ -223,7 +220,7 @@ class SuperGCNMode(Mode):
 
         masks = dict(data.masks)
         rate = float(self.options.label_propagation)
-        label_rows = label_propagation_rows(masks["train"], rate, int(cfg.train.seed)) if rate > 0 else None
+        label_rows = label_propagation_rows(masks["train"], rate, int(self.settings.train.seed)) if rate > 0 else None
         if label_rows is not None:
             masks["train"] = masks["train"] & ~label_rows
         counts = {s: int(masks[s].sum()) for s in SPLITS}
@@ -249,7 +246,7 @@ class SuperGCNMode(Mode):
         m = part.metrics
         grid = pair_grid(splits, p)
         summary = {"num_parts": p, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
-                   "max_send_volume": m.max_send_volume, "partitioner": cfg.partitioner.name, "cache_hit": hit,
+                   "max_send_volume": m.max_send_volume, "partitioner": self.settings.partitioner.name,
                    "aggregation": self.options.aggregation.value, "halo_rows": int(np.sum(grid)),
                    "rows_per_pair": grid,
                    "label_propagation_nodes": int(label_rows.sum()) if label_rows is not None else 0}
@@ -319,35 +316,41 @@ class SuperGCNMode(Mode):
                 "send_counts": counts}
 
     # ---------------------------------------------------------------- train
-    def train_rank(self, shard: RankShard, ctx) -> Dict[str, Any]:
-        start = time.perf_counter()
-        comm, info, o = ctx.comm, shard.info, self.options
+    def strategy(self, shard: RankShard, ctx) -> "SuperGCNStrategy":
+        return SuperGCNStrategy(shard, ctx, self.settings, self.options, self.bits)
+
+
+class SuperGCNStrategy(FullGraphStrategy):
+    """A SuperGCN rank: post rows and pre-aggregated partial sums leave through one (quantized)
+    all-to-all while the local product runs; the remote product adds what arrived."""
+
+    def __init__(self, shard: RankShard, ctx, settings: RunSettings, options: "SuperGCNConfig", bits: int):
+        comm, info = ctx.comm, shard.info
         n_own = shard.features.shape[0]
         send_counts, recv_counts = info["send_counts"], info["recv_counts"]
         kernel, device = ctx.plan.kernel, ctx.device
-        local = SparseAdjacency(*shard.edges, n_own, n_own, kernel=kernel, device=device)
-        remote = SparseAdjacency(*info["remote_edges"], n_own, sum(recv_counts), kernel=kernel, device=device)
-        send = SparseAdjacency(info["send_slots"], info["send_cols"], info["send_weights"], sum(send_counts), n_own,
-                               kernel=kernel, device=device)
-        clock = StageClock(device)
-        quantizer = quantizer_for(self.bits, int(ctx.plan.config_obj.train.seed), comm.rank, o.param_dtype.value,
-                                  clock)
-        overlap = bool(o.overlap)
-        spec = ExchangeSpec(comm, send_counts, recv_counts, quantizer=quantizer,
-                            quantize_backward=bool(o.quantize_backward), overlap_backward=overlap, clock=clock)
+        self.local = SparseAdjacency(*shard.edges, n_own, n_own, kernel=kernel, device=device)
+        self.remote = SparseAdjacency(*info["remote_edges"], n_own, sum(recv_counts), kernel=kernel, device=device)
+        self.send = SparseAdjacency(info["send_slots"], info["send_cols"], info["send_weights"], sum(send_counts),
+                                    n_own, kernel=kernel, device=device)
+        self.clock = clock = StageClock(device)
+        self.quantizer = quantizer_for(bits, int(settings.train.seed), comm.rank, options.param_dtype.value, clock)
+        self.overlap = bool(options.overlap)
+        self.exchange = ExchangeSpec(comm, send_counts, recv_counts, quantizer=self.quantizer,
+                                     quantize_backward=bool(options.quantize_backward), overlap_backward=self.overlap,
+                                     clock=clock)
+        super().__init__(shard, ctx, settings)
 
-        def aggregate(h: torch.Tensor) -> torch.Tensor:
-            outgoing = clock.through("aggregation", send.spmm, h)  # post rows + pre-aggregated partial sums
-            pending = start_exchange(outgoing, spec)
-            received = None if overlap else pending.wait()
-            z = clock.through("aggregation", local.spmm, h)  # in flight meanwhile when overlapping
-            if received is None:
-                received = pending.wait()
-            return z + clock.through("aggregation", remote.spmm, received)
+    def aggregate(self, h: torch.Tensor) -> torch.Tensor:
+        clock = self.clock
+        outgoing = clock.through("aggregation", self.send.spmm, h)  # post rows + pre-aggregated partial sums
+        pending = start_exchange(outgoing, self.exchange)
+        received = None if self.overlap else pending.wait()
+        z = clock.through("aggregation", self.local.spmm, h)  # in flight meanwhile when overlapping
+        if received is None:
+            received = pending.wait()
+        return z + clock.through("aggregation", self.remote.spmm, received)
 
-        def on_epoch(epoch: int, training: bool) -> None:
-            if quantizer is not None:
-                quantizer.begin(epoch, training)
-
-        return train_full_graph(shard, ctx, aggregate, setup_s=time.perf_counter() - start, on_epoch=on_epoch,
-                                clock=clock)
+    def on_epoch(self, epoch: int, training: bool) -> None:
+        if self.quantizer is not None:
+            self.quantizer.begin(epoch, training)

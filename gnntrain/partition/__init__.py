@@ -21,10 +21,10 @@ def partitioner_options(cfg) -> dict:
     keys = ["name", "seed", "vertex_weights", "reorder"]
     if cfg.name == "volume":
         keys += ["imbalance_eps", "max_volume_growth", "refine_rounds"]
-    options = {key: cfg[key] for key in keys}
-    if cfg.name in ("metis", "volume") and cfg.get("objective", "cut") != "cut":
+    options = {key: getattr(cfg, key) for key in keys}
+    if cfg.name in ("metis", "volume") and getattr(cfg, "objective", "cut") != "cut":
         options["objective"] = cfg.objective  # keys of partitions cut by edge cut stay as they were
-    if cfg.name in ("metis", "volume") and cfg.get("row_weight", 0):
+    if cfg.name in ("metis", "volume") and getattr(cfg, "row_weight", 0):
         options["row_weight"] = float(cfg.row_weight)  # likewise: keys without row weights are unchanged
     return options
 

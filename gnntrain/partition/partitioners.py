@@ -86,7 +86,7 @@ def partition_nodes(src: np.ndarray, dst: np.ndarray, n: int, k: int, cfg) -> np
         raise PlanError("world size", f"{k} parts requested for a graph of {n} nodes.",
                         "use at most as many parts as nodes")
     name = cfg.name
-    objective, row_weight = str(cfg.get("objective", "cut")), float(cfg.get("row_weight", 0))
+    objective, row_weight = str(getattr(cfg, "objective", "cut")), float(getattr(cfg, "row_weight", 0))
     if name == "metis":
         return metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights, objective, row_weight)
     if name == "random":

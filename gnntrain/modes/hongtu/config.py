@@ -9,8 +9,6 @@ from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
 
 DEDUP = ("none", "p2p", "reuse", "p2p+reuse")
-CACHED_MODELS = ("gcn", "sage", "gin")  # element-wise aggregation: cache a^l, recompute the update
-SELF_ROW_MODELS = ("sage", "gin")  # the update reads the destination's own input row
 REORGANIZE_VERSION = 3  # bump when Algorithm 4 changes: cached batch orders are keyed by it
 
 

@@ -1,9 +1,12 @@
 """HongTu's transfer cost model (§5.3) and the device working-set estimate per chunk."""
 from __future__ import annotations
 
-from typing import Dict, Sequence
+from typing import TYPE_CHECKING, Dict, Sequence
 
 from gnntrain.partition.chunks import ChunkLayout
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gnntrain.models.registry import ModelFamily
 
 
 def bandwidths(hardware) -> Dict[str, float]:
@@ -21,7 +24,7 @@ def cost_model(volumes: Dict[str, int], row_bytes: int, bw: Dict[str, float]) ->
     return terms
 
 
-def batch_bytes(v: int, e: int, nb: int, num_parts: int, model: str, dims: Sequence[int], dtype_bytes: int,
+def batch_bytes(v: int, e: int, nb: int, num_parts: int, model: "ModelFamily", dims: Sequence[int], dtype_bytes: int,
                 param_bytes: int, dedup: str) -> int:
     """Peak device bytes of one batch: a chunk of ``v`` rows and ``e`` edges whose ``nb`` in-neighbour rows
     are resident (see :func:`chunk_working_bytes`)."""
@@ -34,7 +37,7 @@ def batch_bytes(v: int, e: int, nb: int, num_parts: int, model: str, dims: Seque
         common = 5 * param_bytes + topo + 2 * resident * d_in * b
         fwd = v * (d_in + 2 * d_out) * b
         bwd = nb * d_in * b + v * (3 * d_in + 2 * d_out) * b
-        if model == "gat":
+        if not model.elementwise:  # attention: the whole layer is recomputed
             saved = (resident * d_in + nb * (d_in + 2 * d_out + 4) + e * (d_out + 8)) * b
         else:
             saved = v * (3 * d_in + 6 * d_out) * b
@@ -42,7 +45,7 @@ def batch_bytes(v: int, e: int, nb: int, num_parts: int, model: str, dims: Seque
     return int(peak)
 
 
-def chunk_working_bytes(layout: ChunkLayout, model: str, dims: Sequence[int], dtype_bytes: int,
+def chunk_working_bytes(layout: ChunkLayout, model: "ModelFamily", dims: Sequence[int], dtype_bytes: int,
                         param_bytes: int, dedup: str) -> int:
     """Upper estimate of the peak device bytes of any rank, any layer, any batch.
 

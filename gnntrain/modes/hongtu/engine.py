@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -11,23 +11,25 @@ from gnntrain.metrics.clock import StageClock
 from gnntrain.models import SparseAdjacency, hidden_activation, transposed
 from gnntrain.modes.base import RankShard
 from gnntrain.modes.hongtu.arena import DeviceArena, tensor_bytes
-from gnntrain.modes.hongtu.config import CACHED_MODELS, SELF_ROW_MODELS
 from gnntrain.modes.hongtu.schedule import Step, Sweep, _positions, build_sweep
 from gnntrain.modes.hongtu.staging import HostToDeviceStager
 from gnntrain.partition.chunks import ChunkLayout
 from gnntrain.sizing import DTYPE_BYTES
 
+if TYPE_CHECKING:  # pragma: no cover
+    from gnntrain.models.registry import ModelFamily
+
 
 class HongTuEngine:
     """One rank's host store, device arena and the layer-major schedule."""
 
-    def __init__(self, shard: RankShard, ctx, model_name: str, dedup: str, cap: int):
+    def __init__(self, shard: RankShard, ctx, family: "ModelFamily", dedup: str, cap: int):
         info = shard.info
         self.layout: ChunkLayout = info["layout"]
         self.batches: np.ndarray = info["batches"]
         self.ctx, self.comm, self.device, self.dtype = ctx, ctx.comm, ctx.device, ctx.dtype
         self.value_bytes = DTYPE_BYTES[ctx.plan.dtype]
-        self.model_name, self.dedup = model_name, dedup
+        self.family, self.dedup = family, dedup  # elementwise: cache the aggregation; else recompute the layer
         self.rank = shard.rank
         self.lo = int(self.layout.part_offsets[self.rank])
         self.pin = self.device.type == "cuda"
@@ -169,7 +171,7 @@ class HongTuEngine:
                        ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         _, _, v_pos, edges = self.topology[c]
         v_pos = v_pos.to(self.device)
-        if self.model_name == "gat":
+        if not self.family.elementwise:  # attention over the chunk's edges
             edges = edges.to(self.device)
             return layer_mod.update(None, layer_mod.attend(h_n, edges[0], edges[1], v_pos)), None
         agg = self._device_adj(c, 0).spmm(h_n)
@@ -212,7 +214,7 @@ class HongTuEngine:
             d_out = model.spec.dims[layer + 1]
             out_host = self._host((x.shape[0], d_out), x)
             cache_host = (self._host((x.shape[0], model.spec.dims[layer]), x)
-                          if training and self.model_name in CACHED_MODELS else None)
+                          if training and self.family.elementwise else None)
             prev = None
             for step in self.fwd.steps:
                 c = step.chunk
@@ -258,10 +260,10 @@ class HongTuEngine:
                 self.arena.hold("topology", self._topology_bytes(c))
                 g = self.to_device(grad_next, local, "bwd")
                 with torch.enable_grad():
-                    if self.model_name in CACHED_MODELS:
+                    if self.family.elementwise:
                         agg = self.to_device(self.cache[layer], local, "bwd").requires_grad_(True)
                         h_v = (self.to_device(self.acts[layer], local, "bwd")
-                               if self.model_name in SELF_ROW_MODELS else None)
+                               if self.family.self_row else None)
                         if h_v is not None and want_input_grad:
                             h_v.requires_grad_(True)
                         inputs = [agg] + ([h_v] if h_v is not None and want_input_grad else [])

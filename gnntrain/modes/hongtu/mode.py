@@ -9,39 +9,45 @@ import numpy as np
 import torch
 
 from gnntrain.comm.accounting import NOT_TRAFFIC
-from gnntrain.config.schema import option_value
-from gnntrain.data import resolve_cache_dir
+from gnntrain.data import cache_folder
 from gnntrain.errors import PlanError
+from gnntrain.models.registry import ModelFamily, model_family
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.cost import Work, local_work
-from gnntrain.modes.fullgraph import SPLITS, train_full_graph
+from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy
 from gnntrain.modes.hongtu.arena import tensor_bytes
 from gnntrain.modes.hongtu.config import DEDUP, REORGANIZE_VERSION, HongTuConfig, parse_bytes
 from gnntrain.modes.hongtu.cost import bandwidths, batch_bytes, chunk_working_bytes, cost_model
 from gnntrain.modes.hongtu.engine import HongTuEngine, _HongTuEpoch
 from gnntrain.modes.hongtu.schedule import epoch_traffic
 from gnntrain.modes.single import graph_tensors
-from gnntrain.partition import partition_graph, partitioner_options
+from gnntrain.partition import partitioner_options
 from gnntrain.partition.cache import PartitionCache, cache_key
 from gnntrain.partition.chunks import ChunkLayout, chunk_layout, identity_batches, reorganize, transfer_volumes
-from gnntrain.sizing import DTYPE_BYTES, MemoryEstimate, estimate_memory, format_bytes, param_bytes
+from gnntrain.plan_types import MemoryEstimate, RunSettings
+from gnntrain.sizing import DTYPE_BYTES, estimate_memory, format_bytes
 
 
 @register_mode
 class HongTuMode(Mode):
     name = "hongtu"
     config_class = HongTuConfig
-    models = ("gcn", "sage", "gin", "gat")
+    needs_elementwise = False  # attention layers are recomputed whole (the engine's GAT path)
 
     @property
     def dedup(self) -> str:
         return str(self.options.dedup)
 
+    @property
+    def family(self) -> ModelFamily:
+        """The configured model's family: what HongTu caches and recomputes depends on it."""
+        return model_family(self.settings.model.name, self.settings.model.target)
+
     def device_cap(self) -> int:
         """mode.device_memory, else the hardware profile's device memory; 0 = no cap."""
         if self.options.device_memory not in (None, "", 0):
             return parse_bytes(self.options.device_memory)
-        return int(float(self.cfg.hardware.get("device_memory_gb", 0) or 0) * 2**30)
+        return int(float(self.settings.hardware.device_memory_gb or 0) * 2**30)
 
     @property
     def aggregate_first(self) -> Optional[bool]:
@@ -52,13 +58,13 @@ class HongTuMode(Mode):
         cached aggregates in host memory (§4.1), a full copy of each rather than autograd's working
         set, plus the device arena, which lives in host memory too on a CPU profile."""
         base = estimate_memory(ctx, self.num_parts(ctx.world_size), activation_factor=2.0)
-        on_host = str(option_value(self.cfg.hardware.device)) == "cpu"
+        on_host = self.settings.device == "cpu"
         arena = self.device_cap() if on_host else 0
         if on_host and not arena:  # no cap: the arena holds a batch's working set (chunk_working_bytes, unchunked)
             m, n = ctx.world_size, max(1, int(self.options.chunks) or 4)
             degree = (ctx.num_edges + ctx.num_nodes) / max(1, ctx.num_nodes)
             rows = ctx.num_nodes // (m * n)
-            arena = batch_bytes(rows, int(rows * degree), self._resident_rows(ctx), m, ctx.model, ctx.dims,
+            arena = batch_bytes(rows, int(rows * degree), self._resident_rows(ctx), m, self.family, ctx.dims,
                                 ctx.dtype_bytes, ctx.param_bytes, self.dedup)
         return dataclasses.replace(base, activation_bytes=base.activation_bytes + arena)
 
@@ -105,7 +111,7 @@ class HongTuMode(Mode):
         if "reuse" in self.dedup:
             loaded *= 1 - 1 / (n + 1)
         moved = loaded * (sum(ctx.comm_widths) + sum(ctx.grad_widths)) * ctx.dtype_bytes
-        on_host = str(option_value(self.cfg.hardware.device)) == "cpu"
+        on_host = self.settings.device == "cpu"
         work.gathered_elements += moved / ctx.dtype_bytes  # rows picked from (or added into) the host copies
         if not on_host:
             work.h2d_bytes += moved
@@ -128,11 +134,12 @@ class HongTuMode(Mode):
         return {"chunks per partition": int(self.options.chunks) or "auto (smallest n that fits)",
                 "dedup": self.dedup, "reorganize": bool(self.options.reorganize),
                 "device memory": format_bytes(cap) if cap else "no cap (accounted only)",
-                "recompute": "whole layer (GAT)" if ctx.model == "gat" else "update only; aggregation cached on host"}
+                "recompute": ("whole layer (attention)" if not ctx.elementwise
+                              else "update only; aggregation cached on host")}
 
     # ------------------------------------------------------------ layout
     def _edges(self, data, part):
-        src, dst, w = graph_tensors(data, self.cfg)
+        src, dst, w = graph_tensors(data, self.settings)
         inverse = torch.from_numpy(part.inverse)
         src_n, dst_n = inverse[src], inverse[dst]
         order = torch.argsort(dst_n * data.num_nodes + src_n)
@@ -144,7 +151,7 @@ class HongTuMode(Mode):
         src_np, dst_np = src_n.numpy(), dst_n.numpy()
         ctx_dims = self.model_dims(data)
         b = DTYPE_BYTES[plan.dtype]
-        pbytes = param_bytes(plan.model, ctx_dims, b, option_value(self.cfg.model.get("norm", "none")))
+        pbytes = self.model_shape(ctx_dims, b).param_bytes
         cap = self.device_cap()
         max_n = int(np.diff(part.offsets).min())
         n = int(self.options.chunks)
@@ -153,7 +160,7 @@ class HongTuMode(Mode):
             n = 1
             while True:
                 layout = chunk_layout(src_np, dst_np, part.offsets, n)
-                need = chunk_working_bytes(layout, plan.model, ctx_dims, b, pbytes, self.dedup)
+                need = chunk_working_bytes(layout, self.family, ctx_dims, b, pbytes, self.dedup)
                 tried.append((n, need))
                 if not cap or need <= cap or n >= max_n:
                     break
@@ -163,11 +170,11 @@ class HongTuMode(Mode):
                 raise PlanError("mode.chunks", f"{n} chunks per partition, but the smallest partition has {max_n} "
                                 "rows and every chunk needs one.", f"use mode.chunks <= {max_n}")
             layout = chunk_layout(src_np, dst_np, part.offsets, n)
-            need = chunk_working_bytes(layout, plan.model, ctx_dims, b, pbytes, self.dedup)
+            need = chunk_working_bytes(layout, self.family, ctx_dims, b, pbytes, self.dedup)
         if cap and need > cap:
             floor_layout = layout if layout.chunks_per_part == max_n else chunk_layout(src_np, dst_np, part.offsets,
                                                                                       max_n)
-            floor = chunk_working_bytes(floor_layout, plan.model, ctx_dims, b, pbytes, self.dedup)
+            floor = chunk_working_bytes(floor_layout, self.family, ctx_dims, b, pbytes, self.dedup)
             if floor > cap:
                 raise PlanError("mode.device_memory", f"{format_bytes(cap)} is too small for even one chunk of the "
                                 f"largest layer: the smallest working set ({max_n} chunks per partition) needs "
@@ -186,11 +193,11 @@ class HongTuMode(Mode):
 
     def _reorganized(self, layout: ChunkLayout, data, part, plan) -> Tuple[np.ndarray, bool]:
         """Algorithm 4 once per graph, partitioning and n: cached beside the partition."""
-        options = {"partitioner": partitioner_options(self.cfg.partitioner),
-                   "hongtu_batches": int(layout.chunks_per_part), "self_loop": bool(self.cfg.model.self_loop),
+        options = {"partitioner": partitioner_options(self.settings.partitioner),
+                   "hongtu_batches": int(layout.chunks_per_part), "self_loop": bool(self.settings.model.self_loop),
                    "algorithm": REORGANIZE_VERSION}
         key = cache_key(data.content_hash, options, layout.num_parts)
-        arrays, _, hit = PartitionCache(resolve_cache_dir(self.cfg), arrays=("batches",)).get_or_build(
+        arrays, _, hit = PartitionCache(cache_folder(self.settings.cache_dir), arrays=("batches",)).get_or_build(
             key, lambda: ({"batches": reorganize(layout)}, {"k": layout.num_parts}))
         return arrays["batches"].astype(np.int64), hit
 
@@ -199,7 +206,7 @@ class HongTuMode(Mode):
         layout, batches = chosen["layout"], chosen["batches"]
         volumes = transfer_volumes(layout, batches)
         row_bytes = sum(chosen["dims"][:-1]) * chosen["dtype_bytes"]  # one row through every layer
-        bw = bandwidths(self.cfg.hardware)
+        bw = bandwidths(self.settings.hardware)
         out = {"chunks_per_part": layout.chunks_per_part, "batches": int(batches.shape[0]),
                "chunk_offsets": layout.offsets.tolist(), "batch_order": batches.tolist(),
                "dedup": self.dedup, "rows_per_layer": volumes,
@@ -229,7 +236,7 @@ class HongTuMode(Mode):
         report["cost model C (one forward pass)"] = (
             f"{c['C_s'] * 1e3:.3f} ms = V_ru/T_hd {c['host_to_device_s'] * 1e3:.3f} + (V_ori-V_p2p)/T_dd "
             f"{c['peer_s'] * 1e3:.3f} + (V_p2p-V_ru)/T_ru {c['reuse_s'] * 1e3:.3f}")
-        traffic = epoch_traffic(chosen["layout"], chosen["batches"], self.dedup, str(self.cfg.model.name),
+        traffic = epoch_traffic(chosen["layout"], chosen["batches"], self.dedup, self.family,
                                 list(chosen["dims"]), chosen["dtype_bytes"])
         bytes_by_kind = {k: v for k, v in traffic.items() if v}
         bytes_by_kind.update({"allreduce": int(plan.comm_per_epoch["by_kind"].get("allreduce", 0))}
@@ -245,11 +252,8 @@ class HongTuMode(Mode):
         return report
 
     # ------------------------------------------------------------ prepare
-    def prepare(self, data, plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
+    def prepare(self, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
         start = time.perf_counter()
-        cfg = self.cfg
-        part, hit = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.world_size,
-                                    cfg.partitioner, data.content_hash, resolve_cache_dir(cfg))
         chosen = self.choose_layout(data, part, plan)
         src_n, dst_n, w = chosen["edges"]
         layout: ChunkLayout = chosen["layout"]
@@ -272,36 +276,51 @@ class HongTuMode(Mode):
             ))
         m = part.metrics
         summary = {"num_parts": plan.world_size, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
-                   "max_send_volume": m.max_send_volume, "partitioner": cfg.partitioner.name, "cache_hit": hit,
+                   "max_send_volume": m.max_send_volume, "partitioner": self.settings.partitioner.name,
                    "chunks_per_part": layout.chunks_per_part, "reorganize_cache_hit": chosen["reorganize_cache_hit"],
                    "num_edges": int(src_n.numel())}
         return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start)
 
     # -------------------------------------------------------------- train
-    def train_rank(self, shard: RankShard, ctx) -> Dict[str, Any]:
-        start = time.perf_counter()
-        engine = HongTuEngine(shard, ctx, str(self.cfg.model.name), self.dedup,
-                              int(shard.info["figures"]["device_memory_cap"]))
-        params_holder: Dict[str, Any] = {}
+    def strategy(self, shard: RankShard, ctx) -> "HongTuStrategy":
+        return HongTuStrategy(shard, ctx, self.settings, self.dedup, self.aggregate_first)
 
-        def forward(model, x, dropout):
-            if "params" not in params_holder:
-                params_holder["params"] = list(model.parameters())
-                engine.arena.hold("parameters", 5 * tensor_bytes(*params_holder["params"]))
-            if torch.is_grad_enabled():
-                return _HongTuEpoch.apply(engine, model, x, dropout, *params_holder["params"])
-            return engine.run_forward(model, x, None, training=False)
 
-        result = train_full_graph(shard, ctx, aggregate=None, aggregate_first=self.aggregate_first,
-                                  setup_s=time.perf_counter() - start, forward=forward, clock=engine.clock,
-                                  inputs_on_host=True)
-        comm = ctx.comm
+def _rows_for(dedup: str, volumes: Dict[str, int]) -> int:
+    return {"none": volumes["ori"], "p2p": volumes["p2p"], "reuse": volumes["reuse"], "p2p+reuse": volumes["ru"]}[dedup]
+
+
+class HongTuStrategy(FullGraphStrategy):
+    """A HongTu rank: features, labels and the loss stay in host memory; every layer streams its
+    chunks through the device (:class:`HongTuEngine`), forward and a recomputing backward."""
+
+    inputs_on_host = True
+
+    def __init__(self, shard: RankShard, ctx, settings: RunSettings, dedup: str, aggregate_first: Optional[bool]):
+        self.engine = HongTuEngine(shard, ctx, model_family(settings.model.name, settings.model.target), dedup,
+                                   int(shard.info["figures"]["device_memory_cap"]))
+        self.clock = self.engine.clock
+        self.figures = shard.info["figures"]
+        self.held_params: Optional[List[torch.nn.Parameter]] = None
+        super().__init__(shard, ctx, settings, aggregate_first=aggregate_first)
+
+    def forward(self, model, x, dropout):
+        engine = self.engine
+        if self.held_params is None:
+            self.held_params = list(model.parameters())
+            engine.arena.hold("parameters", 5 * tensor_bytes(*self.held_params))
+        if torch.is_grad_enabled():
+            return _HongTuEpoch.apply(engine, model, x, dropout, *self.held_params)
+        return engine.run_forward(model, x, None, training=False)
+
+    def finish(self, result: Dict[str, Any]) -> None:
+        comm, engine = self.ctx.comm, self.engine
         keys = [(d, k) for d in ("fwd", "bwd") for k in ("h2d", "d2h", "peer", "reused")]
         totals = comm.reduce_stats([float(engine.rows_last.get(key, 0)) for key in keys])
         peaks = comm.reduce_stats([float(engine.arena.peak)], op="max")
-        layers = len(result["model"].layers)
+        layers = len(self.model.layers)
         rows = {d: {k: int(v) for (dd, k), v in zip(keys, totals) if dd == d} for d in ("fwd", "bwd")}
-        report = dict(shard.info["figures"])
+        report = dict(self.figures)
         report.update({
             "rows_per_epoch": rows,
             "measured_gather_rows_per_layer": {k: rows["fwd"][k] // layers for k in ("h2d", "peer", "reused")},
@@ -309,9 +328,3 @@ class HongTuMode(Mode):
         })
         result["mode_report"] = report
         result["peak_memory_bytes"]["device_arena_max_rank"] = int(peaks[0])
-        return result
-
-
-def _rows_for(dedup: str, volumes: Dict[str, int]) -> int:
-    return {"none": volumes["ori"], "p2p": volumes["p2p"], "reuse": volumes["reuse"], "p2p+reuse": volumes["ru"]}[dedup]
-

@@ -3,12 +3,15 @@ each step (HongTu Algorithm 1 with the §5 deduplication)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 import numpy as np
 import torch
 
 from gnntrain.partition.chunks import ChunkLayout
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gnntrain.models.registry import ModelFamily
 
 
 def _as_index(a: np.ndarray) -> torch.Tensor:
@@ -133,7 +136,7 @@ def build_sweep(layout: ChunkLayout, order: np.ndarray, rank: int, dedup: str) -
 
 
 
-def epoch_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: str, dims: List[int],
+def epoch_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "ModelFamily", dims: List[int],
                   value_bytes: int) -> Dict[str, int]:
     """Bytes one training epoch moves, all ranks, by ledger kind (``h2d``, ``d2h``, ``peer``, and the
     avoided ``reused``), read off every rank's sweeps: what :class:`~gnntrain.modes.hongtu.engine.HongTuEngine`
@@ -146,9 +149,7 @@ def epoch_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: s
     forward), then, for l > 0, hands the gradient rows leaving each device to their owner (peer, or d2h)
     and flushes its own (d2h). Reuse counts the rows a carried device buffer kept.
     """
-    from gnntrain.modes.hongtu.config import CACHED_MODELS, SELF_ROW_MODELS
-
-    p2p, cached, self_row = "p2p" in dedup, model in CACHED_MODELS, model in SELF_ROW_MODELS
+    p2p, cached, self_row = "p2p" in dedup, model.elementwise, model.self_row
     moved = {"h2d": 0, "d2h": 0, "peer": 0, "reused": 0}
     exchange_in, exchange_out = ("peer", "peer") if p2p else ("h2d", "d2h")
     for rank in range(layout.num_parts):

@@ -6,7 +6,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from gnntrain.config.schema import option_value
 from gnntrain.errors import PlanError
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.cost import Work
@@ -14,8 +13,8 @@ from gnntrain.modes.hyscale.batches import initial_shares
 from gnntrain.modes.hyscale.config import HyScaleConfig
 from gnntrain.modes.hyscale.perf_model import predict_times
 from gnntrain.modes.hyscale.sampler import resolve_sampler
-from gnntrain.modes.loop import SPLITS
 from gnntrain.modes.single import graph_tensors
+from gnntrain.modes.strategy import SPLITS
 from gnntrain.sizing import host_cores
 
 
@@ -25,7 +24,6 @@ class HyScaleMode(Mode):
     config_class = HyScaleConfig
     part_store = False
     whole_graph_reason = "every trainer samples neighbourhoods from the whole graph in host memory (HyScale §IV)"
-    models = ("gcn", "sage", "gin")
     models_rule = "HyScale trains the aggregate/update models on sampled blocks; GAT is not wired to blocks here."
 
     @property
@@ -40,20 +38,20 @@ class HyScaleMode(Mode):
 
     def rank_devices(self, device: str, world_size: int, ranks_per_node: int) -> Tuple[str, ...]:
         cpu = int(self.options.cpu_trainers)
-        gpus = max(1, int(self.cfg.hardware.gpus_per_node or 1))
+        gpus = max(1, int(self.settings.hardware.gpus_per_node or 1))
         return tuple("cpu" if r < cpu or device != "cuda" else f"cuda:{(r - cpu) % gpus}"
                      for r in range(world_size))
 
     def validate(self, ctx) -> List[str]:
-        o, cfg = self.options, self.cfg
+        o, model = self.options, self.settings.model
         cpu, acc = int(o.cpu_trainers), int(o.accel_trainers)
         if cpu < 0 or acc < 0 or cpu + acc == 0:
             raise PlanError("mode.cpu_trainers/mode.accel_trainers", f"{cpu} CPU + {acc} accelerator trainers: "
                             "at least one trainer is needed and neither count may be negative.",
                             "set mode.cpu_trainers=1 mode.accel_trainers=1")
         fanouts = [int(f) for f in o.fanouts]
-        if len(fanouts) != int(cfg.model.layers):
-            layers = int(cfg.model.layers)
+        if len(fanouts) != int(model.layers):
+            layers = int(model.layers)
             example = "[" + ",".join(["10"] * layers) + "]"
             fix = f"give {layers} fanouts, e.g. mode.fanouts={example}"
             if fanouts:
@@ -66,8 +64,7 @@ class HyScaleMode(Mode):
         if int(o.batch_size) < cpu + acc:
             raise PlanError("mode.batch_size", f"a global batch of {o.batch_size} cannot give each of the "
                             f"{cpu + acc} trainers a seed.", f"use mode.batch_size >= {cpu + acc}")
-        if acc > 0 and str(option_value(cfg.hardware.device)) == "cuda" \
-                and not torch.cuda.is_available():
+        if acc > 0 and self.settings.device == "cuda" and not torch.cuda.is_available():
             raise PlanError("mode.accel_trainers", f"{acc} accelerator trainers on a CUDA profile, but no CUDA "
                             "device is available here.", "use hardware=local-cpu (accelerator trainers then run "
                             "as CPU processes), or mode.accel_trainers=0")
@@ -87,14 +84,14 @@ class HyScaleMode(Mode):
         if not 0.0 < float(o.drm_ema) <= 1.0:
             raise PlanError("mode.drm_ema", f"{o.drm_ema} is outside (0, 1].", "use e.g. mode.drm_ema=0.5")
         warnings = []
-        if acc and str(option_value(cfg.hardware.device)) == "cpu":
+        if acc and self.settings.device == "cpu":
             warnings.append(f"CPU-only profile: the {acc} accelerator trainer(s) run as CPU processes")
         return warnings
 
     def _threads(self) -> int:
         """Threads of a CPU trainer, for the performance model."""
-        hw = self.cfg.hardware
-        devices = self.rank_devices(str(option_value(hw.device)), self.trainers,
+        hw = self.settings.hardware
+        devices = self.rank_devices(self.settings.device, self.trainers,
                                     int(hw.ranks_per_node))
         return max(self.rank_threads(devices, min(self.trainers, int(hw.ranks_per_node)), host_cores(hw)))
 
@@ -107,7 +104,7 @@ class HyScaleMode(Mode):
         """HyScale-GNN §V: T_exec per iteration (eqs. 6-13, from the calibrated host bandwidth and GEMM
         rate the profile holds) times ceil(train nodes / batch) iterations, plus each iteration's fixed
         layer and step overheads. Sampling is not modelled, as in the paper."""
-        model = predict_times(ctx, self.cfg.hardware, self.options, self._threads())
+        model = predict_times(ctx, self.settings.hardware, self.options, self._threads())
         iterations = max(1, -(-ctx.train_nodes // int(self.options.batch_size)))
         work = Work(fixed_s=model["T_exec_s"] * iterations, layers=(len(ctx.dims) - 1) * iterations,
                     steps=iterations)
@@ -116,7 +113,7 @@ class HyScaleMode(Mode):
         return work
 
     def estimate_comm(self, ctx) -> Optional[CommEstimate]:
-        model = predict_times(ctx, self.cfg.hardware, self.options, self._threads())
+        model = predict_times(ctx, self.settings.hardware, self.options, self._threads())
         acc = int(self.options.accel_trainers)
         by_kind = {"allreduce": ctx.world_size * ctx.param_bytes} if ctx.world_size > 1 else {}
         if acc:
@@ -128,7 +125,7 @@ class HyScaleMode(Mode):
 
     def details(self, ctx) -> Dict[str, Any]:
         o = self.options
-        model = predict_times(ctx, self.cfg.hardware, o, self._threads())
+        model = predict_times(ctx, self.settings.hardware, o, self._threads())
         ms = {k[:-2] + " ms": round(v * 1e3, 4) for k, v in model.items() if k.endswith("_s")}
         return {"trainers": f"{o.cpu_trainers} CPU + {o.accel_trainers} accelerator", "fanouts": list(o.fanouts),
                 "global batch": int(o.batch_size), "initial shares": [round(s, 4) for s in
@@ -139,9 +136,9 @@ class HyScaleMode(Mode):
                 "predicted |V0| per trainer": model["V0_per_trainer"]}
 
     # ------------------------------------------------------------- prepare
-    def prepare(self, data, plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
+    def prepare(self, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
         start = time.perf_counter()
-        src, dst, w = graph_tensors(data, self.cfg)
+        src, dst, w = graph_tensors(data, self.settings)
         masks = data.masks
         counts = {s: int(masks[s].sum()) for s in SPLITS}
         shards = [RankShard(rank=r, world_size=plan.world_size, num_global_nodes=data.num_nodes,
@@ -154,9 +151,11 @@ class HyScaleMode(Mode):
                         preprocess_s=time.perf_counter() - start)
 
     # ---------------------------------------------------------------- train
-    def train_rank(self, shard: RankShard, ctx) -> Dict[str, Any]:
-        from gnntrain.modes.hyscale.trainer import HyScaleTrainer  # imports DGL: only in trainer ranks
+    partitions_graph = False
 
-        return HyScaleTrainer(self.options, shard, ctx).run()
+    def strategy(self, shard: RankShard, ctx):
+        from gnntrain.modes.hyscale.trainer import HyScaleTrainer  # imports the samplers: only in trainer ranks
+
+        return HyScaleTrainer(self.options, shard, ctx, self.settings)
 
 

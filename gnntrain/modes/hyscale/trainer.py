@@ -11,13 +11,15 @@ import torch
 import torch.nn.functional as F
 
 from gnntrain.models import SparseAdjacency, build_model, run_layers
+from gnntrain.models.export import rows_output
 from gnntrain.modes.base import RankShard
 from gnntrain.modes.hyscale.batches import global_batches, initial_shares, trainer_slice
 from gnntrain.modes.hyscale.config import DRM_LAG, DRM_WARMUP, HyScaleConfig
 from gnntrain.modes.hyscale.drm import STAGES, DRMState, ShareSchedule, drm_step
 from gnntrain.modes.hyscale.pipeline import Batch, BatchPipeline
 from gnntrain.modes.hyscale.sampler import Block, make_sampler
-from gnntrain.modes.loop import SPLITS, EpochLoop, EpochStats, model_spec, run_totals, sync_gradients
+from gnntrain.modes.strategy import SPLITS, EpochStats, RankStrategy, model_spec, sync_gradients
+from gnntrain.plan_types import RunSettings
 from gnntrain.runtime import RankContext
 from gnntrain.seeding import Stream, derive_seed
 
@@ -33,20 +35,19 @@ def block_forward(model, adjs: Sequence[SparseAdjacency], x: torch.Tensor,
     return run_layers(model, x, layer_step, None if dropout is None else lambda h, _layer: dropout(h))
 
 
-class HyScaleTrainer:
+class HyScaleTrainer(RankStrategy):
     """One trainer rank (§III-B): pipeline, weighted sync, DRM, evaluation; an
-    :class:`~gnntrain.modes.loop.EpochTask` that the shared :class:`EpochLoop` runs."""
+    :class:`~gnntrain.modes.strategy.RankStrategy` that the one epoch loop runs."""
 
-    def __init__(self, options: HyScaleConfig, shard: RankShard, ctx: RankContext):
-        self.o, self.shard, self.ctx = options, shard, ctx
-        self.cfg = ctx.plan.config_obj
+    def __init__(self, options: HyScaleConfig, shard: RankShard, ctx: RankContext, settings: RunSettings):
+        self.o, self.shard, self.ctx, self.settings = options, shard, ctx, settings
         self.comm, self.device, self.dtype = ctx.comm, ctx.device, ctx.dtype
         self.rank, self.world = ctx.comm.rank, ctx.comm.world_size
         cpu = int(self.o.cpu_trainers)
         self.accel = [r >= cpu for r in range(self.world)]
         self.is_accel = self.accel[self.rank]
         self.gpu = self.device.type == "cuda"
-        self.seed = int(self.cfg.train.seed)
+        self.seed = int(settings.train.seed)
         dst, src, w = shard.edges
         self.sampler = make_sampler(self.o.sampler.value, dst, src, w, shard.num_global_nodes, self.o.fanouts)
         self.drop_gen = torch.Generator(device=self.device)  # reseeded per global batch (see step)
@@ -58,6 +59,16 @@ class HyScaleTrainer:
         self.schedule = ShareSchedule()
         slow = [float(s) for s in self.o.slowdown]
         self.slowdown = slow[self.rank] if slow else 1.0
+        spec = model_spec(settings.model, self.features.shape[1], shard.num_classes)
+        self.model = build_model(spec, self.seed, self.dtype).to(self.device)
+        self.params = list(self.model.parameters())
+        self.optimizer = torch.optim.Adam(self.params, lr=float(settings.train.lr),
+                                          weight_decay=float(settings.train.weight_decay))
+        self.global_counts, self.num_nodes = shard.global_counts, shard.num_global_nodes
+        self.batch_size = int(self.o.batch_size)
+        self.per_epoch = math.ceil(self.train_ids.numel() / self.batch_size)
+        self.n_train = max(1, shard.global_counts["train"])
+        self.evaluator = Evaluator(self, self.model) if self.rank == 0 else None
 
     # ---- stages
     def sample_load(self, k: int, batches: Dict[int, torch.Tensor]) -> Batch:
@@ -98,7 +109,7 @@ class HyScaleTrainer:
 
     def dropout(self, h: torch.Tensor) -> torch.Tensor:
         """Per-batch dropout from a generator reseeded per (trainer, global batch), so a resumed run replays it."""
-        p = float(self.cfg.model.dropout)
+        p = float(self.settings.model.dropout)
         if p <= 0:
             return h
         keep = torch.rand(h.shape, generator=self.drop_gen, device=h.device, dtype=h.dtype) >= p
@@ -138,25 +149,10 @@ class HyScaleTrainer:
         optimizer.step()
         return ce, train_s, sync_s
 
-    # ---- the EpochTask protocol
-    def run(self) -> Dict[str, Any]:
-        setup_start = time.perf_counter()
-        cfg = self.cfg
-        spec = model_spec(cfg, self.features.shape[1], self.shard.num_classes)
-        self.model = build_model(spec, self.seed, self.dtype).to(self.device)
-        self.params = list(self.model.parameters())
-        self.optimizer = torch.optim.Adam(self.params, lr=float(cfg.train.lr),
-                                          weight_decay=float(cfg.train.weight_decay))
-        self.batch_size = int(self.o.batch_size)
-        self.per_epoch = math.ceil(self.train_ids.numel() / self.batch_size)
-        self.n_train = max(1, self.shard.global_counts["train"])
-        self.evaluator = Evaluator(self, self.model) if self.rank == 0 else None
-        setup_s = time.perf_counter() - setup_start
-        result = EpochLoop(self.ctx, self.model, self.optimizer, self.shard.global_counts,
-                           self.shard.num_global_nodes).run(self)
+    # ---- the RankStrategy hooks
+    def finish(self, result: Dict[str, Any]) -> None:
         history = result["history"]
-        return {**result, **run_totals(self.ctx, setup_s), "model": self.model,
-                "mode_report": self._report(history) if self.rank == 0 and history else None}
+        result["mode_report"] = self._report(history) if self.rank == 0 and history else None
 
     def start(self, first_epoch: int, history: List[Dict[str, Any]]) -> None:
         """DRM state and the share schedule: the resumed run's last shares, else the initial ones."""
@@ -272,8 +268,6 @@ class Evaluator:
         self.masks = trainer.shard.count_masks
 
     def predict(self, what: str, layer: int):
-        from gnntrain.modes.predict import rows_output
-
         model = self._host_model()
         values = rows_output(model, lambda: model(self.trainer.features.cpu(), self.adj.spmm), what, layer)
         return torch.arange(self.trainer.shard.num_global_nodes), values

@@ -8,18 +8,18 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from gnntrain.config.schema import ModeConfig, option_value
-from gnntrain.data import resolve_cache_dir
+from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
 from gnntrain.metrics.clock import StageClock
-from gnntrain.models import GINLayer, SparseAdjacency, hidden_activation, run_layers
+from gnntrain.models import SparseAdjacency, hidden_activation, run_layers
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.cost import Work, local_work
-from gnntrain.modes.fullgraph import SPLITS, train_full_graph
+from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy
 from gnntrain.modes.mop.layout import MoPLayout, col_splits, exchanged_elements, row_splits, stage_count
 from gnntrain.modes.mop.pipeline import _FinishToCols, _FinishToRows, _StartToCols, _StartToRows, pipeline_chunks
 from gnntrain.modes.single import graph_tensors
-from gnntrain.sizing import EDGE_BYTES, HALO_FACTOR, MemoryEstimate, estimate_memory, format_bytes
+from gnntrain.plan_types import MemoryEstimate, RunSettings
+from gnntrain.sizing import EDGE_BYTES, HALO_FACTOR, estimate_memory, format_bytes
 
 
 @dataclass
@@ -32,20 +32,6 @@ class MoPConfig(ModeConfig):
     # where MoA's aggregation ranks run: "same" (the profile's device) or "cpu" (CPU aggregation beside GPU update
     # ranks, MixGCN §3.2's mixture with the host standing in for its dedicated aggregation accelerator)
     aggregation_device: str = "same"
-
-
-def _order(cfg, data) -> Tuple[torch.Tensor, Optional[int]]:
-    """Node order: identity, or Reverse Cuthill–McKee with ``partitioner.reorder=rcm`` (cached)."""
-    if cfg.partitioner.reorder != "rcm":
-        return torch.arange(data.num_nodes), None
-    from omegaconf import OmegaConf
-
-    from gnntrain.partition import partition_graph
-
-    pcfg = OmegaConf.merge(cfg.partitioner, {"name": "range"})
-    part, _ = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, 1, pcfg, data.content_hash,
-                              resolve_cache_dir(cfg))
-    return torch.from_numpy(part.perm), part.bandwidth
 
 
 @register_mode
@@ -69,7 +55,7 @@ class MoPMode(Mode):
         a = self.aggregation_ranks
         if not a or str(self.options.aggregation_device) != "cpu" or device != "cuda":
             return super().rank_devices(device, world_size, ranks_per_node)
-        gpus = max(1, int(self.cfg.hardware.gpus_per_node or 1))
+        gpus = max(1, int(self.settings.hardware.gpus_per_node or 1))
         return tuple("cpu" if r < a else f"cuda:{(r - a) % gpus}" for r in range(world_size))
 
     def estimate_memory(self, ctx) -> MemoryEstimate:
@@ -90,7 +76,7 @@ class MoPMode(Mode):
         if int(self.options.pipeline_chunks) < 0:
             raise PlanError("mode.pipeline_chunks", "must be at least 1, or 0 for Proposition 3.5's count.",
                             "use pipeline_chunks=1 (no pipelining)")
-        if int(self.options.pipeline_chunks) == 0 and self.cfg.partitioner.get("reorder") != "rcm":
+        if int(self.options.pipeline_chunks) == 0 and self.settings.partitioner.reorder != "rcm":
             raise PlanError("mode.pipeline_chunks", "0 (auto) takes the stage count from the RCM bandwidth "
                             "(MixGCN Prop. 3.5), but the nodes are not reordered.",
                             "add partitioner.reorder=rcm, or give a count")
@@ -115,7 +101,7 @@ class MoPMode(Mode):
             raise PlanError("mode.pipeline_chunks", f"{self.options.pipeline_chunks} chunks exceed the "
                             f"{ctx.num_nodes // ctx.world_size} rows the smallest rank owns.",
                             "use fewer pipeline chunks")
-        if where == "cpu" and str(option_value(self.cfg.hardware.device)) == "cpu":
+        if where == "cpu" and self.settings.device == "cpu":
             return ["CPU-only profile: aggregation_device=cpu changes nothing, every rank already runs on the host"]
         return []
 
@@ -166,16 +152,29 @@ class MoPMode(Mode):
                    if self.aggregation_ranks else {})}
 
     # ------------------------------------------------------------- prepare
-    def prepare(self, data, plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
+    def partition(self, data, plan):
+        """MoP partitions nothing: its node order is the identity, or Reverse Cuthill–McKee (a one-part
+        range partitioning of the reordered graph, cached) with ``partitioner.reorder=rcm``."""
+        if self.settings.partitioner.reorder != "rcm":
+            return None, False
+        from gnntrain.data import cache_folder
+        from gnntrain.partition import partition_graph
+
+        ordering = dataclasses.replace(self.settings.partitioner, name="range")
+        return partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, 1, ordering, data.content_hash,
+                               cache_folder(self.settings.cache_dir))
+
+    def prepare(self, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
         start = time.perf_counter()
         m = plan.world_size
-        perm, bandwidth = _order(self.cfg, data)
+        perm, bandwidth = (torch.arange(data.num_nodes), None) if part is None else \
+            (torch.from_numpy(part.perm), part.bandwidth)
         stages = int(self.options.pipeline_chunks)
         if stages == 0:  # Prop. 3.5, at most the rows the smallest rank owns
             stages = min(stage_count(data.num_nodes, int(bandwidth)), data.num_nodes // m)
         inverse = torch.empty_like(perm)
         inverse[perm] = torch.arange(perm.numel())
-        src, dst, w = graph_tensors(data, self.cfg)
+        src, dst, w = graph_tensors(data, self.settings)
         src_n, dst_n = inverse[src], inverse[dst]
         features = data.features[perm]
         a = self.aggregation_ranks
@@ -199,90 +198,100 @@ class MoPMode(Mode):
         return Prepared(shards=shards, partition=partition, preprocess_s=time.perf_counter() - start)
 
     # ---------------------------------------------------------------- train
-    def train_rank(self, shard: RankShard, ctx) -> Dict[str, Any]:
-        start = time.perf_counter()
+    def strategy(self, shard: RankShard, ctx) -> "MoPStrategy":
+        return MoPStrategy(shard, ctx, self.settings, self.aggregation_ranks, self.aggregate_first)
+
+
+def _flop_balance(ctx, adj, layout, model) -> Dict[str, Any]:
+    """Per-rank aggregation and update FLOPs (max/mean over ranks)."""
+    dims = model.spec.dims
+    agg, upd = 0.0, 0.0
+    for layer, d_in in zip(model.layers, dims[:-1]):
+        cols = layout.cols(d_in)
+        agg += adj.flops(cols[layout.rank + 1] - cols[layout.rank])
+        upd += 2.0 * layout.n_own * sum(p.numel() for p in layer.parameters() if p.dim() == 2)
+    m = layout.m
+    slots = [0.0] * (2 * m)
+    slots[layout.rank], slots[m + layout.rank] = agg, upd
+    totals = ctx.comm.reduce_stats(slots)
+    aggs, upds = totals[:m], totals[m:]
+
+    def balance(xs):
+        mean = sum(xs) / len(xs)
+        return max(xs) / mean if mean else 1.0
+
+    return {"aggregation_flops_per_rank": aggs, "update_flops_per_rank": upds,
+            "aggregation_balance_max_over_mean": balance(aggs), "update_balance_max_over_mean": balance(upds)}
+
+
+class MoPStrategy(FullGraphStrategy):
+    """A MoP rank (MixGCN §3.1): aggregation over a feature-column split of every row, update over a
+    node-row split, an all-to-all between the two layouts per layer; optionally chunked into a
+    fine-grained pipeline (§3.1.3)."""
+
+    def __init__(self, shard: RankShard, ctx, settings: RunSettings, aggregation_ranks: int,
+                 aggregate_first: Optional[bool]):
         n = shard.num_global_nodes
         dst, src, w = shard.edges
-        adj = SparseAdjacency(dst, src, w, n, n, kernel=ctx.plan.kernel, device=ctx.device)
-        layout = MoPLayout(ctx.comm, n, self.aggregation_ranks)
-        x_cols = shard.info["features_cols"].to(device=ctx.device, dtype=ctx.dtype)
+        self.adjacency = SparseAdjacency(dst, src, w, n, n, kernel=ctx.plan.kernel, device=ctx.device)
+        self.layout = MoPLayout(ctx.comm, n, aggregation_ranks)
+        self.x_cols = shard.info["features_cols"].to(device=ctx.device, dtype=ctx.dtype)
         s = int(shard.info["pipeline_chunks"])
-        chunks = pipeline_chunks(layout, s, dst, src, w, ctx.plan.kernel, ctx.device) if s > 1 else []
-        clock = StageClock(ctx.device)  # MixGCN Fig. 8's split: aggregation, all-to-all (comm), update
+        self.chunks = pipeline_chunks(self.layout, s, dst, src, w, ctx.plan.kernel, ctx.device) if s > 1 else []
+        self.clock = StageClock(ctx.device)  # MixGCN Fig. 8's split: aggregation, all-to-all (comm), update
+        super().__init__(shard, ctx, settings, aggregate_first=aggregate_first)
 
-        def aggregate_cols(layer, h_cols, spmm, rows=None):
-            """The column side; GIN's row-local (1+ε)·h is added on the row side (update_rows)."""
-            if isinstance(layer, GINLayer):
-                return clock.through("aggregation", spmm, h_cols)
-            return clock.through("aggregation", lambda h: layer.aggregate(h, spmm, rows=rows), h_cols)
+    def aggregate_cols(self, layer, h_cols, spmm, rows=None):
+        """The column side; a row-local term (GIN's (1+ε)·h, a layer's ``self_term``) is added on the row
+        side (update_rows)."""
+        if hasattr(layer, "self_term"):
+            return self.clock.through("aggregation", spmm, h_cols)
+        return self.clock.through("aggregation", lambda h: layer.aggregate(h, spmm, rows=rows), h_cols)
 
-        def update_rows(layer, h_rows, z_rows):
-            def update(z):
-                return layer.update(h_rows, layer.self_term(h_rows) + z if isinstance(layer, GINLayer) else z)
-            return clock.through("update", update, z_rows)
+    def update_rows(self, layer, h_rows, z_rows):
+        def update(z):
+            return layer.update(h_rows, layer.self_term(h_rows) + z if hasattr(layer, "self_term") else z)
+        return self.clock.through("update", update, z_rows)
 
-        def layer_step(i, layer, h_rows):
-            h_cols = x_cols if i == 0 else layout.to_cols(h_rows)
-            z_rows = layout.to_rows(aggregate_cols(layer, h_cols, adj.spmm), h_rows.shape[1])
-            return update_rows(layer, h_rows, z_rows)
+    def layer_step(self, i, layer, h_rows):
+        h_cols = self.x_cols if i == 0 else self.layout.to_cols(h_rows)
+        z_rows = self.layout.to_rows(self.aggregate_cols(layer, h_cols, self.adjacency.spmm), h_rows.shape[1])
+        return self.update_rows(layer, h_rows, z_rows)
 
-        def forward_pipelined(model, h_rows, dropout):
-            """Every exchange in chunks (MixGCN §3.1.3's fine-grained pipeline): chunk c+1 aggregates while
-            chunk c moves to rows; chunk c updates, is activated and starts back to columns while chunk
-            c+1's update runs; the next layer starts once the last chunk has landed."""
-            h_cols, last = x_cols, len(model.layers) - 1
-            for i, layer in enumerate(model.layers):
-                width, outs, returns, in_flight = h_rows.shape[1], [], [], None
-                for chunk in [*chunks, None]:
-                    if chunk is not None:
-                        box: dict = {}
-                        z_cols = aggregate_cols(layer, h_cols, chunk.adjacency.spmm, rows=chunk.rows)
-                        token = _StartToRows.apply(z_cols, layout, width, chunk.sizes, box)
-                    if in_flight is not None:
-                        done_token, done, done_box = in_flight
-                        z_rows = _FinishToRows.apply(done_token, layout, width, done.sizes, done_box)
-                        out = update_rows(layer, h_rows[done.own], z_rows)
-                        if i < last:  # the next layer's input, row-local: activate the chunk and send it
-                            out = hidden_activation(out, i + 1, dropout.for_rows(done.own) if dropout else None,
-                                                    model.hidden_norm(i + 1))
-                            back: dict = {}
-                            out = _StartToCols.apply(out, layout, done.sizes, back)
-                            returns.append((done, back))
-                        outs.append(out)
-                    in_flight = (token, chunk, box) if chunk is not None else None
-                h_rows = torch.cat(outs)
-                if i < last:
-                    h_cols = _FinishToCols.apply(layout, h_rows.shape[1], returns, *outs)
-            return h_rows
+    def forward_pipelined(self, model, h_rows, dropout):
+        """Every exchange in chunks (MixGCN §3.1.3's fine-grained pipeline): chunk c+1 aggregates while
+        chunk c moves to rows; chunk c updates, is activated and starts back to columns while chunk
+        c+1's update runs; the next layer starts once the last chunk has landed."""
+        layout = self.layout
+        h_cols, last = self.x_cols, len(model.layers) - 1
+        for i, layer in enumerate(model.layers):
+            width, outs, returns, in_flight = h_rows.shape[1], [], [], None
+            for chunk in [*self.chunks, None]:
+                if chunk is not None:
+                    box: dict = {}
+                    z_cols = self.aggregate_cols(layer, h_cols, chunk.adjacency.spmm, rows=chunk.rows)
+                    token = _StartToRows.apply(z_cols, layout, width, chunk.sizes, box)
+                if in_flight is not None:
+                    done_token, done, done_box = in_flight
+                    z_rows = _FinishToRows.apply(done_token, layout, width, done.sizes, done_box)
+                    out = self.update_rows(layer, h_rows[done.own], z_rows)
+                    if i < last:  # the next layer's input, row-local: activate the chunk and send it
+                        out = hidden_activation(out, i + 1, dropout.for_rows(done.own) if dropout else None,
+                                                model.hidden_norm(i + 1))
+                        back: dict = {}
+                        out = _StartToCols.apply(out, layout, done.sizes, back)
+                        returns.append((done, back))
+                    outs.append(out)
+                in_flight = (token, chunk, box) if chunk is not None else None
+            h_rows = torch.cat(outs)
+            if i < last:
+                h_cols = _FinishToCols.apply(layout, h_rows.shape[1], returns, *outs)
+        return h_rows
 
-        def forward(model, x_rows, dropout):
-            if chunks:
-                return forward_pipelined(model, x_rows, dropout if model.training else None)
-            return run_layers(model, x_rows, layer_step, dropout)
+    def forward(self, model, x_rows, dropout):
+        if self.chunks:
+            return self.forward_pipelined(model, x_rows, dropout if model.training else None)
+        return run_layers(model, x_rows, self.layer_step, dropout)
 
-        result = train_full_graph(shard, ctx, adj.spmm, aggregate_first=self.aggregate_first, forward=forward,
-                                  setup_s=time.perf_counter() - start, clock=clock)
-        result["mode_report"] = self._flop_balance(ctx, adj, layout, result["model"])
-        return result
-
-    @staticmethod
-    def _flop_balance(ctx, adj, layout, model) -> Dict[str, Any]:
-        """Per-rank aggregation and update FLOPs (max/mean over ranks)."""
-        dims = model.spec.dims
-        agg, upd = 0.0, 0.0
-        for layer, d_in in zip(model.layers, dims[:-1]):
-            cols = layout.cols(d_in)
-            agg += adj.flops(cols[layout.rank + 1] - cols[layout.rank])
-            upd += 2.0 * layout.n_own * sum(p.numel() for p in layer.parameters() if p.dim() == 2)
-        m = layout.m
-        slots = [0.0] * (2 * m)
-        slots[layout.rank], slots[m + layout.rank] = agg, upd
-        totals = ctx.comm.reduce_stats(slots)
-        aggs, upds = totals[:m], totals[m:]
-
-        def balance(xs):
-            mean = sum(xs) / len(xs)
-            return max(xs) / mean if mean else 1.0
-
-        return {"aggregation_flops_per_rank": aggs, "update_flops_per_rank": upds,
-                "aggregation_balance_max_over_mean": balance(aggs), "update_balance_max_over_mean": balance(upds)}
+    def finish(self, result: Dict[str, Any]) -> None:
+        result["mode_report"] = _flop_balance(self.ctx, self.adjacency, self.layout, self.model)

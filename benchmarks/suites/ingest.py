@@ -4,7 +4,7 @@ Writes a 50M-edge CSV edge list with string node IDs and a Parquet node table (1
 features + a label column, rows shuffled), then measures, each in its own process (own peak RSS):
 ``gnntrain ingest`` from the CSV, the same graph's edges from Parquet and from ``.npy``, and the
 plain pandas route a user would write (``read_csv`` -> ``Index.get_indexer`` -> numpy -> scipy CSR).
-Imported by scripts/bench.py; ``python scripts/bench.py ingest`` (``--quick``: 2M edges, 100k nodes).
+Run with ``python -m benchmarks ingest`` (``--quick``: 2M edges, 100k nodes).
 """
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.harness import SuiteResult
+from benchmarks.registry import suite
 
 GIB = 2**30
 
@@ -95,7 +98,8 @@ def _child(code: str, *args) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def suite_ingest(quick: bool) -> dict:
+@suite("ingest")
+def suite_ingest(quick: bool) -> SuiteResult:
     n, e, f = (100_000, 2_000_000, 128) if quick else (1_000_000, 50_000_000, 128)
     with tempfile.TemporaryDirectory(prefix="gnntrain-bench-ingest-", dir="/var/tmp") as tmp:
         tmp = Path(tmp)
@@ -132,16 +136,16 @@ def suite_ingest(quick: bool) -> dict:
             rows.append([f"gnntrain ingest: {name}", f"{r['s']:.1f}", f"{r['s'] / base['s']:.2f}",
                          f"{r['peak'] / GIB:.2f}", f"{r['peak'] / base['peak']:.2f}", f"{r['csr'] / GIB:.2f}",
                          f"{r['edges']:,}", "; ".join(goal)])
-    return {
-        "title": f"ingest a {e / 1e6:.0f}M-edge graph with string IDs ({n:,} nodes, {f} float features)",
-        "columns": ["route", "time (s)", "time vs pandas", "peak RSS (GiB)", "peak vs pandas", "CSR written (GiB)",
-                    "directed edges", "goals"],
-        "rows": rows,
-        "notes": f"Edge list: {e:,} lines of 'user-<id>,user-<id>' ({csv_bytes / GIB:.2f} GiB of CSV), "
-                 f"symmetrised, self-loops and repeats dropped; node table: Parquet, {n:,} rows in shuffled order "
-                 f"(id, f0..f{f - 1}, "
-                 f"label), whose row order becomes the node order. Each route runs in its own process (peak = its "
-                 f"ru_maxrss, imports included). The pandas script builds the same CSR (same indptr: "
-                 f"{'yes' if same else 'NO'}). Generating the files took {generate_s:.0f} s (not counted). "
-                 f"Limit on ingest's peak: max(1 GiB, 1.5 x the CSR it writes).",
-    }
+    return SuiteResult(
+        title=f"ingest a {e / 1e6:.0f}M-edge graph with string IDs ({n:,} nodes, {f} float features)",
+        columns=["route", "time (s)", "time vs pandas", "peak RSS (GiB)", "peak vs pandas", "CSR written (GiB)",
+                 "directed edges", "goals"],
+        rows=rows,
+        notes=f"Edge list: {e:,} lines of 'user-<id>,user-<id>' ({csv_bytes / GIB:.2f} GiB of CSV), "
+              f"symmetrised, self-loops and repeats dropped; node table: Parquet, {n:,} rows in shuffled order "
+              f"(id, f0..f{f - 1}, "
+              f"label), whose row order becomes the node order. Each route runs in its own process (peak = its "
+              f"ru_maxrss, imports included). The pandas script builds the same CSR (same indptr: "
+              f"{'yes' if same else 'NO'}). Generating the files took {generate_s:.0f} s (not counted). "
+              f"Limit on ingest's peak: max(1 GiB, 1.5 x the CSR it writes).",
+    )

@@ -11,50 +11,18 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
 from gnntrain.errors import GnnTrainError
-from gnntrain.models.gnn import layer_input
+from gnntrain.models.export import load_weights
 
 WHATS = ("logits", "probs", "labels", "embeddings")
 PARTS = ".parts"
 ROWS_PER_WRITE = 1 << 16
-
-
-def load_weights(model: nn.Module, path: str) -> None:
-    """A run's ``model.pt`` (a state dict) or a checkpoint (``{"model": state dict, ...}``) into ``model``."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise GnnTrainError(f"predict: cannot read the weights {path} ({type(exc).__name__}: {exc}).") from None
-    if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
-        state = state["model"]
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as exc:
-        lines = str(exc).strip().splitlines()
-        why = lines[-1].strip() if lines else str(exc)
-        raise GnnTrainError(f"predict: the weights in {path} do not fit this model ({why}). Predict with the run's "
-                            f"own model options, on a graph with the same feature width and classes.") from None
-
-
-def rows_output(model: nn.Module, forward: Callable[[], torch.Tensor], what: str, layer: int) -> torch.Tensor:
-    """The rows ``forward()`` computes, as logits, probabilities, labels or the input of layer ``layer``
-    (embeddings; default the last layer's input). Embeddings run the same forward with the layer stack cut
-    after layer ``layer`` - 1, so every mode computes them in its own layout."""
-    if what != "embeddings":
-        logits = forward()
-        if what == "probs":
-            return torch.softmax(logits, dim=1)
-        return logits.argmax(dim=1) if what == "labels" else logits
-    try:
-        return layer_input(model, forward, layer)
-    except ValueError as exc:
-        raise GnnTrainError(f"predict: --layer {layer}: {exc}.") from None
 
 
 def write_part(out_dir: Path, rank: int, ids: torch.Tensor, values: torch.Tensor) -> None:

@@ -1,26 +1,19 @@
-"""One epoch loop for every mode: resume, checkpoints, preemption, fault injection,
-metrics and progress.
+"""The one epoch loop: every mode's rank strategy runs under it. It owns resume,
+checkpoints, preemption, interrupts, fault injection, evaluation cadence, metrics,
+progress, the model export and ``gnntrain predict``.
 
-A mode supplies an :class:`EpochTask` (how to train one epoch, how to count correct
-predictions); :class:`EpochLoop` runs it. Full-graph modes use
-:func:`gnntrain.modes.fullgraph.train_full_graph`, which builds their task; HyScale's
-mini-batch trainer is a task of its own. The conventions that make the exact modes
-equal ``mode=single`` (docs/design.md, "Exactness") live here and in ``fullgraph``:
-
-* loss = Σ CE over the train rows this rank counts / global train count;
-* parameter gradients all-reduced with SUM (never AVG) over all ranks;
-* identical initial weights from one seeded generator.
+A mode's :meth:`~gnntrain.modes.Mode.strategy` says how a rank trains one epoch and
+counts correct predictions (:class:`~gnntrain.modes.strategy.RankStrategy`);
+:func:`train_rank` builds it and runs it here.
 """
 from __future__ import annotations
 
 import os
 import signal
 import time
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Dict, List, Optional
 
 import torch
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from gnntrain.checkpoint import (
     checkpoint_dir,
@@ -32,45 +25,23 @@ from gnntrain.checkpoint import (
     slurm_restarted,
 )
 from gnntrain.comm.accounting import KINDS, Phase
-from gnntrain.config.schema import option_value
 from gnntrain.interrupts import STOP
-from gnntrain.models import ModelSpec
 from gnntrain.models.kernels import SPMM_CALLS
+from gnntrain.modes.strategy import SPLITS, RankStrategy
 from gnntrain.runtime import RankContext, peak_device_bytes, peak_host_bytes
 
-SPLITS = ("train", "val", "test")
 
-
-def model_spec(cfg, in_dim: int, num_classes: int, aggregate_first: Optional[bool] = None,
-               label_inputs: bool = False) -> ModelSpec:
-    m = cfg.model
-    return ModelSpec(name=m.name, in_dim=in_dim, hidden=m.hidden, out_dim=num_classes, layers=m.layers,
-                     dropout=m.dropout, aggregate_first=aggregate_first, gin_eps_learnable=m.gin_eps_learnable,
-                     label_classes=num_classes if label_inputs else 0, norm=option_value(m.get("norm", "none")),
-                     target=m.get("target"))
-
-
-def sync_gradients(params: List[torch.nn.Parameter], comm, through_host: bool = False) -> None:
-    """One flat SUM all-reduce of every parameter gradient (kind ``allreduce``).
-
-    ``through_host``: gradients on an accelerator are staged through host
-    memory (``d2h``, all-reduce over gloo, ``h2d``), as HyScale's trainers do.
-    """
-    if not comm.distributed:
-        return
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = _flatten_dense_tensors(grads)
-    if through_host and flat.device.type != "cpu":
-        device = flat.device
-        staged = comm.to_device(flat, torch.device("cpu"), "d2h", non_blocking=False)
-        flat = comm.to_device(comm.all_reduce(staged, "allreduce"), device, "h2d", non_blocking=False)
-    else:
-        comm.all_reduce(flat, "allreduce")
-    for p, g in zip(params, _unflatten_dense_tensors(flat, grads)):
-        if p.grad is None:
-            p.grad = g.clone()
-        else:
-            p.grad.copy_(g)
+def train_rank(mode, shard, ctx: RankContext) -> Dict[str, Any]:
+    """One rank's whole run: the mode builds its strategy from the shard (setup), the loop trains it,
+    then the run's totals and the mode's own figures are gathered (collectives, on every rank)."""
+    start = time.perf_counter()
+    strategy = mode.strategy(shard, ctx)
+    setup_s = time.perf_counter() - start
+    result = EpochLoop(ctx, strategy).run()
+    result.update(run_totals(ctx, setup_s))
+    result["model"] = strategy.model
+    strategy.finish(result)
+    return result
 
 
 def inject_fault(rank: int, epoch: int) -> None:
@@ -99,36 +70,8 @@ def inject_fault(rank: int, epoch: int) -> None:
         os.kill(int(os.environ.get("GNNTRAIN_LAUNCHER_PID") or os.getppid()), signal.SIGTERM)
 
 
-@dataclass
-class EpochStats:
-    """What one training epoch hands the loop (this rank's figures)."""
-
-    loss: float  # this rank's loss; the record holds the sum over ranks / loss_divisor
-    seconds: float  # the epoch's training time on this rank
-    stages: Dict[str, float] = field(default_factory=dict)  # named parts of ``seconds``
-    loss_divisor: float = 1.0
-    other_stage: bool = True  # book the time no stage claims as "other"
-    extra: Dict[str, Any] = field(default_factory=dict)  # mode's own fields, merged into the record
-
-
-class EpochTask(Protocol):
-    """How a mode trains one epoch and evaluates; :class:`EpochLoop` does the rest."""
-
-    def start(self, first_epoch: int, history: List[Dict[str, Any]]) -> None:
-        """Called once before the first epoch; ``history`` holds the resumed epochs' records."""
-
-    def train_epoch(self, epoch: int) -> EpochStats:
-        """One training epoch (runs inside the ledger's train phase)."""
-
-    def evaluate(self, epoch: int) -> List[float]:
-        """Correct predictions per split (train, val, test) this rank counts (eval phase, no grad)."""
-
-    def predict(self, what: str, layer: int) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
-        """(global node ids, values) of the rows this rank infers (gnntrain.modes.predict), or None."""
-
-
 class EpochLoop:
-    """Runs an :class:`EpochTask` for ``train.epochs`` epochs.
+    """Runs a :class:`~gnntrain.modes.strategy.RankStrategy` for ``train.epochs`` epochs.
 
     Owns resume from the newest checkpoint (model, optimizer, RNG and history),
     checkpoint cadence (``train.checkpoint_every``), the preemption boundary (an
@@ -137,18 +80,18 @@ class EpochLoop:
     epoch), the reduced metrics record per epoch and rank 0's recorder.
     """
 
-    def __init__(self, ctx: RankContext, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 global_counts: Dict[str, int], num_nodes: int = 0):
-        self.ctx, self.model, self.optimizer = ctx, model, optimizer
-        self.global_counts = global_counts
-        self.num_nodes = int(num_nodes)  # the graph's, for predict's assembly
+    def __init__(self, ctx: RankContext, task: RankStrategy):
+        self.ctx, self.task = ctx, task
+        self.model, self.optimizer = task.model, task.optimizer
+        self.global_counts = task.global_counts
+        self.num_nodes = int(task.num_nodes)  # the graph's, for predict's assembly
         self.cfg = ctx.plan.config_obj
 
-    def run(self, task: EpochTask) -> Dict[str, Any]:
+    def run(self) -> Dict[str, Any]:
         """Train; returns ``{"history": [...], "accuracy": {split: value}}``."""
-        ctx, model, optimizer, train_cfg = self.ctx, self.model, self.optimizer, self.cfg.train
-        if self.cfg.get("predict") is not None and self.cfg.predict.get("out"):
-            from gnntrain.modes.predict import run_predict
+        ctx, model, optimizer, task, train_cfg = self.ctx, self.model, self.optimizer, self.task, self.cfg.train
+        if ctx.plan.settings.predicting:
+            from gnntrain.training.predict import run_predict
 
             return {"history": [], "accuracy": {}, "predict": run_predict(ctx, model, task, self.num_nodes)}
         comm, ledger = ctx.comm, ctx.comm.ledger

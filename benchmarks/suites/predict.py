@@ -1,7 +1,7 @@
 """The `predict` bench suite (#39): on a 1M-node csbm graph (average degree 20, f=128, 3-layer GCN hidden 128),
 train `mode=partition` at p=4 for 2 epochs, then `gnntrain predict` its logits and its embeddings with the same
 plan; each rank's peak (VmHWM, from summary.json) of the predict job against the training job's.
-Imported by scripts/bench.py; ``python scripts/bench.py predict`` (``--quick``: 50k nodes)."""
+Run with ``python -m benchmarks predict`` (``--quick``: 50k nodes)."""
 from __future__ import annotations
 
 import json
@@ -11,6 +11,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.harness import SuiteResult
+from benchmarks.registry import suite
 
 GIB = 2**30
 
@@ -25,7 +28,8 @@ def _gnntrain(args, cwd: Path) -> float:
     return time.perf_counter() - start
 
 
-def suite_predict(quick: bool) -> dict:
+@suite("predict")
+def suite_predict(quick: bool) -> SuiteResult:
     n = 50_000 if quick else 1_000_000
     graph = ["dataset=csbm", f"dataset.num_nodes={n}", "dataset.avg_degree=20", "dataset.feat_dim=128",
              "model=gcn", "model.layers=3", "model.hidden=128", "mode=partition", "hardware.ranks_per_node=4",
@@ -51,13 +55,13 @@ def suite_predict(quick: bool) -> dict:
             rows.append([f"predict {what} ({fmt}, {out.stat().st_size / GIB:.2f} GiB)", f"{wall:.0f}",
                          " / ".join(f"{p / GIB:.2f}" for p in peaks), f"{max(peaks) / GIB:.2f}", f"{ratio:.2f}",
                          "every rank <= its training peak " + ("(met)" if every else "(MISSED)")])
-    return {
-        "title": f"predict with the run's own plan: csbm {n:,} nodes, degree 20, f=128, 3-layer GCN hidden 128, "
-                 f"partition p=4",
-        "columns": ["job", "wall s (incl. start-up)", "peak host GiB per rank", "max rank", "vs training",
-                    "goal"],
-        "rows": rows,
-        "notes": "Each job is a `gnntrain` command of its own; per-rank peaks are the ranks' VmHWM from the job's "
-                 "summary.json. The partition store is built once before (gnntrain partition), so neither job "
-                 "pays for it. Embeddings: the input of the last layer (128 wide). Ranks share 2 cores.",
-    }
+    return SuiteResult(
+        title=f"predict with the run's own plan: csbm {n:,} nodes, degree 20, f=128, 3-layer GCN hidden 128, "
+              f"partition p=4",
+        columns=["job", "wall s (incl. start-up)", "peak host GiB per rank", "max rank", "vs training",
+                 "goal"],
+        rows=rows,
+        notes="Each job is a `gnntrain` command of its own; per-rank peaks are the ranks' VmHWM from the job's "
+              "summary.json. The partition store is built once before (gnntrain partition), so neither job "
+              "pays for it. Embeddings: the input of the last layer (128 wide). Ranks share 2 cores.",
+    )

@@ -2,18 +2,20 @@
 exact candidate, measure every candidate, and report side by side the predicted and measured epoch time
 and per-rank memory, and the auto pick's measured time over the fastest measured.
 
-Imported by scripts/bench.py; run with ``python scripts/bench.py auto``. Every candidate runs as its own
+Run with ``python -m benchmarks auto``. Every candidate runs as its own
 ``gnntrain run`` (own process tree, so each memory peak is its own).
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List
+
+from benchmarks.harness import SHARED, SuiteResult, compose, median_epoch, run_cli_measured
+from benchmarks.registry import suite
 
 MIB = 2**20
 EPOCHS = 15
@@ -38,13 +40,8 @@ def _candidate_overrides(row: dict) -> List[str]:
             f"hardware.ranks_per_node={row['world_size']}"]
 
 
-def _measured_epoch(summary: dict) -> float:
-    return statistics.median(summary["epoch_time_s"][1:])
-
-
-def suite_auto(quick: bool) -> dict:
-    from bench import SHARED, run_cli_measured
-
+@suite("auto")
+def suite_auto(quick: bool) -> SuiteResult:
     from gnntrain.launch.calibrate import calibrate, write_profile
 
     rows, errors, picks = [], [], []
@@ -53,7 +50,6 @@ def suite_auto(quick: bool) -> dict:
         user_dir = tmp_path / "user-config"
         os.environ["GNNTRAIN_USER_CONFIG_DIR"] = str(user_dir)
         os.environ.setdefault("GNNTRAIN_CACHE_DIR", str(tmp_path / "cache"))
-        from bench import compose
 
         start = time.perf_counter()
         cfg = compose([])
@@ -76,7 +72,7 @@ def suite_auto(quick: bool) -> dict:
                 if s is None:
                     errors.append(f"{graph} {row['candidate']}: failed ({tail})")
                     continue
-                t, mem = _measured_epoch(s), s["peak_memory_bytes"]["host_max_rank"]
+                t, mem = median_epoch(s), s["peak_memory_bytes"]["host_max_rank"]
                 times[row["candidate"]] = t
                 rows.append({"graph": graph, "candidate": row["candidate"], "rank": row["rank"],
                              "predicted_ms": row["predicted_epoch_s"] * 1e3, "measured_ms": t * 1e3,
@@ -88,7 +84,7 @@ def suite_auto(quick: bool) -> dict:
                 fastest = min(times, key=times.get)
                 picks.append({"graph": graph, "chosen": chosen, "chosen_ms": times[chosen] * 1e3,
                               "fastest": fastest, "fastest_ms": times[fastest] * 1e3,
-                              "ratio": times[chosen] / times[fastest], "auto_run_ms": _measured_epoch(summary) * 1e3})
+                              "ratio": times[chosen] / times[fastest], "auto_run_ms": median_epoch(summary) * 1e3})
     errs = [abs(r["time_ratio"] - 1) for r in rows]
     worst = max(rows, key=lambda r: max(r["time_ratio"], 1 / r["time_ratio"])) if rows else None
     mems = [r["mem_ratio"] for r in rows]
@@ -108,12 +104,9 @@ def suite_auto(quick: bool) -> dict:
                   f"{EPOCHS - 1} training epochs (the first dropped), each candidate its own `gnntrain run`.")
     if errors:
         notes += " Failed: " + "; ".join(errors)
-    return {"title": "mode=auto: predicted vs measured epoch time and memory per candidate, and the pick",
-            "columns": ["graph", "candidate (mode, options, ranks)", "auto rank", "predicted ms", "measured ms",
-                        "predicted / measured", "predicted MiB/rank", "measured MiB/rank", "mem ratio"],
-            "rows": table_rows, "notes": notes, "calibrate_s": calibrate_s, "measurements": rows, "picks": picks,
-            "profile": measured}
-
-
-if __name__ == "__main__":  # pragma: no cover
-    print(json.dumps(suite_auto(True), indent=1, default=str))
+    return SuiteResult(title="mode=auto: predicted vs measured epoch time and memory per candidate, and the pick",
+                       columns=["graph", "candidate (mode, options, ranks)", "auto rank", "predicted ms",
+                                "measured ms", "predicted / measured", "predicted MiB/rank", "measured MiB/rank",
+                                "mem ratio"],
+                       rows=table_rows, notes=notes,
+                       extra={"calibrate_s": calibrate_s, "measurements": rows, "picks": picks, "profile": measured})

@@ -2,7 +2,7 @@
 emulated cluster network (gnntrain/launch/netem.py: one host per rank, every link shaped to the
 same bandwidth), beside the same comparison on loopback where the savings cannot show in time.
 
-Imported by scripts/bench.py; run with ``python scripts/bench.py ablations`` (as root).
+Run with ``python -m benchmarks ablations`` (as root).
 """
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import statistics
 import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
+
+from benchmarks.harness import ROOT, SuiteResult
+from benchmarks.registry import suite
 
 MIB = 2**20
 
@@ -113,14 +116,15 @@ def _run_local(overrides: List[str], p: int, run_dir: Path, env: Dict[str, str])
     from gnntrain.api import cli
 
     proc = cli(["run", *overrides, f"hardware.ranks_per_node={p}", f"hydra.run.dir={run_dir}"],
-               cwd=Path(__file__).resolve().parents[1], timeout=1800, env=env)
+               cwd=ROOT, timeout=1800, env=env)
     path = run_dir / "summary.json"
     if proc.returncode != 0 or not path.exists():
         return None
     return json.loads(path.read_text())
 
 
-def suite_ablations(quick: bool, gbit_s: float = 1.0) -> dict:
+@suite("ablations")
+def suite_ablations(quick: bool, gbit_s: float = 1.0) -> SuiteResult:
     from gnntrain.launch import netem
 
     n, width, epochs = (20_000, 64, 4) if quick else (100_000, 128, 6)
@@ -134,7 +138,7 @@ def suite_ablations(quick: bool, gbit_s: float = 1.0) -> dict:
                "max rank send MiB", "time: baseline / this", "bytes: this / baseline", "paper's claim"]
     reason = netem.unavailable_reason()
     if reason:
-        return {"title": title, "columns": columns, "rows": [], "notes": f"not run: {reason}"}
+        return SuiteResult(title=title, columns=columns, rows=[], notes=f"not run: {reason}")
     link = netem.Link(gbit_s=gbit_s)
     links = {"cluster": link, "emulated": link, "slow": netem.Link(gbit_s=SLOW_LINK_GBIT_S)}
     runs = _runs(quick)
@@ -181,8 +185,8 @@ def suite_ablations(quick: bool, gbit_s: float = 1.0) -> dict:
             for p, network in clusters:
                 netem.destroy(_cluster_name(p, network))
     rows, results = _rows(runs, epochs, summaries, links)
-    return {"title": title, "columns": columns, "rows": rows, "notes": _verdicts(results, links) + (
-        " Failed: " + "; ".join(failures) + "." if failures else "")}
+    return SuiteResult(title=title, columns=columns, rows=rows, notes=_verdicts(results, links) + (
+        " Failed: " + "; ".join(failures) + "." if failures else ""))
 
 
 def _cluster_name(p: int, network: str) -> str:

@@ -1,0 +1,106 @@
+"""The model registry: every model is one module in ``gnntrain/models/`` that registers a
+:class:`ModelFamily` (its layer class and what the modes need to know of it), plus one
+``configs/model/<name>.yaml``.
+
+The modes never switch on a model's name; they ask its family:
+
+* ``normalization``: how neighbours are weighted (``gcn``: D^-1/2 (A+I) D^-1/2; ``mean``:
+  1/in-degree; ``sum``), always as the two row scales around an unweighted SpMM;
+* ``linear``: aggregation and weights commute, so a layer may aggregate its narrower side
+  (the aggregate-first rule, :func:`gnntrain.sizing.aggregates_first`);
+* ``elementwise``: the aggregation is a weighted sum of rows, so it splits by feature columns
+  (MoP), samples (HyScale) and caches (HongTu recomputes only the update); attention is not;
+* ``self_row``: the update reads the destination's own input row (HongTu keeps it);
+* ``restructurable``: the layer follows the built-in layer protocol closely enough that the
+  modes which re-lay out the aggregation (MoP, HongTu, HyScale) may host it.
+
+:func:`describe_model` is the one model-shape table (exchanged widths per layer, parameter
+bytes, update multiply-adds per row) that the plan, the cost models and HongTu read: it builds
+one throwaway layer per depth on the meta device, so the figures are the layers' own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+from gnntrain.errors import PlanError
+
+
+@dataclass(frozen=True)
+class LayerOptions:
+    """What a layer may take from the model settings besides its widths."""
+
+    aggregate_first: Optional[bool] = None  # linear layers; None: aggregate unless the layer narrows
+    gin_eps_learnable: bool = True
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    name: str
+    build: Callable[[int, int, LayerOptions], object]  # (d_in, d_out, options) -> the layer (an nn.Module)
+    normalization: str  # gcn | mean | sum
+    linear: bool = False
+    elementwise: bool = True
+    self_row: bool = False
+    restructurable: bool = True
+    description: str = ""
+
+
+NORMALIZATIONS = ("gcn", "mean", "sum")
+MODEL_REGISTRY: Dict[str, ModelFamily] = {}
+
+
+def register_model(family: ModelFamily) -> ModelFamily:
+    if family.normalization not in NORMALIZATIONS:
+        raise ValueError(f"model {family.name}: normalization {family.normalization!r} is not one of {NORMALIZATIONS}")
+    MODEL_REGISTRY[family.name] = family
+    return family
+
+
+def model_family(name: str, target: Optional[str] = None) -> ModelFamily:
+    """The family of model ``name`` (``custom``: the user's layer class ``target``); one PlanError otherwise."""
+    if name == "custom":  # the user's layer class, weighted by its normalization; the modes that re-lay out
+        from gnntrain.models.custom import resolve_layer_class  # the aggregation (not restructurable) refuse it
+
+        cls = resolve_layer_class(target)
+        return ModelFamily(name="custom", build=lambda d_in, d_out, _options: cls(d_in, d_out),
+                           normalization=cls.normalization, restructurable=False, description=str(target))
+    if name not in MODEL_REGISTRY:
+        raise PlanError("model", f"unknown model '{name}'.",
+                        f"use one of {', '.join(sorted(MODEL_REGISTRY))}, or model=custom "
+                        "model.target=pkg.module.Class (your own)")
+    return MODEL_REGISTRY[name]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A model's figures at given widths: what every estimate reads."""
+
+    widths: Tuple[int, ...]  # the width each layer hands to its aggregation (what a halo carries)
+    grad_widths: Tuple[int, ...]  # those of the layers whose exchanged tensor has a gradient
+    param_bytes: int
+    update_macs: Tuple[int, ...]  # multiply-adds of each layer's dense update, per row
+
+
+def describe_model(family: ModelFamily, dims: Sequence[int], dtype_bytes: int, preference: Optional[bool] = None,
+                   norm: str = "none", gin_eps_learnable: bool = True) -> ModelShape:
+    """The model's :class:`ModelShape`, from one layer per depth built on the meta device (no memory,
+    no random draws). Update MACs per row: the 2-D parameters' elements (each weight matrix is one
+    multiply-add per entry per row)."""
+    import torch
+
+    options = LayerOptions(aggregate_first=preference, gin_eps_learnable=gin_eps_learnable)
+    widths, macs, params, aggregates_input = [], [], 0, True
+    with torch.device("meta"):
+        for d_in, d_out in zip(dims[:-1], dims[1:]):
+            layer = family.build(int(d_in), int(d_out), options)
+            widths.append(int(layer.comm_width()))
+            params += sum(p.numel() for p in layer.parameters())
+            macs.append(sum(p.numel() for p in layer.parameters() if p.dim() >= 2))
+            if len(widths) == 1:  # a layer says whether it aggregates its input; else: its width tells
+                aggregates_input = bool(getattr(layer, "aggregate_first", widths[0] == dims[0]))
+    if norm == "layer":
+        params += sum(2 * d for d in dims[1:-1])  # LayerNorm's weight and bias on every hidden layer
+    first_has_grad = not aggregates_input  # aggregating the input features: nothing flows back through them
+    grads = [w for i, w in enumerate(widths) if i > 0 or first_has_grad]
+    return ModelShape(tuple(widths), tuple(grads), params * dtype_bytes, tuple(macs))

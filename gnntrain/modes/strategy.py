@@ -1,0 +1,102 @@
+"""The rank side of a mode: a :class:`RankStrategy` that the one epoch loop
+(:class:`gnntrain.training.EpochLoop`) drives.
+
+A mode's :meth:`~gnntrain.modes.Mode.strategy` builds one per rank from its shard
+(torchtitan's split: the parallelism wraps the model, one trainer runs every
+parallelism). The conventions that make the exact modes equal ``mode=single``
+(docs/design.md, "Exactness") live here and in :mod:`gnntrain.modes.fullgraph`:
+
+* loss = Σ CE over the train rows this rank counts / global train count;
+* parameter gradients all-reduced with SUM (never AVG) over all ranks;
+* identical initial weights from one seeded generator.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from gnntrain.config.schema import ModelConfig, option_value
+from gnntrain.models import ModelSpec
+
+SPLITS = ("train", "val", "test")
+
+
+def model_spec(model: ModelConfig, in_dim: int, num_classes: int, aggregate_first: Optional[bool] = None,
+               label_inputs: bool = False) -> ModelSpec:
+    """The model to build from the run's typed model settings."""
+    return ModelSpec(name=model.name, in_dim=in_dim, hidden=model.hidden, out_dim=num_classes, layers=model.layers,
+                     dropout=model.dropout, aggregate_first=aggregate_first,
+                     gin_eps_learnable=model.gin_eps_learnable,
+                     label_classes=num_classes if label_inputs else 0, norm=option_value(model.norm),
+                     target=model.target)
+
+
+def sync_gradients(params: List[torch.nn.Parameter], comm, through_host: bool = False) -> None:
+    """One flat SUM all-reduce of every parameter gradient (kind ``allreduce``).
+
+    ``through_host``: gradients on an accelerator are staged through host
+    memory (``d2h``, all-reduce over gloo, ``h2d``), as HyScale's trainers do.
+    """
+    if not comm.distributed:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = _flatten_dense_tensors(grads)
+    if through_host and flat.device.type != "cpu":
+        device = flat.device
+        staged = comm.to_device(flat, torch.device("cpu"), "d2h", non_blocking=False)
+        flat = comm.to_device(comm.all_reduce(staged, "allreduce"), device, "h2d", non_blocking=False)
+    else:
+        comm.all_reduce(flat, "allreduce")
+    for p, g in zip(params, _unflatten_dense_tensors(flat, grads)):
+        if p.grad is None:
+            p.grad = g.clone()
+        else:
+            p.grad.copy_(g)
+
+
+@dataclass
+class EpochStats:
+    """What one training epoch hands the loop (this rank's figures)."""
+
+    loss: float  # this rank's loss; the record holds the sum over ranks / loss_divisor
+    seconds: float  # the epoch's training time on this rank
+    stages: Dict[str, float] = field(default_factory=dict)  # named parts of ``seconds``
+    loss_divisor: float = 1.0
+    other_stage: bool = True  # book the time no stage claims as "other"
+    extra: Dict[str, Any] = field(default_factory=dict)  # mode's own fields, merged into the record
+
+
+class RankStrategy:
+    """How one rank of a mode trains: the hooks the epoch loop calls.
+
+    A subclass sets ``model``, ``optimizer``, ``global_counts`` (train/val/test rows over all
+    ranks) and ``num_nodes`` (the graph's) when it is built, and implements :meth:`train_epoch`
+    and :meth:`evaluate`; the loop owns resume, checkpoints, interrupts, metrics and predict.
+    """
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    global_counts: Dict[str, int]
+    num_nodes: int
+
+    def start(self, first_epoch: int, history: List[Dict[str, Any]]) -> None:
+        """Called once before the first epoch; ``history`` holds the resumed epochs' records."""
+
+    def train_epoch(self, epoch: int) -> EpochStats:
+        """One training epoch (runs inside the ledger's train phase)."""
+        raise NotImplementedError
+
+    def evaluate(self, epoch: int) -> List[float]:
+        """Correct predictions per split (train, val, test) this rank counts (eval phase, no grad)."""
+        raise NotImplementedError
+
+    def predict(self, what: str, layer: int) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+        """(global node ids, values) of the rows this rank infers (``gnntrain predict``), or None."""
+        return None
+
+    def finish(self, result: Dict[str, Any]) -> None:
+        """After the last epoch, on every rank (collectives allowed): add the mode's own figures to
+        ``result`` (``mode_report``, extra peaks)."""

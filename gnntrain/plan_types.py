@@ -1,0 +1,184 @@
+"""The plan's types: what a mode, a rank and the plan builder pass between them.
+
+:class:`RunSettings` is the typed view of the composed config that the modes read (the model,
+training, hardware, partitioner, dataset and predict sections as their schema dataclasses), so no
+mode handles the composed config itself. :class:`PlanContext` adds the sizes known before any data
+is loaded; :class:`RunPlan` is the resolved, validated plan (built by :func:`gnntrain.plan.build_plan`).
+This module imports only the config schema: every layer above may read these types.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
+
+from omegaconf import DictConfig, OmegaConf
+
+from gnntrain.config.schema import (
+    DatasetConfig,
+    HardwareConfig,
+    ModelConfig,
+    PartitionerConfig,
+    PredictConfig,
+    TrainConfig,
+    option_value,
+)
+
+T = TypeVar("T")
+
+
+def typed_section(schema: Type[T], section: Any) -> T:
+    """One config section (a DictConfig or a plain dict, as a rank's ``plan.config`` holds it) as an
+    instance of its schema dataclass: enums as members, lists as lists."""
+    values = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The run's settings that modes and rank-side code read, typed (``RunSettings.of(cfg)``)."""
+
+    model: ModelConfig
+    train: TrainConfig
+    hardware: HardwareConfig
+    partitioner: PartitionerConfig
+    dataset: DatasetConfig
+    predict: Optional[PredictConfig] = None
+    cache_dir: Optional[str] = None  # as configured; gnntrain.data.cache_folder resolves it
+
+    @classmethod
+    def of(cls, cfg: Mapping[str, Any]) -> "RunSettings":
+        predict = cfg.get("predict")
+        return cls(model=typed_section(ModelConfig, cfg["model"]), train=typed_section(TrainConfig, cfg["train"]),
+                   hardware=typed_section(HardwareConfig, cfg["hardware"]),
+                   partitioner=typed_section(PartitionerConfig, cfg["partitioner"]),
+                   dataset=typed_section(DatasetConfig, cfg["dataset"]),
+                   predict=typed_section(PredictConfig, predict) if predict is not None else None,
+                   cache_dir=cfg.get("cache_dir"))
+
+    @property
+    def device(self) -> str:
+        return str(option_value(self.hardware.device))
+
+    @property
+    def dtype(self) -> str:
+        return str(option_value(self.train.dtype))
+
+    @property
+    def predicting(self) -> bool:
+        return self.predict is not None and bool(self.predict.out)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Estimated bytes per rank (see :func:`gnntrain.sizing.estimate_memory` for the model)."""
+
+    graph_bytes: int
+    feature_bytes: int
+    activation_bytes: int
+    process_bytes: int = 0  # the interpreter, torch and gnntrain before any data (PROCESS_BYTES)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.graph_bytes + self.feature_bytes + self.activation_bytes + self.process_bytes
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """Sizes and settings a mode may use to validate and estimate, before any data is loaded."""
+
+    world_size: int
+    num_nodes: int
+    num_edges: int
+    feat_dim: int
+    num_classes: int
+    dtype_bytes: int
+    dims: Tuple[int, ...]
+    comm_widths: Tuple[int, ...]  # width each layer hands to its aggregation (what a halo carries)
+    param_bytes: int
+    model: str
+    train_nodes: int = 0  # expected training nodes when the config implies it (generated graphs), else 0
+    # comm_widths of the layers whose communicated tensor has a gradient, i.e. that move data backward too:
+    # every layer but a first one that aggregates the input features, which need none (grad_widths())
+    grad_widths: Tuple[int, ...] = ()
+    update_macs: Tuple[int, ...] = ()  # multiply-adds of each layer's dense update per row (the model's shape)
+    elementwise: bool = True  # the model aggregates weighted sums of rows (False: attention, with per-edge work)
+    settings: Optional[RunSettings] = field(default=None, repr=False, compare=False)
+
+    @property
+    def device(self) -> str:
+        return self.settings.device if self.settings is not None else "cpu"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The resolved, validated run plan (built by :func:`gnntrain.plan.build_plan`)."""
+
+    mode: str
+    dataset: str
+    model: str
+    partitioner: str
+    hardware: str
+    world_size: int
+    nodes: int
+    ranks_per_node: int
+    backend: str  # gloo (CPU) | nccl (CUDA)
+    device: str  # cpu | cuda
+    rank_devices: Tuple[str, ...]
+    threads_per_rank: int
+    kernel: str  # dgl | torch (kernel=auto resolved)
+    kernel_note: str  # why: "set by kernel=..." or the measured times behind auto
+    dtype: str
+    epochs: int
+    num_parts: int
+    memory_per_rank: MemoryEstimate
+    comm_per_epoch: Optional[Dict[str, Any]]
+    mode_details: Dict[str, Any]
+    warnings: Tuple[str, ...]
+    config: Dict[str, Any] = field(repr=False)
+    rank_threads: Tuple[int, ...] = ()  # per rank, where the mode does not share cores evenly (HyScale on GPUs)
+    reader: str = ""  # dataset.reader resolved for Planetoid/Reddit: "dgl", "pyg (auto)", ...; "" for others
+    # predicted epoch time, memory and bytes (Mode.predict) where the hardware profile is calibrated
+    prediction: Optional[Dict[str, Any]] = None
+    auto: Optional[Dict[str, Any]] = None  # mode=auto: the ranked candidates and why others were dropped
+
+    @cached_property
+    def config_obj(self) -> DictConfig:
+        """The composed config as one read-only DictConfig, built once per plan object."""
+        cfg = OmegaConf.create(self.config)
+        OmegaConf.set_readonly(cfg, True)
+        return cfg
+
+    @cached_property
+    def settings(self) -> RunSettings:
+        """The typed settings the modes read, built once per plan object."""
+        return RunSettings.of(self.config)
+
+    def threads_of(self, rank: int) -> int:
+        """Intra-op threads of ``rank``."""
+        return int(self.rank_threads[rank]) if self.rank_threads else int(self.threads_per_rank)
+
+    @property
+    def plan_hash(self) -> str:
+        keys = {k: self.config[k] for k in ("dataset", "model", "mode", "partitioner")}
+        # dropout may change on a resume (gnntrain.checkpoint.RESUMABLE_SETTINGS); the rest of the model is pinned
+        keys["model"] = {k: v for k, v in keys["model"].items() if k != "dropout"}
+        keys.update(world_size=self.world_size, dtype=self.dtype, seed=self.config["train"]["seed"])
+        return hashlib.sha1(json.dumps(keys, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["memory_per_rank"]["total_bytes"] = self.memory_per_rank.total_bytes
+        d["rank_devices"] = list(self.rank_devices)
+        d["rank_threads"] = list(self.rank_threads)
+        d["warnings"] = list(self.warnings)
+        d["plan_hash"] = self.plan_hash
+        return d
+
+    def write_yaml(self, path: Path) -> Path:
+        path = Path(path)
+        path.write_text(OmegaConf.to_yaml(OmegaConf.create(self.to_dict())))
+        return path
