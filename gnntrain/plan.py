@@ -15,11 +15,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from gnntrain.config.schema import option_value, unknown_keys
 from gnntrain.errors import PlanError
-from gnntrain.modes.cost import check_profile, cost_profile
+from gnntrain.modes.cost import check_profile, cost_profile, price_estimate
 from gnntrain.plan_types import MemoryEstimate, PlanContext, RunPlan, RunSettings
 from gnntrain.sizing import (
     DTYPE_BYTES,
-    dataset_sizes,
     format_bytes,
     host_cores,
     host_memory_bytes,
@@ -109,7 +108,7 @@ def plan_mode(plan: RunPlan):
 # ------------------------------------------------------------------- build
 def build_plan(cfg: DictConfig) -> RunPlan:
     """Resolve and validate; raises PlanError with the offending option."""
-    from gnntrain.data import check_dataset_config, fill_file_sizes
+    from gnntrain.data import check_dataset_config, dataset_sizes, fill_file_sizes
     from gnntrain.modes import get_mode
 
     extra = unknown_keys(cfg)
@@ -218,22 +217,22 @@ def build_plan(cfg: DictConfig) -> RunPlan:
                         f"(x{hw.oversubscribe}); expect slow collectives")
     kernel, kernel_note = resolve_kernel(cfg, device, dtype, threads, e / max(n, 1), max(widths))
     reader = resolve_reader(ds)
-    memory = mode.estimate_memory(ctx)
+    estimate = mode.estimate(ctx)  # memory, work, bytes and exactness: the one estimate the plan prints and prices
+    memory = estimate.memory
     host_mem = host_memory_bytes(hw)
     if memory.total_bytes * ranks_per_node > host_mem:
         raise PlanError("dataset/hardware", f"estimated {format_bytes(memory.total_bytes * ranks_per_node)} per "
                         f"node for {ds.name} does not fit the profile's {format_bytes(host_mem)} host memory.",
                         "use more nodes, a smaller dataset, or a profile with more memory")
-    estimate = mode.estimate_comm(ctx)
     comm = None
-    if estimate is not None:
-        comm = {"per_epoch_bytes": estimate.per_epoch_bytes, "by_kind": dict(estimate.by_kind),
-                "formula": estimate.formula}
+    if estimate.comm is not None:
+        comm = {"per_epoch_bytes": estimate.comm.per_epoch_bytes, "by_kind": dict(estimate.comm.by_kind),
+                "formula": estimate.comm.formula}
 
     cost = cost_profile(hw, threads)
     if cost is not None and world > ranks_per_node:  # collectives cross the link between nodes
         cost = dataclasses.replace(cost, ranks_per_link=ranks_per_node)
-    prediction = mode.predict(ctx, cost).to_dict() if cost is not None else None
+    prediction = price_estimate(estimate, cost, mode_cls.name).to_dict() if cost is not None else None
     rank_devices = mode.rank_devices(device, world, ranks_per_node)
     rank_threads = mode.rank_threads(rank_devices, ranks_per_node, cores)
     if len(set(rank_threads)) <= 1:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 from gnntrain.plan_types import MemoryEstimate, PlanContext
 
@@ -43,18 +43,6 @@ def host_memory_bytes(hw) -> int:
 
 
 # ----------------------------------------------------------------- graph
-def dataset_sizes(ds) -> Tuple[int, int, int, int]:
-    """(nodes, directed edges incl. reverse, features, classes) from the config alone."""
-    n, f, c = int(ds.num_nodes), int(ds.feat_dim), int(ds.num_classes)
-    if ds.source == "generated" and ds.name == "csbm":
-        e = int(round(n * float(ds.avg_degree)))
-    elif ds.source == "generated":
-        e = int(ds.num_edges) * (2 if ds.symmetrize else 1)
-    else:
-        e = int(ds.num_edges)
-    return n, e, f, c
-
-
 # ----------------------------------------------------------------- model
 def model_dims(in_dim: int, hidden: int, out_dim: int, layers: int) -> List[int]:
     """Feature width before each layer and after the last: [F, h, ..., h, C]."""

@@ -125,7 +125,7 @@ def test_stager_loads_the_same_rows():
     """The staged path (reusable buffers, rotated) on the CPU: every load equals ``host[index]`` and stays
     so after later loads refill the buffers; a load that handed out its buffer, or a buffer grown or
     reused wrongly, would change an earlier result."""
-    from gnntrain.modes.hongtu.staging import HostToDeviceStager
+    from gnntrain.modes.staging import HostToDeviceStager
 
     host = torch.arange(400, dtype=torch.float64).reshape(100, 4)
     plain = HostToDeviceStager(torch.device("cpu"))
@@ -139,10 +139,26 @@ def test_stager_loads_the_same_rows():
     assert all(buf is not None for buf in stager._buffers)  # both buffers were used
 
 
-def test_hyscale_cpu_trainer_gets_the_cores_the_accelerators_do_not_need():
-    from gnntrain.modes.hyscale.mode import HyScaleMode
+def test_stager_gathers_ahead_of_its_copies():
+    """HyScale's pipeline gathers on one thread and copies on another: with three buffers, three gathers
+    in flight before their copies still land the rows each gathered (a fourth would refill the first)."""
+    from gnntrain.modes.staging import HostToDeviceStager
 
-    mode = HyScaleMode(compose(["mode=hyscale", "mode.cpu_trainers=1", "mode.accel_trainers=2"]))
+    host = torch.arange(600, dtype=torch.float32).reshape(150, 4)
+    stager = HostToDeviceStager(torch.device("cpu"), buffers=3, staged=True)
+    indices = [torch.arange(0, 40), torch.arange(149, 100, -1), torch.tensor([5, 5, 6])]
+    staged = [stager.gather(host, index) for index in indices]
+    assert [s.slot for s in staged] == [0, 1, 2]
+    for index, rows in zip(indices, staged):
+        assert torch.equal(stager.copy(rows), host[index])
+    fourth = stager.gather(host, torch.arange(140, 150))  # the bound: it refills the first gather's buffer
+    assert fourth.slot == 0 and torch.equal(staged[0].rows[:10], host[140:150])
+
+
+def test_hyscale_cpu_trainer_gets_the_cores_the_accelerators_do_not_need():
+    from gnntrain.plan import build_mode
+
+    mode = build_mode(compose(["mode=hyscale", "mode.cpu_trainers=1", "mode.accel_trainers=2"]))
     assert mode.rank_threads(("cpu", "cuda:0", "cuda:1"), 3, 16) == (14, 1, 1)
     assert mode.rank_threads(("cpu", "cpu", "cpu"), 3, 16) == (5, 5, 5)  # CPU-only: even shares
     from gnntrain.plan import build_plan

@@ -220,7 +220,7 @@ def test_row_weight_balances_dense_work_on_a_graph_with_many_bare_rows(tmp_path)
     """nnz weights alone put the rows without in-edges (half of a sparse R-MAT graph) into one part,
     whose dense update then sets the pace; a row weight of the update's nnz-equivalents spreads them.
     The cache key changes only when row_weight is set."""
-    from gnntrain.data.synthetic import rmat_edges
+    from gnntrain.data.generators.rmat import rmat_edges
     from gnntrain.errors import PlanError
     from gnntrain.partition import partitioner_options
     from gnntrain.partition.partitioners import metis_parts

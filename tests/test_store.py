@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import compose, read_summary, run_cli
 
+from gnntrain import artifact
 from gnntrain.launch.shards import ShardSource, ensure_store, open_rank_shard, prepare_in_memory, store_dir
 from gnntrain.modes.base import RankShard
 from gnntrain.partition import store
@@ -185,8 +186,8 @@ def test_opening_a_part_reads_no_file_the_build_left_untouched(tmp_path, monkeyp
     plan = build_plan(compose(SMALL + MODES["partition"] + [f"cache_dir={tmp_path}"]))
     directory, meta, _ = ensure_store(plan)
     read = []
-    real_digest = store.digest
-    monkeypatch.setattr(store, "digest", lambda path: (read.append(path), real_digest(path))[1])
+    real_digest = artifact.file_digest
+    monkeypatch.setattr(artifact, "file_digest", lambda path: (read.append(path), real_digest(path))[1])
     store.open_part(directory, 1)
     assert read == []
     features = directory / "part1" / "features.npy"

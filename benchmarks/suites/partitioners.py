@@ -51,7 +51,7 @@ def suite_partitioners(quick: bool) -> SuiteResult:
 PARTITION_PEAK = """
 import resource, sys, time
 from omegaconf import OmegaConf
-from gnntrain.data.synthetic import make_rmat
+from gnntrain.data.generators.rmat import make_rmat
 from gnntrain.partition import partition_graph
 from gnntrain.api import compose
 data = make_rmat(compose(["dataset=rmat", "dataset.num_nodes={n}", "dataset.num_edges={e}", "dataset.feat_dim=1"]

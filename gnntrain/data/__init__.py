@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
-from gnntrain.data.checks import check_dataset_config
+from gnntrain.data.checks import check_common
 from gnntrain.errors import DatasetError
 
-__all__ = ["GraphData", "check_dataset_config", "fill_file_sizes", "load_dataset", "resolve_cache_dir",
+__all__ = ["GraphData", "check_dataset_config", "dataset_sizes", "fill_file_sizes", "load_dataset", "resolve_cache_dir",
            "resolve_data_dir", "resolve_graph_path", "resolve_reader"]
 
 
@@ -47,16 +47,35 @@ def cache_folder(configured: Optional[str]) -> Path:
     return p
 
 
+def check_dataset_config(ds) -> None:
+    """Refuse a dataset config no loader or generator can use (one PlanError naming the option): the sizes
+    and splits every source needs, then a generated graph's own keys (its generator's check)."""
+    check_common(ds)
+    if ds.get("source") == "generated":
+        from gnntrain.data.generators import GENERATORS
+
+        if ds.get("name") in GENERATORS:
+            GENERATORS[ds.get("name")].check(ds)
+
+
+def dataset_sizes(ds) -> Tuple[int, int, int, int]:
+    """(nodes, directed edges incl. reverse, features, classes) from the config alone: a generator's own
+    edge count, the published (or ingested) sizes otherwise."""
+    n, f, c = int(ds.num_nodes), int(ds.feat_dim), int(ds.num_classes)
+    if ds.source == "generated":
+        from gnntrain.data.generators import get_generator
+
+        return n, int(get_generator(ds.name).directed_edges(ds)), f, c
+    return n, int(ds.num_edges), f, c
+
+
 def load_dataset(cfg) -> "GraphData":  # noqa: F821
     """Load the dataset named by the composed run config ``cfg``."""
     ds = cfg.dataset
     if ds.source == "generated":
-        from gnntrain.data import synthetic
+        from gnntrain.data.generators import get_generator
 
-        makers = {"csbm": synthetic.make_csbm, "rmat": synthetic.make_rmat}
-        if ds.name not in makers:
-            raise DatasetError(f"dataset '{ds.name}': no generator of that name; use one of {sorted(makers)}")
-        return makers[ds.name](ds)
+        return get_generator(ds.name).generate(ds)
     if ds.source == "files":
         from gnntrain.data.ondisk import load_graph_dir
 

@@ -43,12 +43,13 @@ def _in_unit_interval(ds, key: str, what: str) -> float:
     return value
 
 
-def check_dataset_config(ds: Any) -> None:
+def check_common(ds: Any) -> None:
     """Refuse a dataset config no loader or generator can use; raises PlanError(option, problem, fix).
 
     Sizes (``num_nodes``, ``num_edges``, ``feat_dim``, ``num_classes``) are checked
     for every source (file-backed datasets use them to size the plan before
-    loading); the generator keys only for generated graphs.
+    loading), the seed and split fractions for generated graphs; each generator checks its own keys
+    (:func:`gnntrain.data.check_dataset_config`).
     """
     _at_least(ds, "num_nodes", 1)
     _at_least(ds, "num_edges", 1)
@@ -57,38 +58,6 @@ def check_dataset_config(ds: Any) -> None:
     if ds.get("source") != "generated":
         return
     _at_least(ds, "seed", 0)  # numpy's generators refuse negative seeds
-    name = ds.get("name")
-    n = int(_number(ds, "num_nodes"))
-    if name == "csbm":
-        if not _number(ds, "avg_degree") > 0:
-            raise PlanError("dataset.avg_degree", f"must be > 0 (got {ds.avg_degree}).",
-                            "set dataset.avg_degree to a positive value, e.g. 4")
-        if _number(ds, "avg_degree") > n - 1:
-            raise PlanError("dataset.avg_degree", f"{ds.avg_degree} is more than a simple graph on num_nodes={n} "
-                            f"nodes allows (at most {n - 1}: each node links to every other once).",
-                            "lower dataset.avg_degree or raise dataset.num_nodes")
-        _in_unit_interval(ds, "intra_ratio", "the fraction of edges inside a class")
-        if not _number(ds, "feature_snr") >= 0:
-            raise PlanError("dataset.feature_snr", f"must be >= 0 (got {ds.feature_snr}).",
-                            "set dataset.feature_snr to 0 or more")
-    if name == "rmat":
-        if _number(ds, "num_edges") > n * (n - 1):
-            raise PlanError("dataset.num_edges", f"{ds.num_edges} is more than a simple directed graph on "
-                            f"num_nodes={n} nodes holds (at most {n * (n - 1)}).",
-                            "lower dataset.num_edges or raise dataset.num_nodes")
-        abcd = ds.get("rmat_abcd")
-        try:
-            values = [float(x) for x in abcd]
-        except (TypeError, ValueError):
-            values = []
-        if len(values) != 4 or not all(math.isfinite(v) and v >= 0 for v in values) \
-                or abs(sum(values) - 1.0) > TOLERANCE:
-            try:
-                shown = "[" + ", ".join(str(x) for x in abcd) + "]"
-            except TypeError:
-                shown = str(abcd)
-            raise PlanError("dataset.rmat_abcd", f"must be 4 non-negative quadrant probabilities summing to 1 "
-                            f"(got {shown}).", "use e.g. dataset.rmat_abcd=[0.57,0.19,0.19,0.05]")
     total = sum(_in_unit_interval(ds, key, "a split fraction") for key in FRACTIONS)
     if total > 1.0 + TOLERANCE:
         raise PlanError("dataset.train_fraction/val_fraction/test_fraction",

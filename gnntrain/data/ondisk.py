@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Tuple
@@ -161,24 +160,16 @@ def partial_dir(out: Path) -> Path:
 
 
 def finish(work: Path, out: Path, meta: Dict[str, Any], overwrite: bool) -> Path:
-    """Write meta.json last, then move the finished folder into place (atomic rename)."""
-    from gnntrain.atomic import atomic_write_bytes
+    """Move the finished folder into place and write meta.json last (gnntrain.artifact.publish)."""
+    from gnntrain.artifact import publish
 
     meta = {"format": FORMAT, "version": VERSION, **meta}
     meta["bytes"] = {p.name: p.stat().st_size for p in sorted(work.iterdir()) if p.is_file()}
-    atomic_write_bytes(work / META, json.dumps(meta, indent=2, sort_keys=True).encode())
     out = Path(out)
-    old = None
-    if out.exists():
-        if not overwrite:
-            raise DatasetError(f"ingest: {out} already exists. Pass --overwrite to replace it, or choose "
-                               f"another --out.")
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-    os.replace(work, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return out
+    if out.exists() and not overwrite:
+        raise DatasetError(f"ingest: {out} already exists. Pass --overwrite to replace it, or choose "
+                           f"another --out.")
+    return publish(work, out, meta)
 
 
 # ------------------------------------------------------------------- read
@@ -248,11 +239,13 @@ def open_graph_dir(path) -> GraphDir:
     if int(meta.get("version", 0)) > VERSION:
         raise DatasetError(f"dataset.path={path}: written by a newer gnntrain (format version {meta['version']} > "
                            f"{VERSION}). Upgrade gnntrain or ingest again with this one.")
-    for name, size in meta.get("bytes", {}).items():
-        file = path / name
-        if not file.is_file() or file.stat().st_size != int(size):
-            raise DatasetError(f"dataset.path={path}: {name} is missing or has the wrong size (expected {size} "
-                               f"bytes). The folder is damaged: ingest the graph again with --overwrite.")
+    from gnntrain.artifact import ArtifactError, verify_files
+
+    try:
+        verify_files(path, {name: {"bytes": size} for name, size in meta.get("bytes", {}).items()})
+    except ArtifactError as exc:
+        raise DatasetError(f"dataset.path={path}: {exc}. The folder is damaged: ingest the graph again with "
+                           "--overwrite.") from None
     return GraphDir(path, meta)
 
 

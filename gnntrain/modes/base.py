@@ -24,7 +24,7 @@ import torch
 
 from gnntrain.config.schema import ModeConfig, option_value
 from gnntrain.errors import PlanError
-from gnntrain.modes.cost import CostProfile, Prediction, Work, local_work, price
+from gnntrain.modes.cost import CommEstimate, CostProfile, Estimate, Prediction, Work, local_work, price_estimate
 from gnntrain.plan_types import MemoryEstimate, PlanContext, RunPlan, RunSettings, typed_section
 from gnntrain.sizing import estimate_memory, halo_rows, model_dims
 
@@ -77,13 +77,6 @@ class Prepared:
     shards: List[RankShard]
     partition: Dict[str, Any]  # summary.json "partition" block
     preprocess_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class CommEstimate:
-    per_epoch_bytes: Optional[int]
-    by_kind: Dict[str, int]
-    formula: str
 
 
 class Mode:
@@ -183,18 +176,15 @@ class Mode:
             work.gathered_elements += 2 * sum(exchanged) / ctx.dtype_bytes  # packing what is sent, placing what arrives
         return work
 
+    def estimate(self, ctx: PlanContext) -> Estimate:
+        """The one estimate of a plan: memory per rank, the busiest rank's work, bytes by kind and
+        exactness, from this mode's hooks (:meth:`estimate_memory`, :meth:`work`, :meth:`estimate_comm`)."""
+        return Estimate(memory=self.estimate_memory(ctx), work=self.work(ctx), comm=self.estimate_comm(ctx),
+                        exact=self.is_exact(), world_size=ctx.world_size)
+
     def predict(self, ctx: PlanContext, cost: CostProfile) -> Prediction:
-        """Predicted epoch time (compute and communication), memory per rank and bytes per epoch, from
-        :meth:`work` priced at this host's measured ``cost``."""
-        work = self.work(ctx)
-        variable, fixed, comm = price(work, cost)
-        variable *= cost.mode_factor.get(self.name, 1.0)
-        estimate = self.estimate_comm(ctx)
-        nbytes = estimate.per_epoch_bytes if estimate is not None else None
-        if nbytes is None:
-            nbytes = int(sum(b for _, b in work.collectives) * ctx.world_size)
-        return Prediction(variable + fixed, comm, self.estimate_memory(ctx).total_bytes, nbytes, cost.source,
-                          collective_calls=len(work.collectives), scaling_compute_s=variable)
+        """:meth:`estimate` priced at this host's measured ``cost`` (:func:`~gnntrain.modes.cost.price_estimate`)."""
+        return price_estimate(self.estimate(ctx), cost, self.name)
 
     def model_dims(self, data: "GraphData") -> List[int]:
         """The configured model's widths on ``data``: [F, hidden, ..., hidden, classes]."""

@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Tuple
 
 from gnntrain.config.schema import option_value
 from gnntrain.errors import PlanError
-from gnntrain.plan_types import PlanContext
+from gnntrain.plan_types import MemoryEstimate, PlanContext
 
 COLLECTIVES = ("alltoall", "allreduce", "allgather")
 ELEMENTWISE_PASSES = 4  # reads+writes per layer output element besides the activation: bias add and its gradient
@@ -198,6 +198,45 @@ class Prediction:
         return {"epoch_s": self.epoch_s, "compute_s": self.compute_s, "comm_s": self.comm_s,
                 "memory_bytes": self.memory_bytes, "comm_bytes": self.comm_bytes, "calibration": self.basis,
                 "collective_calls": self.collective_calls, "scaling_compute_s": self.scaling_compute_s}
+
+
+@dataclass(frozen=True)
+class CommEstimate:
+    """Bytes per epoch, all ranks: the total (None where it depends on the graph until it is partitioned),
+    by ledger kind, and the formula as text."""
+
+    per_epoch_bytes: Optional[int]
+    by_kind: Dict[str, int]
+    formula: str
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Everything a mode predicts of a plan before it runs (:meth:`gnntrain.modes.Mode.estimate`): the
+    memory per rank, the busiest rank's epoch of work, the bytes by kind with their formula, and whether
+    it trains exactly what ``mode=single`` trains. :func:`price_estimate` turns it into seconds."""
+
+    memory: MemoryEstimate
+    work: Work
+    comm: Optional[CommEstimate]
+    exact: bool
+    world_size: int
+
+    @property
+    def bytes_per_epoch(self) -> int:
+        """All ranks' bytes per epoch: the closed form where the mode has one, else the work's collectives."""
+        if self.comm is not None and self.comm.per_epoch_bytes is not None:
+            return int(self.comm.per_epoch_bytes)
+        return int(sum(b for _, b in self.work.collectives) * self.world_size)
+
+
+def price_estimate(estimate: Estimate, cost: CostProfile, mode: str) -> Prediction:
+    """The predicted epoch time (compute and communication), memory per rank and bytes per epoch of
+    ``estimate`` at this host's measured ``cost`` (``mode``'s fitted factor applied)."""
+    variable, fixed, comm = price(estimate.work, cost)
+    variable *= cost.mode_factor.get(mode, 1.0)
+    return Prediction(variable + fixed, comm, estimate.memory.total_bytes, estimate.bytes_per_epoch, cost.source,
+                      collective_calls=len(estimate.work.collectives), scaling_compute_s=variable)
 
 
 def price(work: Work, cost: CostProfile) -> Tuple[float, float, float]:

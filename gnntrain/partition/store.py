@@ -17,7 +17,6 @@ used (docs/design.md#partition-store).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -29,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
+from gnntrain.artifact import ArtifactError, describe_files, publish, verify_files
 from gnntrain.atomic import file_lock
 from gnntrain.partition.chunks import ChunkLayout
 
@@ -39,16 +39,8 @@ _TORCH_DTYPES = {str(t).replace("torch.", ""): t for t in (torch.float32, torch.
                                                             torch.float16)}
 
 
-class StoreError(RuntimeError):
+class StoreError(ArtifactError):
     """A part that is missing, foreign or corrupt (the caller rebuilds the store)."""
-
-
-def digest(path: Path) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # ------------------------------------------------------------------ encoding
@@ -140,18 +132,11 @@ def write_store(directory: Path, parts: Sequence[Dict[str, Any]], meta: Dict[str
         (staging / f"part{rank}" / "tree.json").write_text(json.dumps(tree))
         writer.files[f"part{rank}/tree.json"] = {"bytes": (staging / f"part{rank}" / "tree.json").stat().st_size}
         part_files.append(sorted(set(writer.files) - before) + _shared_refs(tree))
-    for rel, entry in writer.files.items():
-        entry["digest"] = digest(staging / rel)
-        entry["mtime_ns"] = (staging / rel).stat().st_mtime_ns  # a rename keeps it: "untouched since built"
-    full = dict(meta, format_version=FORMAT_VERSION, num_parts=len(parts), files=writer.files,
-                parts=[sorted(set(files)) for files in part_files],
-                bytes_per_part=[sum(writer.files[f]["bytes"] for f in set(files)) for files in part_files])
-    if directory.exists():
-        shutil.rmtree(directory)
-    os.replace(staging, directory)
-    tmp = directory / "meta.json.tmp"
-    tmp.write_text(json.dumps(full, indent=1, default=str))
-    os.replace(tmp, directory / "meta.json")
+    files = describe_files(staging, writer.files)
+    full = dict(meta, format_version=FORMAT_VERSION, num_parts=len(parts), files=files,
+                parts=[sorted(set(rels)) for rels in part_files],
+                bytes_per_part=[sum(files[f]["bytes"] for f in set(rels)) for rels in part_files])
+    publish(staging, directory, full)
 
 
 def _arrays(value):
@@ -204,15 +189,10 @@ def verify_part(directory: Path, meta: Dict[str, Any], rank: int) -> None:
     written to since the store was built (its mtime moved) must match its digest. An untouched file
     is not read here, so a rank's start does not page its whole part in (the digests were taken when
     the part was built); ``GNNTRAIN_VERIFY_PARTS=1`` checks every digest."""
-    full = os.environ.get("GNNTRAIN_VERIFY_PARTS", "") not in ("", "0")
-    for rel in meta["parts"][rank]:
-        path = Path(directory) / rel
-        entry = meta["files"].get(rel)
-        stat = path.stat() if path.is_file() else None
-        if entry is None or stat is None or stat.st_size != entry["bytes"]:
-            raise StoreError(f"{path} is missing or has the wrong size")
-        if (full or stat.st_mtime_ns != entry.get("mtime_ns")) and digest(path) != entry["digest"]:
-            raise StoreError(f"{path} does not match its checksum in meta.json")
+    try:
+        verify_files(directory, meta["files"], meta["parts"][rank])
+    except ArtifactError as exc:
+        raise StoreError(str(exc)) from None
 
 
 def open_part(directory: Path, rank: int, meta: Optional[Dict[str, Any]] = None, verify: bool = True

@@ -12,7 +12,7 @@ from gnntrain.models import SparseAdjacency, hidden_activation, transposed
 from gnntrain.modes.base import RankShard
 from gnntrain.modes.hongtu.arena import DeviceArena, tensor_bytes
 from gnntrain.modes.hongtu.schedule import Step, Sweep, _positions, build_sweep
-from gnntrain.modes.hongtu.staging import HostToDeviceStager
+from gnntrain.modes.staging import HostToDeviceStager
 from gnntrain.partition.chunks import ChunkLayout
 from gnntrain.sizing import DTYPE_BYTES
 

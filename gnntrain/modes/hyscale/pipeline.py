@@ -19,7 +19,7 @@ class Batch:
     shares: Tuple[float, ...]
     input_nodes: torch.Tensor
     blocks: List[Block]
-    x: Optional[torch.Tensor] = None
+    x: Any = None  # the gathered rows (a StagedRows) after sample+load, the device tensor after transfer
     y: Optional[torch.Tensor] = None
     ready: Optional[Any] = None  # CUDA event the trainer waits on
     seconds: Dict[str, float] = field(default_factory=dict)

@@ -18,6 +18,7 @@ from gnntrain.modes.hyscale.config import DRM_LAG, DRM_WARMUP, HyScaleConfig
 from gnntrain.modes.hyscale.drm import STAGES, DRMState, ShareSchedule, drm_step
 from gnntrain.modes.hyscale.pipeline import Batch, BatchPipeline
 from gnntrain.modes.hyscale.sampler import Block, make_sampler
+from gnntrain.modes.staging import HostToDeviceStager, StagedRows
 from gnntrain.modes.strategy import SPLITS, EpochStats, RankStrategy, model_spec, sync_gradients
 from gnntrain.plan_types import RunSettings
 from gnntrain.runtime import RankContext
@@ -52,8 +53,12 @@ class HyScaleTrainer(RankStrategy):
         self.sampler = make_sampler(self.o.sampler.value, dst, src, w, shard.num_global_nodes, self.o.fanouts)
         self.drop_gen = torch.Generator(device=self.device)  # reseeded per global batch (see step)
         self.features = shard.features.to(self.dtype)  # host memory only (§III-B)
+        # features reach the device through reusable pinned buffers on the stager's side stream (the stager
+        # HongTu's chunk loads use); three buffers: the load thread gathers at most two batches ahead of the
+        # transfer that empties them (the pipeline's queues of one)
+        self.stager = HostToDeviceStager(self.device, buffers=3)
         if self.gpu:
-            self.stream = torch.cuda.Stream(self.device)  # transfers overlap compute on a side stream
+            self.stream = self.stager.stream  # transfers overlap compute on the side stream
         self.through_host = ctx.plan.backend == "gloo"  # gloo reduces host buffers: stage GPU gradients
         self.train_ids = shard.count_masks["train"].nonzero().flatten()
         self.schedule = ShareSchedule()
@@ -77,33 +82,36 @@ class HyScaleTrainer(RankStrategy):
         seeds, sizes = trainer_slice(batches[k], shares, self.rank)
         input_nodes, blocks = self.sampler.sample(seeds, derive_seed(self.seed, Stream.sampling, self.rank, k))
         t1 = time.perf_counter()
-        if self.gpu:  # gather straight into pinned memory so that the copy can be asynchronous
-            x = torch.empty((input_nodes.numel(), self.features.shape[1]), dtype=self.dtype, pin_memory=True)
-            torch.index_select(self.features, 0, input_nodes, out=x)
-        else:
-            x = self.features[input_nodes]
+        x = self.stager.gather(self.features, input_nodes)  # on CUDA into a pinned buffer: an asynchronous copy
         y = self.shard.labels[seeds]
         t2 = time.perf_counter()
         return Batch(k, seeds, sizes, shares, input_nodes, blocks, x, y,
                      seconds={"sample": t1 - t0, "load": t2 - t1})
 
     def transfer(self, b: Batch) -> Batch:
-        """Host → accelerator: features and topology (``h2d``); CPU trainers skip it."""
+        """Host → accelerator: features (through the stager's pinned buffers) and topology (``h2d``);
+        CPU trainers skip it."""
         t0 = time.perf_counter()
-        if self.is_accel:
+        staged: StagedRows = b.x
+        if not self.is_accel:
+            b.x = staged.rows
+        elif self.gpu:
             to = self.comm.to_device
-            if self.gpu:
-                with torch.cuda.stream(self.stream):
-                    b.x, b.y = to(b.x, self.device), to(b.y, self.device)
-                    b.blocks = [Block(to(bl.dst, self.device), to(bl.src, self.device), to(bl.weight, self.device),
-                                      bl.num_dst, bl.num_src) for bl in b.blocks]
-                    b.ready = torch.cuda.Event()
-                    b.ready.record(self.stream)
-                b.ready.synchronize()  # the transfer stage ends when its bytes have landed
-            else:
-                b.x = to(b.x, self.device)
+            with torch.cuda.stream(self.stream):
+                b.x = self.stager.copy(staged)
+                self.comm.record_copy("h2d", staged.rows.numel() * staged.rows.element_size(),
+                                      time.perf_counter() - t0)
+                b.y = to(b.y, self.device)
                 b.blocks = [Block(to(bl.dst, self.device), to(bl.src, self.device), to(bl.weight, self.device),
                                   bl.num_dst, bl.num_src) for bl in b.blocks]
+                b.ready = torch.cuda.Event()
+                b.ready.record(self.stream)
+            b.ready.synchronize()  # the transfer stage (T_trans, which DRM balances) ends when its bytes land
+        else:  # an accelerator trainer emulated on a CPU-only host: a real host copy, counted the same way
+            to = self.comm.to_device
+            b.x = to(staged.rows, self.device)
+            b.blocks = [Block(to(bl.dst, self.device), to(bl.src, self.device), to(bl.weight, self.device),
+                              bl.num_dst, bl.num_src) for bl in b.blocks]
         b.seconds["transfer"] = time.perf_counter() - t0
         return b
 

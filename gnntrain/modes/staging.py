@@ -1,4 +1,5 @@
-"""Host → device row loads through pinned staging buffers on a side stream (HongTu §4.2).
+"""Host → device row loads through reusable pinned staging buffers on a side stream: the one stager of
+HongTu's chunk loads (HongTu §4.2) and HyScale's feature batches (HyScale-GNN §IV-B).
 
 A gather ``host[index]`` lands in pageable memory, and a copy from pageable memory is
 synchronous whatever ``non_blocking`` says. So on CUDA the rows are gathered straight into
@@ -9,11 +10,20 @@ device's compute of step t. On a CPU "device" the gather is the whole load.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import List, Optional, Union
 
 import torch
 
 Index = Union[torch.Tensor, slice]
+
+
+@dataclass
+class StagedRows:
+    """Rows gathered on the host (:meth:`HostToDeviceStager.gather`), in buffer ``slot`` (None: not staged)."""
+
+    rows: torch.Tensor
+    slot: Optional[int]
 
 
 class HostToDeviceStager:
@@ -39,11 +49,12 @@ class HostToDeviceStager:
             self._buffers[slot] = buf
         return buf[:rows]
 
-    def load(self, host: torch.Tensor, index: Index) -> torch.Tensor:
-        """``host[index]`` on the device, ready for the current stream to use."""
+    def gather(self, host: torch.Tensor, index: Index) -> StagedRows:
+        """``host[index]`` on the host side: into the next reusable (pinned, on CUDA) buffer, once that
+        buffer's previous copy has landed; plain rows when not staged. Callers that gather and copy on
+        different threads (HyScale's pipeline) keep ``buffers`` above the number of batches in flight."""
         if not self.staged:
-            rows = host[index]
-            return rows if self.device.type == "cpu" else rows.to(self.device)
+            return StagedRows(host[index], None)
         slot, self._next = self._next, (self._next + 1) % len(self._buffers)
         if self._landed[slot] is not None:
             self._landed[slot].synchronize()  # the buffer's previous copy has left it
@@ -54,14 +65,26 @@ class HostToDeviceStager:
         else:
             staging = self._staging(slot, int(index.numel()), host)
             torch.index_select(host, 0, index.to(torch.int64), out=staging)
+        return StagedRows(staging, slot)
+
+    def copy(self, staged: StagedRows) -> torch.Tensor:
+        """The gathered rows on the device, ready for the current stream to use (on CUDA: copied on the
+        side stream, which the current stream waits for)."""
+        rows = staged.rows
+        if staged.slot is None:
+            return rows if self.device.type == "cpu" else rows.to(self.device)
         if not self.cuda:
-            return staging.to(self.device, copy=True)  # the buffer is refilled by the load after next
+            return rows.to(self.device, copy=True)  # the buffer is refilled by a later gather
         compute = torch.cuda.current_stream(self.device)
         with torch.cuda.stream(self.stream):
-            out = staging.to(self.device, non_blocking=True)
+            out = rows.to(self.device, non_blocking=True)
             landed = torch.cuda.Event()
             landed.record(self.stream)
-        self._landed[slot] = landed
+        self._landed[staged.slot] = landed
         compute.wait_event(landed)
         out.record_stream(compute)  # allocated on the side stream, used on the compute stream
         return out
+
+    def load(self, host: torch.Tensor, index: Index) -> torch.Tensor:
+        """``host[index]`` on the device, ready for the current stream to use."""
+        return self.copy(self.gather(host, index))
