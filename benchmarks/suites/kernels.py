@@ -167,7 +167,7 @@ def suite_kernels(quick: bool) -> SuiteResult:
                  "memory goal"],
         rows=rows,
         notes=f"SpMM rows: 3 interleaved repetitions in one process (2 threads, huge pages on as in a "
-              "gnntrain rank, so both sides share the page policy). Epoch rows: {reps} interleaved repetitions, "
+              f"gnntrain rank, so both sides share the page policy). Epoch rows: {reps} interleaved repetitions, "
               f"each candidate in a fresh process (generation included in its peak RSS, VmHWM), {epochs} "
               "epochs, median epoch with the first dropped; the table gives the median over repetitions. "
               "gnntrain's epoch is forward+backward+step as in the DGL loop (evaluation only at the end, "

@@ -18,11 +18,12 @@ def suite_supergcn_volume(quick: bool) -> SuiteResult:
 
     from gnntrain.data import load_dataset
     from gnntrain.launch import run_training
+    from gnntrain.models.registry import describe_model, model_family
     from gnntrain.modes.supergcn import row_bytes
     from gnntrain.partition import partition_graph
     from gnntrain.partition.cover import rows_per_pair
     from gnntrain.plan import build_plan
-    from gnntrain.sizing import grad_widths, layer_widths, model_dims
+    from gnntrain.sizing import model_dims
 
     n = 20000 if quick else 100000
 
@@ -54,7 +55,8 @@ def suite_supergcn_volume(quick: bool) -> SuiteResult:
             # closed form: rows x (forward: both layers, backward: layer 2 only) x bytes per row; GIN
             # aggregates its input in every layer, so every exchanged row is D wide
             dims = model_dims(width, width, data.num_classes, 2)
-            moved = layer_widths("gin", dims) + grad_widths("gin", dims)
+            shape = describe_model(model_family("gin"), dims, 4)
+            moved = list(shape.widths) + list(shape.grad_widths)
             formula32 = hybrid * sum(row_bytes(w, 32, 4, "bfloat16") for w in moved)
             formula2 = (hybrid * sum(row_bytes(w, 2, 4, "bfloat16") - 4 for w in moved), hybrid * len(moved) * 4)
             ratio = fp32 / (int2 + params)

@@ -26,11 +26,12 @@ def suite_volume(quick: bool) -> SuiteResult:
 
     from gnntrain.data import load_dataset
     from gnntrain.launch import run_training
+    from gnntrain.models.registry import describe_model, model_family
     from gnntrain.modes.supergcn import row_bytes
     from gnntrain.partition import partition_graph
     from gnntrain.partition.cover import rows_per_pair
     from gnntrain.plan import build_plan
-    from gnntrain.sizing import grad_widths, layer_widths, model_dims
+    from gnntrain.sizing import model_dims
 
     n, width = (20000, 64) if quick else (100000, 128)
     b = 4  # float32
@@ -43,7 +44,8 @@ def suite_volume(quick: bool) -> SuiteResult:
     # 2-layer SAGE, D = d_0 = d_1: layer 1 aggregates its D-wide input (no gradient), layer 2 narrows
     # to the classes and so aggregates H.W (DGL's SAGEConv order), forward and backward: D + 2c per row.
     dims = model_dims(width, width, data.num_classes, 2)
-    moved = layer_widths("sage", dims) + grad_widths("sage", dims)
+    shape = describe_model(model_family("sage"), dims, b)
+    moved = list(shape.widths) + list(shape.grad_widths)
     per_row = sum(moved) * b
     rows, sparse_ratio_p8 = [], None
     mib = lambda x: f"{x / 2**20:.2f}"
@@ -168,14 +170,14 @@ def suite_volume(quick: bool) -> SuiteResult:
 def plan_epoch_bytes(cfg, plan, data) -> int:
     """The bytes per epoch `gnntrain plan` states for ``plan``: the mode's estimate where the graph does
     not change it, else the figure the mode's graph report derives from the (cached) partition."""
-    from gnntrain.modes import MODE_REGISTRY
     from gnntrain.partition import partition_graph
+    from gnntrain.plan import build_mode
 
     if plan.comm_per_epoch and plan.comm_per_epoch.get("per_epoch_bytes") is not None:
         return int(plan.comm_per_epoch["per_epoch_bytes"])
     part, _ = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.num_parts, cfg.partitioner,
                               data.content_hash)
-    return int(MODE_REGISTRY[plan.mode](cfg).graph_report(data, part, plan)["bytes per epoch"]["total"])
+    return int(build_mode(cfg).graph_report(data, part, plan)["bytes per epoch"]["total"])
 
 
 @suite("mop_volume")

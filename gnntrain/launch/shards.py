@@ -79,10 +79,20 @@ def _code_stamp(mode_name: str) -> str:
     return h.hexdigest()[:16]
 
 
+_STORES: Dict[int, Tuple[Any, Path]] = {}  # id(plan) -> (the plan, kept alive so the id stays its own; its store)
+
+
 def store_dir(plan) -> Path:
     """``cache_dir/parts/<dataset>-<mode>-p<parts>-<key>``: the key hashes every config value that
     shapes a part (dataset and its raw files, model, mode, partitioner, hardware, seed, dtype),
-    the world size, the store format and the code that prepares parts."""
+    the world size, the store format and the code that prepares parts. Resolved once per plan object
+    in a process (the raw files' stat walk is not repeated; the code digest is computed once)."""
+    if id(plan) not in _STORES:
+        _STORES[id(plan)] = (plan, _resolve_store(plan))
+    return _STORES[id(plan)][1]
+
+
+def _resolve_store(plan) -> Path:
     cfg = plan.config
     keyed: Dict[str, Any] = {}
     for section in _KEYED_SECTIONS:
@@ -147,9 +157,16 @@ def open_rank_shard(plan, rank: int) -> Tuple[RankShard, Dict[str, Any], float]:
     the store, which this call builds first when it is missing or its part is corrupt."""
     start = time.perf_counter()
     directory = store_dir(plan)
-    fields, meta = store.open_or_build(directory, rank, lambda: _build(plan), _warn)
+    shard, meta = open_shard(plan, directory, rank)
     partition = dict(meta["partition"], store=str(directory), store_bytes_per_part=meta["bytes_per_part"])
-    return RankShard(**fields), partition, float(meta.get("preprocess_s", 0.0)) + time.perf_counter() - start
+    return shard, partition, float(meta.get("preprocess_s", 0.0)) + time.perf_counter() - start
+
+
+def open_shard(plan, directory: Path, rank: int) -> Tuple[RankShard, Dict[str, Any]]:
+    """The one way a rank opens its part, whoever started it (the local launcher, torchrun, srun):
+    from the store at ``directory``, built first (under its lock) when missing or corrupt."""
+    fields, meta = store.open_or_build(Path(directory), rank, lambda: _build(plan), _warn)
+    return RankShard(**fields), meta
 
 
 @dataclass(frozen=True)
@@ -162,5 +179,4 @@ class ShardSource:
     def shard(self, plan, rank: int) -> Tuple[RankShard, Optional[Dict[str, Any]]]:
         if self.shards is not None:
             return self.shards[rank], None
-        fields, meta = store.open_or_build(Path(self.store), rank, lambda: _build(plan), _warn)
-        return RankShard(**fields), meta
+        return open_shard(plan, Path(self.store), rank)
