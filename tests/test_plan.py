@@ -295,3 +295,29 @@ def test_plan_prints_the_bytes_the_run_moves(train, cache_dir, tmp_path, mode):
     measured = train(overrides)["comm_bytes"]
     assert planned["per_epoch_bytes"] == measured["per_epoch"]
     assert planned["by_kind"] == {k: v for k, v in measured["by_kind"].items() if v}
+
+
+HOSTED = {"single": {"gcn", "sage", "gin", "gat", "gcn_rw"}, "partition": {"gcn", "sage", "gin", "gcn_rw"},
+          "supergcn": {"gcn", "sage", "gin", "gcn_rw"}, "mop": {"gcn", "sage", "gin", "gcn_rw"},
+          "hongtu": {"gcn", "sage", "gin", "gat", "gcn_rw"}, "hyscale": {"gcn", "sage", "gin", "gcn_rw"}}
+
+
+@pytest.mark.parametrize("mode", sorted(HOSTED))
+def test_modes_host_the_models_their_needs_allow_and_refuse_the_rest_in_one_line(mode):
+    """No mode names a model: each states what a model's family must offer (elementwise aggregation, the
+    built-in layer protocol) and the registry's families decide; a refusal is one line naming the mode,
+    the model, why, and the models the mode does host."""
+    from gnntrain.models import MODEL_REGISTRY
+
+    for model in sorted(MODEL_REGISTRY):
+        overrides = [f"mode={mode}", f"model={model}", "dataset.num_nodes=500"]
+        if model in HOSTED[mode]:
+            assert build_plan(compose(overrides)).model == model
+            continue
+        with pytest.raises(PlanError) as refused:
+            build_plan(compose(overrides))
+        text = str(refused.value)
+        assert f"mode '{mode}' does not support model '{model}'" in text and "\n" not in text
+        assert all(name in text for name in HOSTED[mode])
+    with pytest.raises(PlanError, match="unknown model 'gcnn'.*gcn_rw"):
+        build_plan(compose([f"mode={mode}", "model=gcn", "model.name=gcnn"]))
