@@ -48,10 +48,13 @@ def describe_files(folder: Path, rels: Iterable[str], digests: bool = True) -> D
 
 
 def publish(staging: Path, directory: Path, meta: Dict[str, Any], replace: bool = True) -> Path:
-    """Move the finished folder ``staging`` to ``directory`` and write ``meta.json`` last (atomically), so
-    an artifact without its meta is incomplete and never read. An existing ``directory`` is moved aside
-    and removed once the new one is in place (only with ``replace``; else FileExistsError)."""
+    """Write ``meta.json`` into the finished folder ``staging`` (atomically), then rename the folder to
+    ``directory``: the artifact appears whole, with its meta, or not at all (a folder without its meta is
+    incomplete and never read). An existing ``directory`` is moved aside and removed once the new one is
+    in place (only with ``replace``; else FileExistsError); folders moved aside by a publish that crashed
+    are swept."""
     staging, directory = Path(staging), Path(directory)
+    atomic_write_bytes(staging / META, json.dumps(meta, indent=1, sort_keys=True, default=str).encode())
     old = None
     if directory.exists():
         if not replace:
@@ -60,9 +63,13 @@ def publish(staging: Path, directory: Path, meta: Dict[str, Any], replace: bool 
         shutil.rmtree(old, ignore_errors=True)
         os.replace(directory, old)
     os.replace(staging, directory)
-    atomic_write_bytes(directory / META, json.dumps(meta, indent=1, sort_keys=True, default=str).encode())
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    dir_fd = os.open(directory.parent, os.O_RDONLY)  # make the rename itself durable
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    for stale in directory.parent.glob(f".{directory.name}.old-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     return directory
 
 

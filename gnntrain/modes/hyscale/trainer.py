@@ -98,9 +98,11 @@ class HyScaleTrainer(RankStrategy):
         elif self.gpu:
             to = self.comm.to_device
             with torch.cuda.stream(self.stream):
+                issued = time.perf_counter()
                 b.x = self.stager.copy(staged)
+                self.stream.synchronize()  # landed: its time is the copy's, as to_device's below are
                 self.comm.record_copy("h2d", staged.rows.numel() * staged.rows.element_size(),
-                                      time.perf_counter() - t0)
+                                      time.perf_counter() - issued)
                 b.y = to(b.y, self.device)
                 b.blocks = [Block(to(bl.dst, self.device), to(bl.src, self.device), to(bl.weight, self.device),
                                   bl.num_dst, bl.num_src) for bl in b.blocks]
