@@ -205,7 +205,7 @@ def build_plan(cfg: DictConfig) -> RunPlan:
     ctx = PlanContext(world_size=world, num_nodes=n, num_edges=e, feat_dim=f, num_classes=c,
                       dtype_bytes=DTYPE_BYTES[dtype], dims=tuple(dims), comm_widths=tuple(widths),
                       param_bytes=params, model=m.name, grad_widths=tuple(grads), update_macs=shape.update_macs,
-                      elementwise=family.elementwise, settings=RunSettings.of(cfg),
+                      elementwise=family.elementwise, settings=mode.settings,
                       train_nodes=int(round(n * float(ds.train_fraction))) if ds.source == "generated" else 0)
     warnings += mode.validate(ctx)
 
