@@ -79,7 +79,7 @@ def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float
     if kernel != "auto":
         problem = kernel_problem(kernel, device, getattr(torch, dtype))
         if problem is not None:
-            others = [k for k in ("auto", "torch", "dgl") if k != kernel]
+            others = [k for k in ("auto", "native", "torch", "dgl") if k != kernel]
             raise PlanError("kernel", f"kernel={kernel}: {problem}.", f"use kernel={' or kernel='.join(others)}")
         return kernel, f"set by kernel={kernel}"
     try:

@@ -22,6 +22,22 @@ from gnntrain.data.loaders import silence_ogb_version_check  # noqa: E402
 silence_ogb_version_check()  # OGB's import would otherwise ask PyPI for a newer version
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``dgl`` involve DGL itself (its kernel, sampler or readers): they skip on a
+    stack where DGL does not import (the default one) and run on the DGL stack (make test-dgl)."""
+    if not any(item.get_closest_marker("dgl") for item in items):
+        return
+    from gnntrain.backends import dgl_problem
+
+    problem = dgl_problem()
+    if problem is None:
+        return
+    skip = pytest.mark.skip(reason=f"involves DGL, which does not import here ({problem}); make test-dgl runs it")
+    for item in items:
+        if item.get_closest_marker("dgl"):
+            item.add_marker(skip)
+
+
 def compose(overrides: List[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir

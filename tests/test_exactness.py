@@ -31,8 +31,9 @@ def test_partition_mode_equals_single(train, graph, model, comm, p, c):
     assert ("row_allreduce" in kinds) == (c > 1)
 
 
+@pytest.mark.dgl
 @pytest.mark.parametrize("comm,p,c", [("sparse", 2, 1), ("oblivious", 4, 2)])
-def test_default_dgl_kernel_is_exact(train, comm, p, c):
+def test_dgl_kernel_is_exact(train, comm, p, c):
     ref = _reference(train, "csbm", "gcn")
     s = train(["dataset=csbm"] + EXACT + ["kernel=dgl", "model=gcn", f"mode.comm={comm}",
                                           f"hardware.ranks_per_node={p}", f"mode.replication={c}"])

@@ -47,6 +47,7 @@ def _latest_run(tmp_path: Path) -> Path:
 
 
 # --------------------------------------------------------------- sampler
+@pytest.mark.dgl
 def test_dgl_sampler_is_seeded_per_batch_capped_and_unbiased(monkeypatch):
     """DGL's NeighborSampler behind our Block: the same (seed, batch) draws the same blocks from
     any calling thread and any sampler instance, including the first draw of a fresh sampling
@@ -164,6 +165,7 @@ def _inclusion(sampler, seeds, draws, fanout_edges):
     return {e: counts.get(e, 0) / draws for e in fanout_edges}
 
 
+@pytest.mark.dgl
 def test_torch_and_dgl_samplers_draw_each_neighbour_with_probability_fanout_over_degree(monkeypatch):
     """Uniform without replacement: a node of degree d keeps each in-edge with probability min(1, f/d).
     Both samplers, 600 draws each, every edge within 5 standard deviations of that."""
@@ -189,6 +191,7 @@ def test_torch_and_dgl_samplers_draw_each_neighbour_with_probability_fanout_over
             sampler_module._SAMPLING_THREAD.shutdown()
 
 
+@pytest.mark.dgl
 def test_torch_sampler_with_every_neighbour_trains_as_dgls(train):
     """fanouts -1 (every in-edge, exact aggregation), no dropout: the two samplers give the same
     float64 losses; the blocks differ only in the order of their rows."""

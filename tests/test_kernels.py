@@ -1,5 +1,5 @@
-"""Sparse aggregation: DGL's and the torch-native path agree with the dense product,
-forward and backward; normalisations run as row scales around an unweighted SpMM;
+"""Sparse aggregation: the native, DGL and torch paths agree with the dense product,
+forward and backward, in float32 and float64; normalisations run as row scales around an unweighted SpMM;
 kernel=auto is measured; bad kernel choices are plan errors; dropout masks are a
 function of the global row."""
 from __future__ import annotations
@@ -9,6 +9,9 @@ import torch
 
 from gnntrain.models import GlobalDropout, SparseAdjacency, edge_weight_values, edge_weights, kernels, transposed
 from gnntrain.models.gnn import row_hash_keep_mask
+
+# every kernel path; DGL's runs on the DGL stack (make test-dgl)
+KERNELS = [pytest.param("dgl", marks=pytest.mark.dgl), "native", "torch"]
 
 
 def _graph(n=60, e=300, seed=0, bipartite_src=None):
@@ -24,9 +27,10 @@ def _dense(dst, src, w, n_dst, n_src):
                                                                       accumulate=True)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("model", ["gcn", "sage", "gin"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_both_kernels_equal_the_dense_product(model, dtype):
+def test_every_kernel_equals_the_dense_product(kernel, model, dtype):
     src, dst, n_src = _graph()
     w = edge_weights(model, src, dst, 60)
     dense = _dense(dst, src, w, 60, n_src).to(dtype)
@@ -34,17 +38,33 @@ def test_both_kernels_equal_the_dense_product(model, dtype):
     probe = torch.arange(60 * 5, dtype=dtype).reshape(60, 5)
     expected_grad = dense.T @ probe
     tol = 1e-12 if dtype == torch.float64 else 1e-4
-    for kernel in ("dgl", "torch"):
-        adj = SparseAdjacency(dst, src, w, 60, n_src, kernel=kernel)
-        assert adj.kernel == kernel and adj.separable
-        h.grad = None
-        out = adj.spmm(h)
-        (out * probe).sum().backward()
-        torch.testing.assert_close(out.detach(), dense @ h.detach(), rtol=tol, atol=tol)
-        torch.testing.assert_close(h.grad, expected_grad, rtol=tol, atol=tol)
+    adj = SparseAdjacency(dst, src, w, 60, n_src, kernel=kernel)
+    assert adj.kernel == kernel and adj.separable
+    out = adj.spmm(h)
+    assert out.dtype == dtype
+    (out * probe).sum().backward()
+    torch.testing.assert_close(out.detach(), dense @ h.detach(), rtol=tol, atol=tol)
+    torch.testing.assert_close(h.grad, expected_grad, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("kernel", ["dgl", "torch"])
+def test_native_kernel_skips_the_transpose_product_for_inputs_without_grad(monkeypatch):
+    """The first layer's features need no gradient: the backward runs no SpMM over the transpose."""
+    from gnntrain.models import _native
+
+    src, dst, n_src = _graph()
+    adj = SparseAdjacency(dst, src, edge_weights("gcn", src, dst, 60), 60, n_src, kernel="native")
+    weight = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    products = []
+    real = _native._product
+    monkeypatch.setattr(_native, "_product", lambda *a: products.append(a[2]) or real(*a))
+    (adj.spmm(torch.randn(n_src, 5, dtype=torch.float64)) @ weight).sum().backward()
+    assert products == [60] and weight.grad is not None
+    h = torch.randn(n_src, 5, dtype=torch.float64, requires_grad=True)
+    adj.spmm(h).sum().backward()
+    assert products == [60, 60, n_src]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_normalisations_run_unweighted_and_only_true_edge_weights_run_weighted(kernel):
     src, dst, n_src = _graph(n=20, e=120, bipartite_src=35)
     h = torch.randn(35, 3, dtype=torch.float64)
@@ -83,12 +103,19 @@ def test_gcn_weights_are_symmetric_normalisation():
 
 def test_kernel_problems_name_the_build_and_the_dtype(monkeypatch):
     assert kernels.kernel_problem("torch", "cpu", torch.float32) is None
-    assert kernels.kernel_problem("dgl", "cpu", torch.float64) is None
+    assert kernels.kernel_problem("native", "cpu", torch.float64) is None
     half = kernels.kernel_problem("torch", "cpu", torch.float16)
     assert half is not None and "float16" in half and "torch kernel" in half
+    assert "float16" in kernels.kernel_problem("native", "cpu", torch.float16)
+    assert "CPU-only" in kernels.kernel_problem("native", "cuda", torch.float32)
     assert "CPU-only" in kernels.kernel_problem("dgl", "cuda", torch.float32)
     monkeypatch.setattr(kernels, "dgl_available", lambda: False)
     assert "not installed" in kernels.kernel_problem("dgl", "cpu", torch.float32)
+
+
+@pytest.mark.dgl
+def test_dgl_kernel_runs_where_dgl_imports():
+    assert kernels.kernel_problem("dgl", "cpu", torch.float64) is None
 
 
 def test_kernel_dgl_without_dgl_is_a_plan_error(monkeypatch, tmp_path):
@@ -103,12 +130,15 @@ def test_kernel_dgl_without_dgl_is_a_plan_error(monkeypatch, tmp_path):
     assert "kernel" in str(err.value) and "not installed" in str(err.value) and "kernel=torch" in str(err.value)
     # auto then measures the torch path alone
     plan = build_plan(compose([f"cache_dir={tmp_path}"]))
-    assert plan.kernel == "torch" and "measured" in plan.kernel_note and "dgl" not in plan.kernel_note
+    assert plan.kernel in ("native", "torch") and "measured" in plan.kernel_note and "dgl" not in plan.kernel_note
+    assert "native" in plan.kernel_note and "torch" in plan.kernel_note
 
 
 def test_auto_measures_every_kernel_once_per_shape_and_caches(monkeypatch, tmp_path):
     timed = []
-    fake = {"dgl": 0.002, "torch": 0.001}
+    fake = {"dgl": 0.002, "native": 0.003, "torch": 0.001}
+    here = sorted(k for k in kernels.KERNELS if kernels.kernel_problem(k, "cpu", torch.float32) is None)
+    assert "native" in here and "torch" in here
 
     def fake_time(kernel, *args, **kwargs):
         timed.append(kernel)
@@ -116,15 +146,15 @@ def test_auto_measures_every_kernel_once_per_shape_and_caches(monkeypatch, tmp_p
 
     monkeypatch.setattr(kernels, "time_kernel", fake_time)
     choice = kernels.choose_kernel("cpu", "float32", 1, 10.0, 16, tmp_path, probe_nodes=100)
-    assert choice.kernel == "torch" and sorted(timed) == ["dgl", "torch"]
-    assert "torch 1.0 ms" in choice.describe() and "dgl 2.0 ms" in choice.describe()
+    assert choice.kernel == "torch" and sorted(timed) == here
+    assert "torch 1.0 ms" in choice.describe() and "native 3.0 ms" in choice.describe()
     again = kernels.choose_kernel("cpu", "float32", 1, 12.0, 16, tmp_path, probe_nodes=100)  # same degree bucket
-    assert again == choice and len(timed) == 2
-    fake.update(dgl=0.0005)
-    assert kernels.choose_kernel("cpu", "float64", 1, 10.0, 16, tmp_path, probe_nodes=100).kernel == "dgl"
+    assert again == choice and len(timed) == len(here)
+    fake.update(native=0.0005)
+    assert kernels.choose_kernel("cpu", "float64", 1, 10.0, 16, tmp_path, probe_nodes=100).kernel == "native"
     (tmp_path / "kernels.json").write_text("{not json")
     with pytest.warns(UserWarning, match=f"kernel cache {tmp_path / 'kernels.json'} is corrupt .*re-measuring"):
-        assert kernels.choose_kernel("cpu", "float32", 1, 10.0, 16, tmp_path, probe_nodes=100).kernel == "dgl"
+        assert kernels.choose_kernel("cpu", "float32", 1, 10.0, 16, tmp_path, probe_nodes=100).kernel == "native"
 
 
 @pytest.mark.parametrize("degree,width", [(100_000, 128), (4, 4_000_000), (2**20, 2**20)])
@@ -147,10 +177,10 @@ def test_the_kernel_probe_stays_within_its_budget(monkeypatch, degree, width):
     assert nodes * width * 4 * 4 <= 2**30  # with the 16-node floor: a gigabyte at this extreme width
 
 
-def test_real_timing_of_both_kernels():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_real_timing_of_every_kernel(kernel):
     src, dst = kernels.probe_graph(2000, 8)
-    for kernel in ("dgl", "torch"):
-        assert 0 < kernels.time_kernel(kernel, dst, src, 2000, 16, torch.float32, torch.device("cpu"), reps=1) < 5
+    assert 0 < kernels.time_kernel(kernel, dst, src, 2000, 16, torch.float32, torch.device("cpu"), reps=1) < 5
 
 
 def test_dropout_mask_is_a_function_of_the_global_row():

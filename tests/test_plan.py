@@ -17,7 +17,7 @@ def test_default_plan_fields():
     assert plan.world_size == 2 and plan.backend == "gloo" and plan.device == "cpu"
     assert plan.rank_devices == ("cpu", "cpu") and plan.threads_per_rank >= 1
     assert plan.memory_per_rank.total_bytes > plan.memory_per_rank.feature_bytes > 0
-    assert plan.num_parts == 2 and plan.kernel in ("dgl", "torch")
+    assert plan.num_parts == 2 and plan.kernel in ("dgl", "native", "torch")
 
 
 def test_oblivious_comm_estimate_matches_closed_form(train):

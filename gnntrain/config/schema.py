@@ -24,10 +24,12 @@ class DType(str, Enum):
 
 
 class Kernel(str, Enum):
-    """Sparse kernel path: DGL's message passing (CPU default) or torch-native CSR."""
+    """Sparse kernel path: gnntrain's fused CPU kernel (numba), DGL's message passing (the dgl
+    extra), or torch-native CSR (cuSPARSE on CUDA); auto measures those that run here."""
 
     auto = "auto"
     dgl = "dgl"
+    native = "native"
     torch = "torch"
 
 

@@ -9,13 +9,16 @@ SpMM is several times faster than the edge-weighted one on CPU (DGL's
 Edge weights that do not factor (a future edge-weighted model) keep the
 weighted kernel.
 
-Two interchangeable SpMM paths behind :class:`SparseAdjacency`:
+Three interchangeable SpMM paths behind :class:`SparseAdjacency`:
 
+* ``native``: gnntrain's own CPU kernel (:mod:`gnntrain.models._native`, numba):
+  scale → SpMM → scale fused in one pass, forward and backward;
 * ``dgl``: DGL's ``copy_u_sum`` / ``u_mul_e_sum`` on a bipartite block
-  (CPU only: DGL from PyPI has no CUDA build);
-* ``torch``: torch-native CSR SpMM with a prebuilt transpose for backward.
+  (CPU only: DGL from PyPI has no CUDA build; the ``dgl`` extra);
+* ``torch``: torch-native CSR SpMM with a prebuilt transpose for backward
+  (cuSPARSE on CUDA).
 
-``kernel=auto`` is resolved by :func:`choose_kernel`, which times both paths
+``kernel=auto`` is resolved by :func:`choose_kernel`, which times every path that runs here
 on a graph of the run's average degree, feature width, dtype and thread
 count, and caches the result per host. DGL is imported lazily.
 """
@@ -35,8 +38,9 @@ import torch
 
 from gnntrain.atomic import atomic_write_bytes
 from gnntrain.backends import dgl_available
+from gnntrain.models._native import NativeSpmm
 
-KERNELS = ("dgl", "torch")
+KERNELS = ("dgl", "native", "torch")
 SPMM_CALLS: Counter = Counter()  # SpMMs run in this process by path: "unweighted" (row scales) | "weighted"
 
 
@@ -51,6 +55,16 @@ def kernel_problem(kernel: str, device: str, dtype: torch.dtype) -> Optional[str
             return "the DGL kernel path is CPU-only in this stack (PyPI DGL has no CUDA build)"
         if not dgl_available():
             return "DGL is not installed (or does not import with this torch)"
+    if kernel == "native":
+        from gnntrain.models._native import SUPPORTED_DTYPES, native_problem
+
+        if device != "cpu":
+            return "the native kernel is CPU-only (on CUDA, torch's CSR path runs cuSPARSE)"
+        if dtype not in SUPPORTED_DTYPES:
+            return f"the native kernel computes in float32 or float64, not {str(dtype).replace('torch.', '')}"
+        problem = native_problem()
+        if problem is not None:
+            return problem
     try:
         adj = SparseAdjacency(torch.tensor([0, 1]), torch.tensor([1, 0]), torch.ones(2, dtype=torch.float64),
                               2, 2, kernel=kernel, device=torch.device(device))
@@ -133,6 +147,11 @@ class SparseAdjacency:
 
             self._block = dgl.create_block((self._src, self._dst), num_src_nodes=self.num_src,
                                            num_dst_nodes=self.num_dst)
+        self._native = None
+        if self.kernel == "native":
+            from gnntrain.models._native import NativeCsr
+
+            self._native = NativeCsr(self._dst, self._src, self.num_dst, self.num_src, self._edge_weight)
 
     def to(self, device: torch.device, kernel: str) -> "SparseAdjacency":
         return SparseAdjacency(self._dst, self._src, self.weight, self.num_dst, self.num_src, kernel=kernel,
@@ -142,7 +161,10 @@ class SparseAdjacency:
         """(src scale column, dst scale column, edge weights, CSR pair) in ``dtype``, built once."""
         if dtype not in self._by_dtype:
             def col(s):
-                return None if s is None else s.to(dtype).unsqueeze(1)
+                if s is None:
+                    return None
+                # the native kernel reads the 1-D scale; the others broadcast its column view
+                return s.to(dtype) if self.kernel == "native" else s.to(dtype).unsqueeze(1)
 
             edge_w = None if self._edge_weight is None else self._edge_weight.to(dtype)
             csr = None
@@ -164,6 +186,8 @@ class SparseAdjacency:
             raise ValueError(f"aggregation expects {self.num_src} source rows, got {h.shape[0]}")
         src_scale, dst_scale, edge_w, csr = self._operands(h.dtype)
         SPMM_CALLS["unweighted" if edge_w is None else "weighted"] += 1
+        if self.kernel == "native":  # both row scales inside the one pass
+            return NativeSpmm.apply(h, self._native, src_scale, dst_scale)
         if src_scale is not None:
             h = h * src_scale
         if self.kernel == "dgl":
@@ -235,8 +259,11 @@ def _cache_key(device: str, dtype: str, threads: int, degree_bucket: int, width:
         import dgl
 
         dgl_version = dgl.__version__
+    from gnntrain.models._native import native_version
+
     name = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine()
-    return "|".join([f"torch {torch.__version__}", f"dgl {dgl_version}", device, name, dtype,
+    return "|".join([f"torch {torch.__version__}", f"dgl {dgl_version}", f"numba {native_version()}", device, name,
+                     dtype,
                      f"threads {threads}", f"degree~{degree_bucket}", f"width {width}"])
 
 
