@@ -28,23 +28,27 @@ $(UV):
 
 $(STAMP): pyproject.toml constraints.txt | $(UV)
 	@test -x $(BIN)/python || $(UV) venv --quiet --python '$(PYTHON)' $(VENV)
-	VIRTUAL_ENV=$(VENV) $(UV) pip install --quiet -c constraints.txt -e '.[test,trackers]'
+	VIRTUAL_ENV=$(VENV) $(UV) pip install --quiet --compile-bytecode -c constraints.txt -e '.[test,trackers]'
 	@$(BIN)/python -c "import sys, torch; print('make: .venv holds Python', sys.version.split()[0], '| torch', torch.__version__)"
 	@touch $(STAMP)
 
 $(DGL_STAMP): pyproject.toml constraints-dgl.txt | $(UV)
 	@test -x $(DGL_VENV)/bin/python || $(UV) venv --quiet --python '$(DGL_PYTHON)' $(DGL_VENV)
-	VIRTUAL_ENV=$(DGL_VENV) $(UV) pip install --quiet -c constraints-dgl.txt -e '.[dgl,test]'
+	VIRTUAL_ENV=$(DGL_VENV) $(UV) pip install --quiet --compile-bytecode -c constraints-dgl.txt -e '.[dgl,test]'
 	@touch $(DGL_STAMP)
 
 run: $(STAMP)
 	$(BIN)/gnntrain run
 
+# bytecode for gnntrain itself too: every test's CLI or rank process would otherwise compile it again where
+# PYTHONDONTWRITEBYTECODE is set (as on this machine)
 test: $(STAMP)
+	@$(BIN)/python -m compileall -q gnntrain hydra_plugins >/dev/null
 	GNNTRAIN_OFFLINE=1 $(BIN)/python -m pytest -q --durations=40
 
 # Every test that involves DGL (marked `dgl`; they skip on the default stack), on the DGL stack
 test-dgl: $(DGL_STAMP)
+	@$(DGL_VENV)/bin/python -m compileall -q gnntrain hydra_plugins >/dev/null
 	GNNTRAIN_OFFLINE=1 $(DGL_VENV)/bin/python -m pytest -q -p no:cacheprovider -m 'dgl and not slow' --durations=10
 
 lint: $(STAMP)

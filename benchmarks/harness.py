@@ -133,6 +133,29 @@ def in_fresh_process(fn: Callable[..., Any], *args: Any) -> Any:
         return pool.apply(fn, args)
 
 
+def dgl_python() -> Optional[Path]:
+    """The DGL stack's interpreter (``make venv-dgl``; GNNTRAIN_DGL_PYTHON overrides), None if absent."""
+    path = Path(os.environ.get("GNNTRAIN_DGL_PYTHON", ROOT / ".venv-dgl" / "bin" / "python"))
+    return path if path.exists() else None
+
+
+def in_other_python(python: Path, fn: Callable[..., Any], *args: Any, timeout: float = 1800) -> Any:
+    """fn(*args) in a fresh ``python`` (another stack's venv): arguments and result travel as JSON,
+    and the child sees only its own site-packages plus this repository."""
+    import subprocess
+
+    code = ("import json, sys; from importlib import import_module; "
+            "fn = getattr(import_module(sys.argv[1]), sys.argv[2]); "
+            "print('RESULT ' + json.dumps(fn(*json.loads(sys.argv[3]))))")
+    done = subprocess.run([str(python), "-c", code, fn.__module__, fn.__name__, json.dumps(list(args))],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{fn.__name__} failed in {python} (exit {done.returncode}): {done.stderr[-2000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
 class MachineMemoryWatch:
     """Peak memory in use on the whole machine (total - available, psutil's MemTotal - MemAvailable,
     sampled every 0.25 s) while a run goes on, above what was in use when it started: the launcher

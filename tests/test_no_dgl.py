@@ -33,33 +33,22 @@ def test_the_blocker_really_blocks(tmp_path, without_dgl):
     assert probe.returncode != 0 and "import of dgl halted" in probe.stderr
 
 
-# Where ../shared is present, the Cora runs below train every full-graph mode without DGL (and check the
-# kernel fallback); this csbm run then covers only HyScale, which they leave out.
-COVERED_BY_CORA = pytest.mark.skipif(SHARED_DGL.exists(), reason="test_cora_without_dgl_equals_the_dgl_backed_run "
-                                                                 "trains this mode without DGL")
-
-
-@pytest.mark.parametrize("mode_args", [
-    pytest.param(["mode=single"], marks=COVERED_BY_CORA),
-    pytest.param(["mode=partition"], marks=COVERED_BY_CORA),
-    pytest.param(["mode=partition", "mode.comm=oblivious"], marks=COVERED_BY_CORA),
-    pytest.param(["mode=partition", "mode.replication=2", "hardware.ranks_per_node=4"], marks=COVERED_BY_CORA),
-    pytest.param(["mode=supergcn"], marks=COVERED_BY_CORA),
-    pytest.param(["mode=mop"], marks=COVERED_BY_CORA),
-    pytest.param(["mode=hongtu"], marks=COVERED_BY_CORA),
-    ["mode=hyscale", "mode.fanouts=[5,5]", "mode.batch_size=32"],
-], ids=["single", "partition", "oblivious", "partition-1.5d", "supergcn", "mop", "hongtu", "hyscale"])
-def test_every_mode_trains_without_dgl(tmp_path, cache_dir, without_dgl, mode_args):
+# On the default stack DGL is not installed at all, so every test there trains without it. The tests below
+# block `import dgl` on the DGL stack (marked `dgl`, run by make test-dgl), where the blocked run can be
+# held to a DGL-backed one.
+@pytest.mark.dgl
+def test_hyscale_trains_without_dgl(tmp_path, cache_dir, without_dgl):
+    """HyScale's sampler falls back to the torch-native one where DGL does not import (the Cora runs
+    below cover the full-graph modes)."""
     run_dir = tmp_path / "run"
-    proc = run_cli(["run", *SMALL, *mode_args, f"cache_dir={cache_dir}", f"hydra.run.dir={run_dir}"],
+    proc = run_cli(["run", *SMALL, "mode=hyscale", "mode.fanouts=[5,5]", "mode.batch_size=32",
+                    f"cache_dir={cache_dir}", f"hydra.run.dir={run_dir}"],
                    cwd=tmp_path, env_extra=without_dgl, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "completed"
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
     plan = (run_dir / "plan.yaml").read_text()
-    assert "kernel: torch" in plan  # kernel=auto falls back to the torch CSR path
-    if "mode=hyscale" in mode_args:
-        assert "sampler: torch (auto)" in plan
+    assert "sampler: torch (auto)" in plan
+    assert "kernel: native" in plan or "kernel: torch" in plan  # kernel=auto without DGL
 
 
 CORA_MODES = {
@@ -75,40 +64,36 @@ CORA_FLOAT64 = ["dataset=cora", "train.dtype=float64", "model.dropout=0", "train
                 "train.progress=false"]
 
 
-def _dgl_imports() -> bool:
-    from gnntrain.backends import dgl_problem
+def _cora_losses(run_dir, cache_dir, mode_args, env_extra) -> tuple:
+    proc = run_cli(["run", *CORA_FLOAT64, f"data_dir={SHARED_DGL}", *mode_args, f"cache_dir={cache_dir}",
+                    f"hydra.run.dir={run_dir}"], cwd=run_dir.parent, env_extra=env_extra, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((run_dir / "summary.json").read_text())["losses"], (run_dir / "plan.yaml").read_text()
 
-    return dgl_problem() is None
+
+@pytest.fixture(scope="module")
+def dgl_backed_cora(tmp_path_factory, cache_dir):
+    """mode=single on Cora with DGL importable: DGL's reader and kernel=auto (which may pick DGL's)."""
+    run_dir = tmp_path_factory.mktemp("with-dgl") / "run"
+    losses, plan = _cora_losses(run_dir, cache_dir, CORA_MODES["single"], None)
+    assert "reader: dgl (auto)" in plan
+    return losses
 
 
+@pytest.mark.dgl
 @requires_shared
 @pytest.mark.parametrize("mode", list(CORA_MODES))
-def test_cora_without_dgl_equals_the_dgl_backed_run(tmp_path, cache_dir, without_dgl, mode):
-    """Without DGL, Cora is read by PyG and aggregated by the torch kernel; with DGL installed the
-    same run reads it with DGL's class and picks its kernel itself (kernel=auto). float64 losses
-    agree to 1e-9 (docs/design.md#exactness).
+def test_cora_without_dgl_equals_the_dgl_backed_run(tmp_path, cache_dir, without_dgl, dgl_backed_cora, mode):
+    """Without DGL, Cora is read by PyG and aggregated by the native or torch kernel; every exact mode's
+    float64 losses equal the DGL-backed single run's to 1e-9 (docs/design.md#exactness), and SuperGCN
+    (approximate) trains."""
+    from conftest import assert_exact
 
-    In an install without DGL at all (make check-newest-torch) there is no DGL-backed run: the
-    exact modes are held to mode=single's losses instead, and SuperGCN (approximate) must train."""
-    from conftest import SHARED_DGL, assert_exact
-
-    def losses(tag: str, mode_args, env_extra) -> list:
-        run_dir = tmp_path / tag
-        proc = run_cli(["run", *CORA_FLOAT64, f"data_dir={SHARED_DGL}", *mode_args,
-                        f"cache_dir={cache_dir}", f"hydra.run.dir={run_dir}"],
-                       cwd=tmp_path, env_extra=env_extra, timeout=240)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return json.loads((run_dir / "summary.json").read_text())["losses"], (run_dir / "plan.yaml").read_text()
-
-    no_dgl, no_dgl_plan = losses("without", CORA_MODES[mode], without_dgl)
-    assert "reader: pyg (auto)" in no_dgl_plan
-    assert "kernel: torch" in no_dgl_plan  # kernel=auto falls back to the torch CSR path
-    if _dgl_imports():
-        with_dgl, with_dgl_plan = losses("with", CORA_MODES[mode], None)
-        assert "reader: dgl (auto)" in with_dgl_plan
-        assert_exact(no_dgl, with_dgl)
-    elif mode != "supergcn":
-        assert_exact(no_dgl, losses("single", CORA_MODES["single"], without_dgl)[0])
+    no_dgl, plan = _cora_losses(tmp_path / "run", cache_dir, CORA_MODES[mode], without_dgl)
+    assert "reader: pyg (auto)" in plan
+    assert "kernel: native" in plan or "kernel: torch" in plan  # kernel=auto without DGL
+    if mode != "supergcn":
+        assert_exact(no_dgl, dgl_backed_cora)
 
 
 def test_reader_dgl_without_dgl_is_one_clear_error(tmp_path, cache_dir, without_dgl):

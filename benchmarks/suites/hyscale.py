@@ -79,7 +79,13 @@ def _sample_statistics(data, fanouts: list, draws: int) -> dict:
 @suite("hyscale_sampler")
 def suite_hyscale_sampler(quick: bool) -> SuiteResult:
     """The torch-native neighbour sampler against DGL's (issue #20): sample statistics on Cora, then
-    HyScale's test accuracy on Cora with each, interleaved over seeds."""
+    HyScale's test accuracy on Cora with each, interleaved over seeds. Both samplers run in one process,
+    so the suite runs on the DGL stack: .venv-dgl/bin/python -m benchmarks hyscale_sampler."""
+    from gnntrain.backends import dgl_problem
+
+    if dgl_problem() is not None:
+        raise SystemExit("hyscale_sampler compares against DGL's sampler in one process: run it on the DGL "
+                         "stack, .venv-dgl/bin/python -m benchmarks hyscale_sampler (make venv-dgl builds it)")
     import math
     import statistics
     import tempfile

@@ -1,112 +1,160 @@
-"""The `kernels` suite (#17): the SpMM alone, then whole epochs of mode=single against plain DGL
-GraphConv / SAGEConv loops on the same generated graph, each candidate in a fresh process."""
+"""The `kernels` suite (#17, #37): the SpMM alone, then whole epochs of mode=single against a plain
+DGL loop (on the DGL stack, .venv-dgl) and a plain PyG loop (on the default stack), on one graph.
+
+Every candidate runs in a fresh process of its own stack, interleaved over repetitions. The graph is
+generated once by gnntrain and handed to the peers as .npy files, so all read the same edges."""
 from __future__ import annotations
 
 import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
+from typing import Dict, List
 
-from benchmarks.harness import SuiteResult, compose, in_fresh_process, vm_hwm
+from benchmarks.harness import SuiteResult, compose, dgl_python, in_fresh_process, in_other_python, vm_hwm
 from benchmarks.registry import suite
+
+THREADS = 2
 
 
 def _kernel_graph(n: int) -> list:
     return ["dataset=csbm", f"dataset.num_nodes={n}", "dataset.avg_degree=20", "dataset.feat_dim=128"]
 
 
-def _kernels_spmm(n: int, reps: int) -> dict:
-    """Seconds of one SpMM forward+backward at width 128 on the kernels graph (GCN normalisation):
-    DGL's copy_u_sum alone (the floor a GraphConv pays), gnntrain's aggregation per kernel, and the
-    edge-weighted u_mul_e_sum that gnntrain ran before."""
+def _setup(system: str) -> None:
+    """Both stacks alike: gnntrain's page policy (THP for large tensors, as in a rank) and 2 threads."""
+    import torch
+
+    import gnntrain  # noqa: F401  (sets THP_MEM_ALLOC_ENABLE=1 before torch allocates)
+
+    torch.set_num_threads(THREADS)
+    assert os.environ.get("THP_MEM_ALLOC_ENABLE") == "1", system
+
+
+def _export_graph(n: int, folder: str) -> Dict[str, int]:
+    """gnntrain's csbm graph as .npy files: edges with self-loops (GCN) and without (SAGE), features,
+    labels and the train mask."""
+    import numpy as np
+
+    from gnntrain.data import load_dataset
+
+    data = load_dataset(compose(_kernel_graph(n)))
+    out = Path(folder)
+    for name, self_loop in (("gcn", True), ("sage", False)):
+        src, dst = data.edges(self_loop)
+        np.save(out / f"src_{name}.npy", src.numpy())
+        np.save(out / f"dst_{name}.npy", dst.numpy())
+    np.save(out / "features.npy", data.features.numpy())
+    np.save(out / "labels.npy", data.labels.numpy())
+    np.save(out / "train_mask.npy", data.masks["train"].numpy())
+    return {"nodes": data.num_nodes, "edges_gcn": int(data.edges(True)[0].numel()), "classes": data.num_classes}
+
+
+def _load(folder: str, name: str):
+    import numpy as np
+    import torch
+
+    out = Path(folder)
+    return (torch.from_numpy(np.load(out / f"src_{name}.npy")), torch.from_numpy(np.load(out / f"dst_{name}.npy")))
+
+
+def _spmm_dgl(folder: str, reps: int) -> Dict[str, List[float]]:
+    """DGL stack: seconds of copy_u_sum (the floor a GraphConv pays) and u_mul_e_sum, forward+backward."""
+    _setup("dgl")
     import dgl
     import torch
 
-    import gnntrain  # noqa: F401  (before torch: huge pages, as in a rank)
-    from gnntrain.data import load_dataset
-    from gnntrain.models import SparseAdjacency, edge_weight_values, edge_weights
+    from gnntrain.models import edge_weight_values, edge_weights
 
-    torch.set_num_threads(2)
+    src, dst = _load(folder, "gcn")
+    n = int(max(src.max(), dst.max())) + 1
+    block = dgl.create_block((src, dst), num_src_nodes=n, num_dst_nodes=n)
+    weighted = edge_weight_values(edge_weights("gcn", src, dst, n)).float().unsqueeze(-1)
+    h, grad = torch.randn(n, 128, requires_grad=True), torch.ones(n, 128)
+    ops = {"DGL copy_u_sum, no row scales (DGL stack; baseline)": lambda: dgl.ops.copy_u_sum(block, h),
+           "DGL u_mul_e_sum, edge-weighted (DGL stack)": lambda: dgl.ops.u_mul_e_sum(block, h, weighted)}
+    return _time_ops(ops, h, grad, reps)
 
-    data = load_dataset(compose(_kernel_graph(n)))
-    src, dst = data.edges(True)
-    w = edge_weights("gcn", src, dst, data.num_nodes)
-    block = dgl.create_block((src, dst), num_src_nodes=data.num_nodes, num_dst_nodes=data.num_nodes)
-    weighted = edge_weight_values(w).float().unsqueeze(-1)
-    h = torch.randn(data.num_nodes, 128, requires_grad=True)
-    grad = torch.ones(data.num_nodes, 128)
-    adjs = {k: SparseAdjacency(dst, src, w, data.num_nodes, data.num_nodes, kernel=k) for k in ("dgl", "torch")}
-    ops = {"DGL copy_u_sum (unweighted, baseline)": lambda: dgl.ops.copy_u_sum(block, h),
-           "gnntrain kernel=dgl (row scales + copy_u_sum)": lambda: adjs["dgl"].spmm(h),
-           "gnntrain kernel=torch (row scales + torch CSR)": lambda: adjs["torch"].spmm(h),
-           "DGL u_mul_e_sum (edge-weighted; gnntrain before)": lambda: dgl.ops.u_mul_e_sum(block, h, weighted)}
-    times = {name: [] for name in ops}
-    for op in ops.values():  # one warm-up each (builds the CSR pair / DGL formats)
+
+def _spmm_gnntrain(folder: str, reps: int) -> Dict[str, List[float]]:
+    """Default stack: gnntrain's aggregation (both GCN row scales) per kernel, forward+backward."""
+    _setup("gnntrain")
+    import torch
+
+    from gnntrain.models import SparseAdjacency, edge_weights
+
+    src, dst = _load(folder, "gcn")
+    n = int(max(src.max(), dst.max())) + 1
+    w = edge_weights("gcn", src, dst, n)
+    adjs = {k: SparseAdjacency(dst, src, w, n, n, kernel=k) for k in ("native", "torch")}
+    h, grad = torch.randn(n, 128, requires_grad=True), torch.ones(n, 128)
+    ops = {"gnntrain kernel=native (both row scales fused)": lambda: adjs["native"].spmm(h),
+           "gnntrain kernel=torch (row scales + torch CSR)": lambda: adjs["torch"].spmm(h)}
+    return _time_ops(ops, h, grad, reps)
+
+
+def _time_ops(ops, h, grad, reps: int) -> Dict[str, List[float]]:
+    for op in ops.values():  # one warm-up each (builds the CSR pair / DGL formats, compiles numba)
         op().backward(grad)
+    times: Dict[str, List[float]] = {name: [] for name in ops}
     for _ in range(reps):
         for name, op in ops.items():
             h.grad = None
             start = time.perf_counter()
             op().backward(grad)
             times[name].append(time.perf_counter() - start)
-    return {"times": times, "edges": int(src.numel()), "nodes": data.num_nodes}
+    return times
 
 
-def _kernels_epoch(candidate: str, n: int, epochs: int, dropout: float) -> dict:
-    """One candidate's epoch times and process peak memory: ``gnntrain-gcn|sage`` (mode=single) or
-    ``dgl-gcn|sage`` (a plain DGL loop: 3 GraphConv norm='both' / SAGEConv 'mean' layers, hidden 128,
-    relu, nn.Dropout, Adam) on the same generated graph; run in a fresh process."""
-    import tempfile
-
+def _epoch(candidate: str, folder: str, n: int, epochs: int) -> dict:
+    """One candidate's epoch times and process peak RSS: ``gnntrain-gcn|sage`` (mode=single), or a plain
+    ``dgl-…`` / ``pyg-…`` loop (3 GraphConv norm='both' / GCNConv, or SAGEConv mean; hidden 128, relu,
+    Adam), each on its own stack, in a fresh process."""
     system, model = candidate.split("-")
-    if system == "dgl":  # a user's script: torch's default page policy (gnntrain's import would set THP)
-        os.environ["THP_MEM_ALLOC_ENABLE"] = "0"
+    _setup(system)
     import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
 
-    import gnntrain  # noqa: F401  (first: sets THP_MEM_ALLOC_ENABLE=1 unless the candidate set it)
-
-    assert os.environ["THP_MEM_ALLOC_ENABLE"] == ("0" if system == "dgl" else "1")
-    torch.set_num_threads(2)
-    system = "dgl" if system == "dgl+thp" else system
-    graph = _kernel_graph(n)
-    common = [f"model={model}", "model.layers=3", "model.hidden=128", f"model.dropout={dropout}"]
     if system == "gnntrain":
         from gnntrain.launch import run_training
         from gnntrain.plan import build_plan
 
+        common = [f"model={model}", "model.layers=3", "model.hidden=128", "model.dropout=0", "mode=single",
+                  f"train.epochs={epochs}", f"train.eval_every={epochs}", "train.progress=false"]
         with tempfile.TemporaryDirectory() as tmp:
-            plan = build_plan(compose(graph + common + ["mode=single", f"train.epochs={epochs}",
-                                                        f"train.eval_every={epochs}", "train.progress=false"]))
+            plan = build_plan(compose(_kernel_graph(n) + common))
             s = run_training(plan, Path(tmp))
-        return {"times": s["epoch_time_s"], "peak": vm_hwm(), "kernel": plan.kernel, "note": plan.kernel_note,
-                "spmm_calls": s.get("spmm_calls")}
-    import dgl
-    import dgl.nn as dglnn
-    import torch.nn as nn
-    import torch.nn.functional as F
+        return {"times": s["epoch_time_s"], "peak": vm_hwm(), "kernel": plan.kernel, "note": plan.kernel_note}
+    import numpy as np
 
-    from gnntrain.data import load_dataset
+    features = torch.from_numpy(np.load(Path(folder) / "features.npy"))
+    labels = torch.from_numpy(np.load(Path(folder) / "labels.npy"))
+    train_mask = torch.from_numpy(np.load(Path(folder) / "train_mask.npy"))
+    dims = [features.shape[1], 128, 128, int(labels.max()) + 1]
+    if system == "dgl":
+        import dgl
+        import dgl.nn as dglnn
 
-    cfg = compose(graph + common)
-    data = load_dataset(cfg)
-    src, dst = data.edges(bool(cfg.model.self_loop))
-    g = dgl.graph((src, dst), num_nodes=data.num_nodes)
-    features, labels, train_mask = data.features, data.labels, data.masks["train"]
-    dims = [features.shape[1], 128, 128, data.num_classes]
-    if model == "gcn":
-        layers = [dglnn.GraphConv(a, b, norm="both") for a, b in zip(dims[:-1], dims[1:])]
-    else:
-        layers = [dglnn.SAGEConv(a, b, "mean") for a, b in zip(dims[:-1], dims[1:])]
-    net, drop = nn.ModuleList(layers), nn.Dropout(dropout)
+        src, dst = _load(folder, model)
+        graph = dgl.graph((src, dst), num_nodes=features.shape[0])
+        conv = (lambda a, b: dglnn.GraphConv(a, b, norm="both")) if model == "gcn" else \
+            (lambda a, b: dglnn.SAGEConv(a, b, "mean"))
+    else:  # PyG's own full-graph examples: GCNConv adds the self-loops and caches its normalisation
+        from torch_geometric.nn import GCNConv, SAGEConv
+
+        graph = torch.stack(_load(folder, "sage"))
+        conv = (lambda a, b: GCNConv(a, b, cached=True)) if model == "gcn" else (lambda a, b: SAGEConv(a, b, "mean"))
+    net = nn.ModuleList([conv(a, b) for a, b in zip(dims[:-1], dims[1:])])
     opt = torch.optim.Adam(net.parameters(), lr=1e-2, weight_decay=5e-4)
     times = []
     for _ in range(epochs):
         start = time.perf_counter()
         h = features
         for i, layer in enumerate(net):
-            if i:
-                h = drop(torch.relu(h))
-            h = layer(g, h)
+            h = torch.relu(h) if i else h
+            h = layer(graph, h) if system == "dgl" else layer(h, graph)  # DGL: (graph, x); PyG: (x, edge_index)
         loss = F.cross_entropy(h[train_mask], labels[train_mask])
         opt.zero_grad()
         loss.backward()
@@ -115,66 +163,76 @@ def _kernels_epoch(candidate: str, n: int, epochs: int, dropout: float) -> dict:
     return {"times": times, "peak": vm_hwm()}
 
 
+def _run(candidate: str, *args):
+    """A candidate in a fresh process of its stack: DGL's in .venv-dgl, the others here."""
+    if candidate.startswith("dgl"):
+        return in_other_python(dgl_python(), globals()[candidate.split(":")[1]], *args)
+    return in_fresh_process(globals()[candidate.split(":")[1]], *args)
+
+
 @suite("kernels")
 def suite_kernels(quick: bool) -> SuiteResult:
-    """Issue #17's comparison: the SpMM alone, then whole epochs of mode=single against plain DGL
-    GraphConv / SAGEConv loops on the same 300k-node graph (2 threads), each run in its own process."""
+    """Issue #37's comparison on the current stack: the SpMM alone, then whole epochs of mode=single
+    against plain DGL (DGL stack) and PyG (default stack) loops on one 300k-node graph, 2 threads."""
+    if dgl_python() is None:
+        raise SystemExit("the kernels suite needs the DGL stack for its DGL peer: make venv-dgl")
     n, reps, epochs = (30000, 2, 4) if quick else (300000, 3, 6)
-    spmm = in_fresh_process(_kernels_spmm, n, 3)
     rows = []
-    base = statistics.median(next(iter(spmm["times"].values())))
-    for name, t in spmm["times"].items():
-        rows.append([f"SpMM fwd+bwd, width 128: {name}", f"{statistics.median(t) * 1e3:.0f}",
-                     f"{min(t) * 1e3:.0f}-{max(t) * 1e3:.0f}", f"{statistics.median(t) / base:.2f}", "", "", ""])
-    runs = {}
-    for dropout in (0.0, 0.5):
-        systems = ("dgl", "dgl+thp", "gnntrain") if dropout == 0 else ("dgl", "gnntrain")
-        names = [f"{system}-{model}" for model in ("gcn", "sage") for system in systems]
-        out = {name: [] for name in names}
-        for _ in range(reps):  # interleaved repetitions, each candidate in a fresh process
+    with tempfile.TemporaryDirectory() as folder:
+        sizes = in_fresh_process(_export_graph, n, folder)
+        spmm: Dict[str, List[float]] = {}
+        for _ in range(reps):  # the two stacks' SpMM processes alternate
+            for candidate in ("dgl:_spmm_dgl", "here:_spmm_gnntrain"):
+                for name, t in _run(candidate, folder, 2).items():
+                    spmm.setdefault(name, []).extend(t)
+        base = statistics.median(next(iter(spmm.values())))
+        for name, t in spmm.items():
+            goal = "<= 1.0 " + ("(met)" if statistics.median(t) <= base else "(MISSED)") if "native" in name else ""
+            rows.append([f"SpMM fwd+bwd, width 128: {name}", f"{statistics.median(t) * 1e3:.0f}",
+                         f"{min(t) * 1e3:.0f}-{max(t) * 1e3:.0f}", f"{statistics.median(t) / base:.2f}", goal, "", ""])
+        names = [f"{system}-{model}" for model in ("gcn", "sage") for system in ("dgl", "pyg", "gnntrain")]
+        runs: Dict[str, List[dict]] = {name: [] for name in names}
+        for _ in range(reps):  # interleaved repetitions, each candidate in a fresh process of its stack
             for name in names:
-                out[name].append(in_fresh_process(_kernels_epoch, name, n, epochs, dropout))
-        runs[dropout] = out
-        for model in ("gcn", "sage"):
-            peer = [statistics.median(r["times"][1:]) for r in out[f"dgl-{model}"]]
-            ours = [statistics.median(r["times"][1:]) for r in out[f"gnntrain-{model}"]]
-            peer_mem = statistics.median(r["peak"] for r in out[f"dgl-{model}"])
-            our_mem = statistics.median(r["peak"] for r in out[f"gnntrain-{model}"])
-            ratio, mem_ratio = statistics.median(ours) / statistics.median(peer), our_mem / peer_mem
-            kernel = out[f"gnntrain-{model}"][0]["kernel"]
-            tag = f"{model.upper()}, dropout {dropout}"
-            rows.append([f"epoch, {tag}: plain DGL loop (baseline)", f"{statistics.median(peer) * 1e3:.0f}",
-                         f"{min(peer) * 1e3:.0f}-{max(peer) * 1e3:.0f}", "1.00", "",
-                         f"{peer_mem / 2**30:.2f}", ""])
-            goal = "" if dropout else "<= 1.0 " + ("(met)" if ratio <= 1.0 else "(MISSED)")
-            mem_goal = "" if dropout else "<= 1.1 " + ("(met)" if mem_ratio <= 1.1 else "(MISSED)")
-            if f"dgl+thp-{model}" in out:
-                alt = [statistics.median(r["times"][1:]) for r in out[f"dgl+thp-{model}"]]
-                alt_mem = statistics.median(r["peak"] for r in out[f"dgl+thp-{model}"])
-                rows.append([f"epoch, {tag}: plain DGL loop with gnntrain's huge pages (information)",
-                             f"{statistics.median(alt) * 1e3:.0f}", f"{min(alt) * 1e3:.0f}-{max(alt) * 1e3:.0f}",
-                             f"{statistics.median(alt) / statistics.median(peer):.2f}", "",
-                             f"{alt_mem / 2**30:.2f}", ""])
-            rows.append([f"epoch, {tag}: gnntrain mode=single (kernel {kernel})",
-                         f"{statistics.median(ours) * 1e3:.0f}", f"{min(ours) * 1e3:.0f}-{max(ours) * 1e3:.0f}",
-                         f"{ratio:.2f}", goal, f"{our_mem / 2**30:.2f} ({mem_ratio:.2f}x)", mem_goal])
-    note = runs[0.0]["gnntrain-gcn"][0]["note"]
-    calls = runs[0.0]["gnntrain-gcn"][0]["spmm_calls"]
+                runs[name].append(_run(f"{name.split('-')[0]}:_epoch", name, folder, n, epochs))
+    med = {name: statistics.median(statistics.median(r["times"][1:]) for r in rs) for name, rs in runs.items()}
+    peak = {name: statistics.median(r["peak"] for r in rs) for name, rs in runs.items()}
+    goals = {("gcn", "dgl"): 0.8, ("sage", "dgl"): 0.9, ("gcn", "pyg"): 0.8, ("sage", "pyg"): 0.8}
+    for model in ("gcn", "sage"):
+        ours = f"gnntrain-{model}"
+        for peer in ("dgl", "pyg"):
+            p = f"{peer}-{model}"
+            stack = "DGL stack" if peer == "dgl" else "default stack"
+            rows.append([f"epoch, {model.upper()}: plain {peer.upper()} loop ({stack}; baseline)",
+                         f"{med[p] * 1e3:.0f}", _spread(runs[p]), "1.00", "", f"{peak[p] / 2**30:.2f}", ""])
+        ratios = [f"{med[ours] / med[f'{peer}-{model}']:.2f} vs {peer.upper()}" for peer in ("dgl", "pyg")]
+        met = [med[ours] / med[f"{peer}-{model}"] <= goals[(model, peer)] for peer in ("dgl", "pyg")]
+        mem = [peak[ours] / peak[f"{peer}-{model}"] for peer in ("dgl", "pyg")]
+        rows.append([f"epoch, {model.upper()}: gnntrain mode=single (kernel {runs[ours][0]['kernel']}; default stack)",
+                     f"{med[ours] * 1e3:.0f}", _spread(runs[ours]), "; ".join(ratios),
+                     f"<= {goals[(model, 'dgl')]} / {goals[(model, 'pyg')]} "
+                     + ("(met)" if all(met) else "(MISSED)"),
+                     f"{peak[ours] / 2**30:.2f} ({mem[0]:.2f}x / {mem[1]:.2f}x)",
+                     "<= 1.1 " + ("(met)" if max(mem) <= 1.1 else "(MISSED)")])
     return SuiteResult(
-        title=f"kernels: SpMM and mode=single vs plain DGL loops (csbm {spmm['nodes']} nodes, "
-              f"{spmm['edges']} edges incl. self-loops, feat 128, 3 layers, hidden 128, 2 threads, float32)",
+        title=f"kernels: SpMM and mode=single vs plain DGL and PyG loops (csbm {sizes['nodes']} nodes, "
+              f"{sizes['edges_gcn']} edges incl. self-loops, feat 128, 3 layers, hidden 128, {THREADS} threads, "
+              "float32)",
         columns=["candidate", "median (ms)", "min-max over reps (ms)", "ratio", "goal", "process peak RSS (GiB)",
                  "memory goal"],
         rows=rows,
-        notes=f"SpMM rows: 3 interleaved repetitions in one process (2 threads, huge pages on as in a "
-              f"gnntrain rank, so both sides share the page policy). Epoch rows: {reps} interleaved repetitions, "
-              f"each candidate in a fresh process (generation included in its peak RSS, VmHWM), {epochs} "
-              "epochs, median epoch with the first dropped; the table gives the median over repetitions. "
-              "gnntrain's epoch is forward+backward+step as in the DGL loop (evaluation only at the end, "
-              f"outside the timed epochs). The plan's kernel choice: {note}. SpMMs by path in the gnntrain GCN "
-              f"run: {calls}. Both use the same edges (self-loops for GCN, none for SAGE, as gnntrain's "
-              "model configs). The baseline DGL loop runs with torch's default 4 KiB pages, as a user's "
-              "script would; gnntrain sets THP_MEM_ALLOC_ENABLE=1 (transparent huge pages for tensors of "
-              "2 MiB and more, gnntrain/__init__.py). The 'with gnntrain's huge pages' row is the same DGL "
-              "loop with that setting, to separate its share of the difference.",
+        notes=f"Two stacks in one suite run: DGL's candidates run in .venv-dgl (Python 3.11, torch 2.2.1, DGL 2.1), "
+              "the others in the default venv (newest Python and torch, PyG, numba). SpMM rows: "
+              f"{reps} alternating processes per stack, 2 timed calls each after a warm-up. Epoch rows: {reps} "
+              f"interleaved repetitions, each candidate in a fresh process, {epochs} epochs, median epoch with the "
+              "first dropped, then the median over repetitions; peak RSS is the process's VmHWM (graph loading "
+              "included). Dropout 0 on every side. All read the same graph (gnntrain's csbm, exported as .npy; "
+              "self-loops for GCN, as gnntrain's config; PyG's GCNConv adds them itself, cached=True as in PyG's "
+              "examples). Every process sets gnntrain's page policy (transparent huge pages for large tensors). "
+              f"The plan's kernel choice: {runs['gnntrain-gcn'][0]['note']}.",
     )
+
+
+def _spread(runs: List[dict]) -> str:
+    values = [statistics.median(r["times"][1:]) for r in runs]
+    return f"{min(values) * 1e3:.0f}-{max(values) * 1e3:.0f}"
