@@ -73,7 +73,14 @@ def test_cora_has_dgl_standard_shape(cache_dir):
     data = load_dataset(compose(CORA + [f"cache_dir={cache_dir}"]))
     assert (data.num_nodes, data.num_edges, data.feat_dim, data.num_classes) == (2708, 10556, 1433, 7)
     assert [int(m.sum()) for m in (data.train_mask, data.val_mask, data.test_mask)] == [140, 500, 1000]
-    g = data.graph(self_loop=True)
+    src, dst = data.edges(True)
+    assert src.numel() == 10556 + 2708 and bool((src == dst).sum() == 2708)
+
+
+@pytest.mark.dgl
+@requires_shared
+def test_cora_as_a_dgl_graph(cache_dir):
+    g = load_dataset(compose(CORA + [f"cache_dir={cache_dir}"])).graph(self_loop=True)
     assert g.num_edges() == 10556 + 2708 and "feat" in g.ndata
 
 

@@ -47,6 +47,25 @@ def test_every_kernel_equals_the_dense_product(kernel, model, dtype):
     torch.testing.assert_close(h.grad, expected_grad, rtol=tol, atol=tol)
 
 
+def test_native_kernel_gives_the_same_bits_at_any_thread_count():
+    """Each destination row is summed in CSR order by one thread: 1 and 2 threads agree bit for bit,
+    forward and backward (the sum over rows of a parallel reduction would not)."""
+    src, dst, n_src = _graph(n=3000, e=60000)
+    adj = SparseAdjacency(dst, src, edge_weights("gcn", src, dst, 3000), 3000, n_src, kernel="native")
+    previous = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            h = torch.randn(n_src, 33, generator=torch.Generator().manual_seed(1), requires_grad=True)
+            out = adj.spmm(h)
+            out.backward(torch.ones_like(out))
+            results.append((out.detach(), h.grad))
+    finally:
+        torch.set_num_threads(previous)
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+
+
 def test_native_kernel_skips_the_transpose_product_for_inputs_without_grad(monkeypatch):
     """The first layer's features need no gradient: the backward runs no SpMM over the transpose."""
     from gnntrain.models import _native

@@ -31,8 +31,14 @@ EdgeSet = Set[Tuple[int, int]]
 
 # --------------------------------------------------------------------------- helpers
 
-def _load(name: str, data_dir: Path, cache_dir: Path):
-    return load_dataset(compose([f"dataset={name}", f"data_dir={data_dir}", f"cache_dir={cache_dir}"]))
+def _load(name: str, data_dir: Path, cache_dir: Path, reader: str = "auto"):
+    return load_dataset(compose([f"dataset={name}", f"data_dir={data_dir}", f"cache_dir={cache_dir}",
+                                 f"dataset.reader={reader}"]))
+
+
+# each reader builds its own link farm: (reader, the farm root under the cache, Reddit's farm folder)
+FARMS = [pytest.param(("dgl", "dgl", DGL_SOURCES["reddit"].folder()), marks=pytest.mark.dgl, id="dgl"),
+         pytest.param(("pyg", "pyg", "Reddit"), id="pyg")]
 
 
 def _edge_set(data) -> EdgeSet:
@@ -304,15 +310,17 @@ def test_a_data_dir_that_does_not_exist_is_an_error_naming_it(tmp_path):
     assert f"data_dir={missing} does not exist" in str(err.value)
 
 
-def test_same_files_in_two_folders_share_one_processed_cache(tmp_path):
+@pytest.mark.parametrize("farm", FARMS)
+def test_same_files_in_two_folders_share_one_processed_cache(tmp_path, farm):
     """The farm is keyed by the raw files' content: a copy elsewhere reuses it, other content does not."""
+    reader, root, _ = farm
     a, b, c, cache = tmp_path / "a", tmp_path / "b", tmp_path / "c", tmp_path / "cache"
     write_reddit(a)
     write_reddit(b)
     write_reddit(c, feature_offset=1.0)
     for folder in (a, b, c):
-        _load("reddit", folder, cache)
-    roots = [p for p in (cache / "dgl").iterdir() if p.is_dir()]
+        _load("reddit", folder, cache, reader)
+    roots = [p for p in (cache / root).iterdir() if p.is_dir()]
     assert len(roots) == 2
 
 
@@ -340,17 +348,19 @@ def test_concurrent_loads_of_one_new_dataset_share_one_farm(tmp_path):
         assert outs[0][0] == outs[1][0]
 
 
-def test_loading_waits_for_the_farm_lock(tmp_path):
+@pytest.mark.parametrize("farm", FARMS)
+def test_loading_waits_for_the_farm_lock(tmp_path, farm):
     """A load does not touch a farm another process is building: it waits for the farm's lock."""
     import threading
 
     from gnntrain.atomic import file_lock
 
+    reader, root, folder = farm
     data_dir, cache = tmp_path / "a", tmp_path / "cache"
     write_reddit(data_dir)
     done = threading.Event()
-    with file_lock(cache / "dgl" / f".{DGL_SOURCES['reddit'].folder()}.lock"):
-        worker = threading.Thread(target=lambda: (_load("reddit", data_dir, cache), done.set()))
+    with file_lock(cache / root / f".{folder}.lock"):
+        worker = threading.Thread(target=lambda: (_load("reddit", data_dir, cache, reader), done.set()))
         worker.start()
         assert not done.wait(timeout=2.0), "the load ran while another holder had the farm lock"
     worker.join(timeout=120)

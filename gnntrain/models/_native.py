@@ -24,16 +24,27 @@ ROWS_PER_TASK = 64  # destination rows per parallel task: one accumulator alloca
 
 
 @functools.lru_cache(maxsize=None)
-def _kernels():
-    """The compiled (unweighted, weighted) row loops; numba is imported on the first call."""
+def _kernels(parallel: bool = True):
+    """The compiled (unweighted, weighted) row loops, threaded or serial; numba is imported on the
+    first call. The serial pair serves one-thread ranks: no thread pool that could spin beside the
+    other ranks' threads."""
+    import os
+
+    # numba's pool is sized once, at import: no larger than this process's torch threads
+    os.environ.setdefault("NUMBA_NUM_THREADS", str(max(1, torch.get_num_threads())))
     import numba
     from numba import njit, prange
 
     # fastmath lets LLVM vectorize the feature loop and contract a·b+c into FMAs; it never reorders
     # the sum over a row's edges (a loop-carried store), so the result does not depend on threads.
-    options = dict(parallel=True, fastmath=True, boundscheck=False, nogil=True, cache=True)
+    options = dict(parallel=parallel, fastmath=True, boundscheck=False, nogil=True, cache=True)
 
-    @njit(**options)
+    def compiled(fn):
+        if not parallel:  # numba names its on-disk cache by qualname: the serial pair gets its own files
+            fn.__qualname__ += "_serial"
+        return njit(**options)(fn)
+
+    @compiled
     def scaled_spmm(indptr, indices, src_scale, dst_scale, h, out):  # pragma: no cover - compiled
         rows, width = out.shape
         for task in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
@@ -49,7 +60,7 @@ def _kernels():
                 for k in range(width):
                     out[v, k] = acc[k] * d
 
-    @njit(**options)
+    @compiled
     def weighted_spmm(indptr, indices, values, h, out):  # pragma: no cover - compiled
         rows, width = out.shape
         for task in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
@@ -124,29 +135,33 @@ def _csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int, num_cols: int,
             None if values is None else values[order].contiguous())
 
 
-def _run(kernel, *args) -> None:
-    """Call a compiled loop with numba's threads set to torch's (so ranks never oversubscribe)."""
-    numba = _kernels()[0]
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
-    kernel(*args)
+def _compiled() -> tuple:
+    """(scaled, weighted) loops for this process's torch threads: numba's threads follow torch's, so
+    ranks never oversubscribe; one thread takes the serial pair."""
+    threads = max(1, torch.get_num_threads())
+    if threads == 1:
+        return _kernels(False)[1:]
+    numba = _kernels(True)[0]
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    return _kernels(True)[1:]
 
 
 def _product(csr: tuple, x: torch.Tensor, rows: int, row_scale: Optional[torch.Tensor],
              col_scale: Optional[torch.Tensor]) -> torch.Tensor:
     """row_scale ⊙ (A · (col_scale ⊙ x)) for the CSR ``A`` (scales None: ones)."""
-    _, scaled_spmm, weighted_spmm = _kernels()
+    scaled_spmm, weighted_spmm = _compiled()
     x = x.detach().contiguous()
     out = torch.empty(rows, x.shape[1], dtype=x.dtype)
     indptr, indices, values = csr
     if values is not None:
-        _run(weighted_spmm, indptr, indices, values, x.numpy(), out.numpy())
+        weighted_spmm(indptr, indices, values, x.numpy(), out.numpy())
         return out
     ones = None
     if row_scale is None or col_scale is None:
         ones = torch.ones(max(rows, x.shape[0]), dtype=x.dtype)
     col = (ones[: x.shape[0]] if col_scale is None else col_scale).numpy()
     row = (ones[:rows] if row_scale is None else row_scale).numpy()
-    _run(scaled_spmm, indptr, indices, col, row, x.numpy(), out.numpy())
+    scaled_spmm(indptr, indices, col, row, x.numpy(), out.numpy())
     return out
 
 
