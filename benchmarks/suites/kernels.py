@@ -176,7 +176,7 @@ def suite_kernels(quick: bool) -> SuiteResult:
     against plain DGL (DGL stack) and PyG (default stack) loops on one 300k-node graph, 2 threads."""
     if dgl_python() is None:
         raise SystemExit("the kernels suite needs the DGL stack for its DGL peer: make venv-dgl")
-    n, reps, epochs = (30000, 2, 4) if quick else (300000, 3, 6)
+    n, reps, epochs = (30000, 2, 4) if quick else (300000, 2, 5)
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         sizes = in_fresh_process(_export_graph, n, folder)

@@ -5,8 +5,9 @@ backward is the same kernel over the prebuilt transpose with the two scales swap
 grad_h[u] = src_scale[u] · Σ_{u→v} dst_scale[v] · grad_out[v]. Fusing the two row scales saves the
 two passes over the features that DGL's GraphConv pays around ``copy_u_sum`` (the ``kernels``
 suite, docs/BENCHMARKS.md). Each destination row is summed in CSR order into a per-thread
-accumulator, so a run is deterministic at any thread count. The kernels are compiled on first use
-and cached on disk by numba; numba is imported only here, and only when ``kernel=native`` runs.
+accumulator, four edges per step in a fixed order, so a run is deterministic at any thread count.
+The kernels are compiled on first use and cached on disk by numba; numba is imported only here,
+and only when ``kernel=native`` runs.
 
 Why numba rather than a C++/OpenMP extension: a wheel with no compiler at install, the same
 speed in the ``kernels`` suite (it vectorizes the feature loop like -O3 does), and one source file.
@@ -44,6 +45,8 @@ def _kernels(parallel: bool = True):
             fn.__qualname__ += "_serial"
         return njit(**options)(fn)
 
+    # Four edges per step: four source rows are read at once (more loads in flight on a random gather:
+    # 25-30% faster than one edge per step at width 128 here) and the accumulator is stored once per four.
     @compiled
     def scaled_spmm(indptr, indices, src_scale, dst_scale, h, out):  # pragma: no cover - compiled
         rows, width = out.shape
@@ -51,11 +54,19 @@ def _kernels(parallel: bool = True):
             acc = np.empty(width, dtype=h.dtype)
             for v in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
                 acc[:] = 0
-                for e in range(indptr[v], indptr[v + 1]):
+                e, end = indptr[v], indptr[v + 1]
+                while e + 4 <= end:
+                    u0, u1, u2, u3 = indices[e], indices[e + 1], indices[e + 2], indices[e + 3]
+                    s0, s1, s2, s3 = src_scale[u0], src_scale[u1], src_scale[u2], src_scale[u3]
+                    for k in range(width):
+                        acc[k] += (s0 * h[u0, k] + s1 * h[u1, k]) + (s2 * h[u2, k] + s3 * h[u3, k])
+                    e += 4
+                while e < end:
                     u = indices[e]
                     s = src_scale[u]
                     for k in range(width):
                         acc[k] += s * h[u, k]
+                    e += 1
                 d = dst_scale[v]
                 for k in range(width):
                     out[v, k] = acc[k] * d
@@ -67,11 +78,19 @@ def _kernels(parallel: bool = True):
             acc = np.empty(width, dtype=h.dtype)
             for v in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
                 acc[:] = 0
-                for e in range(indptr[v], indptr[v + 1]):
+                e, end = indptr[v], indptr[v + 1]
+                while e + 4 <= end:
+                    u0, u1, u2, u3 = indices[e], indices[e + 1], indices[e + 2], indices[e + 3]
+                    w0, w1, w2, w3 = values[e], values[e + 1], values[e + 2], values[e + 3]
+                    for k in range(width):
+                        acc[k] += (w0 * h[u0, k] + w1 * h[u1, k]) + (w2 * h[u2, k] + w3 * h[u3, k])
+                    e += 4
+                while e < end:
                     u = indices[e]
                     w = values[e]
                     for k in range(width):
                         acc[k] += w * h[u, k]
+                    e += 1
                 for k in range(width):
                     out[v, k] = acc[k]
 
