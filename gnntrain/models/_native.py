@@ -15,6 +15,7 @@ speed in the ``kernels`` suite (it vectorizes the feature loop like -O3 does), a
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Optional, Tuple
 
 import numpy as np
@@ -98,13 +99,16 @@ def _kernels(parallel: bool = True):
 
 
 def native_version() -> str:
-    """numba's version without importing it ("none" where it is not installed)."""
+    """numba's version (without importing it; "none" where it is not installed) and a digest of this
+    file, so kernel=auto's cached choice is re-measured when the kernel's code changes."""
+    import hashlib
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("numba")
+        numba_version = version("numba")
     except PackageNotFoundError:
-        return "none"
+        numba_version = "none"
+    return f"{numba_version}+{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:8]}"
 
 
 def native_problem() -> Optional[str]:
