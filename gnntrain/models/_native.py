@@ -131,7 +131,6 @@ class NativeCsr:
         self.num_dst, self.num_src = int(num_dst), int(num_src)
         self.forward_csr = _csr(dst.cpu(), src.cpu(), self.num_dst, self.num_src, values)
         self.backward_csr = _csr(src.cpu(), dst.cpu(), self.num_src, self.num_dst, values)
-        self.weighted = values is not None
         self._by_dtype: dict = {}
 
     def _cast(self, csr: tuple, dtype: torch.dtype) -> tuple:
