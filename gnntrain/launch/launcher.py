@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional
 
 from gnntrain.errors import GnnTrainError, Interrupted, PlanError, RankFailure
 from gnntrain.interrupts import FORWARDED, graceful_stop
+from gnntrain.launch.forkserver import rank_threads, start_fork_server, start_method
 from gnntrain.metrics import RunRecorder, build_summary, failed_summary, write_json_atomic
 from gnntrain.models.kernels import SPMM_CALLS
 
@@ -230,17 +231,6 @@ def handshake(plan, comm, rank: int, master_addr: str):
     return hosts, dataclasses.replace(plan, kernel=kernels[0], kernel_note=f"rank 0's choice ({plan.kernel_note})")
 
 
-# Ranks start from a fork server that has torch and gnntrain's modules imported already (each spawned
-# interpreter used to import them again: seconds per rank on a small machine). The server is a fresh
-# interpreter with no threads running, so forking it is safe where forking the launcher would not be.
-PRELOAD = ["torch", "torch.distributed", "gnntrain.launch.launcher", "gnntrain.modes", "gnntrain.comm"]
-
-
-def start_method() -> str:
-    """``forkserver`` (preloaded), or ``GNNTRAIN_START_METHOD=spawn`` for a fresh interpreter per rank."""
-    return os.environ.get("GNNTRAIN_START_METHOD", "forkserver")
-
-
 def _spawned_rank(rank: int, plan, source, environment: Dict[str, str], *args) -> None:
     # a fork server's child has the server's environment: take the launcher's as it was at this start
     os.environ.clear()
@@ -307,6 +297,8 @@ def run_training(plan, run_dir: Path, preflighted: bool = False) -> Dict[str, An
     if identity is not None:
         return _run_external(plan, run_dir, identity)
     try:
+        if plan.world_size > 1:
+            start_fork_server(_omp_threads(plan))
         source, partition, preprocess_s = _shard_source(plan)
         if plan.world_size == 1:
             summary = rank_main(0, plan, source.shards[0], str(run_dir), "127.0.0.1", 0, partition, preprocess_s,
@@ -382,27 +374,21 @@ def _shard_source(plan):
     return ShardSource(shards=prepared.shards), prepared.partition, prepared.preprocess_s
 
 
+def _omp_threads(plan) -> str:
+    return str(max(threads_here(plan.threads_of(r), plan.world_size) for r in range(plan.world_size)))
+
+
 def _spawn_and_watch(plan, source, partition, preprocess_s: float, run_dir: Path, port: int) -> None:
     import torch.multiprocessing as mp
 
     # children get the thread limit at start; the launcher's own environment is left as it was
-    environment = dict(os.environ, OMP_NUM_THREADS=str(max(threads_here(plan.threads_of(r), plan.world_size)
-                                                           for r in range(plan.world_size))),
+    environment = dict(os.environ, OMP_NUM_THREADS=_omp_threads(plan),
                        GNNTRAIN_LAUNCHER_PID=str(os.getpid()))  # a rank's parent is the fork server
     args = (plan, source, environment, str(run_dir), "127.0.0.1", port, partition, preprocess_s)
-    method = start_method()
-    if method == "forkserver":
-        mp.set_forkserver_preload(PRELOAD)  # read when the server starts: the first run of this process
-    saved = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = environment["OMP_NUM_THREADS"]  # a spawned child's, and the server's
-    try:
+    start_fork_server(_omp_threads(plan))
+    with rank_threads(environment["OMP_NUM_THREADS"]):  # a spawned child's
         context = mp.start_processes(_spawned_rank, args=args, nprocs=plan.world_size, join=False,
-                                     start_method=method)
-    finally:
-        if saved is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = saved
+                                     start_method=start_method())
     import signal
 
     received: List[int] = []
