@@ -8,6 +8,7 @@ communication estimates. Sizes come from :mod:`gnntrain.sizing`.
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 from typing import List, Tuple
 
@@ -82,8 +83,11 @@ def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float
             others = [k for k in ("auto", "native", "torch", "dgl") if k != kernel]
             raise PlanError("kernel", f"kernel={kernel}: {problem}.", f"use kernel={' or kernel='.join(others)}")
         return kernel, f"set by kernel={kernel}"
+    # the measurement belongs to the host, not to the data: GNNTRAIN_KERNEL_CACHE_DIR shares it between
+    # runs whose cache_dir differs (jobs with private caches, a test session)
+    cache = os.environ.get("GNNTRAIN_KERNEL_CACHE_DIR") or resolve_cache_dir(cfg)
     try:
-        choice = choose_kernel(device, dtype, threads, avg_degree, width, resolve_cache_dir(cfg))
+        choice = choose_kernel(device, dtype, threads, avg_degree, width, cache)
     except ValueError as exc:
         raise PlanError("kernel", f"{exc}.", "use train.dtype=float32 or float64") from None
     return choice.kernel, choice.describe()

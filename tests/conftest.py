@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -17,6 +18,9 @@ CORA = ["dataset=cora", f"data_dir={SHARED_DGL}"]
 
 os.environ.setdefault("GNNTRAIN_OFFLINE", "1")
 os.environ.setdefault("OUTDATED_IGNORE", "1")
+# kernel=auto measures each shape once per session (in-process runs and CLI runs alike), not once per
+# test's fresh cache_dir; tests of the measurement itself pass their own folder to choose_kernel
+os.environ.setdefault("GNNTRAIN_KERNEL_CACHE_DIR", tempfile.mkdtemp(prefix="gnntrain-test-kernels-"))
 from gnntrain.data.loaders import silence_ogb_version_check  # noqa: E402
 
 silence_ogb_version_check()  # OGB's import would otherwise ask PyPI for a newer version

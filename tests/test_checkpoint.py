@@ -11,7 +11,9 @@ def _final_state(run_dir, epoch):
     return torch.load(run_dir / "checkpoints" / f"epoch_{epoch:06d}.pt", weights_only=True)
 
 
-@pytest.mark.parametrize("mode_args", [["mode=partition", "hardware.ranks_per_node=2"], ["mode=single"],
+# partition is slow (make test-all): test_interrupts' Ctrl-C test kills and resumes the default partition run
+@pytest.mark.parametrize("mode_args", [pytest.param(["mode=partition", "hardware.ranks_per_node=2"],
+                                                    marks=pytest.mark.slow), ["mode=single"],
                                        ["mode=mop", "hardware.ranks_per_node=2"],
                                        # quantization noise is seeded per (rank, epoch), so it replays too
                                        ["mode=supergcn", "mode.bits=2", "mode.label_propagation=0.2",

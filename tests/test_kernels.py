@@ -176,6 +176,25 @@ def test_auto_measures_every_kernel_once_per_shape_and_caches(monkeypatch, tmp_p
         assert kernels.choose_kernel("cpu", "float32", 1, 10.0, 16, tmp_path, probe_nodes=100).kernel == "native"
 
 
+def test_the_kernel_cache_follows_the_environment_over_cache_dir(monkeypatch, tmp_path):
+    """GNNTRAIN_KERNEL_CACHE_DIR holds kernel=auto's measurements for runs whose cache_dir differs."""
+    from conftest import compose
+
+    from gnntrain.plan import resolve_kernel
+
+    monkeypatch.setattr(kernels, "time_kernel", lambda kernel, *args: {"native": 2e-3, "torch": 1e-3}.get(kernel, 1.0))
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("GNNTRAIN_KERNEL_CACHE_DIR", str(shared))
+    for run in ("a", "b"):
+        cfg = compose([f"cache_dir={tmp_path / run}"])
+        assert resolve_kernel(cfg, "cpu", "float32", 1, 10.0, 16)[0] == "torch"
+        assert not (tmp_path / run / "kernels.json").exists()
+    assert (shared / "kernels.json").exists()
+    monkeypatch.delenv("GNNTRAIN_KERNEL_CACHE_DIR")
+    resolve_kernel(compose([f"cache_dir={tmp_path / 'c'}"]), "cpu", "float32", 1, 10.0, 16)
+    assert (tmp_path / "c" / "kernels.json").exists()
+
+
 @pytest.mark.parametrize("degree,width", [(100_000, 128), (4, 4_000_000), (2**20, 2**20)])
 def test_the_kernel_probe_stays_within_its_budget(monkeypatch, degree, width):
     """However dense or wide the planned graph, the probe's graph and features fit a small fixed

@@ -296,12 +296,14 @@ def test_plan_and_partition_print_rows_per_pair(tmp_path, cache_dir):
 
 
 # --------------------------------------------------------------- accuracy
+@pytest.mark.slow
 @requires_shared
 def test_int2_accuracy_on_cora_matches_fp32(train):
     """The paper's setting (3-layer SAGE, hidden 256, dropout 0.5) on Cora, 2 ranks:
     int2 (forward and backward) final test accuracy within 1.0 pp of bits=32,
     as a mean over 3 seeds. At 100 epochs we measured 79.2% vs 78.9%
-    (docs/BENCHMARKS.md); 50 epochs keep this test at about 2 minutes."""
+    (docs/BENCHMARKS.md, suite supergcn_accuracy); 50 epochs take about a minute. Slow (make test-all):
+    test_quantized_training_tracks_fp32 runs the same quantized path in every CI run."""
     base = CORA + ["model=sage", "model.layers=3", "model.hidden=256", "train.epochs=50", "mode=supergcn",
                    "hardware.ranks_per_node=2", "train.eval_every=50"]
     acc = {bits: np.mean([train(base + [f"mode.bits={bits}", f"train.seed={seed}"])["accuracy"]["test"]
