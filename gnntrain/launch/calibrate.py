@@ -40,6 +40,7 @@ from omegaconf import OmegaConf
 
 from gnntrain.config.schema import option_value
 from gnntrain.errors import PlanError
+from gnntrain.launch.forkserver import start_fork_server, start_method
 from gnntrain.sizing import host_cores
 
 COLLECTIVE_SMALL_BYTES = 64
@@ -333,8 +334,9 @@ def rates_under_load(threads: int, ranks: int, device: str, cache_dir, scratch: 
     out_dir = scratch / f"rates-{threads}x{ranks}"
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
+        start_fork_server(str(threads))  # the ranks' fork server: torch imported once, not per probe process
         mp.start_processes(_probe_rank, args=(threads, device, cache_dir, str(out_dir)), nprocs=ranks,
-                           start_method="spawn")
+                           start_method=start_method())
     except Exception as exc:
         raise PlanError("calibrate", f"the rate probes could not run in {ranks} processes "
                         f"({str(exc).strip()[:300]}).", "check that this host can start Python processes (ulimits, "
@@ -404,8 +406,9 @@ def probe_collectives(backend: str, scratch: Path) -> Dict[str, Dict[str, float]
     out_path = scratch / "collectives.json"
     out_path.unlink(missing_ok=True)
     try:
+        start_fork_server("1")
         ctx = mp.start_processes(_collective_rank, args=(_free_port(), backend, str(out_path)), nprocs=2,
-                                 join=False, start_method="spawn")
+                                 join=False, start_method=start_method())
         deadline = time.monotonic() + 2 * PROBE_TIMEOUT_S
         while not ctx.join(timeout=1.0):
             if time.monotonic() > deadline:
