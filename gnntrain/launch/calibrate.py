@@ -4,8 +4,7 @@ The probes (docs/design.md#cost-models), each at every intra-op thread count a p
 can give a rank (cores / ranks, for 1..ranks_per_node ranks), run by that many processes at once so that
 each sees the host as a rank of a busy node does:
 
-* SpMM forward+backward per edge and per edge x column (widths 8 and 128), with the kernel ``kernel=auto``
-  picks;
+* SpMM forward+backward per edge and per edge x column (widths 8 and 128), with ``kernel=auto``'s kernel;
 * GEMM multiply-adds per second;
 * elementwise bytes per second (host memory bandwidth as torch's kernels see it), a hidden layer's
   relu + dropout per element, and rows picked and added back by index per element;
@@ -15,8 +14,8 @@ each sees the host as a rank of a busy node does:
 * per mode, the factor between measured and modelled compute that grows with the graph, on a 40 000-node
   graph (``mode_factor``);
 * host→device bandwidth where the profile's device is CUDA;
-* one 2-rank probe of all_to_all_single, all_reduce and all_gather on the profile's backend: latency from
-  64-byte calls, bandwidth from 4 MiB ones.
+* one 2-rank probe of all_to_all_single, all_reduce and all_gather on the profile's backend (latency from
+  64-byte calls, bandwidth from 4 MiB ones); probe processes fork from the ranks' preloaded server.
 
 The profile is the composed one with ``cost`` filled in, ``host_mem_gbps``/``core_gmacs``/``h2d_gbps``
 replaced by the measurements, written as ``<user config dir>/hardware/<name>.yaml`` (the user config
@@ -27,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
 import platform
 import socket
@@ -312,18 +312,14 @@ def micro_probes(threads: int, device: str, cache_dir) -> Dict[str, Any]:
 
 
 def _probe_rank(rank: int, threads: int, device: str, cache_dir, out_dir: str) -> None:
-    import json
-
     os.environ["OMP_NUM_THREADS"] = str(threads)
     Path(out_dir, f"rates-{rank}.json").write_text(json.dumps(micro_probes(threads, device, cache_dir)))
 
 
 def rates_under_load(threads: int, ranks: int, device: str, cache_dir, scratch: Path) -> Dict[str, Any]:
-    """The rate probes as a rank of a node with ``ranks`` ranks sees them: ``ranks`` processes at ``threads``
-    threads each run them at once (the cores, caches and memory bandwidth are shared in training too, and on a
-    host with SMT siblings one busy core slows the other), averaged; in this process when ``ranks`` is 1."""
-    import json
-
+    """The rate probes as a rank of a ``ranks``-rank node sees them: that many processes at ``threads`` threads
+    run them at once (cores, caches and memory bandwidth are shared in training too; an SMT sibling's busy core
+    slows the other), averaged; in this process when ``ranks`` is 1."""
     import torch.multiprocessing as mp
 
     from gnntrain.models.kernels import choose_kernel
@@ -334,7 +330,7 @@ def rates_under_load(threads: int, ranks: int, device: str, cache_dir, scratch: 
     out_dir = scratch / f"rates-{threads}x{ranks}"
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        start_fork_server(str(threads))  # the ranks' fork server: torch imported once, not per probe process
+        start_fork_server(str(threads))
         mp.start_processes(_probe_rank, args=(threads, device, cache_dir, str(out_dir)), nprocs=ranks,
                            start_method=start_method())
     except Exception as exc:
@@ -356,7 +352,6 @@ def _free_port() -> int:
 
 
 def _collective_rank(rank: int, port: int, backend: str, out_path: str) -> None:
-    import json
     from datetime import timedelta
 
     import torch
@@ -398,9 +393,7 @@ def _collective_rank(rank: int, port: int, backend: str, out_path: str) -> None:
 
 
 def probe_collectives(backend: str, scratch: Path) -> Dict[str, Dict[str, float]]:
-    """The 2-rank probe, in two spawned processes; a PlanError naming the fix when it cannot run."""
-    import json
-
+    """The 2-rank probe, in two processes; a PlanError naming the fix when it cannot run."""
     import torch.multiprocessing as mp
 
     out_path = scratch / "collectives.json"
