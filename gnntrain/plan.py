@@ -85,7 +85,8 @@ def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float
         return kernel, f"set by kernel={kernel}"
     # the measurement belongs to the host, not to the data: GNNTRAIN_KERNEL_CACHE_DIR shares it between
     # runs whose cache_dir differs (jobs with private caches, a test session)
-    cache = os.environ.get("GNNTRAIN_KERNEL_CACHE_DIR") or resolve_cache_dir(cfg)
+    data_cache = resolve_cache_dir(cfg)  # checked either way: a bad cache_dir is a plan error here
+    cache = os.environ.get("GNNTRAIN_KERNEL_CACHE_DIR") or data_cache
     try:
         choice = choose_kernel(device, dtype, threads, avg_degree, width, cache)
     except ValueError as exc:
