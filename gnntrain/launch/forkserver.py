@@ -17,7 +17,6 @@ def start_method() -> str:
     return os.environ.get("GNNTRAIN_START_METHOD", "forkserver")
 
 
-
 @contextmanager
 def rank_threads(threads: str) -> Iterator[None]:
     """OMP_NUM_THREADS for what starts inside (a spawned rank, the fork server); the launcher's own
@@ -45,5 +44,3 @@ def start_fork_server(omp_threads: str) -> None:
     mp.set_forkserver_preload(PRELOAD)  # read when the server starts: the first run of this process
     with rank_threads(omp_threads):
         forkserver.ensure_running()
-
-

@@ -385,7 +385,7 @@ def _spawn_and_watch(plan, source, partition, preprocess_s: float, run_dir: Path
     environment = dict(os.environ, OMP_NUM_THREADS=_omp_threads(plan),
                        GNNTRAIN_LAUNCHER_PID=str(os.getpid()))  # a rank's parent is the fork server
     args = (plan, source, environment, str(run_dir), "127.0.0.1", port, partition, preprocess_s)
-    start_fork_server(_omp_threads(plan))
+    start_fork_server(environment["OMP_NUM_THREADS"])  # a no-op where run_training started it
     with rank_threads(environment["OMP_NUM_THREADS"]):  # a spawned child's
         context = mp.start_processes(_spawned_rank, args=args, nprocs=plan.world_size, join=False,
                                      start_method=start_method())
