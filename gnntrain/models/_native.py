@@ -6,11 +6,11 @@ grad_h[u] = src_scale[u] · Σ_{u→v} dst_scale[v] · grad_out[v]. Fusing the t
 two passes over the features that DGL's GraphConv pays around ``copy_u_sum`` (the ``kernels``
 suite, docs/BENCHMARKS.md). Each destination row is summed in CSR order into a per-thread
 accumulator, four edges per step in a fixed order, so a run is deterministic at any thread count.
-The kernels are compiled on first use and cached on disk by numba; numba is imported only here,
-and only when ``kernel=native`` runs.
+The loops (``_native_loops``) are compiled on first use and cached on disk by numba; numba is
+imported only when ``kernel=native`` runs.
 
 Why numba rather than a C++/OpenMP extension: a wheel with no compiler at install, the same
-speed in the ``kernels`` suite (it vectorizes the feature loop like -O3 does), and one source file.
+speed in the ``kernels`` suite (it vectorizes the feature loop like -O3 does), and two short source files.
 """
 from __future__ import annotations
 
@@ -18,136 +18,31 @@ import functools
 from pathlib import Path
 from typing import Optional, Tuple
 
-import numpy as np
 import torch
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
-ROWS_PER_TASK = 64  # destination rows per parallel task: one accumulator allocation per task
-PREFETCH_EDGES = 8  # how far ahead (in edges) the source rows are prefetched
-CACHE_LINE = 64  # bytes
-
-
-def _prefetch_intrinsic():
-    """``prefetch_line(h, row, offset)``: LLVM's prefetch (read, keep in all cache levels) of the byte
-    ``offset`` of row ``row`` of the 2-D array ``h``; numba has no prefetch of its own."""
-    from llvmlite import ir
-    from numba import types
-    from numba.core import cgutils
-    from numba.extending import intrinsic
-
-    @intrinsic
-    def prefetch_line(typingctx, array, row, offset):
-        def codegen(context, builder, signature, args):
-            array_type, row_type, offset_type = signature.args
-            view = context.make_array(array_type)(context, builder, args[0])
-            row_stride = cgutils.unpack_tuple(builder, view.strides)[0]
-            start = builder.add(builder.mul(context.cast(builder, args[1], row_type, types.intp), row_stride),
-                                context.cast(builder, args[2], offset_type, types.intp))
-            byte = ir.IntType(8).as_pointer()
-            address = builder.gep(builder.bitcast(view.data, byte), [start])
-            i32 = ir.IntType(32)
-            fn = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]), "llvm.prefetch.p0")
-            builder.call(fn, [address, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-            return context.get_dummy_value()
-
-        return types.void(array, row, offset), codegen
-
-    return prefetch_line
 
 
 @functools.lru_cache(maxsize=None)
 def _kernels(parallel: bool = True):
-    """The compiled (unweighted, weighted) row loops, threaded or serial; numba is imported on the
-    first call. The serial pair serves one-thread ranks: no thread pool that could spin beside the
-    other ranks' threads."""
+    """(numba, scaled loop, weighted loop), threaded or serial; numba is imported on the first call.
+    The serial pair serves one-thread ranks: no thread pool that could spin beside the other ranks'
+    threads."""
     import os
 
     # numba's pool is sized once, at import: no larger than this process's torch threads
     os.environ.setdefault("NUMBA_NUM_THREADS", str(max(1, torch.get_num_threads())))
     import numba
-    from numba import njit, prange
 
-    # fastmath lets LLVM vectorize the feature loop and contract a·b+c into FMAs; it never reorders
-    # the sum over a row's edges (a loop-carried store), so the result does not depend on threads.
-    options = dict(parallel=parallel, fastmath=True, boundscheck=False, nogil=True, cache=True)
+    from gnntrain.models import _native_loops as loops
 
-    def compiled(fn):
-        if not parallel:  # numba names its on-disk cache by qualname: the serial pair gets its own files
-            fn.__qualname__ += "_serial"
-        return njit(**options)(fn)
-
-    prefetch_line = _prefetch_intrinsic()
-
-    # The gather of source rows is the cost (random rows, width·itemsize bytes each): each step asks
-    # the memory system for the rows PREFETCH_EDGES edges ahead, so their lines are on the way while
-    # this step adds (30-40% faster than without, at width 128 on a random 300k-node graph here).
-    @njit(inline="always", boundscheck=False)
-    def prefetch_ahead(indices, h, e, row_bytes):  # pragma: no cover - compiled
-        for f in range(e + PREFETCH_EDGES, min(e + PREFETCH_EDGES + 4, indices.shape[0])):
-            u = indices[f]
-            for offset in range(0, row_bytes, CACHE_LINE):
-                prefetch_line(h, u, offset)
-
-    # Four edges per step: four source rows are read at once (more loads in flight on a random gather:
-    # 25-30% faster than one edge per step at width 128 here) and the accumulator is stored once per four.
-    @compiled
-    def scaled_spmm(indptr, indices, src_scale, dst_scale, h, out):  # pragma: no cover - compiled
-        rows, width = out.shape
-        row_bytes = width * h.itemsize
-        for task in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
-            acc = np.empty(width, dtype=h.dtype)
-            for v in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
-                acc[:] = 0
-                e, end = indptr[v], indptr[v + 1]
-                while e + 4 <= end:
-                    prefetch_ahead(indices, h, e, row_bytes)
-                    u0, u1, u2, u3 = indices[e], indices[e + 1], indices[e + 2], indices[e + 3]
-                    s0, s1, s2, s3 = src_scale[u0], src_scale[u1], src_scale[u2], src_scale[u3]
-                    for k in range(width):
-                        acc[k] += (s0 * h[u0, k] + s1 * h[u1, k]) + (s2 * h[u2, k] + s3 * h[u3, k])
-                    e += 4
-                while e < end:
-                    u = indices[e]
-                    s = src_scale[u]
-                    for k in range(width):
-                        acc[k] += s * h[u, k]
-                    e += 1
-                d = dst_scale[v]
-                for k in range(width):
-                    out[v, k] = acc[k] * d
-
-    @compiled
-    def weighted_spmm(indptr, indices, values, h, out):  # pragma: no cover - compiled
-        rows, width = out.shape
-        row_bytes = width * h.itemsize
-        for task in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
-            acc = np.empty(width, dtype=h.dtype)
-            for v in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
-                acc[:] = 0
-                e, end = indptr[v], indptr[v + 1]
-                while e + 4 <= end:
-                    prefetch_ahead(indices, h, e, row_bytes)
-                    u0, u1, u2, u3 = indices[e], indices[e + 1], indices[e + 2], indices[e + 3]
-                    w0, w1, w2, w3 = values[e], values[e + 1], values[e + 2], values[e + 3]
-                    for k in range(width):
-                        acc[k] += (w0 * h[u0, k] + w1 * h[u1, k]) + (w2 * h[u2, k] + w3 * h[u3, k])
-                    e += 4
-                while e < end:
-                    u = indices[e]
-                    w = values[e]
-                    for k in range(width):
-                        acc[k] += w * h[u, k]
-                    e += 1
-                for k in range(width):
-                    out[v, k] = acc[k]
-
-    return numba, scaled_spmm, weighted_spmm
+    return (numba, loops.compile_loop(loops.scaled_spmm, parallel),
+            loops.compile_loop(loops.weighted_spmm, parallel))
 
 
 def native_version() -> str:
-    """numba's version (without importing it; "none" where it is not installed) and a digest of this
-    file, so kernel=auto's cached choice is re-measured when the kernel's code changes."""
+    """numba's version (without importing it; "none" where it is not installed) and a digest of the
+    kernel's two files, so kernel=auto's cached choice is re-measured when the kernel's code changes."""
     import hashlib
     from importlib.metadata import PackageNotFoundError, version
 
@@ -155,7 +50,10 @@ def native_version() -> str:
         numba_version = version("numba")
     except PackageNotFoundError:
         numba_version = "none"
-    return f"{numba_version}+{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:8]}"
+    code = hashlib.sha256()
+    for source in (Path(__file__), Path(__file__).with_name("_native_loops.py")):
+        code.update(source.read_bytes())
+    return f"{numba_version}+{code.hexdigest()[:8]}"
 
 
 def native_problem() -> Optional[str]:
