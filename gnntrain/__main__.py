@@ -1,5 +1,3 @@
-import sys
+from gnntrain.cli import entry
 
-from gnntrain.cli import main
-
-sys.exit(main())
+entry()

@@ -384,6 +384,10 @@ def _help(show: Callable[[], None]) -> int:
 def _hydra(task, args: List[str], prog: str) -> int:
     import hydra
 
+    if task is run_task:  # before the modes' schemas import torch: the server's imports overlap ours
+        from gnntrain.launch.forkserver import start_for_command_line
+
+        start_for_command_line(args)
     import gnntrain.modes  # noqa: F401  (each mode registers its options schema on import)
     from gnntrain.config.schema import register_configs
 
@@ -472,5 +476,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 2
 
 
+def entry() -> None:
+    """The console script (and ``python -m gnntrain``): :func:`main`, then, after a success, leave
+    without interpreter teardown. Tearing torch down takes 0.5-1.5 s that nobody waits for (triton's
+    and dynamo's modules); every output is written and closed by then, and logs and streams are
+    flushed here. A failure leaves the usual way, so anything still open exits as it would."""
+    code = main()
+    if code == 0:
+        import logging
+
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -1,4 +1,16 @@
-"""Launch layer: local spawning, torchrun/SLURM rank identity, watchdog."""
-from gnntrain.launch.launcher import external_identity, find_free_port, preflight, run_training
+"""Launch layer: local spawning, torchrun/SLURM rank identity, watchdog.
+
+The names below load on first use, so ``gnntrain.launch.forkserver`` imports without torch (the CLI
+starts the ranks' fork server before it imports torch)."""
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["external_identity", "find_free_port", "preflight", "run_training"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(importlib.import_module("gnntrain.launch.launcher"), name)
+    raise AttributeError(f"module 'gnntrain.launch' has no attribute {name!r}")
