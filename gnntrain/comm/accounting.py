@@ -32,12 +32,12 @@ class Phase(str, Enum):
     eval = "eval"
 
 
-NOT_TRAFFIC = frozenset({"reused"})
+NOT_TRAFFIC = frozenset({"reused", "disk_read", "disk_write"})  # avoided, or local files
 
 
 # Every kind a mode may record (docs/design.md#byte-accounting), in report order.
 KINDS = ("allreduce", "allgather", "reduce_scatter", "halo_fwd", "halo_bwd", "quant_params", "row_allreduce",
-         "all_to_all_fwd", "all_to_all_bwd", "h2d", "d2h", "peer", "reused", "setup")
+         "all_to_all_fwd", "all_to_all_bwd", "h2d", "d2h", "peer", "reused", "disk_read", "disk_write", "setup")
 
 
 @dataclass

@@ -100,3 +100,7 @@ class RankStrategy:
     def finish(self, result: Dict[str, Any]) -> None:
         """After the last epoch, on every rank (collectives allowed): add the mode's own figures to
         ``result`` (``mode_report``, extra peaks)."""
+
+    def close(self) -> None:
+        """Always, last, also after a failure or an interrupt (no collectives): release what outlives
+        the process otherwise (scratch files)."""

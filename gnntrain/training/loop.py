@@ -24,7 +24,7 @@ from gnntrain.checkpoint import (
     run_checkpointer,
     slurm_restarted,
 )
-from gnntrain.comm.accounting import KINDS, Phase
+from gnntrain.comm.accounting import KINDS, NOT_TRAFFIC, Phase
 from gnntrain.interrupts import STOP
 from gnntrain.models.kernels import SPMM_CALLS
 from gnntrain.modes.strategy import SPLITS, RankStrategy
@@ -37,10 +37,13 @@ def train_rank(mode, shard, ctx: RankContext) -> Dict[str, Any]:
     start = time.perf_counter()
     strategy = mode.strategy(shard, ctx)
     setup_s = time.perf_counter() - start
-    result = EpochLoop(ctx, strategy).run()
-    result.update(run_totals(ctx, setup_s))
-    result["model"] = strategy.model
-    strategy.finish(result)
+    try:
+        result = EpochLoop(ctx, strategy).run()
+        result.update(run_totals(ctx, setup_s))
+        result["model"] = strategy.model
+        strategy.finish(result)
+    finally:
+        strategy.close()
     return result
 
 
@@ -192,14 +195,14 @@ def epoch_record(comm, epoch: int, loss: float, correct: Optional[List[float]], 
     comm_time = ledger.seconds(Phase.train)
     stats = [float(loss)] + list(correct or [])
     totals = comm.reduce_stats(stats + sent)
-    maxima = comm.reduce_stats([float(sum(s for k, s in zip(KINDS, sent) if k != "reused")),
+    maxima = comm.reduce_stats([float(sum(s for k, s in zip(KINDS, sent) if k not in NOT_TRAFFIC)),
                                 epoch_time, comm_time, *stages.values(), float(stop)], op="max")
     stop_any = maxima.pop() > 0  # a stop any rank was asked for (Ctrl-C, SIGTERM), agreed by all
     by_kind = {k: int(v) for k, v in zip(KINDS, totals[len(stats):len(stats) + len(KINDS)]) if v}
     record = {
         "epoch": epoch, "loss": totals[0] / loss_divisor,
         "epoch_time_s": maxima[1],
-        "comm_bytes": int(sum(v for k, v in by_kind.items() if k != "reused")),
+        "comm_bytes": int(sum(v for k, v in by_kind.items() if k not in NOT_TRAFFIC)),
         "comm_by_kind": by_kind, "max_rank_send": int(maxima[0]),
         "time_breakdown_s": {"compute": max(0.0, maxima[1] - maxima[2]), "comm": maxima[2]},
     }

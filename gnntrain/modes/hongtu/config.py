@@ -20,15 +20,17 @@ class HongTuConfig(ModeConfig):
     dedup: str = "p2p+reuse"  # none | p2p | reuse | p2p+reuse
     reorganize: bool = True  # greedy chunk-to-batch assignment and batch order (Algorithm 4), cached
     device_memory: Optional[str] = None  # e.g. "1GiB"; null = the hardware profile's device_memory_gb (0 = no cap)
+    host_budget: Optional[str] = None  # vertex tables one rank keeps in host memory, e.g. "2GiB"; the rest on disk
+    disk_dir: Optional[str] = None  # the disk tier's scratch folder; null = <cache_dir>/disk-tier
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
-def parse_bytes(text: Any) -> int:
+def parse_bytes(text: Any, key: str = "mode.device_memory") -> int:
     """'1GiB', '512MiB', '2GB', '1e9' or a number → bytes."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match.group(2).lower() not in _UNITS:
-        raise PlanError("mode.device_memory", f"cannot read {text!r} as a size.", "write e.g. 1GiB, 512MiB or 2GB")
+        raise PlanError(key, f"cannot read {text!r} as a size.", "write e.g. 1GiB, 512MiB or 2GB")
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])

@@ -12,6 +12,7 @@ from gnntrain.models import SparseAdjacency, hidden_activation, transposed
 from gnntrain.modes.base import RankShard
 from gnntrain.modes.hongtu.arena import DeviceArena, tensor_bytes
 from gnntrain.modes.hongtu.schedule import Step, Sweep, _positions, build_sweep
+from gnntrain.modes.hongtu.tiers import VertexTables
 from gnntrain.modes.staging import HostToDeviceStager
 from gnntrain.partition.chunks import ChunkLayout
 from gnntrain.sizing import DTYPE_BYTES
@@ -23,7 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 class HongTuEngine:
     """One rank's host store, device arena and the layer-major schedule."""
 
-    def __init__(self, shard: RankShard, ctx, family: "ModelFamily", dedup: str, cap: int):
+    def __init__(self, shard: RankShard, ctx, family: "ModelFamily", dedup: str, cap: int,
+                 tables: Optional[VertexTables] = None):
         info = shard.info
         self.layout: ChunkLayout = info["layout"]
         self.batches: np.ndarray = info["batches"]
@@ -38,6 +40,8 @@ class HongTuEngine:
             torch.cuda.reset_peak_memory_stats(self.device)
             allocator_peak = lambda: torch.cuda.max_memory_allocated(self.device)
         self.arena = DeviceArena(cap, allocator_peak)
+        self.tables = tables or VertexTables({}, None)  # the host tier only
+        self.tables.pin = self.pin
         self.clock = StageClock(self.device)
         self.stager = HostToDeviceStager(self.device)
         self.fwd = build_sweep(self.layout, self.batches, self.rank, dedup)
@@ -58,6 +62,8 @@ class HongTuEngine:
             self.topology[c] = (fwd, bwd, v_pos, torch.stack([d_local, s_local]))
         self.rows: Dict[Tuple[str, str], int] = {}  # (direction, kind) → rows of the current pass
         self.rows_last: Dict[Tuple[str, str], int] = {}  # ... of the last training epoch (forward + backward)
+        self.disk: Dict[str, int] = {}  # disk-tier bytes (disk_read, disk_write) of the current pass
+        self.disk_last: Dict[str, int] = {}  # ... of the last training epoch
         self.p = 0.0
         self.device_topology: Optional[Tuple[Tuple[int, int], SparseAdjacency]] = None  # the current chunk's only
         self.acts: List[torch.Tensor] = []
@@ -65,9 +71,16 @@ class HongTuEngine:
         self.masks: List[Optional[torch.Tensor]] = []
 
     # ---------------------------------------------------------- host memory
-    def _host(self, shape, like: torch.Tensor) -> torch.Tensor:
-        out = torch.zeros(shape, dtype=like.dtype)
-        return out.pin_memory() if self.pin else out
+    def _host(self, name: str, shape, like: torch.Tensor) -> torch.Tensor:
+        """A zeroed vertex table on its tier (tiers.VertexTables: host memory, or a mapped file)."""
+        return self.tables.allocate(name, shape, like.dtype)
+
+    def _disk(self, host: torch.Tensor, kind: str, rows: int, width: int) -> None:
+        """Count ``rows`` read from or written to ``host`` when it lives on the disk tier."""
+        if rows and self.tables.holds(host):
+            nbytes = rows * width * self.value_bytes
+            self.comm.record_copy(kind, nbytes, 0.0)
+            self.disk[kind] = self.disk.get(kind, 0) + nbytes
 
     def _local(self, c: int) -> slice:
         v_lo, v_hi = self.layout.rows(c)
@@ -87,6 +100,7 @@ class HongTuEngine:
         start = time.perf_counter()
         out = self.stager.load(host, index)
         self._count(direction, "h2d", out.shape[0], out.shape[1], time.perf_counter() - start)
+        self._disk(host, "disk_read", out.shape[0], out.shape[1])
         return out
 
     def to_host(self, host: torch.Tensor, index, rows: torch.Tensor, direction: str, add: bool) -> None:
@@ -97,6 +111,9 @@ class HongTuEngine:
         if not add:
             host[index] = moved
         self._count(direction, "d2h", rows.shape[0], rows.shape[1], time.perf_counter() - start)
+        if add:  # ⊕-add reads the rows it adds into
+            self._disk(host, "disk_read", rows.shape[0], rows.shape[1])
+        self._disk(host, "disk_write", rows.shape[0], rows.shape[1])
         if add:
             with self.clock.span("host_accumulate"):
                 host.index_add_(0, index, moved) if isinstance(index, torch.Tensor) else host[index].add_(moved)
@@ -126,6 +143,7 @@ class HongTuEngine:
                 kind = "peer"
             else:  # rows straight from the owner's host
                 outgoing = host[step.give_index].to(self.device)
+                self._disk(host, "disk_read", outgoing.shape[0], width)
                 kind = "h2d"
             incoming = self.comm.all_to_all(outgoing, step.give_counts, step.take_counts, kind)
             self._count(direction, kind, step.take_pos.numel(), width, record=False)
@@ -151,6 +169,8 @@ class HongTuEngine:
             else:
                 with self.clock.span("host_accumulate"):
                     host.index_add_(0, step.recv_index, incoming.to("cpu"))
+                self._disk(host, "disk_read", step.recv_index.numel(), width)
+                self._disk(host, "disk_write", step.recv_index.numel(), width)
         if step.flush_rows.numel():
             self.to_host(host, step.flush_rows, acc[step.flush_pos.to(self.device)], direction, add=True)
         return acc
@@ -198,7 +218,7 @@ class HongTuEngine:
 
     def run_forward(self, model, x: torch.Tensor, dropout, training: bool) -> torch.Tensor:
         """Layer-major forward over all batches; returns the host logits of this rank's rows."""
-        self.rows = {}
+        self.rows, self.disk = {}, {}
         self.p = dropout.p if (training and dropout is not None) else 0.0
         layers = list(model.layers)
         self.masks = [None] * (len(layers) + 1)
@@ -212,8 +232,8 @@ class HongTuEngine:
         for layer, layer_mod in enumerate(layers):
             last = layer == len(layers) - 1
             d_out = model.spec.dims[layer + 1]
-            out_host = self._host((x.shape[0], d_out), x)
-            cache_host = (self._host((x.shape[0], model.spec.dims[layer]), x)
+            out_host = self._host("logits" if last else f"act{layer + 1}", (x.shape[0], d_out), x)
+            cache_host = (self._host(f"cache{layer}", (x.shape[0], model.spec.dims[layer]), x)
                           if training and self.family.elementwise else None)
             prev = None
             for step in self.fwd.steps:
@@ -229,6 +249,7 @@ class HongTuEngine:
                 self.to_host(out_host, local, y, "fwd", add=False)
                 if cache_host is not None:
                     self.to_host(cache_host, local, agg, "fwd", add=False)
+                self.tables.release_rows(local.start, local.stop, out_host, cache_host)
                 self.arena.drop("chunk")
                 prev = resident
                 self.arena.rename("fwd_resident", "fwd_resident_prev")
@@ -248,15 +269,20 @@ class HongTuEngine:
             layer_mod = layers[layer]
             last = layer == len(layers) - 1
             want_input_grad = layer > 0
-            grad_host = self._host(self.acts[layer].shape, grad_next) if want_input_grad else None
+            grad_host = self._host(f"grad{layer}", self.acts[layer].shape, grad_next) if want_input_grad else None
+            sequential = [grad_next] + ([self.cache[layer]] if self.family.elementwise else []) + (
+                [self.acts[layer]] if self.family.self_row else [])
             norm = None if last else model.hidden_norm(layer + 1)  # part of this layer's recomputed output
             layer_params = list(layer_mod.parameters()) + ([] if norm is None else list(norm.parameters()))
             index = {id(p): i for i, p in enumerate(params)}
             prev_inputs = prev_sums = None
-            for step in self.bwd.steps:
+            for index_in_sweep, step in enumerate(self.bwd.steps):
                 c = step.chunk
                 local = self._local(c)
                 _, _, v_pos, _ = self.topology[c]
+                if index_in_sweep + 1 < len(self.bwd.steps):  # the next chunk's own rows, read ahead
+                    ahead = self._local(self.bwd.steps[index_in_sweep + 1].chunk)
+                    self.tables.prefetch_rows(ahead.start, ahead.stop, *sequential)
                 self.arena.hold("topology", self._topology_bytes(c))
                 g = self.to_device(grad_next, local, "bwd")
                 with torch.enable_grad():
@@ -301,9 +327,10 @@ class HongTuEngine:
                     prev_sums = self.scatter_add(step, self.bwd, grad_host, block, prev_sums, "bwd")
                     self.arena.rename("bwd_grad_sums", "bwd_grad_sums_prev")
                 self.arena.drop("chunk", "grad_block")
+                self.tables.release_rows(local.start, local.stop, *sequential)
             self.arena.drop("bwd_resident_prev", "bwd_grad_sums_prev", "topology")
             grad_next = grad_host
-        self.rows_last = dict(self.rows)
+        self.rows_last, self.disk_last = dict(self.rows), dict(self.disk)
         return sums
 
 

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -19,7 +21,8 @@ from gnntrain.modes.hongtu.arena import tensor_bytes
 from gnntrain.modes.hongtu.config import DEDUP, REORGANIZE_VERSION, HongTuConfig, parse_bytes
 from gnntrain.modes.hongtu.cost import bandwidths, batch_bytes, chunk_working_bytes, cost_model
 from gnntrain.modes.hongtu.engine import HongTuEngine, _HongTuEpoch
-from gnntrain.modes.hongtu.schedule import epoch_traffic
+from gnntrain.modes.hongtu.schedule import disk_traffic, epoch_traffic
+from gnntrain.modes.hongtu.tiers import DISK, VertexTables, assign_tiers, check_free_space, disk_bytes_needed
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partitioner_options
 from gnntrain.partition.cache import PartitionCache, cache_key
@@ -42,6 +45,21 @@ class HongTuMode(Mode):
     def family(self) -> ModelFamily:
         """The configured model's family: what HongTu caches and recomputes depends on it."""
         return model_family(self.settings.model.name, self.settings.model.target)
+
+    def host_budget(self) -> Optional[int]:
+        """mode.host_budget in bytes; None = every vertex table in host memory (no disk tier)."""
+        if self.options.host_budget in (None, ""):
+            return None
+        return parse_bytes(self.options.host_budget, "mode.host_budget")
+
+    def disk_folder(self) -> Path:
+        """Where the disk tier's scratch files go: mode.disk_dir, else <cache_dir>/disk-tier."""
+        if self.options.disk_dir:
+            return Path(self.options.disk_dir).expanduser()
+        return cache_folder(self.settings.cache_dir) / "disk-tier"
+
+    def tiers(self, rows: int, dims: Sequence[int], dtype_bytes: int) -> Dict[str, str]:
+        return assign_tiers(rows, dims, self.family.elementwise, dtype_bytes, self.host_budget())
 
     def device_cap(self) -> int:
         """mode.device_memory, else the hardware profile's device memory; 0 = no cap."""
@@ -79,6 +97,12 @@ class HongTuMode(Mode):
         if n > rows_per_part:
             raise PlanError("mode.chunks", f"{n} chunks per partition, but a partition has about {rows_per_part} "
                             "rows and every chunk needs one.", f"use mode.chunks <= {rows_per_part}")
+        budget = self.host_budget()
+        if budget is not None:  # the disk tier: every rank's files on this node's disk, checked now
+            rows = -(-ctx.num_nodes // ctx.world_size)
+            needed = disk_bytes_needed(rows, ctx.dims, self.tiers(rows, ctx.dims, ctx.dtype_bytes), ctx.dtype_bytes)
+            if needed:
+                check_free_space(self.disk_folder(), needed * ctx.world_size)
         cap = self.device_cap()
         floor = 5 * ctx.param_bytes + 4 * max(ctx.dims) * ctx.dtype_bytes
         if cap and cap < floor:
@@ -134,8 +158,20 @@ class HongTuMode(Mode):
         return {"chunks per partition": int(self.options.chunks) or "auto (smallest n that fits)",
                 "dedup": self.dedup, "reorganize": bool(self.options.reorganize),
                 "device memory": format_bytes(cap) if cap else "no cap (accounted only)",
+                "vertex tables": self._tier_text(ctx),
                 "recompute": ("whole layer (attention)" if not ctx.elementwise
                               else "update only; aggregation cached on host")}
+
+    def _tier_text(self, ctx) -> str:
+        budget = self.host_budget()
+        if budget is None:
+            return "host memory (no mode.host_budget)"
+        rows = -(-ctx.num_nodes // ctx.world_size)
+        tiers = self.tiers(rows, ctx.dims, ctx.dtype_bytes)
+        on_disk = [name for name, tier in tiers.items() if tier == DISK]
+        needed = disk_bytes_needed(rows, ctx.dims, tiers, ctx.dtype_bytes)
+        return (f"host budget {format_bytes(budget)}; on disk: {', '.join(on_disk) or 'none'} "
+                f"({format_bytes(needed)} per rank in {self.disk_folder()})")
 
     # ------------------------------------------------------------ layout
     def _edges(self, data, part):
@@ -187,7 +223,9 @@ class HongTuMode(Mode):
         batches, hit = identity, None
         if bool(self.options.reorganize):
             batches, hit = self._reorganized(layout, data, part, plan)
+        rows = int(np.diff(part.offsets).max())
         return {"layout": layout, "batches": batches, "identity": identity, "device_bytes": need, "cap": cap,
+                "tiers": self.tiers(rows, ctx_dims, b), "tier_rows": rows,
                 "tried": tried, "dims": ctx_dims, "dtype_bytes": b, "reorganize_cache_hit": hit,
                 "edges": (src_n, dst_n, weights)}
 
@@ -214,6 +252,15 @@ class HongTuMode(Mode):
                "estimated_device_bytes": int(chosen["device_bytes"]), "device_memory_cap": int(chosen["cap"])}
         if bool(self.options.reorganize):
             out["rows_per_layer_identity_order"] = transfer_volumes(layout, chosen["identity"])
+        tiers = chosen["tiers"]
+        on_disk = {name for name, tier in tiers.items() if tier == DISK}
+        out["tiers"] = {"host_budget": self.host_budget(), "tables": tiers,
+                        "disk_dir": str(self.disk_folder()) if on_disk else None,
+                        "disk_bytes_per_rank": disk_bytes_needed(chosen["tier_rows"], chosen["dims"], tiers,
+                                                                 chosen["dtype_bytes"]),
+                        "predicted_disk_bytes_per_epoch": disk_traffic(
+                            layout, batches, self.dedup, self.family, list(chosen["dims"]), chosen["dtype_bytes"],
+                            on_disk)}
         if chosen["tried"]:
             out["auto_chunks_tried"] = [{"chunks": n, "device_bytes": int(b)} for n, b in chosen["tried"]]
         return out
@@ -243,6 +290,14 @@ class HongTuMode(Mode):
                              if plan.world_size > 1 else {})
         report["bytes per epoch"] = {**bytes_by_kind,
                                      "total": sum(v for k, v in bytes_by_kind.items() if k not in NOT_TRAFFIC)}
+        tiers = figures["tiers"]
+        if tiers["disk_dir"] is not None:
+            on_disk = [name for name, tier in tiers["tables"].items() if tier == DISK]
+            predicted = tiers["predicted_disk_bytes_per_epoch"]
+            report["disk tier"] = {"tables": ", ".join(on_disk), "folder": tiers["disk_dir"],
+                                   "file bytes per rank": tiers["disk_bytes_per_rank"],
+                                   "read per epoch": predicted["disk_read"],
+                                   "written per epoch": predicted["disk_write"]}
         cap = figures["device_memory_cap"]
         report["estimated peak device bytes"] = (f"{format_bytes(figures['estimated_device_bytes'])} of "
                                                  f"{format_bytes(cap) if cap else 'no cap'}")
@@ -297,8 +352,10 @@ class HongTuStrategy(FullGraphStrategy):
     inputs_on_host = True
 
     def __init__(self, shard: RankShard, ctx, settings: RunSettings, dedup: str, aggregate_first: Optional[bool]):
+        figures = shard.info["figures"]
+        tables = VertexTables(figures["tiers"]["tables"], _scratch(figures["tiers"]["disk_dir"], ctx, shard.rank))
         self.engine = HongTuEngine(shard, ctx, model_family(settings.model.name, settings.model.target), dedup,
-                                   int(shard.info["figures"]["device_memory_cap"]))
+                                   int(figures["device_memory_cap"]), tables)
         self.clock = self.engine.clock
         self.figures = shard.info["figures"]
         self.held_params: Optional[List[torch.nn.Parameter]] = None
@@ -313,6 +370,9 @@ class HongTuStrategy(FullGraphStrategy):
             return _HongTuEpoch.apply(engine, model, x, dropout, *self.held_params)
         return engine.run_forward(model, x, None, training=False)
 
+    def close(self) -> None:
+        self.engine.tables.close()
+
     def finish(self, result: Dict[str, Any]) -> None:
         comm, engine = self.ctx.comm, self.engine
         keys = [(d, k) for d in ("fwd", "bwd") for k in ("h2d", "d2h", "peer", "reused")]
@@ -326,5 +386,19 @@ class HongTuStrategy(FullGraphStrategy):
             "measured_gather_rows_per_layer": {k: rows["fwd"][k] // layers for k in ("h2d", "peer", "reused")},
             "peak_device_arena_bytes": int(peaks[0]),
         })
+        disk = comm.reduce_stats([float(engine.disk_last.get(k, 0)) for k in ("disk_read", "disk_write")])
+        report["tiers"] = dict(report["tiers"], measured_disk_bytes_per_epoch={
+            "disk_read": int(disk[0]), "disk_write": int(disk[1])})
         result["mode_report"] = report
         result["peak_memory_bytes"]["device_arena_max_rank"] = int(peaks[0])
+
+
+def _scratch(folder: Optional[str], ctx, rank: int) -> Optional[Path]:
+    """This rank's disk-tier folder: one per run directory (a resumed run rebuilds it), none without
+    tables on disk."""
+    if folder is None:
+        return None
+    import hashlib
+
+    run = str(Path(ctx.run_dir).resolve()) if ctx.run_dir is not None else f"{ctx.plan.plan_hash}-{os.getpid()}"
+    return Path(folder) / f"run-{hashlib.sha256(run.encode()).hexdigest()[:12]}" / f"rank{rank}"

@@ -3,7 +3,7 @@ each step (HongTu Algorithm 1 with the §5 deduplication)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Set
 
 import numpy as np
 import torch
@@ -174,6 +174,38 @@ def epoch_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "
                 moved[exchange_out] += sent_b * d_in
                 moved["d2h"] += flushed_b * d_in
     return {kind: rows * value_bytes for kind, rows in moved.items()}
+
+
+def disk_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "ModelFamily", dims: List[int],
+                 value_bytes: int, on_disk: Set[str]) -> Dict[str, int]:
+    """Bytes one training epoch reads from and writes to the disk tier, all ranks: the rows of
+    :func:`epoch_traffic` whose host side is a table in ``on_disk`` (names of :mod:`.tiers`; the input
+    features, the logits and their gradient stay on the host). A ⊕-add reads and writes its rows."""
+    p2p, cached, self_row = "p2p" in dedup, model.elementwise, model.self_row
+    layers = len(dims) - 1
+    io = {"disk_read": 0, "disk_write": 0}
+    for rank in range(layout.num_parts):
+        fwd, bwd = (build_sweep(layout, order, rank, dedup) for order in (batches, batches[::-1]))
+        own = int(layout.part_offsets[rank + 1] - layout.part_offsets[rank])
+        loaded_f, given_f = _sweep_rows(fwd, "load_rows", "give_counts")
+        loaded_b, given_b, sent_b, flushed_b = _sweep_rows(bwd, "load_rows", "give_counts", "send_counts",
+                                                           "flush_rows")
+        for layer, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):
+            act_in = f"act{layer}" in on_disk
+            gathered = (loaded_f + (0 if p2p else given_f)) + (0 if cached else loaded_b + (0 if p2p else given_b))
+            io["disk_read"] += (gathered + (own if cached and self_row else 0)) * d_in if act_in else 0
+            if layer + 1 < layers and f"act{layer + 1}" in on_disk:
+                io["disk_write"] += own * d_out
+            if layer + 1 < layers and f"grad{layer + 1}" in on_disk:  # backward reads the output gradient
+                io["disk_read"] += own * d_out
+            if cached and f"cache{layer}" in on_disk:  # written forward, read backward
+                io["disk_write"] += own * d_in
+                io["disk_read"] += own * d_in
+            if layer > 0 and f"grad{layer}" in on_disk:
+                added = flushed_b + (0 if p2p else sent_b)
+                io["disk_read"] += added * d_in
+                io["disk_write"] += added * d_in
+    return {kind: rows * value_bytes for kind, rows in io.items()}
 
 
 def _sweep_rows(sweep: Sweep, *fields: str) -> List[int]:
