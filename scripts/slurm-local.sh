@@ -66,6 +66,9 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$DIR/log/jobcomp.log
 SchedulerType=sched/backfill
+# a test cluster: a pending job whose begin time passed starts within a second, not at the next
+# 30 s backfill pass (the requeued job of the preemption test waited that long)
+SchedulerParameters=bf_interval=1,sched_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
@@ -105,6 +108,9 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$DIR/log/jobcomp.log
 SchedulerType=sched/backfill
+# a test cluster: a pending job whose begin time passed starts within a second, not at the next
+# 30 s backfill pass (the requeued job of the preemption test waited that long)
+SchedulerParameters=bf_interval=1,sched_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2

@@ -101,7 +101,7 @@ def test_sbatch_template_with_two_tasks(slurm_env, tmp_path):
 def test_unreachable_controller_is_one_line(tmp_path):
     """No controller at SLURM_CONF: submitit's error surfaces as one line naming the launcher."""
     conf = tmp_path / "slurm.conf"
-    conf.write_text("ClusterName=nowhere\nSlurmctldHost=localhost\nSlurmctldPort=1\n"
+    conf.write_text("ClusterName=nowhere\nSlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\n"
                     "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=p Nodes=localhost Default=YES\n")
     proc = run_cli(["run", "-m", "hydra/launcher=slurm", "train.epochs=1", f"hydra.sweep.dir={tmp_path}/s"],
                    cwd=tmp_path, timeout=300, env_extra={"SLURM_CONF": str(conf)})
