@@ -22,7 +22,11 @@ def _final_state(run_dir, epoch):
                                         "hardware.ranks_per_node=2"],
                                        # DRM moves shares by measured times, so only static shares replay
                                        ["mode=hyscale", "mode.drm=false", "mode.shares=[0.4,0.6]",
-                                        "mode.fanouts=[5,5]", "mode.batch_size=128"]])
+                                        "mode.fanouts=[5,5]", "mode.batch_size=128"],
+                                       # every vertex table on the disk tier: a killed rank leaves its files,
+                                       # the resumed run rebuilds and then removes them
+                                       pytest.param(["mode=hongtu", "mode.host_budget=0", "hardware.ranks_per_node=2"],
+                                                    marks=pytest.mark.slow)])
 def test_killed_then_resumed_run_is_bit_identical(tmp_path, mode_args):
     common = ["train.epochs=6", "train.checkpoint_every=1", f"cache_dir={tmp_path}/cache", "dataset.num_nodes=600",
               "kernel=torch"] + mode_args  # dropout stays on (0.5): its masks must replay too
@@ -41,6 +45,7 @@ def test_killed_then_resumed_run_is_bit_identical(tmp_path, mode_args):
     for key in fa["model"]:
         assert torch.equal(fa["model"][key], fb["model"][key]), key
     assert (tmp_path / "cut" / "metrics.jsonl").read_text().count("\n") == 6
+    assert not list((tmp_path / "cache" / "disk-tier").rglob("*.bin"))  # hongtu's disk tier: nothing left
 
 
 def test_corrupt_newest_checkpoint_falls_back(tmp_path):
