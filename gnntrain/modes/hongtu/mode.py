@@ -74,8 +74,13 @@ class HongTuMode(Mode):
     def estimate_memory(self, ctx) -> MemoryEstimate:
         """Host memory per rank: HongTu keeps every layer's activations, their gradients and the
         cached aggregates in host memory (§4.1), a full copy of each rather than autograd's working
-        set, plus the device arena, which lives in host memory too on a CPU profile."""
+        set, plus the device arena, which lives in host memory too on a CPU profile. Tables on the disk
+        tier (mode.host_budget) leave host memory: their bytes come off the activations."""
         base = estimate_memory(ctx, self.num_parts(ctx.world_size), activation_factor=2.0)
+        if self.host_budget() is not None:
+            rows = -(-ctx.num_nodes // ctx.world_size)
+            on_disk = disk_bytes_needed(rows, ctx.dims, self.tiers(rows, ctx.dims, ctx.dtype_bytes), ctx.dtype_bytes)
+            base = dataclasses.replace(base, activation_bytes=max(0, base.activation_bytes - on_disk))
         on_host = self.settings.device == "cpu"
         arena = self.device_cap() if on_host else 0
         if on_host and not arena:  # no cap: the arena holds a batch's working set (chunk_working_bytes, unchunked)
