@@ -99,3 +99,16 @@ def test_a_disk_too_small_is_refused_at_plan_time(tmp_path, cache_dir, monkeypat
     assert "\n" not in message
     monkeypatch.undo()
     build_plan(cfg)  # the same plan where the disk has room
+
+
+def test_tables_on_disk_come_off_the_memory_estimate(cache_dir):
+    """The plan's memory check counts only the host tier: a budget of 0 takes every table's bytes off."""
+    from gnntrain.modes.hongtu.tiers import disk_bytes_needed
+
+    base = SMALL + THREE_LAYERS + ["mode=hongtu", f"cache_dir={cache_dir}"]
+    in_memory, on_disk = (build_plan(compose(base + extra)) for extra in ([], ["mode.host_budget=0"]))
+    dims = [128, 16, 16, 7]  # csbm features, hidden, hidden, classes
+    tiers = dict.fromkeys(table_names(3, cached=True), DISK)
+    saved = disk_bytes_needed(200, dims, tiers, 4)  # 400 rows over 2 ranks, float32
+    assert in_memory.memory_per_rank.activation_bytes - on_disk.memory_per_rank.activation_bytes == saved
+    assert "on disk: cache0, cache1, cache2, grad1, grad2, act1, act2" in on_disk.mode_details["vertex tables"]
