@@ -61,6 +61,12 @@ class HongTuMode(Mode):
     def tiers(self, rows: int, dims: Sequence[int], dtype_bytes: int) -> Dict[str, str]:
         return assign_tiers(rows, dims, self.family.elementwise, dtype_bytes, self.host_budget())
 
+    def planned_tiers(self, ctx) -> Tuple[Dict[str, str], int]:
+        """(table -> tier, file bytes) of a rank of ceil(N/m) rows, before the partition is known."""
+        rows = -(-ctx.num_nodes // ctx.world_size)
+        tiers = self.tiers(rows, ctx.dims, ctx.dtype_bytes)
+        return tiers, disk_bytes_needed(rows, ctx.dims, tiers, ctx.dtype_bytes)
+
     def device_cap(self) -> int:
         """mode.device_memory, else the hardware profile's device memory; 0 = no cap."""
         if self.options.device_memory not in (None, "", 0):
@@ -78,8 +84,7 @@ class HongTuMode(Mode):
         tier (mode.host_budget) leave host memory: their bytes come off the activations."""
         base = estimate_memory(ctx, self.num_parts(ctx.world_size), activation_factor=2.0)
         if self.host_budget() is not None:
-            rows = -(-ctx.num_nodes // ctx.world_size)
-            on_disk = disk_bytes_needed(rows, ctx.dims, self.tiers(rows, ctx.dims, ctx.dtype_bytes), ctx.dtype_bytes)
+            on_disk = self.planned_tiers(ctx)[1]
             base = dataclasses.replace(base, activation_bytes=max(0, base.activation_bytes - on_disk))
         on_host = self.settings.device == "cpu"
         arena = self.device_cap() if on_host else 0
@@ -102,10 +107,8 @@ class HongTuMode(Mode):
         if n > rows_per_part:
             raise PlanError("mode.chunks", f"{n} chunks per partition, but a partition has about {rows_per_part} "
                             "rows and every chunk needs one.", f"use mode.chunks <= {rows_per_part}")
-        budget = self.host_budget()
-        if budget is not None:  # the disk tier: every rank's files on this node's disk, checked now
-            rows = -(-ctx.num_nodes // ctx.world_size)
-            needed = disk_bytes_needed(rows, ctx.dims, self.tiers(rows, ctx.dims, ctx.dtype_bytes), ctx.dtype_bytes)
+        if self.host_budget() is not None:  # the disk tier: every rank's files on this node's disk, checked now
+            needed = self.planned_tiers(ctx)[1]
             if needed:
                 check_free_space(self.disk_folder(), needed * ctx.world_size)
         cap = self.device_cap()
@@ -171,10 +174,8 @@ class HongTuMode(Mode):
         budget = self.host_budget()
         if budget is None:
             return "host memory (no mode.host_budget)"
-        rows = -(-ctx.num_nodes // ctx.world_size)
-        tiers = self.tiers(rows, ctx.dims, ctx.dtype_bytes)
+        tiers, needed = self.planned_tiers(ctx)
         on_disk = [name for name, tier in tiers.items() if tier == DISK]
-        needed = disk_bytes_needed(rows, ctx.dims, tiers, ctx.dtype_bytes)
         return (f"host budget {format_bytes(budget)}; on disk: {', '.join(on_disk) or 'none'} "
                 f"({format_bytes(needed)} per rank in {self.disk_folder()})")
 
