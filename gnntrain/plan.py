@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-from typing import List, Tuple
+from typing import Any, Dict, List, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -251,6 +251,13 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         epochs=int(t.epochs), num_parts=num_parts, memory_per_rank=memory, comm_per_epoch=comm,
         mode_details={**mode.details(ctx), "graph per rank": _graph_per_rank(mode_cls, world)},
         warnings=tuple(warnings),
-        config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), reader=reader,
+        config=_with_resolved(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+                              mode.resolved_options(ctx)), reader=reader,
         rank_threads=tuple(rank_threads), prediction=prediction,
     )
+
+
+def _with_resolved(config: Dict[str, Any], mode_options: Dict[str, Any]) -> Dict[str, Any]:
+    """The plan's config with the options the mode resolved at plan time (:meth:`Mode.resolved_options`)."""
+    config["mode"].update(mode_options)
+    return config

@@ -112,3 +112,22 @@ def test_tables_on_disk_come_off_the_memory_estimate(cache_dir):
     saved = disk_bytes_needed(200, dims, tiers, 4)  # 400 rows over 2 ranks, float32
     assert in_memory.memory_per_rank.activation_bytes - on_disk.memory_per_rank.activation_bytes == saved
     assert "on disk: cache0, cache1, cache2, grad1, grad2, act1, act2" in on_disk.mode_details["vertex tables"]
+
+
+def test_unset_budget_comes_from_the_profiles_host_memory(train, cache_dir):
+    """host_budget unset: a profile whose host memory cannot hold every table gets the budget it leaves
+    (resolved into the plan's config); the run puts the rest on disk and stays exact."""
+    base = SMALL + THREE_LAYERS + EXACT + ["mode=hongtu", "hardware.ranks_per_node=1", f"cache_dir={cache_dir}"]
+    roomy, tight = (build_plan(compose(base + extra)) for extra in ([], ["mode.host_budget=0"]))
+    assert roomy.config["mode"]["host_budget"] is None  # all fits: no disk tier
+    gib = (roomy.memory_per_rank.total_bytes + tight.memory_per_rank.total_bytes) / 2 / 2**30
+    plan = build_plan(compose(base + [f"hardware.host_memory_gb={gib}"]))
+    budget = int(plan.config["mode"]["host_budget"])
+    assert 0 < budget and plan.memory_per_rank.total_bytes <= gib * 2**30
+    summary = train(base + [f"hardware.host_memory_gb={gib}"])
+    tables = summary["mode_report"]["tiers"]["tables"]
+    assert summary["mode_report"]["tiers"]["host_budget"] == budget
+    assert DISK in tables.values() and HOST in tables.values(), tables
+    assert_exact(summary["losses"], single_losses(train, SMALL + THREE_LAYERS + EXACT))
+    with pytest.raises(PlanError, match="does not fit"):  # not even with every table on disk
+        build_plan(compose(base + [f"hardware.host_memory_gb={tight.memory_per_rank.total_bytes / 2**30 * 0.9}"]))

@@ -111,6 +111,11 @@ class Mode:
     def num_parts(self, world_size: int) -> int:
         return world_size
 
+    def resolved_options(self, ctx: PlanContext) -> Dict[str, Any]:
+        """Options this mode resolves from the estimate at plan time (written into the plan's config, so
+        every process that rebuilds the mode from the plan sees the resolved value, as with kernel=auto)."""
+        return {}
+
     def rank_devices(self, device: str, world_size: int, ranks_per_node: int) -> Tuple[str, ...]:
         """Device per rank: on a CUDA profile rank r takes GPU r mod ranks_per_node."""
         return tuple(f"cuda:{r % ranks_per_node}" if device == "cuda" else "cpu" for r in range(world_size))

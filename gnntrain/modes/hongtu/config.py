@@ -20,7 +20,8 @@ class HongTuConfig(ModeConfig):
     dedup: str = "p2p+reuse"  # none | p2p | reuse | p2p+reuse
     reorganize: bool = True  # greedy chunk-to-batch assignment and batch order (Algorithm 4), cached
     device_memory: Optional[str] = None  # e.g. "1GiB"; null = the hardware profile's device_memory_gb (0 = no cap)
-    host_budget: Optional[str] = None  # vertex tables one rank keeps in host memory, e.g. "2GiB"; the rest on disk
+    host_budget: Optional[str] = None  # vertex tables a rank keeps in host memory, e.g. "2GiB"; the rest on disk.
+    # null: what the profile's host memory leaves after the rest of the estimate (no disk tier where all fits)
     disk_dir: Optional[str] = None  # the disk tier's scratch folder; null = <cache_dir>/disk-tier
 
 

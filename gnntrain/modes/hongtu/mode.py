@@ -22,13 +22,20 @@ from gnntrain.modes.hongtu.config import DEDUP, REORGANIZE_VERSION, HongTuConfig
 from gnntrain.modes.hongtu.cost import bandwidths, batch_bytes, chunk_working_bytes, cost_model
 from gnntrain.modes.hongtu.engine import HongTuEngine, _HongTuEpoch
 from gnntrain.modes.hongtu.schedule import disk_traffic, epoch_traffic
-from gnntrain.modes.hongtu.tiers import DISK, VertexTables, assign_tiers, check_free_space, disk_bytes_needed
+from gnntrain.modes.hongtu.tiers import (
+    DISK,
+    VertexTables,
+    assign_tiers,
+    check_free_space,
+    disk_bytes_needed,
+    table_names,
+)
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partitioner_options
 from gnntrain.partition.cache import PartitionCache, cache_key
 from gnntrain.partition.chunks import ChunkLayout, chunk_layout, identity_batches, reorganize, transfer_volumes
 from gnntrain.plan_types import MemoryEstimate, RunSettings
-from gnntrain.sizing import DTYPE_BYTES, estimate_memory, format_bytes
+from gnntrain.sizing import DTYPE_BYTES, estimate_memory, format_bytes, host_memory_bytes
 
 
 @register_mode
@@ -46,11 +53,26 @@ class HongTuMode(Mode):
         """The configured model's family: what HongTu caches and recomputes depends on it."""
         return model_family(self.settings.model.name, self.settings.model.target)
 
-    def host_budget(self) -> Optional[int]:
-        """mode.host_budget in bytes; None = every vertex table in host memory (no disk tier)."""
-        if self.options.host_budget in (None, ""):
+    def host_budget(self, ctx=None) -> Optional[int]:
+        """mode.host_budget in bytes. Unset, at plan time (``ctx``): what the profile's host memory leaves
+        a rank after everything but its vertex tables, or None where everything fits (no disk tier).
+        The plan writes the value it resolved into its config (:meth:`resolved_options`)."""
+        if self.options.host_budget not in (None, ""):
+            return parse_bytes(self.options.host_budget, "mode.host_budget")
+        if ctx is None:
             return None
-        return parse_bytes(self.options.host_budget, "mode.host_budget")
+        host = host_memory_bytes(self.settings.hardware) // max(1, int(self.settings.hardware.ranks_per_node))
+        everything = self._memory(ctx, None).total_bytes
+        if everything <= host:
+            return None
+        rows = -(-ctx.num_nodes // ctx.world_size)
+        all_on_disk = dict.fromkeys(table_names(len(ctx.dims) - 1, self.family.elementwise), DISK)
+        every_table = disk_bytes_needed(rows, ctx.dims, all_on_disk, ctx.dtype_bytes)
+        return max(0, host - (everything - every_table))
+
+    def resolved_options(self, ctx) -> Dict[str, Any]:
+        budget = self.host_budget(ctx)
+        return {} if budget is None or self.options.host_budget not in (None, "") else {"host_budget": str(budget)}
 
     def disk_folder(self) -> Path:
         """Where the disk tier's scratch files go: mode.disk_dir, else <cache_dir>/disk-tier."""
@@ -58,13 +80,13 @@ class HongTuMode(Mode):
             return Path(self.options.disk_dir).expanduser()
         return cache_folder(self.settings.cache_dir) / "disk-tier"
 
-    def tiers(self, rows: int, dims: Sequence[int], dtype_bytes: int) -> Dict[str, str]:
-        return assign_tiers(rows, dims, self.family.elementwise, dtype_bytes, self.host_budget())
+    def tiers(self, rows: int, dims: Sequence[int], dtype_bytes: int, budget: Optional[int]) -> Dict[str, str]:
+        return assign_tiers(rows, dims, self.family.elementwise, dtype_bytes, budget)
 
-    def planned_tiers(self, ctx) -> Tuple[Dict[str, str], int]:
+    def planned_tiers(self, ctx, budget: Optional[int]) -> Tuple[Dict[str, str], int]:
         """(table -> tier, file bytes) of a rank of ceil(N/m) rows, before the partition is known."""
         rows = -(-ctx.num_nodes // ctx.world_size)
-        tiers = self.tiers(rows, ctx.dims, ctx.dtype_bytes)
+        tiers = self.tiers(rows, ctx.dims, ctx.dtype_bytes, budget)
         return tiers, disk_bytes_needed(rows, ctx.dims, tiers, ctx.dtype_bytes)
 
     def device_cap(self) -> int:
@@ -78,13 +100,16 @@ class HongTuMode(Mode):
         return True  # a chunk aggregates its input rows, then applies the weights on the device
 
     def estimate_memory(self, ctx) -> MemoryEstimate:
+        return self._memory(ctx, self.host_budget(ctx))
+
+    def _memory(self, ctx, budget: Optional[int]) -> MemoryEstimate:
         """Host memory per rank: HongTu keeps every layer's activations, their gradients and the
         cached aggregates in host memory (§4.1), a full copy of each rather than autograd's working
         set, plus the device arena, which lives in host memory too on a CPU profile. Tables on the disk
         tier (mode.host_budget) leave host memory: their bytes come off the activations."""
         base = estimate_memory(ctx, self.num_parts(ctx.world_size), activation_factor=2.0)
-        if self.host_budget() is not None:
-            on_disk = self.planned_tiers(ctx)[1]
+        if budget is not None:
+            on_disk = self.planned_tiers(ctx, budget)[1]
             base = dataclasses.replace(base, activation_bytes=max(0, base.activation_bytes - on_disk))
         on_host = self.settings.device == "cpu"
         arena = self.device_cap() if on_host else 0
@@ -107,8 +132,9 @@ class HongTuMode(Mode):
         if n > rows_per_part:
             raise PlanError("mode.chunks", f"{n} chunks per partition, but a partition has about {rows_per_part} "
                             "rows and every chunk needs one.", f"use mode.chunks <= {rows_per_part}")
-        if self.host_budget() is not None:  # the disk tier: every rank's files on this node's disk, checked now
-            needed = self.planned_tiers(ctx)[1]
+        budget = self.host_budget(ctx)
+        if budget is not None:  # the disk tier: every rank's files on this node's disk, checked now
+            needed = self.planned_tiers(ctx, budget)[1]
             if needed:
                 check_free_space(self.disk_folder(), needed * ctx.world_size)
         cap = self.device_cap()
@@ -171,10 +197,10 @@ class HongTuMode(Mode):
                               else "update only; aggregation cached on host")}
 
     def _tier_text(self, ctx) -> str:
-        budget = self.host_budget()
+        budget = self.host_budget(ctx)
         if budget is None:
-            return "host memory (no mode.host_budget)"
-        tiers, needed = self.planned_tiers(ctx)
+            return "host memory (they fit)"
+        tiers, needed = self.planned_tiers(ctx, budget)
         on_disk = [name for name, tier in tiers.items() if tier == DISK]
         return (f"host budget {format_bytes(budget)}; on disk: {', '.join(on_disk) or 'none'} "
                 f"({format_bytes(needed)} per rank in {self.disk_folder()})")
@@ -231,7 +257,7 @@ class HongTuMode(Mode):
             batches, hit = self._reorganized(layout, data, part, plan)
         rows = int(np.diff(part.offsets).max())
         return {"layout": layout, "batches": batches, "identity": identity, "device_bytes": need, "cap": cap,
-                "tiers": self.tiers(rows, ctx_dims, b), "tier_rows": rows,
+                "tiers": self.tiers(rows, ctx_dims, b, self.host_budget()), "tier_rows": rows,
                 "tried": tried, "dims": ctx_dims, "dtype_bytes": b, "reorganize_cache_hit": hit,
                 "edges": (src_n, dst_n, weights)}
 
