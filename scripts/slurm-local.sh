@@ -157,7 +157,8 @@ start_two_node() {
   write_two_node_config
   start_munge
   export SLURM_CONF=$CONF
-  pgrep -f "slurmctld -f $CONF" >/dev/null || slurmctld -f "$CONF"
+  # -c: no job records from an earlier run (a job left completing there held both nodes forever)
+  pgrep -f "slurmctld -f $CONF" >/dev/null || slurmctld -f "$CONF" -c
   local i
   for i in 1 2; do  # nsenter, not `ip netns exec`: that remounts /sys, hiding the cgroup fs slurmd reads
     mkdir -p "$DIR/spool/gtnode$i"
@@ -213,7 +214,8 @@ start() {
   write_config
   start_munge
   export SLURM_CONF=$CONF
-  pgrep -f "slurmctld -f $CONF" >/dev/null || slurmctld -f "$CONF"
+  # -c: no job records from an earlier run (a job left completing there held both nodes forever)
+  pgrep -f "slurmctld -f $CONF" >/dev/null || slurmctld -f "$CONF" -c
   pgrep -f "slurmd -f $CONF" >/dev/null || slurmd -f "$CONF"
   for _ in $(seq 1 60); do
     if sinfo -h -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
