@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Iterator, List
+from typing import Iterator, List, Mapping, Optional
 
 # Ranks start from a fork server that has torch and gnntrain's modules imported already (each spawned
 # interpreter used to import them again: seconds per rank on a small machine; gnntrain.launch.preload
@@ -45,10 +45,15 @@ def start_fork_server(omp_threads: str) -> None:
         forkserver.ensure_running()
 
 
-def launched_externally() -> bool:
-    """torchrun or srun started this process as one of several ranks (read from the environment alone,
-    like ``launcher.external_identity``)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("SLURM_NTASKS", "1")) > 1
+def launched_externally(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """"torchrun" or "slurm" where that launcher started this process as one of several ranks, else
+    None; from the environment alone (``launcher.external_identity`` reads the rest of it)."""
+    env = os.environ if env is None else env
+    if "RANK" in env and "WORLD_SIZE" in env and int(env["WORLD_SIZE"]) > 1:
+        return "torchrun"
+    if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+        return "slurm"
+    return None
 
 
 def start_for_command_line(overrides: List[str]) -> None:

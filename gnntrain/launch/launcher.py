@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional
 
 from gnntrain.errors import GnnTrainError, Interrupted, PlanError, RankFailure
 from gnntrain.interrupts import FORWARDED, graceful_stop
-from gnntrain.launch.forkserver import rank_threads, start_fork_server, start_method
+from gnntrain.launch.forkserver import launched_externally, rank_threads, start_fork_server, start_method
 from gnntrain.metrics import RunRecorder, build_summary, failed_summary, write_json_atomic
 from gnntrain.models.kernels import SPMM_CALLS
 
@@ -89,10 +89,11 @@ def node_address(node: str) -> str:
 def external_identity(env: Optional[Dict[str, str]] = None) -> Optional[RankIdentity]:
     """This process's rank when an external launcher started several ranks."""
     env = dict(os.environ) if env is None else env
-    if "RANK" in env and "WORLD_SIZE" in env and int(env["WORLD_SIZE"]) > 1:
+    launcher = launched_externally(env)
+    if launcher == "torchrun":
         return RankIdentity(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
                             env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", 29500)), "torchrun")
-    if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+    if launcher == "slurm":
         nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "127.0.0.1"
         master = env.get("MASTER_ADDR") or node_address(expand_nodelist(nodelist)[0])
         port = int(env.get("MASTER_PORT") or 20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
