@@ -70,7 +70,7 @@ bench-all: $(STAMP) $(DGL_STAMP)
 # into the ignored .gpu-data/ (carried for that run only). Then, with the device tool:
 #   run(command="bash scripts/gpu-check.sh", carry=[".whl", ".gpu-data"])
 GPU_WHEELS := hydra-core omegaconf hydra-submitit-launcher submitit pymetis pydantic pydantic_core annotated-types \
-              typing-inspection numba llvmlite
+              typing-inspection
 gpu-carry:
 	rm -rf .whl .gpu-data && mkdir -p .whl .gpu-data
 	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -83,7 +83,8 @@ gpu-carry:
 # The GPU check's flow on this CPU at small sizes (every check but calibrate): a smoke test, ~2 min.
 gpu-check-dry: $(STAMP)
 	GNNTRAIN_OFFLINE=1 $(BIN)/python scripts/gpu_check.py --device cpu --quick --data-dir ../shared/datasets/dgl \
-	  --out /tmp/gnntrain-gpu-check-dry.json single_exact hongtu_exact moa hyscale single_vs_pyg hongtu_budget
+	  --out /tmp/gnntrain-gpu-check-dry.json single_exact hongtu_exact hongtu_disk predict moa single_vs_pyg \
+	  hongtu_budget hyscale hongtu_disk_budget
 
 clean:
 	rm -rf $(VENV) $(DGL_VENV) .uv .cache outputs multirun .pytest_cache

@@ -109,10 +109,60 @@ def check_hongtu_exact(c: Check) -> List[dict]:
              "exact_vs_cpu_rel": rel, "epoch_time_s": run["epoch_time_s"]}]
 
 
+def _disk_tier(run: dict) -> dict:
+    tiers = run["mode_report"]["tiers"]
+    return {"tables_on_disk": sorted(k for k, v in tiers["tables"].items() if v == "disk"),
+            "measured_disk_bytes_per_epoch": tiers["measured_disk_bytes_per_epoch"],
+            "predicted_disk_bytes_per_epoch": tiers["predicted_disk_bytes_per_epoch"]}
+
+
+def check_hongtu_disk(c: Check) -> List[dict]:
+    """HongTu's disk tier under a CUDA device (mode.host_budget=0: every vertex table memory-mapped on disk,
+    staged through the host to the device) vs CPU single, float64; measured disk bytes = predicted."""
+    ref = c.on_cpu(["dataset=csbm", "model=gcn"] + EXACT)
+    run = c.on_device(["dataset=csbm", "model=gcn", "mode=hongtu", "mode.chunks=4", "mode.host_budget=0",
+                       f"mode.disk_dir={c.tmp / 'disk'}"] + EXACT)
+    rel, disk = _rel(run["losses"], ref["losses"]), _disk_tier(run)
+    same = disk["measured_disk_bytes_per_epoch"] == disk["predicted_disk_bytes_per_epoch"]
+    return [{"name": "hongtu_disk_exact", "mode": "hongtu", "status": "ok" if rel <= TOLERANCE and same and
+             disk["tables_on_disk"] else "failed", "exact_vs_cpu_rel": rel, "epoch_time_s": run["epoch_time_s"],
+             **disk}]
+
+
+def check_predict(c: Check) -> List[dict]:
+    """gnntrain predict of a run trained on the device: logits predicted on the device equal those predicted
+    from the same weights on the CPU (float64), under the user's node IDs."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    import gnntrain.api as gt
+    from gnntrain.launch.predict import predict
+
+    run_dir = c.tmp / f"run{next(RUNS)}"  # gnntrain.api.run: the whole job, plan.yaml and model.pt included
+    common = [f"cache_dir={c.tmp / 'cache'}", "train.progress=false"]
+    with open(c.tmp / "predict-train.log", "w") as log, contextlib.redirect_stdout(log):
+        trained = gt.run(common + [c.hardware, "hardware.ranks_per_node=1", "dataset=csbm", "model=sage"] + EXACT,
+                         run_dir=run_dir)
+    if trained.status != "completed":
+        raise RuntimeError(f"the training run before predict ended {trained.status}: {trained.summary.get('error')}")
+    values = {}
+    for where, hardware in (("device", c.hardware), ("cpu", "hardware=local-cpu")):
+        out = c.tmp / f"predict-{where}.parquet"
+        with open(c.tmp / f"predict-{where}.log", "w") as log, contextlib.redirect_stdout(log):
+            predict(run_dir, "logits", out=out, overrides=common + [hardware])
+        table = pq.read_table(out)
+        values[where] = (table.column(0).to_pylist(),
+                         np.stack([table.column(k).to_numpy() for k in table.column_names[1:]], axis=1))
+    (ids_d, on_device), (ids_c, on_cpu) = values["device"], values["cpu"]
+    rel = float(np.max(np.abs(on_device - on_cpu) / np.maximum(np.abs(on_cpu), 1e-12)))
+    return [{"name": "predict", "mode": "single", "status": "ok" if ids_d == ids_c and rel <= 1e-9 else "failed",
+             "rows": len(ids_d), "exact_vs_cpu_rel": rel}]
+
+
 def check_hongtu_budget(c: Check) -> List[dict]:
     """HongTu m=1 with a device budget below the graph's vertex data (paper §4: the host holds it), against
     in-memory single on the same device for the same graph (HongTu reports 1.3-3.8x slower)."""
-    n, budget = (20000, "8MiB") if c.quick else (2000000, "2GiB")
+    n, budget = (20000, "8MiB") if c.quick else (1000000, "1GiB")
     graph = ["dataset=csbm", f"dataset.num_nodes={n}", "dataset.avg_degree=20", "dataset.feat_dim=128",
              "model=gcn", "model.layers=3", "model.hidden=128", "train.epochs=3", "train.eval_every=100"]
     run = c.on_device(graph + ["mode=hongtu", "mode.chunks=0", f"mode.device_memory={budget}"])
@@ -123,6 +173,7 @@ def check_hongtu_budget(c: Check) -> List[dict]:
     peak = int(run["peak_memory_bytes"].get("device_arena_max_rank", 0))
     single = c.on_device(graph + ["mode=single"])
     ratio = _epoch(run) / _epoch(single)
+    c.budget_graph = (graph, budget, single)  # for hongtu_disk_budget
     return [{"name": "hongtu_budget", "mode": "hongtu", "graph": f"csbm {n} nodes, degree 20, feat 128",
              "status": "ok" if peak <= cap else "failed", "device_peak_bytes": peak, "device_budget_bytes": cap,
              "vertex_data_bytes_at_least": vertex_bytes, "chunks_per_part": run["partition"]["chunks_per_part"],
@@ -130,10 +181,29 @@ def check_hongtu_budget(c: Check) -> List[dict]:
              "slowdown_vs_single": ratio}]
 
 
+def check_hongtu_disk_budget(c: Check) -> List[dict]:
+    """hongtu_budget's graph and device budget with the disk tier below (mode.host_budget=0): the three
+    tiers at once, its epoch against in-memory single on the device."""
+    from gnntrain.modes.hongtu import parse_bytes
+
+    if getattr(c, "budget_graph", None) is None:
+        check_hongtu_budget(c)
+    graph, budget, single = c.budget_graph
+    run = c.on_device(graph + ["mode=hongtu", "mode.chunks=0", f"mode.device_memory={budget}", "mode.host_budget=0",
+                               f"mode.disk_dir={c.tmp / 'disk-budget'}"])
+    peak, disk = int(run["peak_memory_bytes"].get("device_arena_max_rank", 0)), _disk_tier(run)
+    same = disk["measured_disk_bytes_per_epoch"] == disk["predicted_disk_bytes_per_epoch"]
+    return [{"name": "hongtu_disk_budget", "mode": "hongtu", "status": "ok" if peak <= parse_bytes(budget) and same
+             else "failed", "device_peak_bytes": peak, "device_budget_bytes": parse_bytes(budget),
+             "chunks_per_part": run["partition"]["chunks_per_part"], "epoch_time_s": run["epoch_time_s"],
+             "single_epoch_time_s": single["epoch_time_s"], "slowdown_vs_single": _epoch(run) / _epoch(single),
+             **disk}]
+
+
 def check_hyscale(c: Check) -> List[dict]:
     """One CPU trainer beside one GPU trainer with DRM: it completes, the shares move toward the GPU
     trainer, predicted vs measured stage times; against a GPU-only and a CPU-only trainer."""
-    n = 20000 if c.quick else 200000
+    n = 20000 if c.quick else 100000
     base = ["dataset=csbm", f"dataset.num_nodes={n}", "dataset.avg_degree=20", "model=sage", "model.layers=2",
             "mode=hyscale", "mode.fanouts=[10,5]", "mode.batch_size=1024", "train.epochs=3", "train.eval_every=100"]
     both = c.train([c.hardware] + base + ["mode.cpu_trainers=1", "mode.accel_trainers=1", "mode.drm=true"])
@@ -218,10 +288,12 @@ def check_calibrate(c: Check) -> List[dict]:
              "tail": (done.stdout + done.stderr)[-1500:]}]
 
 
+# in the order they run: the exactness checks first, then the timed ones, calibrate and the disk tier at scale last
 CHECKS: Dict[str, Callable[[Check], List[dict]]] = {
-    "single_exact": check_single_exact, "hongtu_exact": check_hongtu_exact, "moa": check_moa,
-    "hyscale": check_hyscale, "single_vs_pyg": check_single_vs_pyg, "hongtu_budget": check_hongtu_budget,
-    "calibrate": check_calibrate}
+    "single_exact": check_single_exact, "hongtu_exact": check_hongtu_exact, "hongtu_disk": check_hongtu_disk,
+    "predict": check_predict, "moa": check_moa, "single_vs_pyg": check_single_vs_pyg,
+    "hongtu_budget": check_hongtu_budget, "hyscale": check_hyscale, "calibrate": check_calibrate,
+    "hongtu_disk_budget": check_hongtu_disk_budget}
 
 
 def _ms(seconds) -> str:
@@ -234,7 +306,7 @@ def _row(r: dict) -> List[str]:
     """One table row: check, mode, status, median epoch, what it showed."""
     shown = []
     if "exact_vs_cpu_rel" in r:
-        shown.append(f"max rel loss gap vs CPU {r['exact_vs_cpu_rel']:.1e} (goal <= 1e-9)")
+        shown.append(f"max rel gap vs CPU {r['exact_vs_cpu_rel']:.1e} (goal <= 1e-9)")
     if "device_peak_bytes" in r:
         shown.append(f"device peak {r['device_peak_bytes'] / 2**30:.3f} GiB of {r['device_budget_bytes'] / 2**30:.3f}"
                      f" GiB budget, {r['chunks_per_part']} chunks; {r['slowdown_vs_single']:.2f}x single's epoch "
@@ -245,11 +317,43 @@ def _row(r: dict) -> List[str]:
                      f"CPU-only {_ms(r['cpu_only_epoch_time_s'])} ms per epoch")
     if "ratio_vs_pyg" in r:
         shown.append(f"{r['ratio_vs_pyg']:.2f}x PyG GCNConv ({_ms(r['pyg_epoch_time_s'])} ms), kernel {r['kernel']}")
+    if "measured_disk_bytes_per_epoch" in r:
+        measured = r["measured_disk_bytes_per_epoch"]
+        tables = ", ".join(r["tables_on_disk"])
+        shown.append(f"disk tier {tables}: {measured.get('disk_read', 0) / 2**20:.1f} MiB read, "
+                     f"{measured.get('disk_write', 0) / 2**20:.1f} MiB written per epoch (predicted "
+                     f"{'equal' if measured == r['predicted_disk_bytes_per_epoch'] else 'DIFFERENT'})")
+    if "rows" in r:
+        shown.append(f"{r['rows']} rows under the user's IDs")
     if "seconds" in r:
         shown.append(f"{r['seconds']:.0f} s")
     if r.get("error"):
         shown.append(r["error"].splitlines()[-1][:200])
     return [r["name"], r["mode"], r["status"], _ms(r.get("epoch_time_s")), "; ".join(shown)]
+
+
+def _check_of(record: dict) -> int:
+    """The index in CHECKS of the check that wrote ``record`` (its longest name prefix)."""
+    names = [k for k in CHECKS if record["name"].startswith(k)] or ["calibrate"]
+    return list(CHECKS).index(max(names, key=len))
+
+
+def write(out: Path, info: dict, records: Dict[str, dict], command: str) -> List[dict]:
+    """docs/bench/gpu.json (and a copy in $OUT, the device tool's return folder, where it is set)."""
+    ordered = sorted(records.values(), key=_check_of)
+    result = {**info, "title": f"GPU check on {info['device']} (torch {info['torch']}, CUDA {info['cuda']})",
+              "columns": ["check", "mode", "status", "median epoch (ms)", "result"],
+              "rows": [_row(r) for r in ordered], "records": ordered, "command": command,
+              "machine": info["device"], "date": dt.date.today().isoformat(),
+              "notes": "Exact checks: float64, dropout 0, 3 epochs, the largest relative gap between the values on "
+                       "the device and those of mode=single on the CPU. Epoch medians drop the first epoch. "
+                       "Records: docs/bench/gpu.json."}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(result, indent=2, default=str)
+    out.write_text(text)
+    if os.environ.get("OUT") and Path(os.environ["OUT"]).is_dir():
+        (Path(os.environ["OUT"]) / "gpu.json").write_text(text)
+    return ordered
 
 
 def describe_device(device: str) -> dict:
@@ -269,6 +373,8 @@ def main() -> int:
     parser.add_argument("--data-dir", default=os.environ.get("GNNTRAIN_GPU_CHECK_DATA", ""),
                         help="folder holding cora_v2_d697a464/ (DGL's layout); Cora is skipped without it")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--deadline-s", type=float, default=0,
+                        help="start no check after this many seconds (a time-limited machine); 0 = no limit")
     args = parser.parse_args()
     unknown = [name for name in args.checks if name not in CHECKS]
     if unknown:
@@ -286,30 +392,26 @@ def main() -> int:
         old = json.loads(args.out.read_text())
         if old.get("device") == info["device"]:
             records = {r["name"]: r for r in old.get("records", [])}
+    command = "bash scripts/gpu-check.sh" + (" --quick" if args.quick else "")
+    started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
+        check = Check(args.device, args.quick, args.data_dir, Path(tmp))
         for name in args.checks or list(CHECKS):
+            if args.deadline_s and time.monotonic() - started > args.deadline_s:
+                print(f"gpu_check: {name} not started: past --deadline-s {args.deadline_s:.0f}", flush=True)
+                continue
             print(f"gpu_check: {name} ...", flush=True)
             start = time.perf_counter()
             try:
-                results = CHECKS[name](Check(args.device, args.quick, args.data_dir, Path(tmp)))
+                results = CHECKS[name](check)
             except Exception:  # one failed check is a record, the others still run
                 results = [{"name": name, "mode": "-", "status": "failed", "error": traceback.format_exc()}]
             for r in results:
                 r["wall_s"] = round(time.perf_counter() - start, 1)
                 records[r["name"]] = r
                 print("  " + " | ".join(_row(r)), flush=True)
-    ordered = sorted(records.values(), key=lambda r: list(CHECKS).index(next(
-        (k for k in CHECKS if r["name"].startswith(k)), "calibrate")))
-    command = "bash scripts/gpu-check.sh" + (" --quick" if args.quick else "")
-    result = {**info, "title": f"GPU check on {info['device']} (torch {info['torch']}, CUDA {info['cuda']})",
-              "columns": ["check", "mode", "status", "median epoch (ms)", "result"],
-              "rows": [_row(r) for r in ordered], "records": ordered, "command": command,
-              "machine": info["device"], "date": dt.date.today().isoformat(),
-              "notes": "Exact checks: float64, dropout 0, 3 epochs, the largest relative gap between the losses on "
-                       "the device and those of mode=single on the CPU. Epoch medians drop the first epoch. "
-                       "Records: docs/bench/gpu.json."}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, default=str))
+            ordered = write(args.out, info, records, command)  # after every check: a cut-off run keeps the rest
+    ordered = write(args.out, info, records, command)
     print(f"gpu_check: wrote {args.out}")
     return 0 if all(r["status"] == "ok" for r in ordered) else 1
 
