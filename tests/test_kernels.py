@@ -47,6 +47,26 @@ def test_every_kernel_equals_the_dense_product(kernel, model, dtype):
     torch.testing.assert_close(h.grad, expected_grad, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("host_kernel", ["native", "torch"])
+@pytest.mark.parametrize("weighting", ["gcn", "per-edge"])
+def test_streamed_copy_holds_one_csr_and_equals_the_dense_product(host_kernel, weighting):
+    """HongTu's device topology (SparseAdjacency.streamed_to): built on the host, one CSR moved; its
+    product and its gradient (the transposed CSR, built on demand) equal the dense ones in float64."""
+    src, dst, n_src = _graph(bipartite_src=40)
+    w = edge_weights("gcn", src, dst, 60) if weighting == "gcn" else torch.rand(300, dtype=torch.float64)
+    dense = _dense(dst, src, w, 60, n_src)
+    host = SparseAdjacency(dst, src, w, 60, n_src, kernel=host_kernel)
+    moved = host.streamed_to(torch.device("cpu"), torch.float64)
+    assert moved.kernel == "torch" and moved.edge_index() == (None, None)  # no edge lists travel
+    h = torch.randn(n_src, 5, dtype=torch.float64, requires_grad=True)
+    probe = torch.randn(60, 5, dtype=torch.float64)
+    out = moved.spmm(h)
+    (out * probe).sum().backward()
+    torch.testing.assert_close(out.detach(), dense @ h.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(h.grad, dense.T @ probe, rtol=1e-12, atol=1e-12)
+    assert host.streamed_to(torch.device("cpu"), torch.float64).spmm(h).allclose(out)  # built once, reused
+
+
 def test_native_kernel_gives_the_same_bits_at_any_thread_count():
     """Each destination row is summed in CSR order by one thread: 1 and 2 threads agree bit for bit,
     forward and backward (the sum over rows of a parallel reduction would not)."""

@@ -24,6 +24,7 @@ count, and caches the result per host. DGL is imported lazily.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import platform
@@ -95,7 +96,8 @@ class _CsrSpmm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
-        return ctx.a_t @ grad_out.contiguous(), None, None
+        a_t = ctx.a_t() if callable(ctx.a_t) else ctx.a_t  # a streamed adjacency builds it on demand
+        return a_t.to(grad_out.device) @ grad_out.contiguous(), None, None
 
 
 def _row_scale(index: torch.Tensor, per_edge: torch.Tensor, rows: int) -> Tuple[bool, Optional[torch.Tensor]]:
@@ -141,6 +143,7 @@ class SparseAdjacency:
         if not self.separable:
             self._edge_weight = w
         self._by_dtype: Dict[torch.dtype, tuple] = {}
+        self._streamed: Dict[torch.dtype, tuple] = {}  # streamed_to's host-side operands, pinned on CUDA
         if self.kernel == "dgl":
             os.environ.setdefault("DGLBACKEND", "pytorch")
             import dgl
@@ -156,6 +159,40 @@ class SparseAdjacency:
     def to(self, device: torch.device, kernel: str) -> "SparseAdjacency":
         return SparseAdjacency(self._dst, self._src, self.weight, self.num_dst, self.num_src, kernel=kernel,
                                device=device)
+
+    def streamed_to(self, device: torch.device, dtype: torch.dtype) -> "SparseAdjacency":
+        """A torch-CSR copy of this adjacency on ``device`` whose operands were built here, on the host:
+        only the forward CSR and the row scales are copied (from pinned memory, asynchronously), so the
+        device never holds the edge lists, the COO or its sort buffers (HongTu §4: a chunk's topology
+        streams to the device with the chunk). The transposed CSR stays here; autograd copies it over
+        only if a backward pass through this SpMM asks for it."""
+        if dtype not in self._streamed:
+            edge_w = self._edge_weight
+            csr = _unit_csr(self._dst, self._src, edge_w, (self.num_dst, self.num_src), dtype)
+            parts = (csr.crow_indices(), csr.col_indices(), csr.values(),
+                     *(s.to(dtype) for s in (self._src_scale, self._dst_scale) if s is not None))
+            if device.type == "cuda":
+                parts = tuple(t.pin_memory() for t in parts)
+            self._streamed[dtype] = parts
+        crow, col, val, *scales = (t.to(device, non_blocking=True) for t in self._streamed[dtype])
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            warnings.filterwarnings("ignore", message="Sparse invariant checks")
+            a = torch.sparse_csr_tensor(crow, col, val, (self.num_dst, self.num_src), check_invariants=False)
+        moved = copy.copy(self)
+        moved.device, moved.kernel, moved._dst, moved._src = device, "torch", None, None
+        moved._streamed, moved._native = {}, None
+        scale_iter = iter(scales)
+        src_scale = next(scale_iter) if self._src_scale is not None else None
+        dst_scale = next(scale_iter) if self._dst_scale is not None else None
+        edge_w = self._edge_weight
+
+        def transposed() -> torch.Tensor:
+            return _unit_csr(self._src, self._dst, edge_w, (self.num_src, self.num_dst), dtype)
+
+        moved._by_dtype = {dtype: (None if src_scale is None else src_scale.unsqueeze(1),
+                                   None if dst_scale is None else dst_scale.unsqueeze(1), edge_w, (a, transposed))}
+        return moved
 
     def _operands(self, dtype: torch.dtype) -> tuple:
         """(src scale column, dst scale column, edge weights, CSR pair) in ``dtype``, built once."""

@@ -24,6 +24,17 @@ def cost_model(volumes: Dict[str, int], row_bytes: int, bw: Dict[str, float]) ->
     return terms
 
 
+def topology_bytes(v: int, e: int, nb: int, elementwise: bool, dtype_bytes: int) -> int:
+    """Device bytes of one chunk's topology: one direction's CSR at a time (row pointers, int64 column
+    indices, values) and the two row scales, streamed from the host (SparseAdjacency.streamed_to);
+    attention (whole-layer recompute) takes the chunk's edge list (2 x int64 per edge) and its
+    adjacency in both directions as an upper bound."""
+    b = dtype_bytes
+    if not elementwise:
+        return 2 * e * (16 + b)
+    return 8 * (max(v, nb) + 1) + e * (8 + b) + (v + nb) * b
+
+
 def batch_bytes(v: int, e: int, nb: int, num_parts: int, model: "ModelFamily", dims: Sequence[int], dtype_bytes: int,
                 param_bytes: int, dedup: str) -> int:
     """Peak device bytes of one batch: a chunk of ``v`` rows and ``e`` edges whose ``nb`` in-neighbour rows
@@ -31,12 +42,14 @@ def batch_bytes(v: int, e: int, nb: int, num_parts: int, model: "ModelFamily", d
     b = dtype_bytes
     # with p2p a device also holds the rows it loads for others: at most the union of the batch
     resident = nb if "p2p" not in dedup else nb + (num_parts - 1) * v
-    topo = 2 * e * (16 + b)
+    topo = topology_bytes(v, e, nb, model.elementwise, b)
     peak = 0
     for d_in, d_out in zip(dims[:-1], dims[1:]):
         common = 5 * param_bytes + topo + 2 * resident * d_in * b
-        fwd = v * (d_in + 2 * d_out) * b
-        bwd = nb * d_in * b + v * (3 * d_in + 2 * d_out) * b
+        # the SpMM's source-scaled copy of its input: nb rows forward, v rows of the gradient backward,
+        # where autograd's gradient of the aggregation (v rows) is alive too
+        fwd = (nb * d_in + v * (d_in + 2 * d_out)) * b
+        bwd = nb * d_in * b + v * (5 * d_in + 2 * d_out) * b
         if not model.elementwise:  # attention: the whole layer is recomputed
             saved = (resident * d_in + nb * (d_in + 2 * d_out + 4) + e * (d_out + 8)) * b
         else:

@@ -11,6 +11,7 @@ from gnntrain.metrics.clock import StageClock
 from gnntrain.models import SparseAdjacency, hidden_activation, transposed
 from gnntrain.modes.base import RankShard
 from gnntrain.modes.hongtu.arena import DeviceArena, tensor_bytes
+from gnntrain.modes.hongtu.cost import topology_bytes
 from gnntrain.modes.hongtu.schedule import Step, Sweep, _positions, build_sweep
 from gnntrain.modes.hongtu.tiers import VertexTables
 from gnntrain.modes.staging import HostToDeviceStager
@@ -209,12 +210,13 @@ class HongTuEngine:
         key = (c, which)
         if self.device_topology is None or self.device_topology[0] != key:
             self.device_topology = None  # free the last chunk's before allocating this one's
-            self.device_topology = (key, adj.to(self.device, kernel="torch"))
+            self.device_topology = (key, adj.streamed_to(self.device, self.dtype))
         return self.device_topology[1]
 
     def _topology_bytes(self, c: int) -> int:
-        fwd_adj, _, _, edges = self.topology[c]
-        return 2 * tensor_bytes(edges) + 2 * fwd_adj.num_edges * self.value_bytes
+        fwd_adj = self.topology[c][0]
+        return topology_bytes(fwd_adj.num_dst, fwd_adj.num_edges, fwd_adj.num_src, self.family.elementwise,
+                              self.value_bytes)
 
     def run_forward(self, model, x: torch.Tensor, dropout, training: bool) -> torch.Tensor:
         """Layer-major forward over all batches; returns the host logits of this rank's rows."""
@@ -244,7 +246,9 @@ class HongTuEngine:
                 with self.clock.span("device_compute"):
                     out, agg = self._layer_forward(layer_mod, layer, c, h_n, cache_host is not None)
                     y = self._activation(model, out, layer, c, last)
-                self.arena.hold_tensors("chunk", h_n if step.need_pos is not None else None, out, y, agg)
+                # + the SpMM's scaled copy of h_n (cost.batch_bytes), freed by now but alive at its peak
+                self.arena.hold("chunk", tensor_bytes(h_n if step.need_pos is not None else None, out, y, agg)
+                                + (tensor_bytes(h_n) if self.family.elementwise else 0))
                 local = self._local(c)
                 self.to_host(out_host, local, y, "fwd", add=False)
                 if cache_host is not None:
@@ -293,7 +297,8 @@ class HongTuEngine:
                         if h_v is not None and want_input_grad:
                             h_v.requires_grad_(True)
                         inputs = [agg] + ([h_v] if h_v is not None and want_input_grad else [])
-                        self.arena.hold_tensors("chunk", g, agg, h_v)
+                        # + autograd's gradient of agg and the backward SpMM's scaled copy of it (cost.batch_bytes)
+                        self.arena.hold("chunk", tensor_bytes(g, agg, h_v) + 2 * tensor_bytes(agg))
                         with self.clock.span("device_compute"):
                             with self.arena.saved_tensors("recompute", exclude=params + inputs + [g]):
                                 out = layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached))

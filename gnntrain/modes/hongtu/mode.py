@@ -409,7 +409,7 @@ class HongTuStrategy(FullGraphStrategy):
         comm, engine = self.ctx.comm, self.engine
         keys = [(d, k) for d in ("fwd", "bwd") for k in ("h2d", "d2h", "peer", "reused")]
         totals = comm.reduce_stats([float(engine.rows_last.get(key, 0)) for key in keys])
-        peaks = comm.reduce_stats([float(engine.arena.peak)], op="max")
+        peaks = comm.reduce_stats([float(engine.arena.peak), float(engine.arena.allocator_max)], op="max")
         layers = len(self.model.layers)
         rows = {d: {k: int(v) for (dd, k), v in zip(keys, totals) if dd == d} for d in ("fwd", "bwd")}
         report = dict(self.figures)
@@ -417,12 +417,15 @@ class HongTuStrategy(FullGraphStrategy):
             "rows_per_epoch": rows,
             "measured_gather_rows_per_layer": {k: rows["fwd"][k] // layers for k in ("h2d", "peer", "reused")},
             "peak_device_arena_bytes": int(peaks[0]),
+            "peak_device_allocator_bytes": int(peaks[1]) if engine.arena.allocator_peak is not None else None,
         })
         disk = comm.reduce_stats([float(engine.disk_last.get(k, 0)) for k in ("disk_read", "disk_write")])
         report["tiers"] = dict(report["tiers"], measured_disk_bytes_per_epoch={
             "disk_read": int(disk[0]), "disk_write": int(disk[1])})
         result["mode_report"] = report
         result["peak_memory_bytes"]["device_arena_max_rank"] = int(peaks[0])
+        if engine.arena.allocator_peak is not None:  # CUDA: what the allocator really held, transients included
+            result["peak_memory_bytes"]["device_allocator_max_rank"] = int(peaks[1])
 
 
 def _scratch(folder: Optional[str], ctx, rank: int) -> Optional[Path]:
