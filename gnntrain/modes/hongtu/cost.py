@@ -24,6 +24,11 @@ def cost_model(volumes: Dict[str, int], row_bytes: int, bw: Dict[str, float]) ->
     return terms
 
 
+# the largest row slice copied between the device's resident buffers and the host at once (engine._slices):
+# the bound on those copies' device transients
+STAGING_SLICE_BYTES = 4 * 2**20
+
+
 def topology_bytes(v: int, e: int, nb: int, elementwise: bool, dtype_bytes: int) -> int:
     """Device bytes of one chunk's topology: one direction's CSR at a time (row pointers, int64 column
     indices, values) and the two row scales, streamed from the host (SparseAdjacency.streamed_to);
@@ -45,10 +50,12 @@ def batch_bytes(v: int, e: int, nb: int, num_parts: int, model: "ModelFamily", d
     topo = topology_bytes(v, e, nb, model.elementwise, b)
     peak = 0
     for d_in, d_out in zip(dims[:-1], dims[1:]):
-        common = 5 * param_bytes + topo + 2 * resident * d_in * b
-        # the SpMM's source-scaled copy of its input: nb rows forward, v rows of the gradient backward,
+        staging = 2 * min(STAGING_SLICE_BYTES, resident * d_in * b)  # engine._slices: a slice and its indices
+        common = 5 * param_bytes + topo + 2 * resident * d_in * b + staging
+        # the SpMM's source-scaled copy of its input and the chunk's own rows h_v: nb + v rows forward;
+        # v rows of the gradient backward,
         # where autograd's gradient of the aggregation (v rows) is alive too
-        fwd = (nb * d_in + v * (d_in + 2 * d_out)) * b
+        fwd = (nb * d_in + v * (2 * d_in + 2 * d_out)) * b
         bwd = nb * d_in * b + v * (5 * d_in + 2 * d_out) * b
         if not model.elementwise:  # attention: the whole layer is recomputed
             saved = (resident * d_in + nb * (d_in + 2 * d_out + 4) + e * (d_out + 8)) * b

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -11,7 +11,7 @@ from gnntrain.metrics.clock import StageClock
 from gnntrain.models import SparseAdjacency, hidden_activation, transposed
 from gnntrain.modes.base import RankShard
 from gnntrain.modes.hongtu.arena import DeviceArena, tensor_bytes
-from gnntrain.modes.hongtu.cost import topology_bytes
+from gnntrain.modes.hongtu.cost import STAGING_SLICE_BYTES, topology_bytes
 from gnntrain.modes.hongtu.schedule import Step, Sweep, _positions, build_sweep
 from gnntrain.modes.hongtu.tiers import VertexTables
 from gnntrain.modes.staging import HostToDeviceStager
@@ -126,7 +126,8 @@ class HongTuEngine:
         out = make((step.resident.size, width), dtype=dtype, device=self.device)
         self.arena.hold_tensors(tag, out)
         if prev is not None and step.kept_now.numel():
-            out[step.kept_now.to(self.device)] = prev[step.kept_prev.to(self.device)]
+            for part in self._slices(step.kept_now.numel(), width):
+                out[step.kept_now[part].to(self.device)] = prev[step.kept_prev[part].to(self.device)]
         self._count(direction, "reused", step.kept_now.numel(), width)
         self.arena.drop(f"{tag}_prev")
         return out
@@ -136,8 +137,8 @@ class HongTuEngine:
         """Assemble D_t on the device: kept rows, own host loads, rows from other ranks."""
         width = host.shape[1]
         resident = self._carry(step, prev, torch.empty, width, host.dtype, f"{direction}_resident", direction)
-        if step.load_rows.numel():
-            resident[step.load_pos.to(self.device)] = self.to_device(host, step.load_rows, direction)
+        for part in self._slices(step.load_rows.numel(), width):
+            resident[step.load_pos[part].to(self.device)] = self.to_device(host, step.load_rows[part], direction)
         if sweep.needs_exchange:
             if sweep.p2p:  # the owner loaded the rows; hand them over device to device
                 outgoing = resident[step.give_index.to(self.device)]
@@ -172,9 +173,19 @@ class HongTuEngine:
                     host.index_add_(0, step.recv_index, incoming.to("cpu"))
                 self._disk(host, "disk_read", step.recv_index.numel(), width)
                 self._disk(host, "disk_write", step.recv_index.numel(), width)
-        if step.flush_rows.numel():
-            self.to_host(host, step.flush_rows, acc[step.flush_pos.to(self.device)], direction, add=True)
+        for part in self._slices(step.flush_rows.numel(), width):
+            self.to_host(host, step.flush_rows[part], acc[step.flush_pos[part].to(self.device)], direction, add=True)
         return acc
+
+    def _slices(self, rows: int, width: int) -> Iterator[slice]:
+        """Row slices of at most STAGING_SLICE_BYTES: the copies between the resident buffers and the host
+        move slice by slice, so their device transients stay one slice (the arena's "staging" entry)."""
+        step = max(1, STAGING_SLICE_BYTES // max(1, width * self.value_bytes))
+        in_flight = 2 * min(rows, step) * width * self.value_bytes  # a slice of rows and (at most) its indices
+        if in_flight > self.arena.held.get("staging", 0):
+            self.arena.hold("staging", in_flight)
+        for lo in range(0, rows, step):
+            yield slice(lo, min(rows, lo + step))
 
     # --------------------------------------------------------------- layers
     def _activation(self, model, out: torch.Tensor, layer: int, c: int, last: bool) -> torch.Tensor:
@@ -246,9 +257,11 @@ class HongTuEngine:
                 with self.clock.span("device_compute"):
                     out, agg = self._layer_forward(layer_mod, layer, c, h_n, cache_host is not None)
                     y = self._activation(model, out, layer, c, last)
-                # + the SpMM's scaled copy of h_n (cost.batch_bytes), freed by now but alive at its peak
+                # + the SpMM's scaled copy of h_n and the chunk's own rows h_v (cost.batch_bytes), freed by now
+                # but alive at the layer's peak
                 self.arena.hold("chunk", tensor_bytes(h_n if step.need_pos is not None else None, out, y, agg)
-                                + (tensor_bytes(h_n) if self.family.elementwise else 0))
+                                + (tensor_bytes(h_n) + out.shape[0] * h_n[:1].nbytes if self.family.elementwise
+                                   else 0))
                 local = self._local(c)
                 self.to_host(out_host, local, y, "fwd", add=False)
                 if cache_host is not None:
