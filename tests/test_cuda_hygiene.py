@@ -89,16 +89,19 @@ def _adjacency(n: int, seed: int):
 
 def test_hongtu_keeps_only_the_current_chunks_topology_on_the_device():
     """Before, every chunk's CSR pair stayed on the GPU (about 88 B/edge of the whole partition);
-    now loading chunk c's releases the previous chunk's."""
+    now loading chunk c's releases the previous chunk's, and what travels is one host-built CSR (no
+    edge lists: building the CSR on the device had peaked the H100's allocator over HongTu's budget)."""
     from gnntrain.modes.hongtu.engine import HongTuEngine
 
     chunks = {c: (_adjacency(20, c), _adjacency(20, 100 + c), None, None) for c in range(4)}
-    engine = SimpleNamespace(topology=chunks, device=torch.device("meta"), device_topology=None)
+    engine = SimpleNamespace(topology=chunks, device=torch.device("meta"), device_topology=None,
+                             dtype=torch.float32)
     seen = []
     for c in range(4):
         for which in (0, 1):
             on_device = HongTuEngine._device_adj(engine, c, which)
             assert on_device.device.type == "meta" and on_device is not chunks[c][which]
+            assert on_device.edge_index() == (None, None)
             assert HongTuEngine._device_adj(engine, c, which) is on_device  # reused within the step
             seen.append(weakref.ref(on_device))
             del on_device
