@@ -185,10 +185,11 @@ def test_auto_measures_every_kernel_once_per_shape_and_caches(monkeypatch, tmp_p
 
     monkeypatch.setattr(kernels, "time_kernel", fake_time)
     choice = kernels.choose_kernel("cpu", "float32", 1, 10.0, 16, tmp_path, probe_nodes=100)
-    assert choice.kernel == "torch" and sorted(timed) == here
+    assert choice.kernel == "torch" and sorted(timed) == sorted(here * kernels.PROBE_ROUNDS)
+    assert timed[len(here):] == timed[:len(here)][::-1]  # the second round in the reverse order
     assert "torch 1.0 ms" in choice.describe() and "native 3.0 ms" in choice.describe()
     again = kernels.choose_kernel("cpu", "float32", 1, 12.0, 16, tmp_path, probe_nodes=100)  # same degree bucket
-    assert again == choice and len(timed) == len(here)
+    assert again == choice and len(timed) == len(here) * kernels.PROBE_ROUNDS
     fake.update(native=0.0005)
     assert kernels.choose_kernel("cpu", "float64", 1, 10.0, 16, tmp_path, probe_nodes=100).kernel == "native"
     (tmp_path / "kernels.json").write_text("{not json")
@@ -202,7 +203,8 @@ def test_the_kernel_cache_follows_the_environment_over_cache_dir(monkeypatch, tm
 
     from gnntrain.plan import resolve_kernel
 
-    monkeypatch.setattr(kernels, "time_kernel", lambda kernel, *args: {"native": 2e-3, "torch": 1e-3}.get(kernel, 1.0))
+    monkeypatch.setattr(kernels, "time_kernel",
+                        lambda kernel, *args, **kwargs: {"native": 2e-3, "torch": 1e-3}.get(kernel, 1.0))
     shared = tmp_path / "shared"
     monkeypatch.setenv("GNNTRAIN_KERNEL_CACHE_DIR", str(shared))
     for run in ("a", "b"):
