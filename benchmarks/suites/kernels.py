@@ -16,6 +16,9 @@ from benchmarks.harness import SuiteResult, compose, dgl_python, in_fresh_proces
 from benchmarks.registry import suite
 
 THREADS = 2
+WARMUP_CALLS = 2  # SpMM rows: untimed calls per op before the timed ones
+SPMM_CALLS = 4  # timed SpMM calls per op and process
+WARMUP_EPOCHS = 3  # epoch rows: epochs dropped before the median
 
 
 def _kernel_graph(n: int) -> list:
@@ -95,8 +98,9 @@ def _spmm_gnntrain(folder: str, reps: int) -> Dict[str, List[float]]:
 
 
 def _time_ops(ops, h, grad, reps: int) -> Dict[str, List[float]]:
-    for op in ops.values():  # one warm-up each (builds the CSR pair / DGL formats, compiles numba)
-        op().backward(grad)
+    for _ in range(WARMUP_CALLS):  # builds the CSR pair / DGL formats, loads numba; a fresh process's first
+        for op in ops.values():   # big tensors are up to 3x slower (new pages), for every stack alike
+            op().backward(grad)
     times: Dict[str, List[float]] = {name: [] for name in ops}
     for _ in range(reps):
         for name, op in ops.items():
@@ -176,14 +180,14 @@ def suite_kernels(quick: bool) -> SuiteResult:
     against plain DGL (DGL stack) and PyG (default stack) loops on one 300k-node graph, 2 threads."""
     if dgl_python() is None:
         raise SystemExit("the kernels suite needs the DGL stack for its DGL peer: make venv-dgl")
-    n, reps, epochs = (30000, 2, 4) if quick else (300000, 2, 5)
+    n, reps, epochs = (30000, 2, 4) if quick else (300000, 2, 8)
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         sizes = in_fresh_process(_export_graph, n, folder)
         spmm: Dict[str, List[float]] = {}
         for _ in range(reps):  # the two stacks' SpMM processes alternate
             for candidate in ("dgl:_spmm_dgl", "here:_spmm_gnntrain"):
-                for name, t in _run(candidate, folder, 2).items():
+                for name, t in _run(candidate, folder, SPMM_CALLS).items():
                     spmm.setdefault(name, []).extend(t)
         base = statistics.median(next(iter(spmm.values())))
         for name, t in spmm.items():
@@ -195,7 +199,7 @@ def suite_kernels(quick: bool) -> SuiteResult:
         for _ in range(reps):  # interleaved repetitions, each candidate in a fresh process of its stack
             for name in names:
                 runs[name].append(_run(f"{name.split('-')[0]}:_epoch", name, folder, n, epochs))
-    med = {name: statistics.median(statistics.median(r["times"][1:]) for r in rs) for name, rs in runs.items()}
+    med = {name: statistics.median(_steady(r["times"]) for r in rs) for name, rs in runs.items()}
     peak = {name: statistics.median(r["peak"] for r in rs) for name, rs in runs.items()}
     goals = {("gcn", "dgl"): 0.8, ("sage", "dgl"): 0.9, ("gcn", "pyg"): 0.8, ("sage", "pyg"): 0.8}
     for model in ("gcn", "sage"):
@@ -223,9 +227,11 @@ def suite_kernels(quick: bool) -> SuiteResult:
         rows=rows,
         notes=f"Two stacks in one suite run: DGL's candidates run in .venv-dgl (Python 3.11, torch 2.2.1, DGL 2.1), "
               "the others in the default venv (newest Python and torch, PyG, numba). SpMM rows: "
-              f"{reps} alternating processes per stack, 2 timed calls each after a warm-up. Epoch rows: {reps} "
-              f"interleaved repetitions, each candidate in a fresh process, {epochs} epochs, median epoch with the "
-              "first dropped, then the median over repetitions; peak RSS is the process's VmHWM (graph loading "
+              f"{reps} alternating processes per stack, {SPMM_CALLS} timed calls each after {WARMUP_CALLS} warm-ups. "
+              f"Epoch rows: {reps} interleaved repetitions, each candidate in a fresh process, {epochs} epochs, "
+              f"median epoch with the first {min(WARMUP_EPOCHS, epochs // 2)} dropped (a fresh process runs its "
+              "first big tensors up to 3x slower here, every stack alike), then the median over repetitions; "
+              "peak RSS is the process's VmHWM (graph loading "
               "included). Dropout 0 on every side. All read the same graph (gnntrain's csbm, exported as .npy; "
               "self-loops for GCN, as gnntrain's config; PyG's GCNConv adds them itself, cached=True as in PyG's "
               "examples). Every process sets gnntrain's page policy (transparent huge pages for large tensors). "
@@ -233,6 +239,12 @@ def suite_kernels(quick: bool) -> SuiteResult:
     )
 
 
+def _steady(times: List[float]) -> float:
+    """The median epoch once a fresh process has warmed up: the first WARMUP_EPOCHS dropped (of 8, the
+    first three; at --quick's 4 epochs, the first)."""
+    return statistics.median(times[min(WARMUP_EPOCHS, len(times) // 2):])
+
+
 def _spread(runs: List[dict]) -> str:
-    values = [statistics.median(r["times"][1:]) for r in runs]
+    values = [_steady(r["times"]) for r in runs]
     return f"{min(values) * 1e3:.0f}-{max(values) * 1e3:.0f}"
