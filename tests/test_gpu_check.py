@@ -44,3 +44,14 @@ def test_gpu_check_refuses_plainly(tmp_path):
     if not torch.cuda.is_available():
         no_gpu = subprocess.run(SCRIPT, cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert no_gpu.returncode == 2 and "no CUDA device here" in no_gpu.stderr
+
+
+def test_gpu_check_starts_no_check_past_its_deadline(tmp_path):
+    """--deadline-s (a time-limited GPU machine): checks not started in time are named, and the records
+    written so far (none here) still come back."""
+    out = tmp_path / "gpu.json"
+    done = subprocess.run(SCRIPT + ["--device", "cpu", "--quick", "--deadline-s", "1e-9", "--out", str(out),
+                                    "single_exact", "moa"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "single_exact not started: past --deadline-s" in done.stdout and "moa not started" in done.stdout
+    assert json.loads(out.read_text())["records"] == []
