@@ -3,11 +3,12 @@
 Module -> suites: reference (reference), kernels (kernels), overhead (overhead), partitioners (partitioners,
 partition_memory), volume (volume, mop_volume), supergcn (supergcn_volume, supergcn_accuracy, supergcn_lp),
 hongtu (hongtu_dedup), memory (memory, scale), hyscale (hyscale, hyscale_sampler), generators (generators),
-ablations, auto, ingest, predict, outofcore (one each).
+ablations, auto, ingest, predict, outofcore, diskio (one each).
 """
 from benchmarks.suites import (  # noqa: F401  (each module registers its suites on import)
     ablations,
     auto,
+    diskio,
     generators,
     hongtu,
     hyscale,
