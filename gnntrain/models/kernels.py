@@ -156,10 +156,6 @@ class SparseAdjacency:
 
             self._native = NativeCsr(self._dst, self._src, self.num_dst, self.num_src, self._edge_weight)
 
-    def to(self, device: torch.device, kernel: str) -> "SparseAdjacency":
-        return SparseAdjacency(self._dst, self._src, self.weight, self.num_dst, self.num_src, kernel=kernel,
-                               device=device)
-
     def streamed_to(self, device: torch.device, dtype: torch.dtype) -> "SparseAdjacency":
         """A torch-CSR copy of this adjacency on ``device`` whose operands were built here, on the host:
         only the forward CSR and the row scales are copied (from pinned memory, asynchronously), so the
