@@ -65,7 +65,7 @@ bench: $(STAMP) $(DGL_STAMP)
 bench-all: $(STAMP) $(DGL_STAMP)
 	GNNTRAIN_OFFLINE=1 $(BIN)/python -m benchmarks
 
-# What the GPU machine (Python 3.12, torch, PyG; no hydra, no network) needs carried for
+# What the GPU machine (Python 3.12, torch, PyG, numba, pyarrow; no hydra, no network) needs carried for
 # scripts/gpu-check.sh: the missing wheels at constraints.txt's versions, and Cora staged from ../shared
 # into the ignored .gpu-data/ (carried for that run only). Then, with the device tool:
 #   run(command="bash scripts/gpu-check.sh", carry=[".whl", ".gpu-data"])
