@@ -2,8 +2,8 @@
 # GPU check (issue #21), one command on a CUDA machine with no network:
 #   bash scripts/gpu-check.sh [CHECK ...] [--quick]
 # Installs the wheels carried in .whl/ (made here by `make gpu-carry`) into a temporary folder, runs
-# scripts/gpu_check.py (every check, or those named) and writes docs/bench/gpu.json; with $OUT set (the
-# device tool) the JSON is copied there too. Back on the development machine:
+# scripts/gpu_check.py (every check, or those named) and writes docs/bench/gpu.json after every check; with
+# $OUT set (the device tool) gpu_check.py writes it there too. Back on the development machine:
 #   cp <returned>/gpu.json docs/bench/ && python -m benchmarks --render   # the GPU section of BENCHMARKS.md
 # Cora is read from .gpu-data/ when `make gpu-carry` staged it there (it is carried, never committed).
 set -euo pipefail
@@ -19,6 +19,5 @@ export GNNTRAIN_CACHE_DIR=${GNNTRAIN_CACHE_DIR:-/tmp/gnntrain-cache}
 torch.cuda.get_device_name() if torch.cuda.is_available() else 'none')"
 status=0
 "$PY" scripts/gpu_check.py --data-dir .gpu-data "$@" || status=$?
-if [ -n "${OUT:-}" ] && [ -f docs/bench/gpu.json ]; then cp docs/bench/gpu.json "$OUT/"; fi
 rm -rf "$SITE"
 exit $status

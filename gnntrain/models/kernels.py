@@ -162,15 +162,16 @@ class SparseAdjacency:
         device never holds the edge lists, the COO or its sort buffers (HongTu §4: a chunk's topology
         streams to the device with the chunk). The transposed CSR stays here; autograd copies it over
         only if a backward pass through this SpMM asks for it."""
+        edge_w = self._edge_weight
         if dtype not in self._streamed:
-            edge_w = self._edge_weight
             csr = _unit_csr(self._dst, self._src, edge_w, (self.num_dst, self.num_src), dtype)
             parts = (csr.crow_indices(), csr.col_indices(), csr.values(),
-                     *(s.to(dtype) for s in (self._src_scale, self._dst_scale) if s is not None))
+                     *(None if s is None else s.to(dtype).unsqueeze(1) for s in (self._src_scale, self._dst_scale)))
             if device.type == "cuda":
-                parts = tuple(t.pin_memory() for t in parts)
+                parts = tuple(None if t is None else t.pin_memory() for t in parts)
             self._streamed[dtype] = parts
-        crow, col, val, *scales = (t.to(device, non_blocking=True) for t in self._streamed[dtype])
+        crow, col, val, src_scale, dst_scale = (None if t is None else t.to(device, non_blocking=True)
+                                                for t in self._streamed[dtype])
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
             warnings.filterwarnings("ignore", message="Sparse invariant checks")
@@ -178,16 +179,11 @@ class SparseAdjacency:
         moved = copy.copy(self)
         moved.device, moved.kernel, moved._dst, moved._src = device, "torch", None, None
         moved._streamed, moved._native = {}, None
-        scale_iter = iter(scales)
-        src_scale = next(scale_iter) if self._src_scale is not None else None
-        dst_scale = next(scale_iter) if self._dst_scale is not None else None
-        edge_w = self._edge_weight
 
         def transposed() -> torch.Tensor:
             return _unit_csr(self._src, self._dst, edge_w, (self.num_src, self.num_dst), dtype)
 
-        moved._by_dtype = {dtype: (None if src_scale is None else src_scale.unsqueeze(1),
-                                   None if dst_scale is None else dst_scale.unsqueeze(1), edge_w, (a, transposed))}
+        moved._by_dtype = {dtype: (src_scale, dst_scale, edge_w, (a, transposed))}
         return moved
 
     def _operands(self, dtype: torch.dtype) -> tuple:

@@ -52,9 +52,8 @@ def batch_bytes(v: int, e: int, nb: int, num_parts: int, model: "ModelFamily", d
     for d_in, d_out in zip(dims[:-1], dims[1:]):
         staging = 2 * min(STAGING_SLICE_BYTES, resident * d_in * b)  # engine._slices: a slice and its indices
         common = 5 * param_bytes + topo + 2 * resident * d_in * b + staging
-        # the SpMM's source-scaled copy of its input and the chunk's own rows h_v: nb + v rows forward;
-        # v rows of the gradient backward,
-        # where autograd's gradient of the aggregation (v rows) is alive too
+        # forward: the SpMM's source-scaled copy of its input (nb rows) and the chunk's own rows h_v (v);
+        # backward: autograd's gradient of the aggregation and the SpMM's scaled copy of it (v rows each)
         fwd = (nb * d_in + v * (2 * d_in + 2 * d_out)) * b
         bwd = nb * d_in * b + v * (5 * d_in + 2 * d_out) * b
         if not model.elementwise:  # attention: the whole layer is recomputed

@@ -260,8 +260,8 @@ class HongTuEngine:
                 # + the SpMM's scaled copy of h_n and the chunk's own rows h_v (cost.batch_bytes), freed by now
                 # but alive at the layer's peak
                 self.arena.hold("chunk", tensor_bytes(h_n if step.need_pos is not None else None, out, y, agg)
-                                + (tensor_bytes(h_n) + out.shape[0] * h_n[:1].nbytes if self.family.elementwise
-                                   else 0))
+                                + ((h_n.shape[0] + out.shape[0]) * h_n.shape[1] * h_n.element_size()
+                                   if self.family.elementwise else 0))
                 local = self._local(c)
                 self.to_host(out_host, local, y, "fwd", add=False)
                 if cache_host is not None:

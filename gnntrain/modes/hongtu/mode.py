@@ -22,14 +22,7 @@ from gnntrain.modes.hongtu.config import DEDUP, REORGANIZE_VERSION, HongTuConfig
 from gnntrain.modes.hongtu.cost import bandwidths, batch_bytes, chunk_working_bytes, cost_model
 from gnntrain.modes.hongtu.engine import HongTuEngine, _HongTuEpoch
 from gnntrain.modes.hongtu.schedule import disk_traffic, epoch_traffic
-from gnntrain.modes.hongtu.tiers import (
-    DISK,
-    VertexTables,
-    assign_tiers,
-    check_free_space,
-    disk_bytes_needed,
-    table_names,
-)
+from gnntrain.modes.hongtu.tiers import DISK, VertexTables, assign_tiers, check_free_space, disk_bytes_needed
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partitioner_options
 from gnntrain.partition.cache import PartitionCache, cache_key
@@ -65,9 +58,7 @@ class HongTuMode(Mode):
         everything = self._memory(ctx, None).total_bytes
         if everything <= host:
             return None
-        rows = -(-ctx.num_nodes // ctx.world_size)
-        all_on_disk = dict.fromkeys(table_names(len(ctx.dims) - 1, self.family.elementwise), DISK)
-        every_table = disk_bytes_needed(rows, ctx.dims, all_on_disk, ctx.dtype_bytes)
+        every_table = self.planned_tiers(ctx, 0)[1]  # a budget of 0: every table's bytes on disk
         return max(0, host - (everything - every_table))
 
     def resolved_options(self, ctx) -> Dict[str, Any]:
