@@ -28,7 +28,8 @@ class GCNLayer(nn.Module):
         return agg(h) if self.aggregate_first else agg(h @ self.weight)
 
     def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return (z @ self.weight if self.aggregate_first else z) + self.bias
+        # addmm adds the bias into the product's own output: no second pass, no second N x d_out tensor
+        return torch.addmm(self.bias, z, self.weight) if self.aggregate_first else z + self.bias
 
 
 register_model(ModelFamily(
