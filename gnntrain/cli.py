@@ -27,6 +27,8 @@ commands:
   ingest --edges F --features F --out DIR ...
                          convert your own graph (CSV/TSV, Parquet, NumPy, scipy .npz, PyG, DGL) for dataset=files
                          (gnntrain ingest -h)
+  generate --out DIR dataset=csbm|rmat [dataset.KEY=VALUE ...]
+                         write a generated graph into that format block by block (bounded memory, any size)
   calibrate [hardware=NAME] [--name NEW] [--quick]
                          measure this host (SpMM, GEMM, memory, collectives; < 2 min) and write the hardware
                          profile NEW (default NAME-calibrated) that mode=auto and the plan's predictions use;
@@ -463,16 +465,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         from gnntrain.launch.predict import predict_command
 
         return predict_command(rest)
-    if command == "ingest":
-        from gnntrain.data.ingest.command import ingest_command
+    if command in ("ingest", "generate"):  # the data layer's commands; generate composes dataset.* as run does
+        from gnntrain.api import compose
+        from gnntrain.data.ingest.command import generate_command, ingest_command
 
-        return ingest_command(rest)
+        return ingest_command(rest) if command == "ingest" else generate_command(rest, compose)
     if command == "report":
         from gnntrain.metrics.report import report_command
 
         return report_command(rest)
-    _error(f"unknown command '{command}'. Use one of: run, plan, partition, report, datasets, ingest, predict, "
-           "calibrate, netem (gnntrain --help).")
+    _error(f"unknown command '{command}'. Use one of: run, plan, partition, report, datasets, ingest, generate, "
+           "predict, calibrate, netem (gnntrain --help).")
     return 2
 
 

@@ -67,6 +67,34 @@ def test_streamed_copy_holds_one_csr_and_equals_the_dense_product(host_kernel, w
     assert host.streamed_to(torch.device("cpu"), torch.float64).spmm(h).allclose(out)  # built once, reused
 
 
+def test_native_adjacency_releases_its_edge_lists_and_single_drops_the_shards(train, monkeypatch):
+    """The native kernel holds its own CSR pair, so mode=single drops the COO and the edge weights (~24 B/edge
+    of its peak); the product is unchanged, and a later reader of edges gets one clear error. GAT keeps them."""
+    src, dst, n_src = _graph()
+    w = edge_weights("gcn", src, dst, 60)
+    h = torch.randn(n_src, 5, dtype=torch.float64)
+    native, plain = (SparseAdjacency(dst, src, w, 60, n_src, kernel=k) for k in ("native", "torch"))
+    before = native.spmm(h)
+    assert native.release_edge_lists() and not plain.release_edge_lists()
+    assert torch.equal(native.spmm(h), before) and plain.edge_index()[0] is dst
+    with pytest.raises(RuntimeError, match="released"):
+        native.edge_index()
+    import gnntrain.modes.single as single
+
+    kept = {}
+    original = single.SingleStrategy.__init__
+
+    def spy(self, shard, ctx, settings):
+        original(self, shard, ctx, settings)
+        kept[settings.model.name] = shard.edges is not None
+
+    monkeypatch.setattr(single.SingleStrategy, "__init__", spy)
+    for model in ("gcn", "gat"):
+        train(["dataset=csbm", "dataset.num_nodes=300", "mode=single", "kernel=native", f"model={model}",
+               "train.epochs=1"])
+    assert kept == {"gcn": False, "gat": True}
+
+
 def test_native_kernel_gives_the_same_bits_at_any_thread_count():
     """Each destination row is summed in CSR order by one thread: 1 and 2 threads agree bit for bit,
     forward and backward (the sum over rows of a parallel reduction would not)."""

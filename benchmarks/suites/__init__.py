@@ -3,7 +3,7 @@
 Module -> suites: reference (reference), kernels (kernels), overhead (overhead), partitioners (partitioners,
 partition_memory), volume (volume, mop_volume), supergcn (supergcn_volume, supergcn_accuracy, supergcn_lp),
 hongtu (hongtu_dedup), memory (memory, scale), hyscale (hyscale, hyscale_sampler), generators (generators),
-ablations, auto, ingest, predict, outofcore, diskio (one each).
+ablations, auto, ingest, predict, outofcore, diskio, moonshot (one each).
 """
 from benchmarks.suites import (  # noqa: F401  (each module registers its suites on import)
     ablations,
@@ -15,6 +15,7 @@ from benchmarks.suites import (  # noqa: F401  (each module registers its suites
     ingest,
     kernels,
     memory,
+    moonshot,
     outofcore,
     overhead,
     partitioners,

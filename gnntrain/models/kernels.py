@@ -164,6 +164,7 @@ class SparseAdjacency:
         only if a backward pass through this SpMM asks for it."""
         edge_w = self._edge_weight
         if dtype not in self._streamed:
+            self._require_edge_lists("streamed_to")
             csr = _unit_csr(self._dst, self._src, edge_w, (self.num_dst, self.num_src), dtype)
             parts = (csr.crow_indices(), csr.col_indices(), csr.values(),
                      *(None if s is None else s.to(dtype).unsqueeze(1) for s in (self._src_scale, self._dst_scale)))
@@ -208,7 +209,22 @@ class SparseAdjacency:
 
     def edge_index(self):
         """(dst, src) on the device: for aggregations that weigh edges themselves (GAT)."""
+        self._require_edge_lists("edge_index")
         return self._dst, self._src
+
+    def release_edge_lists(self) -> bool:
+        """Drop the COO edge lists and per-edge weights where the kernel holds its own copy of the graph (the
+        native CSR pair with its row scales): about 24 bytes per edge that training never reads again. After
+        this only :meth:`spmm` works. Returns whether they were released."""
+        if self.kernel != "native" or self._native is None:
+            return False
+        self._dst = self._src = self.weight = None
+        return True
+
+    def _require_edge_lists(self, what: str) -> None:
+        if self._dst is None and self.kernel == "native":
+            raise RuntimeError(f"SparseAdjacency.{what}: the edge lists were released (release_edge_lists); "
+                               "keep them where edges are read again")
 
     def spmm(self, h: torch.Tensor) -> torch.Tensor:
         if h.shape[0] != self.num_src:

@@ -38,6 +38,10 @@ class SingleStrategy(FullGraphStrategy):
         dst, src, w = shard.edges
         self.adjacency = SparseAdjacency(dst, src, w, shard.num_global_nodes, shard.num_global_nodes,
                                          kernel=ctx.plan.kernel, device=ctx.device)
+        del dst, src, w
+        family = model_family(settings.model.name, settings.model.target)
+        if settings.model.name != "custom" and family.elementwise and self.adjacency.release_edge_lists():
+            shard.edges = None  # the native kernel holds its CSR pair: the COO is never read again (~24 B/edge)
         super().__init__(shard, ctx, settings)
 
     def forward(self, model, x, dropout):

@@ -2,9 +2,12 @@
 generated dataset is one module plus one ``configs/dataset/<name>.yaml`` with ``source: generated``.
 
 A generator says how many directed edges its config implies (the plan sizes every estimate from it
-before anything is generated), checks its own keys (one PlanError naming the option), and generates
-a :class:`~gnntrain.data.graph.GraphData` deterministically for ``dataset.seed``, in memory
-proportional to the graph (edges as index arrays, never a dense N×N matrix).
+before anything is generated), checks its own keys (one PlanError naming the option), and describes
+its graph as :class:`GraphBlocks`: raw edges in blocks of ``EDGE_BLOCK`` draws and feature rows in
+blocks of ``ROW_BLOCK``, each block from its own random stream of (``dataset.seed``, stream, block).
+The same blocks build the in-memory :class:`~gnntrain.data.graph.GraphData` (:func:`materialize`,
+``dataset=csbm``) and the on-disk folder that ``gnntrain generate`` writes in bounded memory
+(:mod:`gnntrain.data.ingest.generated`), so both hold one graph, whatever the machine.
 """
 from __future__ import annotations
 
@@ -13,18 +16,63 @@ import importlib
 import json
 import pkgutil
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Iterator, Tuple
+
+import numpy as np
 
 from gnntrain.errors import DatasetError
+
+ALGORITHM = 2  # in every content hash: 2 = block-wise draws (1 drew each array whole)
+EDGE_BLOCK = 1 << 22  # raw edges drawn per block
+ROW_BLOCK = 1 << 16  # feature rows drawn per block
+FeatureRows = Callable[[int, int], np.ndarray]  # rows [lo, hi) as float32
+
+
+def block_rng(seed: int, stream: int, block: int) -> np.random.Generator:
+    """The random stream of one block: a function of (seed, stream, block) only, so any block can be drawn
+    alone, and a graph does not depend on how many blocks a machine holds at once."""
+    return np.random.default_rng([int(seed), int(stream), int(block)])
+
+
+def row_blocks(num_nodes: int) -> Iterator[Tuple[int, int]]:
+    for lo in range(0, num_nodes, ROW_BLOCK):
+        yield lo, min(num_nodes, lo + ROW_BLOCK)
+
+
+@dataclass(frozen=True)
+class GraphBlocks:
+    """A generated graph before it is assembled: what the in-memory graph and the on-disk folder are built from.
+
+    ``edge_blocks()`` yields raw (src, dst) int64 arrays (self-loops and repeats allowed: assembly drops them,
+    and adds the reverse edges where ``symmetrize``); ``feature_rows(lo, hi)`` draws rows [lo, hi) with lo a
+    multiple of ROW_BLOCK; ``labels(indptr, indices, features)`` gives every node's label from the assembled
+    CSR by destination (sources sorted within a row) and a reader of the feature rows."""
+
+    name: str
+    num_nodes: int
+    feat_dim: int
+    num_classes: int
+    symmetrize: bool
+    seed: int
+    fractions: Tuple[float, float, float]
+    content_hash: str
+    origin: str
+    edge_blocks: Callable[[], Iterator[Tuple[np.ndarray, np.ndarray]]]
+    feature_rows: FeatureRows
+    labels: Callable[[np.ndarray, np.ndarray, FeatureRows], np.ndarray]
 
 
 @dataclass(frozen=True)
 class Generator:
     name: str
-    generate: Callable[[Any], Any]  # the dataset section -> GraphData
+    blocks: Callable[[Any], GraphBlocks]  # the dataset section -> its graph in blocks
     directed_edges: Callable[[Any], int]  # the dataset section -> directed edges (both directions counted)
     check: Callable[[Any], None] = lambda ds: None  # raises PlanError for keys it cannot use
     description: str = ""
+
+    def generate(self, cfg) -> Any:
+        """The dataset section's graph as an in-memory GraphData."""
+        return materialize(self.blocks(cfg))
 
 
 GENERATORS: Dict[str, Generator] = {}
@@ -46,11 +94,38 @@ def params_hash(kind: str, cfg) -> str:
     keys = ["num_nodes", "num_edges", "feat_dim", "num_classes", "seed", "avg_degree", "intra_ratio",
             "feature_snr", "rmat_abcd", "symmetrize", "train_fraction", "val_fraction", "test_fraction"]
     payload = {k: (list(cfg[k]) if k == "rmat_abcd" else cfg[k]) for k in keys}
-    return hashlib.sha1(json.dumps([kind, 1, payload], sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha1(json.dumps([kind, ALGORITHM, payload], sort_keys=True).encode()).hexdigest()[:16]
 
 
 def fractions(cfg) -> Tuple[float, float, float]:
     return (cfg.train_fraction, cfg.val_fraction, cfg.test_fraction)
+
+
+def materialize(blocks: GraphBlocks):
+    """The GraphData of ``blocks``: edges cleaned as :func:`~gnntrain.data.graph.clean_edges` does (no self-loops,
+    no repeats, sorted by (dst, src)), which is the CSR the on-disk folder stores."""
+    import torch
+
+    from gnntrain.data.graph import GraphData, clean_edges, split_masks
+
+    n = blocks.num_nodes
+    drawn = list(blocks.edge_blocks())
+    src = torch.from_numpy(np.concatenate([s for s, _ in drawn]) if drawn else np.zeros(0, np.int64))
+    dst = torch.from_numpy(np.concatenate([d for _, d in drawn]) if drawn else np.zeros(0, np.int64))
+    del drawn
+    src, dst = clean_edges(src, dst, n, symmetrize=blocks.symmetrize)
+    features = np.empty((n, blocks.feat_dim), dtype=np.float32)
+    for lo, hi in row_blocks(n):
+        features[lo:hi] = blocks.feature_rows(lo, hi)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst.numpy(), minlength=n), out=indptr[1:])
+    labels = blocks.labels(indptr, src.numpy(), lambda lo, hi: features[lo:hi])
+    train, val, test = split_masks(n, blocks.fractions, blocks.seed)
+    return GraphData(
+        name=blocks.name, num_nodes=n, src=src, dst=dst, features=torch.from_numpy(features),
+        labels=torch.from_numpy(np.asarray(labels, dtype=np.int64)), train_mask=train, val_mask=val, test_mask=test,
+        num_classes=blocks.num_classes, content_hash=blocks.content_hash, origin=blocks.origin,
+    )
 
 
 for _module in pkgutil.iter_modules(__path__):

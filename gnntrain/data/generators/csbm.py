@@ -3,15 +3,26 @@ the default dataset."""
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from gnntrain.data.checks import _in_unit_interval, _number
-from gnntrain.data.generators import Generator, fractions, params_hash, register_generator
-from gnntrain.data.graph import GraphData, clean_edges, split_masks
+from gnntrain.data.generators import (
+    EDGE_BLOCK,
+    ROW_BLOCK,
+    Generator,
+    GraphBlocks,
+    block_rng,
+    fractions,
+    materialize,
+    params_hash,
+    register_generator,
+)
+from gnntrain.data.graph import GraphData
 from gnntrain.errors import PlanError
 
+LABELS, EDGES, FEATURES, MEANS = range(4)  # the random streams (block_rng)
 
-def make_csbm(cfg) -> GraphData:
+
+def csbm_blocks(cfg) -> GraphBlocks:
     """Contextual stochastic block model (Deshpande et al. 2018).
 
     ``num_classes`` balanced classes; each undirected edge picks a uniform
@@ -19,33 +30,42 @@ def make_csbm(cfg) -> GraphData:
     otherwise of another class. Features are N(μ_y, I) with class means of
     norm ``feature_snr``, so one node's features are a weak signal and
     averaging over same-class neighbours (what a GCN does) sharpens it.
+    Labels and the class index are drawn whole (N integers); edges and
+    features in blocks.
     """
     n, c, f = int(cfg.num_nodes), int(cfg.num_classes), int(cfg.feat_dim)
-    rng = np.random.default_rng(int(cfg.seed))
-    labels = rng.integers(0, c, size=n)
+    seed, intra = int(cfg.seed), float(cfg.intra_ratio)
+    labels = block_rng(seed, LABELS, 0).integers(0, c, size=n)
     order = np.argsort(labels, kind="stable")
     class_size = np.bincount(labels, minlength=c)
     class_start = np.concatenate([[0], np.cumsum(class_size)[:-1]])
-
-    m = int(round(n * cfg.avg_degree / 2))
-    u = rng.integers(0, n, size=m)
-    same = rng.random(m) < cfg.intra_ratio
-    target_class = np.where(same, labels[u], (labels[u] + rng.integers(1, max(c, 2), size=m)) % c)
-    size = np.maximum(class_size[target_class], 1)
-    v = order[class_start[target_class] + (rng.random(m) * size).astype(np.int64)]
-
-    means = rng.standard_normal((c, f))
+    pairs = int(round(n * cfg.avg_degree / 2))
+    means = block_rng(seed, MEANS, 0).standard_normal((c, f))
     means *= cfg.feature_snr / np.linalg.norm(means, axis=1, keepdims=True)
-    features = (means[labels] + rng.standard_normal((n, f))).astype(np.float32)
 
-    src, dst = clean_edges(torch.from_numpy(u), torch.from_numpy(v), n, symmetrize=True)
-    train, val, test = split_masks(n, fractions(cfg), int(cfg.seed))
-    return GraphData(
-        name="csbm", num_nodes=n, src=src, dst=dst, features=torch.from_numpy(features),
-        labels=torch.from_numpy(labels.astype(np.int64)), train_mask=train, val_mask=val, test_mask=test,
-        num_classes=c, content_hash="csbm-" + params_hash("csbm", cfg), origin="generated (csbm)",
+    def edge_blocks():
+        for block, lo in enumerate(range(0, pairs, EDGE_BLOCK)):
+            m = min(EDGE_BLOCK, pairs - lo)
+            rng = block_rng(seed, EDGES, block)
+            u = rng.integers(0, n, size=m)
+            same = rng.random(m) < intra
+            target_class = np.where(same, labels[u], (labels[u] + rng.integers(1, max(c, 2), size=m)) % c)
+            size = np.maximum(class_size[target_class], 1)
+            yield u, order[class_start[target_class] + (rng.random(m) * size).astype(np.int64)]
+
+    def feature_rows(lo: int, hi: int) -> np.ndarray:
+        noise = block_rng(seed, FEATURES, lo // ROW_BLOCK).standard_normal((hi - lo, f))
+        return (means[labels[lo:hi]] + noise).astype(np.float32)
+
+    return GraphBlocks(
+        name="csbm", num_nodes=n, feat_dim=f, num_classes=c, symmetrize=True, seed=seed, fractions=fractions(cfg),
+        content_hash="csbm-" + params_hash("csbm", cfg), origin="generated (csbm)", edge_blocks=edge_blocks,
+        feature_rows=feature_rows, labels=lambda indptr, indices, features: labels,
     )
 
+
+def make_csbm(cfg) -> GraphData:
+    return materialize(csbm_blocks(cfg))
 
 
 def check(ds) -> None:
@@ -64,5 +84,5 @@ def check(ds) -> None:
 
 
 register_generator(Generator(
-    name="csbm", generate=make_csbm, directed_edges=lambda ds: int(round(int(ds.num_nodes) * float(ds.avg_degree))),
+    name="csbm", blocks=csbm_blocks, directed_edges=lambda ds: int(round(int(ds.num_nodes) * float(ds.avg_degree))),
     check=check, description="contextual SBM: classes, intra-class edge ratio, Gaussian features"))

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from gnntrain.data.ingest import CsvOptions, IngestOptions, NodeOptions, ingest
 from gnntrain.errors import GnnTrainError
@@ -95,8 +95,8 @@ def options_from(args: argparse.Namespace) -> IngestOptions:
 class ProgressReport:
     """A rich bar per stage on a terminal; elsewhere one plain line per stage and every few seconds."""
 
-    def __init__(self, console):
-        self.console = console
+    def __init__(self, console, command: str = "ingest"):
+        self.console, self.command = console, command
         self.stage: Optional[str] = None
         self.last = 0.0
         self.started = time.perf_counter()
@@ -117,7 +117,7 @@ class ProgressReport:
             self.bar.update(self.task, completed=done, total=max(total, 1))
         elif stage != self.stage or now - self.last >= LINE_EVERY_S:
             share = f" {100.0 * done / total:5.1f}%" if total > 0 else ""
-            self.console.print(f"ingest: {stage}{share} ({now - self.started:.0f} s)", highlight=False)
+            self.console.print(f"{self.command}: {stage}{share} ({now - self.started:.0f} s)", highlight=False)
             self.last = now
         self.stage = stage
 
@@ -133,7 +133,7 @@ def print_summary(summary: Dict[str, Any], out: Path, console) -> None:
 
     deg = summary.get("degree", {})
     split = summary.get("split", {})
-    table = Table(title=f"ingested {summary['name']}", show_header=False)
+    table = Table(title=f"{'generated' if 'generated' in summary else 'ingested'} {summary['name']}", show_header=False)
     table.add_column("what", no_wrap=True)
     table.add_column("value")
     rows = [
@@ -181,6 +181,58 @@ def ingest_command(argv: List[str]) -> int:
         return 130
     report.close()
     print_summary(summary, Path(options.out).expanduser(), console)
+    return 0
+
+
+GENERATE_EPILOG = """examples:
+  gnntrain generate --out graphs/csbm-10m dataset=csbm dataset.num_nodes=10000000 dataset.avg_degree=20
+  gnntrain generate --out graphs/rmat dataset=rmat dataset.num_nodes=1000000 dataset.num_edges=20000000
+then: gnntrain run dataset=files dataset.path=graphs/csbm-10m
+The folder holds the same graph as dataset=csbm (or rmat) with the same options, written block by block:
+memory stays a few arrays of N plus one block, whatever the number of edges."""
+
+
+def generate_command(argv: List[str], compose: Callable[[List[str]], Any]) -> int:
+    """``gnntrain generate --out DIR [--overwrite] [--name N] dataset=csbm|rmat dataset.KEY=VALUE ...``;
+    ``compose`` turns the overrides into the run config (the CLI's, gnntrain.api.compose)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    p = argparse.ArgumentParser(prog="gnntrain generate", epilog=GENERATE_EPILOG,
+                                formatter_class=argparse.RawTextHelpFormatter,
+                                description="Write a generated graph (dataset=csbm or rmat and its dataset.* options) "
+                                            "into the on-disk format that dataset=files trains on, in bounded memory.")
+    p.add_argument("--out", required=True, type=Path, help="the folder to write (refused if it exists)")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.add_argument("--name", default="", help="the graph's name (default: the folder name)")
+    p.add_argument("overrides", nargs="*", help="dataset=csbm|rmat and dataset.KEY=VALUE options, as gnntrain run "
+                                                "takes them")
+    args = p.parse_args(argv)
+    console, errors = Console(), Console(stderr=True)
+    report = ProgressReport(errors, "generate")
+    try:
+        bad = [o for o in args.overrides if not o.startswith(("dataset=", "dataset.", "seed="))]
+        if bad:
+            from gnntrain.errors import DatasetError
+
+            raise DatasetError(f"generate: {bad[0]!r}: only dataset=NAME and dataset.KEY=VALUE options shape a "
+                               "generated graph.")
+        from gnntrain.data import check_dataset_config
+        from gnntrain.data.ingest.generated import write_generated
+
+        cfg = compose(args.overrides)
+        check_dataset_config(cfg.dataset)
+        summary = write_generated(cfg.dataset, args.out, args.overwrite, args.name, progress=report)
+    except GnnTrainError as exc:
+        report.close()
+        errors.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
+        return 1
+    except KeyboardInterrupt:
+        report.close()
+        errors.print("generate interrupted: nothing was written (the partial folder was removed).")
+        return 130
+    report.close()
+    print_summary(summary, Path(args.out).expanduser(), console)
     return 0
 
 
