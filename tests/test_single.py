@@ -29,3 +29,29 @@ def test_two_rank_accuracy_matches_single(train):
     dist = train(CORA + DGL_EXAMPLE + ["mode=partition", "hardware.ranks_per_node=2", "train.eval_every=200"])
     assert abs(single["accuracy"]["test"] - dist["accuracy"]["test"]) <= 0.005, (single["accuracy"],
                                                                                dist["accuracy"])
+
+
+def test_the_inputs_are_aggregated_once_per_run_and_the_model_is_unchanged(train, monkeypatch):
+    """Dropout never touches the inputs, so single computes A·x of the first layer once (InputAggregate); every
+    hidden layer still aggregates each epoch, and the trained model equals the one that recomputes it."""
+    from gnntrain.models import kernels
+    from gnntrain.modes.single import InputAggregate
+
+    widths = []
+    spmm = kernels.SparseAdjacency.spmm
+
+    def counted(self, h):
+        widths.append((h.shape[1], h.requires_grad))
+        return spmm(self, h)
+
+    monkeypatch.setattr(kernels.SparseAdjacency, "spmm", counted)
+    run = ["dataset=csbm", "dataset.num_nodes=400", "dataset.feat_dim=8", "model=sage", "model.hidden=16",
+           "model.layers=3", "train.epochs=3", "train.eval_every=3", "mode=single", "train.dtype=float64", "kernel=native"]
+    cached = train(run)
+    inputs = [w for w in widths if w == (8, False)]
+    assert len(inputs) == 1 and len([w for w in widths if w == (16, True)]) == 3, widths  # layer 2, per epoch
+    monkeypatch.setattr(InputAggregate, "__call__", lambda self, h: self.adjacency.spmm(h))
+    widths.clear()
+    recomputed = train(run)
+    assert len([w for w in widths if w == (8, False)]) == 3 + 1  # every epoch and the evaluation
+    assert cached["losses"] == recomputed["losses"]  # bit for bit: the same product, computed once

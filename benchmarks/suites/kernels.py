@@ -232,7 +232,9 @@ def suite_kernels(quick: bool) -> SuiteResult:
               f"median epoch with the first {min(WARMUP_EPOCHS, epochs // 2)} dropped (a fresh process runs its "
               "first big tensors up to 3x slower here, every stack alike), then the median over repetitions; "
               "peak RSS is the process's VmHWM (graph loading "
-              "included). Dropout 0 on every side. All read the same graph (gnntrain's csbm, exported as .npy; "
+              "included). Dropout 0 on every side. gnntrain's single computes the first layer's aggregation of the fixed "
+              "input features once per run (exact: dropout never touches the inputs; docs/design.md, mode=single); "
+              "the plain loops recompute it each epoch, as their libraries' examples do. All read the same graph (gnntrain's csbm, exported as .npy; "
               "self-loops for GCN, as gnntrain's config; PyG's GCNConv adds them itself, cached=True as in PyG's "
               "examples). Every process sets gnntrain's page policy (transparent huge pages for large tensors). "
               f"The plan's kernel choice: {runs['gnntrain-gcn'][0]['note']}.",

@@ -31,8 +31,28 @@ def graph_tensors(data, settings: RunSettings):
     return src, dst, weights.float() if settings.dtype == "float32" else weights
 
 
+class InputAggregate:
+    """The adjacency as a layer's aggregation, keeping its product with the input features: dropout sits between
+    layers, never on the inputs, so where the first layer aggregates before its weights (GCN or SAGE widening or
+    keeping the width, GIN) A·x is the same in every epoch and evaluation, and is computed once (SGC's
+    observation, Wu et al., Simplifying Graph Convolutional Networks, §3: the propagation of fixed features
+    needs no recomputation). Any other input (a hidden layer's, or x once changed in place) runs the SpMM."""
+
+    def __init__(self, adjacency: SparseAdjacency, x: torch.Tensor):
+        self.adjacency, self.x = adjacency, x
+        self._kept: Optional[torch.Tensor] = None
+        self._version = -1
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        if h is not self.x or h.requires_grad:
+            return self.adjacency.spmm(h)
+        if self._kept is None or self._version != h._version:
+            self._kept, self._version = self.adjacency.spmm(h).detach(), h._version
+        return self._kept
+
+
 class SingleStrategy(FullGraphStrategy):
-    """The whole graph in one process: one SpMM per layer."""
+    """The whole graph in one process: one SpMM per layer (the first layer's of the fixed inputs once per run)."""
 
     def __init__(self, shard: RankShard, ctx, settings: RunSettings):
         dst, src, w = shard.edges
@@ -40,12 +60,15 @@ class SingleStrategy(FullGraphStrategy):
                                          kernel=ctx.plan.kernel, device=ctx.device)
         del dst, src, w
         family = model_family(settings.model.name, settings.model.target)
-        if settings.model.name != "custom" and family.elementwise and self.adjacency.release_edge_lists():
+        builtin = settings.model.name != "custom" and family.elementwise  # layers that only call agg(h)
+        if builtin and self.adjacency.release_edge_lists():
             shard.edges = None  # the native kernel holds its CSR pair: the COO is never read again (~24 B/edge)
         super().__init__(shard, ctx, settings)
+        # the adjacency itself where attention reads its edge list (GAT) or a user's layer might
+        self.aggregation = InputAggregate(self.adjacency, self.x) if builtin else self.adjacency
 
     def forward(self, model, x, dropout):
-        return model(x, self.adjacency, dropout)  # the adjacency itself: attention reads its edge list
+        return model(x, self.aggregation, dropout)
 
 
 @register_mode
