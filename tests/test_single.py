@@ -46,7 +46,8 @@ def test_the_inputs_are_aggregated_once_per_run_and_the_model_is_unchanged(train
 
     monkeypatch.setattr(kernels.SparseAdjacency, "spmm", counted)
     run = ["dataset=csbm", "dataset.num_nodes=400", "dataset.feat_dim=8", "model=sage", "model.hidden=16",
-           "model.layers=3", "train.epochs=3", "train.eval_every=3", "mode=single", "train.dtype=float64", "kernel=native"]
+           "model.layers=3", "train.epochs=3", "train.eval_every=3", "mode=single", "train.dtype=float64",
+           "kernel=native"]
     cached = train(run)
     inputs = [w for w in widths if w == (8, False)]
     assert len(inputs) == 1 and len([w for w in widths if w == (16, True)]) == 3, widths  # layer 2, per epoch
