@@ -65,6 +65,23 @@ def compose(overrides: Sequence[str] = (), config_dir: Optional[str] = None):
     return compose_config(overrides, config_dir)
 
 
+def compose_or_error(overrides: Sequence[str] = ()):
+    """:func:`compose`, with a bad override (unknown option or group, a value of the wrong type) raised as one
+    GnnTrainError line, the line ``gnntrain run`` prints for it."""
+    from gnntrain.errors import GnnTrainError
+    from gnntrain.launch.compose import config_error
+
+    try:
+        return compose(overrides)
+    except GnnTrainError:
+        raise
+    except Exception as exc:
+        message = config_error(exc)
+        if message is None:
+            raise
+        raise GnnTrainError(message) from None
+
+
 def plan(overrides: Sequence[str] = ()):
     """The validated run plan (mode=auto resolved); raises a GnnTrainError naming the offending option."""
     from gnntrain.auto import resolve_plan

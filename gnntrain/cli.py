@@ -466,10 +466,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         return predict_command(rest)
     if command in ("ingest", "generate"):  # the data layer's commands; generate composes dataset.* as run does
-        from gnntrain.api import compose
+        from gnntrain.api import compose_or_error
         from gnntrain.data.ingest.command import generate_command, ingest_command
 
-        return ingest_command(rest) if command == "ingest" else generate_command(rest, compose)
+        return ingest_command(rest) if command == "ingest" else generate_command(rest, compose_or_error)
     if command == "report":
         from gnntrain.metrics.report import report_command
 

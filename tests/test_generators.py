@@ -151,9 +151,27 @@ def test_cli_generate_then_plan_and_its_errors(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # the refusals in this process: one line each, nothing left behind
     for argv, words in ((args, "already exists"), (["generate", "--out", "c", "dataset=cora"], "not a generated graph"),
                         (["generate", "--out", "c", "dataset=csbm", "model=gat"], "only dataset=NAME"),
-                        (["generate", "--out", "c", "dataset=csbm", "dataset.avg_degree=-1"], "dataset.avg_degree")):
+                        (["generate", "--out", "c", "dataset=csbm", "dataset.avg_degree=-1"], "dataset.avg_degree"),
+                        (["generate", "--out", "c", "dataset=csbm", "dataset.num_nodse=5"], "num_nodse"),
+                        (["generate", "--out", "c", "dataset=nosuch"], "nosuch")):
         capsys.readouterr()
         assert main(argv) == 1
         err = capsys.readouterr().err
         assert words in err and "Traceback" not in err, err
     assert not (tmp_path / "c").exists() and not any(p.name.startswith(".c.partial") for p in tmp_path.iterdir())
+
+
+def test_generate_removes_the_partial_folders_of_dead_runs_and_stops_on_sigterm(tmp_path):
+    import os
+    import signal
+
+    from gnntrain.data.ingest.command import terminate_as_interrupt
+    from gnntrain.data.ingest.generated import write_generated
+
+    dead, live = tmp_path / ".g.partial-999999999", tmp_path / f".g.partial-{os.getppid()}"
+    for folder in (dead, live):
+        folder.mkdir()
+    write_generated(compose(SMALL["csbm"]).dataset, tmp_path / "g")
+    assert not dead.exists() and live.exists()  # a killed run's leftovers go; a running one's stay
+    with pytest.raises(KeyboardInterrupt), terminate_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)

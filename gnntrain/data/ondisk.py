@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Tuple
@@ -154,9 +155,24 @@ def content_digest(indptr: np.ndarray, indices, features, labels: np.ndarray,
 # ------------------------------------------------------------------ write
 def partial_dir(out: Path) -> Path:
     """Where an ingest writes before the rename: beside ``out``, never loadable (no meta.json there
-    until the very end, and a name ``dataset.path`` would not be given)."""
+    until the very end, and a name ``dataset.path`` would not be given). It starts empty: this process's
+    earlier one is removed, and so is any other's whose process is gone (killed, out of memory)."""
     out = Path(out)
+    for stale in out.parent.glob(f".{out.name}.partial-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+            shutil.rmtree(stale, ignore_errors=True)
     return out.parent / f".{out.name}.partial-{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def finish(work: Path, out: Path, meta: Dict[str, Any], overwrite: bool) -> Path:

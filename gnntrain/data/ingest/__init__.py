@@ -349,7 +349,6 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
         raise DatasetError(f"ingest: {out} already exists. Pass --overwrite to replace it, or choose another --out.")
     out.parent.mkdir(parents=True, exist_ok=True)
     work = ondisk.partial_dir(out)
-    shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
         graph = None

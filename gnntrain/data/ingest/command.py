@@ -3,10 +3,13 @@ seconds otherwise) and the closing summary."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from gnntrain.data.ingest import CsvOptions, IngestOptions, NodeOptions, ingest
 from gnntrain.errors import GnnTrainError
@@ -92,6 +95,20 @@ def options_from(args: argparse.Namespace) -> IngestOptions:
                          split=split, seed=args.seed, name=args.name, overwrite=args.overwrite, edges_csv=csv)
 
 
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler's cancel, ``kill``) raised as KeyboardInterrupt while the block runs, so the partial
+    folder is removed as it is on Ctrl-C."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, stop) if threading.current_thread() is threading.main_thread() else None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 class ProgressReport:
     """A rich bar per stage on a terminal; elsewhere one plain line per stage and every few seconds."""
 
@@ -168,7 +185,8 @@ def ingest_command(argv: List[str]) -> int:
     report = ProgressReport(Console(stderr=True))
     try:
         options = options_from(args)
-        summary = ingest(options, progress=report)
+        with terminate_as_interrupt():
+            summary = ingest(options, progress=report)
     except GnnTrainError as exc:
         report.close()
         from rich.markup import escape
@@ -211,7 +229,7 @@ def generate_command(argv: List[str], compose: Callable[[List[str]], Any]) -> in
     console, errors = Console(), Console(stderr=True)
     report = ProgressReport(errors, "generate")
     try:
-        bad = [o for o in args.overrides if not o.startswith(("dataset=", "dataset.", "seed="))]
+        bad = [o for o in args.overrides if not o.startswith(("dataset=", "dataset."))]
         if bad:
             from gnntrain.errors import DatasetError
 
@@ -222,10 +240,13 @@ def generate_command(argv: List[str], compose: Callable[[List[str]], Any]) -> in
 
         cfg = compose(args.overrides)
         check_dataset_config(cfg.dataset)
-        summary = write_generated(cfg.dataset, args.out, args.overwrite, args.name, progress=report)
-    except GnnTrainError as exc:
+        with terminate_as_interrupt():
+            summary = write_generated(cfg.dataset, args.out, args.overwrite, args.name, progress=report)
+    except (GnnTrainError, OSError, MemoryError) as exc:
         report.close()
-        errors.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
+        what = escape(str(exc)) if isinstance(exc, GnnTrainError) else \
+            f"generate: writing {escape(str(args.out))} failed ({type(exc).__name__}: {escape(str(exc))})"
+        errors.print(f"[bold red]error:[/bold red] {what}", soft_wrap=True)
         return 1
     except KeyboardInterrupt:
         report.close()

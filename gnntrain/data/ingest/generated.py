@@ -43,7 +43,8 @@ def _write_features(path: Path, blocks, progress) -> None:
 
 def write_generated(ds, out: Path, overwrite: bool = False, name: str = "", progress=_nothing) -> Dict[str, Any]:
     """Write the generated dataset section ``ds`` (source: generated) as the graph folder ``out``; returns its
-    summary (also in meta.json). A killed run leaves only a hidden partial folder, removed on the next try."""
+    summary (also in meta.json). A killed run leaves only a hidden partial folder, removed by the next run
+    that writes ``out``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -60,7 +61,6 @@ def write_generated(ds, out: Path, overwrite: bool = False, name: str = "", prog
     n = blocks.num_nodes
     out.parent.mkdir(parents=True, exist_ok=True)
     work = ondisk.partial_dir(out)
-    shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
         builder = CsrBuilder(work, n, blocks.symmetrize, "drop", "drop", str)
