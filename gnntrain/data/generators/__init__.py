@@ -89,11 +89,18 @@ def get_generator(name: str) -> Generator:
     return GENERATORS[name]
 
 
+PARAMS = ("num_nodes", "num_edges", "feat_dim", "num_classes", "seed", "avg_degree", "intra_ratio", "feature_snr",
+          "rmat_abcd", "symmetrize", "train_fraction", "val_fraction", "test_fraction")
+
+
+def generator_params(cfg) -> Dict[str, Any]:
+    """Every dataset parameter that shapes a generated graph, as plain JSON values."""
+    return {k: (list(cfg[k]) if k == "rmat_abcd" else cfg[k]) for k in PARAMS}
+
+
 def params_hash(kind: str, cfg) -> str:
     """The content hash of a generated graph: its generator and every parameter that shapes it."""
-    keys = ["num_nodes", "num_edges", "feat_dim", "num_classes", "seed", "avg_degree", "intra_ratio",
-            "feature_snr", "rmat_abcd", "symmetrize", "train_fraction", "val_fraction", "test_fraction"]
-    payload = {k: (list(cfg[k]) if k == "rmat_abcd" else cfg[k]) for k in keys}
+    payload = generator_params(cfg)
     return hashlib.sha1(json.dumps([kind, ALGORITHM, payload], sort_keys=True).encode()).hexdigest()[:16]
 
 

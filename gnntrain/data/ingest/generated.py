@@ -18,16 +18,10 @@ from typing import Any, Dict
 import numpy as np
 
 from gnntrain.data import ondisk
-from gnntrain.data.generators import ROW_BLOCK, get_generator, params_hash, row_blocks
+from gnntrain.data.generators import ROW_BLOCK, generator_params, get_generator, row_blocks
+from gnntrain.data.ingest import _nothing
 from gnntrain.data.ingest.csr import CsrBuilder, degree_summary
 from gnntrain.errors import DatasetError
-
-GENERATED_KEYS = ("num_nodes", "num_edges", "avg_degree", "feat_dim", "num_classes", "seed", "intra_ratio",
-                  "feature_snr", "rmat_abcd", "symmetrize", "train_fraction", "val_fraction", "test_fraction")
-
-
-def _nothing(stage: str, done: int, total: int) -> None:
-    return None
 
 
 def _write_features(path: Path, blocks, progress) -> None:
@@ -57,7 +51,8 @@ def write_generated(ds, out: Path, overwrite: bool = False, name: str = "", prog
     out = Path(out).expanduser()
     if out.exists() and not overwrite:
         raise DatasetError(f"generate: {out} already exists. Pass --overwrite to replace it, or choose another --out.")
-    blocks = get_generator(ds.name).blocks(ds)
+    generator = get_generator(ds.name)
+    blocks = generator.blocks(ds)
     n = blocks.num_nodes
     out.parent.mkdir(parents=True, exist_ok=True)
     work = ondisk.partial_dir(out)
@@ -65,7 +60,7 @@ def write_generated(ds, out: Path, overwrite: bool = False, name: str = "", prog
     try:
         builder = CsrBuilder(work, n, blocks.symmetrize, "drop", "drop", str)
         drawn = 0
-        expected = int(get_generator(ds.name).directed_edges(ds)) // (2 if blocks.symmetrize else 1)
+        expected = int(generator.directed_edges(ds)) // (2 if blocks.symmetrize else 1)
         for src, dst in blocks.edge_blocks():
             builder.add(src, dst, lambda i: "a generated edge")
             drawn += int(src.shape[0])
@@ -92,10 +87,8 @@ def write_generated(ds, out: Path, overwrite: bool = False, name: str = "", prog
             "id_type": "int", "symmetrized": blocks.symmetrize, "edges_read": stats.num_entries_read,
             "self_loops_dropped": stats.self_loops, "duplicates_dropped": stats.duplicates,
             "degree": degree_summary(indptr), "unlabeled": 0, "split": {m: int(v.sum()) for m, v in masks.items()},
-            "generated": {"generator": blocks.name, "content_hash": blocks.content_hash,
-                          "params_hash": params_hash(blocks.name, ds), "row_block": ROW_BLOCK,
-                          "options": {k: (list(ds[k]) if k == "rmat_abcd" else ds[k]) for k in GENERATED_KEYS
-                                      if k in ds}},
+            "generated": {"generator": blocks.name, "content_hash": blocks.content_hash, "row_block": ROW_BLOCK,
+                          "options": generator_params(ds)},
             "notes": [f"generated: the graph of dataset={blocks.name} with these options ({blocks.content_hash})"],
             "ingest_seconds": round(time.perf_counter() - started, 3),
         }
