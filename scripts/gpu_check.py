@@ -232,13 +232,20 @@ def check_hyscale(c: Check) -> List[dict]:
     moved = shares[-1] - shares[0]
     gpu_only = c.train([c.hardware] + base + ["mode.cpu_trainers=0", "mode.accel_trainers=1"])
     cpu_only = c.train([c.hardware] + base + ["mode.cpu_trainers=1", "mode.accel_trainers=0"])
+    # the default floor (mode.drm_min_share=0.05) keeps the CPU trainer's share at 5% even when it trains a
+    # seed 30x slower; a lower floor shows what the epoch time would be if DRM could move further
+    low_floor = c.train([c.hardware] + base + ["mode.cpu_trainers=1", "mode.accel_trainers=1", "mode.drm=true",
+                                               "mode.drm_min_share=0.01"])
+    low_shares = [s[accel] for s in low_floor["mode_report"]["shares_per_iteration"]]
     ok = c.device == "cpu" or abs(moved) <= 0.02 or moved * toward_faster > 0
     return [{"name": "hyscale_cpu_gpu_drm", "mode": "hyscale", "status": "ok" if ok else "failed",
              "accel_share_first_last": [shares[0], shares[-1]], "train_s_per_seed": per_seed,
              "trainers": report["trainers"], "stage_time_median_s": medians, "iterations": report["iterations"],
              "predicted_vs_measured_s": report.get("predicted_vs_measured_s"),
              "epoch_time_s": both["epoch_time_s"], "gpu_only_epoch_time_s": gpu_only["epoch_time_s"],
-             "cpu_only_epoch_time_s": cpu_only["epoch_time_s"]}]
+             "cpu_only_epoch_time_s": cpu_only["epoch_time_s"],
+             "min_share_0_01_accel_share_last": low_shares[-1],
+             "min_share_0_01_epoch_time_s": low_floor["epoch_time_s"]}]
 
 
 def check_moa(c: Check) -> List[dict]:
@@ -339,6 +346,9 @@ def _row(r: dict) -> List[str]:
         shown.append(f"GPU trainer's share {first:.3f} -> {last:.3f} (train us per seed {per_seed}); "
                      f"GPU-only {_ms(r['gpu_only_epoch_time_s'])} ms, "
                      f"CPU-only {_ms(r['cpu_only_epoch_time_s'])} ms per epoch")
+        if "min_share_0_01_epoch_time_s" in r:
+            shown.append(f"with mode.drm_min_share=0.01: share -> {r['min_share_0_01_accel_share_last']:.3f}, "
+                         f"{_ms(r['min_share_0_01_epoch_time_s'])} ms per epoch")
     if "ratio_vs_pyg" in r:
         shown.append(f"{r['ratio_vs_pyg']:.2f}x PyG GCNConv ({_ms(r['pyg_epoch_time_s'])} ms), kernel {r['kernel']}")
     if "measured_disk_bytes_per_epoch" in r:
