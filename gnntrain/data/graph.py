@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -63,6 +63,49 @@ class GraphData:
                 g.ndata[f"{split}_mask"] = mask
             self._dgl_cache[self_loop] = g
         return self._dgl_cache[self_loop]
+
+class CsrGraphData(GraphData):
+    """A graph whose edges come as a destination-sorted CSR (an ingested folder's memory-mapped
+    ``indptr``/``indices``): ``src``/``dst`` are built on first use only (16 bytes per edge), so a
+    mode that reads the CSR itself (HongTu's direct path) never holds the graph as COO."""
+
+    def __init__(self, *, indptr: np.ndarray, indices: np.ndarray, symmetric: bool, **fields):
+        self.csr: Tuple[np.ndarray, np.ndarray] = (indptr, indices)
+        self.symmetric = bool(symmetric)  # every edge's reverse is present (the transpose is the same CSR)
+        self._src = self._dst = None
+        super().__init__(src=None, dst=None, **fields)
+
+    @property  # type: ignore[override]
+    def src(self) -> torch.Tensor:
+        if self._src is None:
+            self._src = torch.from_numpy(np.asarray(self.csr[1], dtype=np.int64))
+        return self._src
+
+    @src.setter
+    def src(self, value: Optional[torch.Tensor]) -> None:
+        self._src = value
+
+    @property  # type: ignore[override]
+    def dst(self) -> torch.Tensor:
+        if self._dst is None:
+            indptr = np.asarray(self.csr[0])
+            self._dst = torch.repeat_interleave(torch.arange(self.num_nodes, dtype=torch.int64),
+                                                torch.from_numpy(np.diff(indptr)))
+        return self._dst
+
+    @dst.setter
+    def dst(self, value: Optional[torch.Tensor]) -> None:
+        self._dst = value
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.csr[1].shape[0])
+
+    @property
+    def edges_built(self) -> bool:
+        """Whether the COO lists were built (a test's check that a path stayed on the CSR)."""
+        return self._src is not None or self._dst is not None
+
 
 def hash_tensors(*tensors: torch.Tensor, extra: str = "") -> str:
     h = hashlib.sha1(extra.encode())

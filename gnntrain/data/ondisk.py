@@ -266,20 +266,19 @@ def open_graph_dir(path) -> GraphDir:
 
 
 def load_graph_dir(path, name: str = ""):
-    """The GraphData of an ingested graph: features memory-mapped, COO edges from the CSR."""
+    """The GraphData of an ingested graph: features and the CSR memory-mapped; the COO edge lists are
+    built from the CSR only when something asks for them (:class:`~gnntrain.data.graph.CsrGraphData`)."""
     import torch
 
-    from gnntrain.data.graph import GraphData
+    from gnntrain.data.graph import CsrGraphData
 
     g = open_graph_dir(path)
-    indptr, indices = g.array("indptr"), g.array("indices")
-    src = torch.from_numpy(np.asarray(indices, dtype=np.int64))
-    dst = torch.repeat_interleave(torch.arange(g.num_nodes, dtype=torch.int64),
-                                  torch.from_numpy(np.diff(np.asarray(indptr))))
     masks = [torch.from_numpy(np.asarray(g.array(m), dtype=bool)) for m in MASKS]
     label = name or str(g.meta.get("name") or g.path.name)
-    return GraphData(
-        name=label, num_nodes=g.num_nodes, src=src, dst=dst, features=torch.from_numpy(g.array("features")),
+    return CsrGraphData(
+        indptr=g.array("indptr").view(np.ndarray), indices=g.array("indices").view(np.ndarray),
+        symmetric=bool(g.meta.get("symmetrized")),
+        name=label, num_nodes=g.num_nodes, features=torch.from_numpy(g.array("features")),
         labels=torch.from_numpy(np.asarray(g.array("labels"))), train_mask=masks[0], val_mask=masks[1],
         test_mask=masks[2], num_classes=g.num_classes, content_hash=f"files-{g.digest}",
         origin=f"ingested graph {g.path}",

@@ -23,6 +23,7 @@ class HongTuConfig(ModeConfig):
     host_budget: Optional[str] = None  # vertex tables a rank keeps in host memory, e.g. "2GiB"; the rest on disk.
     # null: what the profile's host memory leaves after the rest of the estimate (no disk tier where all fits)
     disk_dir: Optional[str] = None  # the disk tier's scratch folder; null = <cache_dir>/disk-tier
+    direct: bool = False  # one rank on a CPU device: the SpMM reads neighbours in place, topology from the CSR
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

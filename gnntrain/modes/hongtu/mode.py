@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -17,6 +16,7 @@ from gnntrain.models.registry import ModelFamily, model_family
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy
+from gnntrain.modes.hongtu import direct as direct_path
 from gnntrain.modes.hongtu.arena import tensor_bytes
 from gnntrain.modes.hongtu.config import DEDUP, REORGANIZE_VERSION, HongTuConfig, parse_bytes
 from gnntrain.modes.hongtu.cost import bandwidths, batch_bytes, chunk_working_bytes, cost_model
@@ -40,6 +40,11 @@ class HongTuMode(Mode):
     @property
     def dedup(self) -> str:
         return str(self.options.dedup)
+
+    @property
+    def direct(self) -> bool:
+        """mode.direct: one CPU rank reads neighbour rows in place (gnntrain.modes.hongtu.direct)."""
+        return bool(getattr(self.options, "direct", False))
 
     @property
     def family(self) -> ModelFamily:
@@ -128,6 +133,8 @@ class HongTuMode(Mode):
             needed = self.planned_tiers(ctx, budget)[1]
             if needed:
                 check_free_space(self.disk_folder(), needed * ctx.world_size)
+        if self.direct:
+            self._check_direct(ctx)
         cap = self.device_cap()
         floor = 5 * ctx.param_bytes + 4 * max(ctx.dims) * ctx.dtype_bytes
         if cap and cap < floor:
@@ -135,6 +142,48 @@ class HongTuMode(Mode):
                             f"row of the widest layer ({format_bytes(floor)} at the least).",
                             f"set mode.device_memory to at least {format_bytes(floor)}")
         return []
+
+    def _check_direct(self, ctx) -> None:
+        from gnntrain.models._native import native_problem
+
+        model = self.settings.model.name
+        problem = (f"the plan has {ctx.world_size} ranks" if ctx.world_size != 1 else
+                   f"device={self.settings.device}" if self.settings.device != "cpu" else
+                   f"model={model} is not a built-in elementwise aggregation"
+                   if model == "custom" or not self.family.elementwise else native_problem())
+        if problem:
+            raise PlanError("mode.direct", f"the direct path runs one rank on a CPU device with a built-in GCN, SAGE "
+                            f"or GIN and the native kernel, but {problem}.",
+                            "use one rank (hardware.ranks_per_node=1) on a CPU profile, or drop mode.direct=true "
+                            "(the gathering engine runs every other plan)")
+
+    def partition(self, data, plan):
+        if self.direct:  # one part in the graph's own order: no partitioner, the edges are never read
+            return direct_path.whole_graph_partitioning(data.num_nodes), False
+        return super().partition(data, plan)
+
+    def _direct_figures(self, data, plan) -> Tuple[Dict[str, Any], list]:
+        chunks = direct_path.chunk_ranges(data.num_nodes, int(self.options.chunks))
+        dims, b = self.model_dims(data), DTYPE_BYTES[plan.dtype]
+        budget = self.host_budget()
+        tiers = self.tiers(data.num_nodes, dims, b, budget)
+        return direct_path.direct_figures(data.num_nodes, chunks, dims, tiers, self.family.self_row, b, budget,
+                              str(self.disk_folder())), chunks
+
+    def _prepare_direct(self, data, plan) -> Prepared:
+        start = time.perf_counter()
+        figures, chunks = self._direct_figures(data, plan)
+        graph = direct_path.direct_graph(data, bool(self.settings.model.self_loop), self.family.normalization)
+        masks = data.masks
+        shard = RankShard(rank=0, world_size=1, num_global_nodes=data.num_nodes, num_classes=data.num_classes,
+                          features=data.features, labels=data.labels, count_masks=dict(masks),
+                          global_counts={s: int(masks[s].sum()) for s in SPLITS},
+                          global_ids=torch.arange(data.num_nodes), edges=None,
+                          info={"direct": graph, "chunks": chunks, "figures": figures})
+        summary = {"num_parts": 1, "edge_cut": 0, "total_volume": 0, "max_send_volume": 0,
+                   "partitioner": "none (mode.direct: one rank, the graph's own order)",
+                   "chunks_per_part": len(chunks), "reorganize_cache_hit": None, "num_edges": graph.num_edges}
+        return Prepared(shards=[shard], partition=summary, preprocess_s=time.perf_counter() - start)
 
     def _resident_rows(self, ctx) -> int:
         """In-neighbour rows of a chunk before chunking is known: chunk rows x degree, at most N."""
@@ -289,6 +338,20 @@ class HongTuMode(Mode):
         return out
 
     def graph_report(self, data, part, plan) -> Optional[Dict[str, Any]]:
+        if self.direct:
+            figures = self._direct_figures(data, plan)[0]
+            report: Dict[str, Any] = {"path": "direct: the SpMM reads neighbour rows in place, each chunk's "
+                                              "topology a slice of the CSR",
+                                      "chunks (rows each)": f"{figures['chunks_per_part']} "
+                                                            f"({figures['rows_per_chunk']})"}
+            tiers = figures["tiers"]
+            if tiers["disk_dir"] is not None:
+                predicted = tiers["predicted_disk_bytes_per_epoch"]
+                report["disk tier"] = {"tables": ", ".join(n for n, t in tiers["tables"].items() if t == DISK),
+                                       "folder": tiers["disk_dir"], "file bytes per rank": tiers["disk_bytes_per_rank"],
+                                       "read per epoch": predicted["disk_read"],
+                                       "written per epoch": predicted["disk_write"]}
+            return report
         chosen = self.choose_layout(data, part, plan)
         figures = self.figures(chosen)
         v = figures["rows_per_layer"]
@@ -331,6 +394,8 @@ class HongTuMode(Mode):
 
     # ------------------------------------------------------------ prepare
     def prepare(self, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
+        if self.direct:
+            return self._prepare_direct(data, plan)
         start = time.perf_counter()
         chosen = self.choose_layout(data, part, plan)
         src_n, dst_n, w = chosen["edges"]
@@ -360,7 +425,9 @@ class HongTuMode(Mode):
         return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start)
 
     # -------------------------------------------------------------- train
-    def strategy(self, shard: RankShard, ctx) -> "HongTuStrategy":
+    def strategy(self, shard: RankShard, ctx):
+        if "direct" in shard.info:
+            return direct_path.DirectStrategy(shard, ctx, self.settings, self.aggregate_first)
         return HongTuStrategy(shard, ctx, self.settings, self.dedup, self.aggregate_first)
 
 
@@ -376,7 +443,7 @@ class HongTuStrategy(FullGraphStrategy):
 
     def __init__(self, shard: RankShard, ctx, settings: RunSettings, dedup: str, aggregate_first: Optional[bool]):
         figures = shard.info["figures"]
-        tables = VertexTables(figures["tiers"]["tables"], _scratch(figures["tiers"]["disk_dir"], ctx, shard.rank))
+        tables = VertexTables.for_rank(figures["tiers"], ctx, shard.rank)
         self.engine = HongTuEngine(shard, ctx, model_family(settings.model.name, settings.model.target), dedup,
                                    int(figures["device_memory_cap"]), tables)
         self.clock = self.engine.clock
@@ -417,14 +484,3 @@ class HongTuStrategy(FullGraphStrategy):
         result["peak_memory_bytes"]["device_arena_max_rank"] = int(peaks[0])
         if engine.arena.allocator_peak is not None:  # CUDA: what the allocator really held, transients included
             result["peak_memory_bytes"]["device_allocator_max_rank"] = int(peaks[1])
-
-
-def _scratch(folder: Optional[str], ctx, rank: int) -> Optional[Path]:
-    """This rank's disk-tier folder: one per run directory (a resumed run rebuilds it), none without
-    tables on disk."""
-    if folder is None:
-        return None
-    import hashlib
-
-    run = str(Path(ctx.run_dir).resolve()) if ctx.run_dir is not None else f"{ctx.plan.plan_hash}-{os.getpid()}"
-    return Path(folder) / f"run-{hashlib.sha256(run.encode()).hexdigest()[:12]}" / f"rank{rank}"

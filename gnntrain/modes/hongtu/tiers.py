@@ -17,7 +17,9 @@ input features and the logits stay on the host. Files are scratch: made per run 
 """
 from __future__ import annotations
 
+import hashlib
 import mmap
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -88,6 +90,7 @@ class DiskTable:
     tensor: torch.Tensor
     mapping: Optional[mmap.mmap]
     row_bytes: int
+    fd: int = -1  # kept open for posix_fadvise (evict)
 
     @classmethod
     def create(cls, path: Path, shape: Tuple[int, int], dtype: torch.dtype) -> "DiskTable":
@@ -96,11 +99,15 @@ class DiskTable:
         nbytes = rows * row_bytes
         if nbytes == 0:
             return cls(path, torch.zeros(shape, dtype=dtype), None, row_bytes)
-        with open(path, "w+b") as f:
-            f.truncate(nbytes)
-            mapping = mmap.mmap(f.fileno(), nbytes)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, nbytes)
+            mapping = mmap.mmap(fd, nbytes)
+        except OSError:
+            os.close(fd)
+            raise
         tensor = torch.frombuffer(mapping, dtype=dtype).view(rows, width)
-        return cls(path, tensor, mapping, row_bytes)
+        return cls(path, tensor, mapping, row_bytes, fd)
 
     def _advise(self, advice: int, lo: int, hi: int) -> None:
         if self.mapping is None or hi <= lo:
@@ -117,6 +124,15 @@ class DiskTable:
         """Drop rows [lo, hi) from this process's memory (the page cache keeps what is not written yet)."""
         self._advise(mmap.MADV_DONTNEED, lo, hi)
 
+    def evict(self, lo: int = 0, hi: Optional[int] = None) -> None:
+        """Drop rows [lo, hi) (all by default) from the page cache too: their dirty pages start their write-back
+        and clean ones leave memory (``POSIX_FADV_DONTNEED``), so a table read once more, much later, stops
+        holding memory the next table's random reads need."""
+        hi = self.tensor.shape[0] if hi is None else hi
+        self.release(lo, hi)
+        if self.fd >= 0 and hi > lo:
+            os.posix_fadvise(self.fd, lo * self.row_bytes, (hi - lo) * self.row_bytes, os.POSIX_FADV_DONTNEED)
+
     def close(self) -> None:
         self.tensor = torch.empty(0)
         if self.mapping is not None:
@@ -125,6 +141,9 @@ class DiskTable:
             except BufferError:  # a view of it is still alive somewhere: the file goes anyway
                 pass
             self.mapping = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         self.path.unlink(missing_ok=True)
 
 
@@ -138,6 +157,11 @@ class VertexTables:
     pin: bool = False
     disk: Dict[str, DiskTable] = field(default_factory=dict)
     _ready: bool = False
+
+    @classmethod
+    def for_rank(cls, tiers: Dict[str, object], ctx, rank: int) -> "VertexTables":
+        """A rank's tables from the plan's tier figures (``tables``, ``disk_dir``)."""
+        return cls(tiers["tables"], scratch_folder(tiers["disk_dir"], ctx, rank))
 
     def on_disk(self, name: str) -> bool:
         return self.tiers.get(name) == DISK and self.scratch is not None
@@ -174,6 +198,11 @@ class VertexTables:
         for table in filter(None, map(self._of, tensors)):
             table.release(lo, hi)
 
+    def evict_rows(self, lo: int, hi: Optional[int], *tensors: Optional[torch.Tensor]) -> None:
+        """:meth:`DiskTable.evict` of rows [lo, hi) (hi None: to the end) of each disk table in ``tensors``."""
+        for table in filter(None, map(self._of, tensors)):
+            table.evict(lo, hi)
+
     def close(self) -> None:
         """Remove every file of the disk tier (the run's end, a failure or an interrupt)."""
         for table in self.disk.values():
@@ -186,3 +215,12 @@ class VertexTables:
             except OSError:
                 pass
             self._ready = False
+
+
+def scratch_folder(folder: Optional[str], ctx, rank: int) -> Optional[Path]:
+    """This rank's disk-tier folder: one per run directory (a resumed run rebuilds it), none without
+    tables on disk."""
+    if folder is None:
+        return None
+    run = str(Path(ctx.run_dir).resolve()) if ctx.run_dir is not None else f"{ctx.plan.plan_hash}-{os.getpid()}"
+    return Path(folder) / f"run-{hashlib.sha256(run.encode()).hexdigest()[:12]}" / f"rank{rank}"
