@@ -77,3 +77,11 @@ def test_direct_refuses_what_it_cannot_run(cache_dir, overrides, problem):
     with pytest.raises(PlanError) as info:
         build_plan(compose(SMALL + [f"cache_dir={cache_dir}", "mode=hongtu", "mode.direct=true"] + overrides))
     assert info.value.option == "mode.direct" and problem in str(info.value)
+
+
+def test_direct_draws_single_dropout_masks_per_chunk(train, tmp_path):
+    """Dropout on: each chunk draws its rows' masks from the row hash (no N x d mask), equal to single's."""
+    graph = SMALL + ["model.layers=3"]
+    dropout = ["model.dropout=0.5"]
+    summary = run_direct(train, tmp_path, graph, "mode.chunks=3", *dropout, disk=False)
+    assert_exact(summary["losses"], single_losses(train, graph + EXACT + dropout))

@@ -103,6 +103,8 @@ class HongTuMode(Mode):
         cached aggregates in host memory (§4.1), a full copy of each rather than autograd's working
         set, plus the device arena, which lives in host memory too on a CPU profile. Tables on the disk
         tier (mode.host_budget) leave host memory: their bytes come off the activations."""
+        if self.direct:
+            return direct_path.direct_memory(ctx, self.planned_tiers(ctx, budget)[0], int(self.options.chunks))
         base = estimate_memory(ctx, self.num_parts(ctx.world_size), activation_factor=2.0)
         if budget is not None:
             on_disk = self.planned_tiers(ctx, budget)[1]
@@ -228,6 +230,10 @@ class HongTuMode(Mode):
                             "graph is chunked (gnntrain plan prints them per kind)")
 
     def details(self, ctx) -> Dict[str, Any]:
+        if self.direct:
+            return {"path": "direct: one CPU rank, neighbour rows read in place, topology sliced from the CSR",
+                    "chunks": int(self.options.chunks) or f"auto ({direct_path.ROWS_PER_CHUNK} rows each)",
+                    "vertex tables": self._tier_text(ctx), "recompute": "update only; aggregation cached"}
         cap = self.device_cap()
         return {"chunks per partition": int(self.options.chunks) or "auto (smallest n that fits)",
                 "dedup": self.dedup, "reorganize": bool(self.options.reorganize),
