@@ -63,7 +63,7 @@ def _in_cgroup(folder: Optional[Path]):
     return enter
 
 
-KILL_INTO_EPOCH_S = 60  # how long into epoch 2 the first training run is killed
+KILL_INTO_EPOCH_S = 60  # how long into epoch 2 the first training run is killed (--quick: 1 s)
 
 
 def _peak(group: Optional[Tuple[Path, str]]) -> Optional[int]:
@@ -87,9 +87,10 @@ def _epochs(run_dir: Path) -> list:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip().startswith("{")]
 
 
-def _train(command: list, group, run_dir: Path, kill_after_epochs: Optional[int]) -> Tuple[int, float, bool]:
-    """Run ``command`` in the cgroup; with ``kill_after_epochs``, SIGKILL it KILL_INTO_EPOCH_S seconds after that
-    many epochs are logged and checkpointed. (exit code, wall seconds, whether it was killed)."""
+def _train(command: list, group, run_dir: Path, kill_after_epochs: Optional[int], delay: float = KILL_INTO_EPOCH_S
+           ) -> Tuple[int, float, bool]:
+    """Run ``command`` in the cgroup; with ``kill_after_epochs``, SIGKILL it ``delay`` seconds after that many
+    epochs are logged and checkpointed. (exit code, wall seconds, whether it was killed)."""
     start = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_in_cgroup(group[0] if group else None), start_new_session=True)
@@ -98,7 +99,7 @@ def _train(command: list, group, run_dir: Path, kill_after_epochs: Optional[int]
         while proc.poll() is None:
             done = len(_epochs(run_dir)) >= kill_after_epochs and any((run_dir / "checkpoints").glob("*"))
             if done:
-                time.sleep(KILL_INTO_EPOCH_S)
+                time.sleep(delay)
                 if proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGKILL)
                     killed = True
@@ -132,7 +133,7 @@ def suite_moonshot(quick: bool) -> SuiteResult:
             size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
             rows.append([f"gnntrain generate ({meta['num_nodes']:,} nodes, {meta['num_edges']:,} directed edges)",
                          f"{wall:.0f}", _gib(rss), _gib(cgroup_peak), f"{size / 2**30:.2f}", "done"])
-            rows += _train_rows(out, Path(tmp), group)
+            rows += _train_rows(out, Path(tmp), group, 1.0 if quick else KILL_INTO_EPOCH_S)
     capped = (f"inside a memory cgroup capped at {CAP_BYTES / 2**30:.0f} GiB ({group[0].parent.name if group else ''})"
               if group else "WITHOUT a memory cap (no writable memory cgroup here: run as root)")
     return SuiteResult(
@@ -143,14 +144,14 @@ def suite_moonshot(quick: bool) -> SuiteResult:
         notes="The graph is written block by block (gnntrain/data/ingest/generated.py). Training: mode=hongtu "
               "mode.direct=true mode.host_budget=0 (every vertex table in a memory-mapped file), mode.chunks=0, "
               "3-layer GCN 128, float32, 2 epochs, checkpoint every epoch, evaluation after epoch 2 only; the "
-              "first run is killed with SIGKILL 60 s into epoch 2 and resumed (train.resume=true). Process peak "
-              "RSS counts the mapped pages of the tables it touches; the cgroup's peak also counts the page "
-              "cache. Disk bytes: 'counted' is what the engine read and wrote through the tier, 'block I/O' the "
-              "kernel's /proc/self/io of the epoch (reads served by the page cache are not in it).",
+              "first run is killed with SIGKILL 60 s (--quick: 1 s) into epoch 2 and resumed (train.resume=true). "
+              "Process peak RSS counts the mapped pages of the tables it touches; the cgroup's peak also counts "
+              "the page cache. Disk bytes: 'counted' is what the engine read and wrote through the tier, "
+              "'block I/O' the kernel's /proc/self/io of the epoch (reads served by the page cache are not in it).",
     )
 
 
-def _train_rows(graph: Path, tmp: Path, group) -> list:
+def _train_rows(graph: Path, tmp: Path, group, delay: float) -> list:
     run_dir, disk = tmp / "run", tmp / "disk-tier"
     command = [sys.executable, "-m", "gnntrain", "run", "dataset=files", f"dataset.path={graph}", "mode=hongtu",
                "mode.direct=true", "hardware.ranks_per_node=1", "kernel=native", "model.layers=3",
@@ -158,7 +159,7 @@ def _train_rows(graph: Path, tmp: Path, group) -> list:
                "train.eval_every=2", "train.progress=false", "mode.host_budget=0", "mode.chunks=0",
                f"mode.disk_dir={disk}", f"hydra.run.dir={run_dir}"]
     rows = []
-    code, wall, killed = _train(command, group, run_dir, kill_after_epochs=1)
+    code, wall, killed = _train(command, group, run_dir, kill_after_epochs=1, delay=delay)
     peak = _peak(group)
     first = _epochs(run_dir)
     left = sorted(p.name for p in disk.rglob("*.bin"))
@@ -166,7 +167,7 @@ def _train_rows(graph: Path, tmp: Path, group) -> list:
         return [["train (epochs 1-2)", f"{wall:.0f}", "-", _gib(peak), "-", f"failed (exit {code}) before epoch 1"]]
     rows.append(["train epoch 1 (the run's first: includes A·x of the inputs, once per run)",
                  f"{first[0]['epoch_time_s']:.0f}", "-", _gib(peak), "-",
-                 f"loss {first[0]['loss']:.4f}; then SIGKILL {KILL_INTO_EPOCH_S} s into epoch 2" if killed
+                 f"loss {first[0]['loss']:.4f}; then SIGKILL {delay:.0f} s into epoch 2" if killed
                  else f"not killed (exit {code})"])
     rows.append(["after the kill: disk-tier files of the killed run", "-", "-", "-", "-",
                  ", ".join(left) or "none"])
@@ -178,10 +179,11 @@ def _train_rows(graph: Path, tmp: Path, group) -> list:
     status = summary.get("status", f"exit {code}")
     left = sorted(p.name for p in disk.rglob("*")) if disk.exists() else []
     tiers = summary.get("mode_report", {}).get("tiers", {})
-    rss = summary.get("peak_memory_bytes", {}).get("max_rank")
+    rss = summary.get("peak_memory_bytes", {}).get("host_max_rank")
     rows.append(["resumed: train epoch 2 (+ evaluation)", f"{epochs[-1]['epoch_time_s']:.0f}" if epochs else "-",
                  _gib(rss), _gib(peak), "-",
-                 f"{status}; loss {epochs[-1]['loss']:.4f}; accuracy test {summary.get('test_acc', float('nan')):.4f}; "
+                 f"{status}; loss {epochs[-1]['loss']:.4f}; "
+                 f"test accuracy {summary.get('accuracy', {}).get('test', float('nan')):.4f}; "
                  f"disk-tier files left: {', '.join(left) or 'none'}" if epochs else status])
     predicted = tiers.get("predicted_disk_bytes_per_epoch", {})
     counted = tiers.get("measured_disk_bytes_per_epoch", {})
