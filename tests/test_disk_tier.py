@@ -73,7 +73,7 @@ def test_tables_rebuild_a_killed_runs_folder_and_leave_nothing(tmp_path):
     (scratch / "act1.bin").write_bytes(b"left by a killed run")
     tables = VertexTables({"act1": DISK, "grad1": HOST}, scratch)
     act = tables.allocate("act1", (5, 3), torch.float64)
-    assert [p.name for p in scratch.iterdir()] == ["act1.bin"] and act.abs().sum() == 0  # rebuilt, zeroed
+    assert sorted(p.name for p in scratch.iterdir()) == ["act1.bin", "owner"] and act.abs().sum() == 0  # rebuilt
     act[2] = 7.0
     assert tables.holds(act) and not tables.holds(tables.allocate("grad1", (5, 3), torch.float64))
     assert (scratch / "act1.bin").stat().st_size == 5 * 3 * 8
@@ -99,6 +99,28 @@ def test_a_disk_too_small_is_refused_at_plan_time(tmp_path, cache_dir, monkeypat
     assert "\n" not in message
     monkeypatch.undo()
     build_plan(cfg)  # the same plan where the disk has room
+
+
+def test_a_killed_runs_tables_are_removed_at_plan_time(tmp_path, cache_dir):
+    """A resumed run's plan counts its killed predecessor's tables as free space: the plan removes the rank
+    folders whose owner process on this host is gone, and keeps those of live processes and other hosts."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    disk = tmp_path / "disk"
+    owners = {"killed": f"{socket.gethostname()} {gone}", "live": f"{socket.gethostname()} {os.getpid()}",
+              "elsewhere": f"another-host-{socket.gethostname()} {gone}"}
+    for run, owner in owners.items():
+        (disk / f"run-{run}" / "rank0").mkdir(parents=True)
+        (disk / f"run-{run}" / "rank0" / "owner").write_text(owner)
+        (disk / f"run-{run}" / "rank0" / "act1.bin").write_bytes(b"x" * 8192)
+    build_plan(compose(SMALL + ["mode=hongtu", "mode.host_budget=0", f"mode.disk_dir={disk}",
+                                f"cache_dir={cache_dir}"]))
+    assert sorted(p.name for p in disk.iterdir()) == ["run-elsewhere", "run-live"]
 
 
 def test_tables_on_disk_come_off_the_memory_estimate(cache_dir):

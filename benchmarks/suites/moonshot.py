@@ -92,7 +92,8 @@ def _train(command: list, group, run_dir: Path, kill_after_epochs: Optional[int]
     """Run ``command`` in the cgroup; with ``kill_after_epochs``, SIGKILL it ``delay`` seconds after that many
     epochs are logged and checkpointed. (exit code, wall seconds, whether it was killed)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    log = open(run_dir.parent / f"train-{int(time.time())}.log", "w")  # closed below
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=_in_cgroup(group[0] if group else None), start_new_session=True)
     killed = False
     if kill_after_epochs is not None:
@@ -106,6 +107,10 @@ def _train(command: list, group, run_dir: Path, kill_after_epochs: Optional[int]
                 break
             time.sleep(2)
     proc.wait()
+    log.close()
+    if proc.returncode != 0 and not killed:
+        print(f"moonshot: {' '.join(command[3:6])} ... exited {proc.returncode}:\n"
+              + "\n".join(Path(log.name).read_text().splitlines()[-15:]), file=sys.stderr)
     return proc.returncode, time.perf_counter() - start, killed
 
 
@@ -134,6 +139,7 @@ def suite_moonshot(quick: bool) -> SuiteResult:
             rows.append([f"gnntrain generate ({meta['num_nodes']:,} nodes, {meta['num_edges']:,} directed edges)",
                          f"{wall:.0f}", _gib(rss), _gib(cgroup_peak), f"{size / 2**30:.2f}", "done"])
             rows += _train_rows(out, Path(tmp), group, 1.0 if quick else KILL_INTO_EPOCH_S)
+            rows.append(_partition_row(out, group))
     capped = (f"inside a memory cgroup capped at {CAP_BYTES / 2**30:.0f} GiB ({group[0].parent.name if group else ''})"
               if group else "WITHOUT a memory cap (no writable memory cgroup here: run as root)")
     return SuiteResult(
@@ -149,6 +155,49 @@ def suite_moonshot(quick: bool) -> SuiteResult:
               "the page cache. Disk bytes: 'counted' is what the engine read and wrote through the tier, "
               "'block I/O' the kernel's /proc/self/io of the epoch (reads served by the page cache are not in it).",
     )
+
+
+PARTS = 4
+
+
+def ldg_probe(graph: str, parts: int) -> None:
+    """(run in the cgroup) partitioner=ldg of the ingested ``graph`` through the mode's partition hook, which
+    streams the mapped CSR; prints seconds, the metrics and, for scale, those of hashing (random parts)."""
+    from gnntrain.data.ondisk import load_graph_dir
+    from gnntrain.partition import partition_graph
+    from gnntrain.partition.partitioners import random_parts
+    from gnntrain.partition.streaming import csr_metrics
+
+    data = load_graph_dir(graph)
+    cfg = type("Cfg", (), {"name": "ldg", "seed": 0, "reorder": None, "vertex_weights": "nnz",
+                           "imbalance_eps": 0.05})()
+    start = time.perf_counter()
+    part, _ = partition_graph(None, None, data.num_nodes, parts, cfg, data.content_hash, None, csr=data.csr)
+    seconds = time.perf_counter() - start
+    hashed = csr_metrics(*data.csr, random_parts(data.num_nodes, parts, 0), parts)
+    print(json.dumps({"seconds": seconds, "edge_cut": part.metrics.edge_cut, "hashed_cut": hashed.edge_cut,
+                      "edges": data.num_edges, "vertex_balance": part.metrics.vertex_balance,
+                      "nnz_balance": part.metrics.nnz_balance, "edge_lists_built": data.edges_built,
+                      "total_volume": part.metrics.total_volume, "hashed_volume": hashed.total_volume,
+                      "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+
+
+def _partition_row(graph: Path, group) -> list:
+    code = f"from benchmarks.suites.moonshot import ldg_probe; ldg_probe({str(graph)!r}, {PARTS})"
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          preexec_fn=_in_cgroup(group[0] if group else None))
+    wall = time.perf_counter() - start
+    peak = _peak(group)
+    step = f"partition into {PARTS} parts, partitioner=ldg streaming the mapped CSR"
+    if proc.returncode != 0:
+        return [step, f"{wall:.0f}", "-", _gib(peak), "-", f"failed: {proc.stderr.strip()[-300:]}"]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    return [step, f"{r['seconds']:.0f}", _gib(r["rss"]), _gib(peak), "-",
+            f"edge cut {r['edge_cut'] / r['edges']:.1%} of edges (hashing: {r['hashed_cut'] / r['edges']:.1%}); "
+            f"total volume {r['total_volume']:,} rows (hashing: {r['hashed_volume']:,}); nnz balance "
+            f"{r['nnz_balance']:.3f}, vertex balance {r['vertex_balance']:.3f}; edge lists built: "
+            f"{r['edge_lists_built']}"]
 
 
 def _train_rows(graph: Path, tmp: Path, group, delay: float) -> list:
@@ -175,8 +224,9 @@ def _train_rows(graph: Path, tmp: Path, group, delay: float) -> list:
     peak = _peak(group)
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    summary = {k: v for k, v in summary.items() if v is not None}  # a failed run's summary has empty fields
     epochs = _epochs(run_dir)
-    status = summary.get("status", f"exit {code}")
+    status = summary.get("status", f"exit {code}") + (f": {summary['error'][-200:]}" if "error" in summary else "")
     left = sorted(p.name for p in disk.rglob("*")) if disk.exists() else []
     tiers = summary.get("mode_report", {}).get("tiers", {})
     rss = summary.get("peak_memory_bytes", {}).get("host_max_rank")

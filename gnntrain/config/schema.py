@@ -124,7 +124,7 @@ class AutoConfig:
 # ----------------------------------------------------------------- partitioner
 @dataclass
 class PartitionerConfig:
-    name: str = MISSING  # metis | random | range | volume
+    name: str = MISSING  # metis | random | range | volume | ldg
     seed: int = 0
     num_parts: int = 0  # 0 = what the mode needs at this world size; otherwise must match it
     vertex_weights: str = "nnz"  # nnz | uniform  (metis/volume)

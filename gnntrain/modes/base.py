@@ -226,8 +226,13 @@ class Mode:
         from gnntrain.data import cache_folder
         from gnntrain.partition import partition_graph
 
+        cfg = self.settings.partitioner
+        csr = getattr(data, "csr", None)
+        if csr is not None and cfg.name == "ldg" and cfg.reorder is None:  # streamed from the CSR: no edge lists
+            return partition_graph(None, None, data.num_nodes, plan.num_parts, cfg, data.content_hash,
+                                   cache_folder(self.settings.cache_dir), csr=csr)
         return partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.num_parts,
-                               self.settings.partitioner, data.content_hash, cache_folder(self.settings.cache_dir))
+                               cfg, data.content_hash, cache_folder(self.settings.cache_dir))
 
     def prepare(self, data: "GraphData", plan: RunPlan, part: Optional["Partitioning"],
                 ranks: Optional[Sequence[int]] = None) -> Prepared:

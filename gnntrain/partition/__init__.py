@@ -21,6 +21,8 @@ def partitioner_options(cfg) -> dict:
     keys = ["name", "seed", "vertex_weights", "reorder"]
     if cfg.name == "volume":
         keys += ["imbalance_eps", "max_volume_growth", "refine_rounds"]
+    if cfg.name == "ldg":
+        keys += ["imbalance_eps"]
     options = {key: getattr(cfg, key) for key in keys}
     if cfg.name in ("metis", "volume") and getattr(cfg, "objective", "cut") != "cut":
         options["objective"] = cfg.objective  # keys of partitions cut by edge cut stay as they were
@@ -29,13 +31,17 @@ def partitioner_options(cfg) -> dict:
     return options
 
 
-def partition_graph(src: np.ndarray, dst: np.ndarray, num_nodes: int, k: int, cfg, dataset_hash: str,
-                    cache_root: Optional[Path] = None) -> tuple:
+def partition_graph(src: Optional[np.ndarray], dst: Optional[np.ndarray], num_nodes: int, k: int, cfg,
+                    dataset_hash: str, cache_root: Optional[Path] = None, csr: Optional[tuple] = None) -> tuple:
     """Partition the directed edge list into k contiguous parts (cached).
 
     Returns ``(Partitioning, cache_hit)``. Metrics are computed on the edges
     as given (the caller decides about self-loops; they never cross parts).
+    ``csr``: (indptr, indices) of the same edges, destination-sorted, instead of the lists: only the
+    streaming partitioner (``ldg``, :mod:`gnntrain.partition.streaming`) takes it, in O(N) memory beside it.
     """
+    if csr is not None:
+        return _partition_csr(csr, num_nodes, k, cfg, dataset_hash, cache_root)
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
     if cfg.reorder not in (None, "rcm"):
         from gnntrain.errors import PlanError
@@ -64,3 +70,30 @@ def partition_graph(src: np.ndarray, dst: np.ndarray, num_nodes: int, k: int, cf
         bw = bandwidth(inv[src], inv[dst])
     return Partitioning(parts=arrays["parts"], perm=arrays["perm"], inverse=arrays["inverse"],
                         offsets=arrays["offsets"], metrics=metrics, bandwidth=bw), hit
+
+
+def _partition_csr(csr: tuple, num_nodes: int, k: int, cfg, dataset_hash: str, cache_root: Optional[Path]) -> tuple:
+    from gnntrain.errors import PlanError
+    from gnntrain.partition.streaming import csr_metrics, ldg_parts
+
+    if cfg.name != "ldg" or cfg.reorder is not None:
+        raise PlanError("partitioner", f"partitioner={cfg.name} (reorder {cfg.reorder}) needs the edge lists.",
+                        "use partitioner=ldg with partitioner.reorder=null for a graph given as a CSR")
+    if k > num_nodes:
+        raise PlanError("world size", f"{k} parts requested for a graph of {num_nodes} nodes.",
+                        "use at most as many parts as nodes")
+    indptr, indices = csr
+
+    def build():
+        parts = ldg_parts(indptr, indices, k, cfg.vertex_weights, cfg.imbalance_eps)
+        perm, inverse, offsets = relabel(parts, k, None)
+        return {"parts": parts, "perm": perm, "inverse": inverse, "offsets": offsets}, {
+            "dataset": dataset_hash, "k": k, "partitioner": partitioner_options(cfg)}
+
+    if cache_root is None:
+        arrays, hit = build()[0], False
+    else:
+        arrays, _, hit = PartitionCache(cache_root).get_or_build(cache_key(dataset_hash, partitioner_options(cfg), k),
+                                                                 build)
+    return Partitioning(parts=arrays["parts"], perm=arrays["perm"], inverse=arrays["inverse"],
+                        offsets=arrays["offsets"], metrics=csr_metrics(indptr, indices, arrays["parts"], k)), hit

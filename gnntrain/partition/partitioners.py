@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 from gnntrain.errors import PlanError
 
-PARTITIONERS = ("metis", "random", "range", "volume")
+PARTITIONERS = ("metis", "random", "range", "volume", "ldg")
 
 
 def symmetric_csr(src: np.ndarray, dst: np.ndarray, n: int) -> sp.csr_matrix:
@@ -93,6 +93,10 @@ def partition_nodes(src: np.ndarray, dst: np.ndarray, n: int, k: int, cfg) -> np
         return random_parts(n, k, cfg.seed)
     if name == "range":
         return range_parts(n, k)
+    if name == "ldg":  # from edge lists; partition_graph hands a CSR straight to the streaming pass
+        from gnntrain.partition.streaming import csr_from_edges, ldg_parts
+
+        return ldg_parts(*csr_from_edges(src, dst, n), k, cfg.vertex_weights, cfg.imbalance_eps)
     if name == "volume":
         parts = metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights, objective, row_weight)
         return refine_max_send(src, dst, n, parts, k, cfg.imbalance_eps, cfg.max_volume_growth,

@@ -189,6 +189,7 @@ class DirectEngine:
         self._io_start: Dict[str, int] = {}
         self.fixed_input: Optional[torch.Tensor] = None  # the features whose product cache0 holds
         self.input_cache: Optional[torch.Tensor] = None
+        self._input_version = -1
         self.acts: List[torch.Tensor] = []
         self.cache: List[Optional[torch.Tensor]] = []
         self.dropout = None
@@ -243,7 +244,7 @@ class DirectEngine:
     def _input_aggregation(self, x: torch.Tensor, training: bool) -> Optional[torch.Tensor]:
         """cache0: Â·x of the fixed input features, computed (chunk by chunk) once per run."""
         fixed = not x.requires_grad
-        if fixed and self.fixed_input is x and self.input_cache is not None:
+        if fixed and self.fixed_input is x and self._input_version == x._version and self.input_cache is not None:
             return self.input_cache
         if not (fixed and training):
             return None
@@ -254,7 +255,7 @@ class DirectEngine:
         self._once = False
         self.disk_once = {k: v - before.get(k, 0) for k, v in self.disk.items() if v != before.get(k, 0)}
         self.disk = before  # once per run, not per epoch: reported apart
-        self.fixed_input, self.input_cache = x, cache
+        self.fixed_input, self.input_cache, self._input_version = x, cache, x._version
         return cache
 
     def run_forward(self, model, x: torch.Tensor, dropout, training: bool) -> torch.Tensor:

@@ -17,11 +17,13 @@ input features and the logits stay on the host. Files are scratch: made per run 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
 import re
 import shutil
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -70,8 +72,34 @@ def disk_bytes_needed(rows: int, dims: Sequence[int], tiers: Dict[str, str], val
     return sum(rows * table_width(n, dims) * value_bytes for n, t in tiers.items() if t == DISK)
 
 
+OWNER = "owner"  # in a rank's scratch folder: "<host> <pid>" of the process whose tables it holds
+
+
+def remove_stale_scratch(folder: Path) -> int:
+    """Remove the rank folders under ``folder`` whose owner process on this host is gone (a killed run's
+    tables: scratch that nothing will read); returns the bytes freed. Folders of other hosts (a shared disk)
+    and of live processes stay."""
+    from gnntrain.data.ondisk import _alive
+
+    freed = 0
+    for owner in Path(folder).expanduser().glob(f"run-*/rank*/{OWNER}"):
+        try:
+            host, pid = owner.read_text().split()
+        except (OSError, ValueError):
+            continue
+        if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        freed += sum(f.stat().st_blocks * 512 for f in owner.parent.iterdir() if f.is_file())
+        shutil.rmtree(owner.parent, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            owner.parent.parent.rmdir()
+    return freed
+
+
 def check_free_space(folder: Path, needed: int) -> None:
-    """Refuse at plan time when the folder's file system cannot hold the disk tier."""
+    """Refuse at plan time when the folder's file system cannot hold the disk tier (after removing the tables
+    of killed runs, :func:`remove_stale_scratch`: a resumed run's own included)."""
+    remove_stale_scratch(folder)
     probe = Path(folder).expanduser()
     while not probe.exists():
         probe = probe.parent
@@ -176,6 +204,7 @@ class VertexTables:
         if not self._ready:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch.mkdir(parents=True)
+            (self.scratch / OWNER).write_text(f"{socket.gethostname()} {os.getpid()}")
             self._ready = True
         table = DiskTable.create(self.scratch / f"{name}.bin", shape, dtype)
         self.disk[name] = table
