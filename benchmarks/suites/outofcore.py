@@ -66,5 +66,5 @@ def suite_outofcore(quick: bool) -> SuiteResult:
               "them, so on a machine with free memory most reads hit memory. Memory peak: the machine's total - "
               "available above the level before the run (sampled every 0.25 s; reclaimable page cache is "
               "available, so mapped file pages do not count). The moonshot (10M nodes, 200M edges in a 10 GiB cgroup) "
-              "is generated out of core by `benchmarks moonshot`; its training is not run yet.",
+              "is generated and trained by `benchmarks moonshot` (HongTu's direct path).",
     )
