@@ -32,8 +32,8 @@ def run_direct(train, tmp_path: Path, graph, *extra, disk: bool = True):
     return summary
 
 
-@pytest.mark.parametrize("graph", [SMALL, pytest.param(CORA, marks=requires_shared)], ids=["csbm", "cora"])
-@pytest.mark.parametrize("disk", [True, False], ids=["disk", "host"])
+@pytest.mark.parametrize("graph,disk", [(SMALL, True), pytest.param(CORA, True, marks=requires_shared),
+                                        (SMALL, False)], ids=["csbm-disk", "cora-disk", "csbm-host"])
 def test_direct_equals_single(train, tmp_path, graph, disk):
     graph = graph + ["model.layers=3"]
     summary = run_direct(train, tmp_path, graph, "mode.chunks=3", disk=disk)
