@@ -179,15 +179,15 @@ start_two_node() {
 }
 
 wait_gone() {  # a daemon still saving its state would make the next start think it is running
-  local _
-  for _ in $(seq 1 30); do pgrep -f "$1" >/dev/null || return 0; sleep 0.5; done
+  local _                 # $2: half-seconds to wait before SIGKILL (slurmd keeps no state worth waiting for)
+  for _ in $(seq 1 "${2:-30}"); do pgrep -f "$1" >/dev/null || return 0; sleep 0.5; done
   pkill -9 -f "$1" 2>/dev/null || true
 }
 
 stop_two_node() {
   pkill -f "slurmd -f $CONF" 2>/dev/null || true
   pkill -f "slurmctld -f $CONF" 2>/dev/null || true
-  wait_gone "slurmd -f $CONF"
+  wait_gone "slurmd -f $CONF" 4
   wait_gone "slurmctld -f $CONF"
   local i
   for i in 1 2; do
@@ -233,7 +233,7 @@ start() {
 stop() {
   pkill -f "slurmd -f $CONF" 2>/dev/null || true
   pkill -f "slurmctld -f $CONF" 2>/dev/null || true
-  wait_gone "slurmd -f $CONF"
+  wait_gone "slurmd -f $CONF" 4
   wait_gone "slurmctld -f $CONF"
 }
 

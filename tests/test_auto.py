@@ -52,7 +52,7 @@ def test_calibrate_writes_a_profile_that_composes(calibrated, tmp_path):
     profile = yaml.safe_load(path.read_text())
     cost = profile["cost"]
     assert profile["name"] == "test-calibrated" and cost["calibrated"].endswith("(quick)")
-    assert "10 000-node probe, quick" in proc.stdout and set(cost["mode_factor"]) >= {"single", "partition", "mop"}
+    assert "6 000-node probe, quick" in proc.stdout and set(cost["mode_factor"]) >= {"single", "partition", "mop"}
     assert cost["threads"] and all(len(cost[k]) == len(cost["threads"]) for k in ("spmm_ns_per_edge_col",
                                                                                     "gemm_gflops", "op_overhead_us"))
     assert all(v > 0 for v in sum(cost["gemm_gflops"], []) + cost["spmm_ns_per_edge_col"])

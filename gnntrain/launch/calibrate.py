@@ -210,7 +210,7 @@ def _probe_ranks(cfg) -> int:
     return min(2, torch.cuda.device_count()) if option_value(cfg.hardware.device) == "cuda" else 2
 
 
-QUICK_MODE_PROBE = {"num_nodes": 10000, "epochs": 5, "reps": 1}  # calibrate --quick: a rougher factor per mode
+QUICK_MODE_PROBE = {"num_nodes": 6000, "epochs": 3, "reps": 1}  # calibrate --quick: a rougher factor per mode
 
 
 def fit_mode_factors(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[str], None],
