@@ -40,16 +40,25 @@ def partition_graph(src: Optional[np.ndarray], dst: Optional[np.ndarray], num_no
     ``csr``: (indptr, indices) of the same edges, destination-sorted, instead of the lists: only the
     streaming partitioner (``ldg``, :mod:`gnntrain.partition.streaming`) takes it, in O(N) memory beside it.
     """
-    if csr is not None:
-        return _partition_csr(csr, num_nodes, k, cfg, dataset_hash, cache_root)
-    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    if cfg.reorder not in (None, "rcm"):
-        from gnntrain.errors import PlanError
+    from gnntrain.errors import PlanError
+    from gnntrain.partition.streaming import csr_metrics, ldg_parts
 
+    if cfg.reorder not in (None, "rcm"):
         raise PlanError("partitioner.reorder", f"unknown reordering '{cfg.reorder}'.", "use null or rcm")
+    if csr is None:
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    elif cfg.name != "ldg" or cfg.reorder is not None:
+        raise PlanError("partitioner", f"partitioner={cfg.name} (reorder {cfg.reorder}) needs the edge lists.",
+                        "use partitioner=ldg with partitioner.reorder=null for a graph given as a CSR")
+    elif k > num_nodes:
+        raise PlanError("world size", f"{k} parts requested for a graph of {num_nodes} nodes.",
+                        "use at most as many parts as nodes")
 
     def build():
-        parts = partition_nodes(src, dst, num_nodes, k, cfg)
+        if csr is not None:
+            parts = ldg_parts(*csr, k, cfg.vertex_weights, cfg.imbalance_eps)
+        else:
+            parts = partition_nodes(src, dst, num_nodes, k, cfg)
         order = (lambda nodes: rcm_order(src, dst, num_nodes, nodes)) if cfg.reorder == "rcm" else None
         perm, inverse, offsets = relabel(parts, k, order)
         return {"parts": parts, "perm": perm, "inverse": inverse, "offsets": offsets}, {
@@ -63,37 +72,13 @@ def partition_graph(src: Optional[np.ndarray], dst: Optional[np.ndarray], num_no
         arrays, meta, hit = PartitionCache(cache_root).get_or_build(key, build)
         if hit:
             log.info("partition cache hit: %s", PartitionCache(cache_root).path(key))
-    metrics = compute_metrics(src, dst, arrays["parts"], k)
+    if csr is not None:
+        metrics = csr_metrics(*csr, arrays["parts"], k)
+    else:
+        metrics = compute_metrics(src, dst, arrays["parts"], k)
     bw = None
     if cfg.reorder == "rcm":
         inv = arrays["inverse"]
         bw = bandwidth(inv[src], inv[dst])
     return Partitioning(parts=arrays["parts"], perm=arrays["perm"], inverse=arrays["inverse"],
                         offsets=arrays["offsets"], metrics=metrics, bandwidth=bw), hit
-
-
-def _partition_csr(csr: tuple, num_nodes: int, k: int, cfg, dataset_hash: str, cache_root: Optional[Path]) -> tuple:
-    from gnntrain.errors import PlanError
-    from gnntrain.partition.streaming import csr_metrics, ldg_parts
-
-    if cfg.name != "ldg" or cfg.reorder is not None:
-        raise PlanError("partitioner", f"partitioner={cfg.name} (reorder {cfg.reorder}) needs the edge lists.",
-                        "use partitioner=ldg with partitioner.reorder=null for a graph given as a CSR")
-    if k > num_nodes:
-        raise PlanError("world size", f"{k} parts requested for a graph of {num_nodes} nodes.",
-                        "use at most as many parts as nodes")
-    indptr, indices = csr
-
-    def build():
-        parts = ldg_parts(indptr, indices, k, cfg.vertex_weights, cfg.imbalance_eps)
-        perm, inverse, offsets = relabel(parts, k, None)
-        return {"parts": parts, "perm": perm, "inverse": inverse, "offsets": offsets}, {
-            "dataset": dataset_hash, "k": k, "partitioner": partitioner_options(cfg)}
-
-    if cache_root is None:
-        arrays, hit = build()[0], False
-    else:
-        arrays, _, hit = PartitionCache(cache_root).get_or_build(cache_key(dataset_hash, partitioner_options(cfg), k),
-                                                                 build)
-    return Partitioning(parts=arrays["parts"], perm=arrays["perm"], inverse=arrays["inverse"],
-                        offsets=arrays["offsets"], metrics=csr_metrics(indptr, indices, arrays["parts"], k)), hit
