@@ -64,6 +64,7 @@ class GraphData:
             self._dgl_cache[self_loop] = g
         return self._dgl_cache[self_loop]
 
+
 class CsrGraphData(GraphData):
     """A graph whose edges come as a destination-sorted CSR (an ingested folder's memory-mapped
     ``indptr``/``indices``): ``src``/``dst`` are built on first use only (16 bytes per edge), so a

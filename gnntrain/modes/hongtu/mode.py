@@ -170,7 +170,7 @@ class HongTuMode(Mode):
         budget = self.host_budget()
         tiers = self.tiers(data.num_nodes, dims, b, budget)
         return direct_path.direct_figures(data.num_nodes, chunks, dims, tiers, self.family.self_row, b, budget,
-                              str(self.disk_folder())), chunks
+                                          str(self.disk_folder())), chunks
 
     def _prepare_direct(self, data, plan) -> Prepared:
         start = time.perf_counter()
