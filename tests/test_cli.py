@@ -160,6 +160,9 @@ def test_plan_tree_has_no_python_reprs(mode, cache_dir):
         plan = dataclasses.replace(plan, comm_per_epoch=dict(plan.comm_per_epoch, formula=""))
     assert_no_python_repr(_render(print_plan, plan))
     assert "MiB" in text or "KiB" in text
+    # the partitioner only where the graph is split (one part: none ran, whatever the config names)
+    parts = "the whole graph, unpartitioned" if plan.num_parts == 1 else f"{plan.num_parts} parts ({plan.partitioner})"
+    assert parts in text, text
     if MODE_REGISTRY[mode].graph_report is not Mode.graph_report:
         data, part, _ = _load_and_partition(cfg, plan)
         report = build_mode(cfg).graph_report(data, part, plan)

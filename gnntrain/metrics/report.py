@@ -129,7 +129,8 @@ def print_plan(plan, brief: bool = False, out: Console = None) -> None:
     launch.add(Text(f"backend {plan.backend}, device {', '.join(devices) if len(devices) > 1 else plan.device}, "
                     f"{threads}"))
     launch.add(Text(f"dtype {plan.dtype}, {_plural(plan.epochs, 'epoch')}, "
-                    f"{_plural(plan.num_parts, 'part')} ({plan.partitioner})"))
+                    + ("the whole graph, unpartitioned" if plan.num_parts == 1
+                       else f"{plan.num_parts} parts ({plan.partitioner})")))
     if plan.reader:
         launch.add(Text(f"dataset reader: {plan.reader}"))
     kernel = launch.add(Text(f"sparse kernel: {plan.kernel}"))
@@ -193,7 +194,8 @@ def print_partition(data, pcfg, part, hit: bool, out: Console = None) -> None:
 def print_graph_report(plan, report: Dict[str, Any], out: Console = None) -> None:
     """A mode's graph-dependent plan figures: scalars, and one table per k×k grid (rows = sender)."""
     out = out or console
-    tree = Tree(Text.assemble((plan.mode, "bold"), f" figures on {plan.dataset} with {plan.num_parts} parts"))
+    parts = _plural(plan.num_parts, "part")
+    tree = Tree(Text.assemble((plan.mode, "bold"), f" figures on {plan.dataset} with {parts}"))
     for name, block in report.items():
         if isinstance(block, dict):
             node = tree.add(Text(str(name), style="bold"))

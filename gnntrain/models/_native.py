@@ -1,4 +1,5 @@
-"""The native CPU kernel: scale → unweighted SpMM → scale in one pass, compiled with numba.
+"""The native CPU kernel: scale → unweighted SpMM → scale in one pass, in C (compiled at first use)
+or numba.
 
 out[v] = dst_scale[v] · Σ_{u→v} src_scale[u] · h[u] over a CSR of the destination rows; its
 backward is the same kernel over the prebuilt transpose with the two scales swapped,
@@ -6,19 +7,24 @@ grad_h[u] = src_scale[u] · Σ_{u→v} dst_scale[v] · grad_out[v]. Fusing the t
 two passes over the features that DGL's GraphConv pays around ``copy_u_sum`` (the ``kernels``
 suite, docs/BENCHMARKS.md). Each destination row is summed in CSR order into a per-thread
 accumulator, four edges per step in a fixed order, so a run is deterministic at any thread count.
-The loops (``_native_loops``) are compiled on first use and cached on disk by numba; numba is
-imported only when ``kernel=native`` runs.
-
-Why numba rather than a C++/OpenMP extension: a wheel with no compiler at install, the same
-speed in the ``kernels`` suite (it vectorizes the feature loop like -O3 does), and two short source files.
+Two builds of the same loops: C (``_native_spmm.c``, compiled by :mod:`._native_c` with the
+host's compiler on first use and cached per CPU) where a compiler works, else numba
+(``_native_loops``, cached on disk by numba); ``GNNTRAIN_NATIVE=numba`` asks for numba,
+``GNNTRAIN_NATIVE=c`` for C or a clear refusal. Why both: C keeps a block of a row's sums in
+vector registers over all its edges, about 0.6x numba's time on the ``kernels`` graph
+(docs/BENCHMARKS.md), but needs a compiler at run time; numba needs none. Neither is imported
+until ``kernel=native`` runs.
 """
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Optional, Tuple
 
 import torch
+
+from gnntrain.models import _native_c
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
 
@@ -28,8 +34,6 @@ def _kernels(parallel: bool = True):
     """(numba, scaled loop, weighted loop), threaded or serial; numba is imported on the first call.
     The serial pair serves one-thread ranks: no thread pool that could spin beside the other ranks'
     threads."""
-    import os
-
     # numba's pool is sized once, at import: no larger than this process's torch threads
     os.environ.setdefault("NUMBA_NUM_THREADS", str(max(1, torch.get_num_threads())))
     import numba
@@ -40,28 +44,54 @@ def _kernels(parallel: bool = True):
             loops.compile_loop(loops.weighted_spmm, parallel))
 
 
-def native_version() -> str:
-    """numba's version (without importing it; "none" where it is not installed) and a digest of the
-    kernel's two files, so kernel=auto's cached choice is re-measured when the kernel's code changes."""
-    import hashlib
+@functools.lru_cache(maxsize=None)
+def _c_loops() -> Optional[tuple]:
+    """The C build's (scaled, weighted) loops, or None where numba serves (``_c_problem`` says why)."""
+    return None if _c_problem() is not None else _native_c.loops()
+
+
+@functools.lru_cache(maxsize=None)
+def _c_problem() -> Optional[str]:
+    try:
+        _native_c.load()
+    except _native_c.NativeBuildError as exc:
+        return str(exc)
+    return None
+
+
+def native_backend() -> str:
+    """Which build runs ``kernel=native`` here: "C (<compiler>)" or "numba <version>"; raises nothing."""
+    if _c_problem() is None:
+        return _native_c.load()[1]
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        numba_version = version("numba")
+        return f"numba {version('numba')}"
     except PackageNotFoundError:
-        numba_version = "none"
+        return "numba (not installed)"
+
+
+def native_version() -> str:
+    """The build that runs (C with its compiler, or numba's version) and a digest of the kernel's
+    files, so kernel=auto's cached choice is re-measured when either changes."""
+    import hashlib
+
     code = hashlib.sha256()
-    for source in (Path(__file__), Path(__file__).with_name("_native_loops.py")):
-        code.update(source.read_bytes())
-    return f"{numba_version}+{code.hexdigest()[:8]}"
+    for name in (Path(__file__).name, "_native_loops.py", "_native_c.py", "_native_spmm.c"):
+        code.update(Path(__file__).with_name(name).read_bytes())
+    return f"{native_backend()}+{code.hexdigest()[:8]}"
 
 
 def native_problem() -> Optional[str]:
-    """Why the native kernel cannot run here (None: numba imports)."""
+    """Why the native kernel cannot run here (None: the C build loads or numba imports)."""
+    if _c_problem() is None:
+        return None
+    if os.environ.get("GNNTRAIN_NATIVE") == "c":
+        return f"GNNTRAIN_NATIVE=c, but the C build does not load: {_c_problem()}"
     try:
         _kernels()
     except Exception as exc:  # ImportError, or a numba built for another numpy
-        return f"numba does not import ({type(exc).__name__}: {exc})"
+        return f"no C build ({_c_problem()}) and numba does not import ({type(exc).__name__}: {exc})"
     return None
 
 
@@ -103,8 +133,12 @@ def _csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int, num_cols: int,
 
 
 def _compiled() -> tuple:
-    """(scaled, weighted) loops for this process's torch threads: numba's threads follow torch's, so
-    ranks never oversubscribe; one thread takes the serial pair."""
+    """(scaled, weighted) loops for this process's torch threads: the C build's (each call passes
+    torch's thread count), else numba's, whose threads follow torch's, so ranks never oversubscribe;
+    one thread takes numba's serial pair."""
+    c_loops = _c_loops()
+    if c_loops is not None:
+        return c_loops
     threads = max(1, torch.get_num_threads())
     if threads == 1:
         return _kernels(False)[1:]

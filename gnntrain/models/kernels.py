@@ -11,8 +11,8 @@ weighted kernel.
 
 Three interchangeable SpMM paths behind :class:`SparseAdjacency`:
 
-* ``native``: gnntrain's own CPU kernel (:mod:`gnntrain.models._native`, numba):
-  scale → SpMM → scale fused in one pass, forward and backward;
+* ``native``: gnntrain's own CPU kernel (:mod:`gnntrain.models._native`; C compiled at first
+  use, or numba where no compiler works): scale → SpMM → scale fused in one pass, forward and backward;
 * ``dgl``: DGL's ``copy_u_sum`` / ``u_mul_e_sum`` on a bipartite block
   (CPU only: DGL from PyPI has no CUDA build; the ``dgl`` extra);
 * ``torch``: torch-native CSR SpMM with a prebuilt transpose for backward
@@ -308,7 +308,7 @@ def _cache_key(device: str, dtype: str, threads: int, degree_bucket: int, width:
 
     name = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine()
     return "|".join([f"probe {PROBE_ROUNDS} rounds", f"torch {torch.__version__}", f"dgl {dgl_version}",
-                     f"numba {native_version()}", device, name, dtype,
+                     f"native {native_version()}", device, name, dtype,
                      f"threads {threads}", f"degree~{degree_bucket}", f"width {width}"])
 
 
