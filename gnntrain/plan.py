@@ -82,7 +82,7 @@ def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float
         if problem is not None:
             others = [k for k in ("auto", "native", "torch", "dgl") if k != kernel]
             raise PlanError("kernel", f"kernel={kernel}: {problem}.", f"use kernel={' or kernel='.join(others)}")
-        return kernel, f"set by kernel={kernel}"
+        return kernel, _with_native_build(kernel, f"set by kernel={kernel}")
     # the measurement belongs to the host, not to the data: GNNTRAIN_KERNEL_CACHE_DIR shares it between
     # runs whose cache_dir differs (jobs with private caches, a test session)
     data_cache = resolve_cache_dir(cfg)  # checked either way: a bad cache_dir is a plan error here
@@ -91,7 +91,16 @@ def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float
         choice = choose_kernel(device, dtype, threads, avg_degree, width, cache)
     except ValueError as exc:
         raise PlanError("kernel", f"{exc}.", "use train.dtype=float32 or float64") from None
-    return choice.kernel, choice.describe()
+    return choice.kernel, _with_native_build(choice.kernel, choice.describe())
+
+
+def _with_native_build(kernel: str, note: str) -> str:
+    """The note, and which build runs kernel=native here (C with its compiler, or numba)."""
+    if kernel != "native":
+        return note
+    from gnntrain.models._native import native_backend
+
+    return f"{note}; native build: {native_backend()}"
 
 
 # ------------------------------------------------------------------- modes

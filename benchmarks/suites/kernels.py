@@ -16,8 +16,9 @@ from benchmarks.harness import SuiteResult, compose, dgl_python, in_fresh_proces
 from benchmarks.registry import suite
 
 THREADS = 2
-WARMUP_CALLS = 2  # SpMM rows: untimed calls per op before the timed ones
-SPMM_CALLS = 4  # timed SpMM calls per op and process
+WARMUP_CALLS = 3  # SpMM rows: untimed calls per op before the timed ones (a fresh process's first two
+SPMM_CALLS = 6  # are 2-4x slower here, every stack alike); timed calls per op and process
+SPMM_ROUNDS = 3  # rounds of alternating SpMM processes (the VM's speed drifts within minutes)
 WARMUP_EPOCHS = 3  # epoch rows: epochs dropped before the median
 
 
@@ -80,20 +81,26 @@ def _spmm_dgl(folder: str, reps: int) -> Dict[str, List[float]]:
     return _time_ops(ops, h, grad, reps)
 
 
-def _spmm_gnntrain(folder: str, reps: int) -> Dict[str, List[float]]:
-    """Default stack: gnntrain's aggregation (both GCN row scales) per kernel, forward+backward."""
+def _spmm_gnntrain(folder: str, reps: int, build: str = "auto") -> Dict[str, List[float]]:
+    """Default stack: gnntrain's aggregation (both GCN row scales) per kernel, forward+backward; with
+    ``build="numba"`` only the native kernel's numba build (as where no C compiler works)."""
+    os.environ["GNNTRAIN_NATIVE"] = build  # read when the native kernel first loads, below
     _setup("gnntrain")
     import torch
 
     from gnntrain.models import SparseAdjacency, edge_weights
+    from gnntrain.models._native import native_backend
 
     src, dst = _load(folder, "gcn")
     n = int(max(src.max(), dst.max())) + 1
     w = edge_weights("gcn", src, dst, n)
-    adjs = {k: SparseAdjacency(dst, src, w, n, n, kernel=k) for k in ("native", "torch")}
+    kernels = ("native",) if build == "numba" else ("native", "torch")
+    adjs = {k: SparseAdjacency(dst, src, w, n, n, kernel=k) for k in kernels}
     h, grad = torch.randn(n, 128, requires_grad=True), torch.ones(n, 128)
-    ops = {"gnntrain kernel=native (both row scales fused)": lambda: adjs["native"].spmm(h),
-           "gnntrain kernel=torch (row scales + torch CSR)": lambda: adjs["torch"].spmm(h)}
+    backend = native_backend().split(" (")[0].split(" ")[0]  # "C" or "numba"
+    ops = {f"gnntrain kernel=native, {backend} build (both row scales fused)": lambda: adjs["native"].spmm(h)}
+    if "torch" in adjs:
+        ops["gnntrain kernel=torch (row scales + torch CSR)"] = lambda: adjs["torch"].spmm(h)
     return _time_ops(ops, h, grad, reps)
 
 
@@ -185,9 +192,10 @@ def suite_kernels(quick: bool) -> SuiteResult:
     with tempfile.TemporaryDirectory() as folder:
         sizes = in_fresh_process(_export_graph, n, folder)
         spmm: Dict[str, List[float]] = {}
-        for _ in range(reps):  # the two stacks' SpMM processes alternate
-            for candidate in ("dgl:_spmm_dgl", "here:_spmm_gnntrain"):
-                for name, t in _run(candidate, folder, SPMM_CALLS).items():
+        for _ in range(SPMM_ROUNDS if not quick else 1):  # the stacks' SpMM processes alternate
+            for candidate, build in (("dgl:_spmm_dgl", ()), ("here:_spmm_gnntrain", ("auto",)),
+                                     ("here:_spmm_gnntrain", ("numba",))):
+                for name, t in _run(candidate, folder, SPMM_CALLS, *build).items():
                     spmm.setdefault(name, []).extend(t)
         base = statistics.median(next(iter(spmm.values())))
         for name, t in spmm.items():
@@ -226,8 +234,10 @@ def suite_kernels(quick: bool) -> SuiteResult:
                  "memory goal"],
         rows=rows,
         notes=f"Two stacks in one suite run: DGL's candidates run in .venv-dgl (Python 3.11, torch 2.2.1, DGL 2.1), "
-              "the others in the default venv (newest Python and torch, PyG, numba). SpMM rows: "
-              f"{reps} alternating processes per stack, {SPMM_CALLS} timed calls each after {WARMUP_CALLS} warm-ups. "
+              "the others in the default venv (newest Python and torch, PyG, numba, the host's C compiler for the "
+              "native kernel's C build; its numba build is timed in a process of its own). SpMM rows: "
+              f"{SPMM_ROUNDS if not quick else 1} rounds of alternating processes (DGL, gnntrain, gnntrain's numba "
+              f"build), {SPMM_CALLS} timed calls each after {WARMUP_CALLS} warm-ups. "
               f"Epoch rows: {reps} interleaved repetitions, each candidate in a fresh process, {epochs} epochs, "
               f"median epoch with the first {min(WARMUP_EPOCHS, epochs // 2)} dropped (a fresh process runs its "
               "first big tensors up to 3x slower here, every stack alike), then the median over repetitions; "
