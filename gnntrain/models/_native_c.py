@@ -148,12 +148,16 @@ def _call(kind: str, indptr: np.ndarray, indices: np.ndarray, scale: np.ndarray,
                          f"{out.dtype} output of width {width})")
     if indptr.dtype != np.int64 or indptr.shape[0] != rows + 1:
         raise ValueError("native SpMM: indptr must be int64 with one entry per output row plus one")
+    h = h if h.ndim == 2 and h.strides[1] == h.itemsize and h.strides[0] >= h.itemsize * width else np.ascontiguousarray(h)
+    target = out if out.strides[1] == out.itemsize and out.strides[0] >= out.itemsize * width else np.empty_like(out, order="C")
     operands = [np.ascontiguousarray(a) for a in (indptr, indices, scale, dst_scale)]
     if operands[2].dtype != h.dtype or operands[3].dtype != h.dtype:
         raise ValueError("native SpMM: the scales (or edge values) must have the rows' dtype")
     getattr(library, f"gnntrain_{kind}_{value}_{index}")(
-        *(a.ctypes.data for a in operands), h.ctypes.data, _row_stride(h, "h"), out.ctypes.data,
-        _row_stride(out, "out"), rows, width, max(1, torch.get_num_threads()))
+        *(a.ctypes.data for a in operands), h.ctypes.data, _row_stride(h, "h"), target.ctypes.data,
+        _row_stride(target, "out"), rows, width, max(1, torch.get_num_threads()))
+    if target is not out:  # a column view or other odd layout: computed contiguous, copied back
+        out[...] = target
 
 
 def scaled_spmm(indptr, indices, src_scale, dst_scale, h, out) -> None:
