@@ -131,11 +131,15 @@ def load() -> Tuple[ctypes.CDLL, str]:
     return library, f"C ({version})"
 
 
-def _row_stride(a: np.ndarray, name: str) -> int:
-    """The row stride in elements of a 2-D array whose rows are contiguous."""
-    if a.ndim != 2 or (a.shape[1] > 1 and a.strides[1] != a.itemsize) or a.strides[0] % a.itemsize:
-        raise ValueError(f"native SpMM: {name} must be a 2-D array of contiguous rows")
-    return a.strides[0] // a.itemsize
+def _row_stride(a: np.ndarray) -> int:
+    """The row stride in elements of an array that ``_rows_apart`` accepted (one row: its width)."""
+    return a.strides[0] // a.itemsize if a.shape[0] > 1 else a.shape[1]
+
+
+def _rows_apart(a: np.ndarray) -> bool:
+    """Whether ``a``'s rows are contiguous and do not overlap (else the kernel reads a contiguous copy)."""
+    return a.ndim == 2 and (a.shape[1] <= 1 or a.strides[1] == a.itemsize) and (
+        a.shape[0] <= 1 or (a.strides[0] >= a.itemsize * a.shape[1] and a.strides[0] % a.itemsize == 0))
 
 
 def _call(kind: str, indptr: np.ndarray, indices: np.ndarray, scale: np.ndarray, dst_scale: np.ndarray,
@@ -148,14 +152,14 @@ def _call(kind: str, indptr: np.ndarray, indices: np.ndarray, scale: np.ndarray,
                          f"{out.dtype} output of width {width})")
     if indptr.dtype != np.int64 or indptr.shape[0] != rows + 1:
         raise ValueError("native SpMM: indptr must be int64 with one entry per output row plus one")
-    h = h if h.ndim == 2 and h.strides[1] == h.itemsize and h.strides[0] >= h.itemsize * width else np.ascontiguousarray(h)
-    target = out if out.strides[1] == out.itemsize and out.strides[0] >= out.itemsize * width else np.empty_like(out, order="C")
+    h = h if _rows_apart(h) else np.ascontiguousarray(h)
+    target = out if _rows_apart(out) else np.empty_like(out, order="C")
     operands = [np.ascontiguousarray(a) for a in (indptr, indices, scale, dst_scale)]
     if operands[2].dtype != h.dtype or operands[3].dtype != h.dtype:
         raise ValueError("native SpMM: the scales (or edge values) must have the rows' dtype")
     getattr(library, f"gnntrain_{kind}_{value}_{index}")(
-        *(a.ctypes.data for a in operands), h.ctypes.data, _row_stride(h, "h"), target.ctypes.data,
-        _row_stride(target, "out"), rows, width, max(1, torch.get_num_threads()))
+        *(a.ctypes.data for a in operands), h.ctypes.data, _row_stride(h), target.ctypes.data,
+        _row_stride(target), rows, width, max(1, torch.get_num_threads()))
     if target is not out:  # a column view or other odd layout: computed contiguous, copied back
         out[...] = target
 
