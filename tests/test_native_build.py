@@ -163,3 +163,28 @@ def test_the_plan_names_the_native_build(tmp_path):
     assert plan.kernel_note.endswith(")") and "C (" in plan.kernel_note  # this machine has a compiler
     plan = build_plan(compose(["kernel=torch", f"cache_dir={tmp_path}"]))
     assert "native build" not in plan.kernel_note
+
+
+def test_c_dropout_mask_has_the_tensor_formulas_bits(build_dir, monkeypatch):
+    """row_hash_keep_mask on the CPU runs the C build's one-pass mask: the same bits as the tensor formula
+    (what runs on a GPU, and without a compiler) for any row ids, strided or int32 rows, widths 0-300, every
+    cut including both ends; without the C build the formula serves."""
+    from gnntrain.models.gnn import row_hash_keep_mask, torch_keep_mask
+
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(12):
+        n, width = int(torch.randint(0, 700, (1,), generator=gen)), int(torch.randint(0, 300, (1,), generator=gen))
+        rows = (torch.randint(-2**62, 2**62, (2 * n,), generator=gen)[::2] if trial % 3 == 0
+                else torch.randperm(10**6, generator=gen)[:n].to(torch.int32))
+        stream = int(torch.randint(0, 2**62, (1,), generator=gen)) * 2 + trial % 2
+        for cut in (-2**31, -2**31 + 1, -7, 0, 2**30, 2**31 - 1, 2**31):
+            assert torch.equal(_native_c.keep_mask(rows, width, stream, cut),
+                               torch_keep_mask(rows, width, stream, cut)), (trial, cut)
+    rows = torch.arange(5000)
+    calls = []
+    monkeypatch.setattr(_native_c, "keep_mask", lambda *args: calls.append(args) or torch_keep_mask(*args))
+    mask = row_hash_keep_mask(rows, 64, 99, 0.3)
+    assert len(calls) == 1 and abs(mask.float().mean().item() - 0.7) < 0.01
+    _clear_caches()
+    monkeypatch.setenv("GNNTRAIN_NATIVE", "numba")  # no C build: the formula, the same mask
+    assert torch.equal(row_hash_keep_mask(rows, 64, 99, 0.3), mask) and len(calls) == 1

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -57,6 +57,12 @@ def _c_problem() -> Optional[str]:
     except _native_c.NativeBuildError as exc:
         return str(exc)
     return None
+
+
+def c_keep_mask() -> Optional[Callable]:
+    """The C build's dropout keep mask (:func:`._native_c.keep_mask`), or None where the C build does not
+    load (the tensor formula serves: the same bits)."""
+    return _native_c.keep_mask if _c_problem() is None else None
 
 
 def native_backend() -> str:

@@ -128,6 +128,8 @@ def load() -> Tuple[ctypes.CDLL, str]:
             for index in _INDEX_TYPES.values():
                 fn = getattr(library, f"gnntrain_{kind}_{value}_{index}")
                 fn.argtypes, fn.restype = _ARGTYPES, None
+    library.gnntrain_keep_mask.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 4 + [ctypes.c_void_p, ctypes.c_int]
+    library.gnntrain_keep_mask.restype = ctypes.c_int
     return library, f"C ({version})"
 
 
@@ -178,3 +180,18 @@ def loops() -> Tuple[Callable, Callable]:
     """(scaled, weighted), built and loaded on the first call."""
     load()
     return scaled_spmm, weighted_spmm
+
+
+def keep_mask(rows: torch.Tensor, width: int, stream: int, threshold: int) -> torch.Tensor:
+    """The boolean keep mask (len(rows) × width) of :func:`gnntrain.models.gnn.row_hash_keep_mask`,
+    the same bits in one threaded pass; ``threshold`` is its signed 32-bit cut."""
+    library, _ = load()
+    rows = rows.to(torch.int64).contiguous()
+    out = torch.empty((rows.shape[0], width), dtype=torch.bool)
+    if rows.shape[0] and width:
+        status = library.gnntrain_keep_mask(ctypes.c_void_p(rows.data_ptr()), rows.shape[0], width, stream,
+                                            threshold, ctypes.c_void_p(out.data_ptr()),
+                                            max(1, torch.get_num_threads()))
+        if status != 0:
+            raise MemoryError(f"native dropout mask: no memory for {width} column keys")
+    return out

@@ -11,6 +11,7 @@
  * depend on the thread count; the OpenMP runtime is torch's own libgomp where torch loaded it first,
  * and every call names its thread count. */
 #include <stdint.h>
+#include <stdlib.h>
 
 #define CACHE_LINE 64
 #define PREFETCH_EDGES 16   /* how far ahead (in edges) a source row is asked for */
@@ -82,3 +83,39 @@ SPMM_KERNEL(gnntrain_weighted_f32_i32, float, int32_t, 64, weighted, values)
 SPMM_KERNEL(gnntrain_weighted_f32_i64, float, int64_t, 64, weighted, values)
 SPMM_KERNEL(gnntrain_weighted_f64_i32, double, int32_t, 32, weighted, values)
 SPMM_KERNEL(gnntrain_weighted_f64_i64, double, int64_t, 32, weighted, values)
+
+/* The dropout keep mask of gnntrain.models.gnn.row_hash_keep_mask, bit for bit: entry (r, c) of an
+ * n x width byte mask (0/1, torch.bool's layout) is kept when the hash of (row key of rows[r], column key
+ * of c) read as a signed 32-bit value is at or above threshold. The keys are SplitMix64's finaliser of
+ * (id * golden + stream), high 32 bits; the entry hash one multiply-xorshift-multiply round. Unsigned
+ * arithmetic here wraps exactly as torch's int64/int32 tensors do. One pass writing n * width bytes
+ * instead of torch's six over 32-bit temporaries. Returns 0, or -1 where the column keys find no memory. */
+static inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+int gnntrain_keep_mask(const int64_t *rows, int64_t n, int64_t width, int64_t stream, int64_t threshold,
+                       uint8_t *out, int threads) {
+    uint32_t *col_key = malloc((size_t)(width > 0 ? width : 1) * sizeof(uint32_t));
+    if (col_key == NULL) return -1;
+    for (int64_t c = 0; c < width; c++)
+        col_key[c] = (uint32_t)(mix64((uint64_t)c * 0xD1B54A32D192ED03ULL + ((uint64_t)stream ^ 0x5BD1E995ULL)) >> 32);
+    /* a cut above every 32-bit value keeps nothing; otherwise compare in 32 bits (what vectorizes) */
+    const int none_kept = threshold > INT32_MAX;
+    const int32_t cut = threshold < INT32_MIN ? INT32_MIN : (none_kept ? INT32_MAX : (int32_t)threshold);
+    _Pragma("omp parallel for schedule(static) num_threads(threads)")
+    for (int64_t r = 0; r < n; r++) {
+        const uint32_t row_key = (uint32_t)(mix64((uint64_t)rows[r] * 0x9E3779B97F4A7C15ULL + (uint64_t)stream) >> 32);
+        uint8_t *o = out + r * width;
+        for (int64_t c = 0; c < width; c++) {
+            uint32_t x = (row_key ^ col_key[c]) * 0x7FEB352DU;
+            x ^= x >> 15;
+            x *= 0x846CA68BU;
+            o[c] = !none_kept & ((int32_t)x >= cut);
+        }
+    }
+    free(col_key);
+    return 0;
+}

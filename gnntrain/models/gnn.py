@@ -71,7 +71,21 @@ def row_hash_keep_mask(rows: torch.Tensor, width: int, stream: int, p: float) ->
     A 64-bit mix of each row id and of each column id (small vectors), xored per entry
     and finished with one 32-bit multiply-xorshift-multiply round; the entry is kept when
     the signed 32-bit result is at or above the p-quantile (P(keep) = 1 - p to 2^-32).
+    On the CPU the native C build computes the same bits in one pass where it loads
+    (:func:`gnntrain.models._native.c_keep_mask`); elsewhere these tensor operations do.
     """
+    threshold = -(1 << 31) + int(round(p * (1 << 32)))
+    if rows.device.type == "cpu":
+        from gnntrain.models._native import c_keep_mask
+
+        native = c_keep_mask()
+        if native is not None:
+            return native(rows, width, stream, threshold)
+    return torch_keep_mask(rows, width, stream, threshold)
+
+
+def torch_keep_mask(rows: torch.Tensor, width: int, stream: int, threshold: int) -> torch.Tensor:
+    """:func:`row_hash_keep_mask` in tensor operations, on any device (``threshold``: its signed 32-bit cut)."""
     rows = rows.to(torch.int64)
     row_key = _mix64(rows * _signed(0x9E3779B97F4A7C15, 64) + stream) >> 32
     cols = torch.arange(width, dtype=torch.int64, device=rows.device)
@@ -80,7 +94,9 @@ def row_hash_keep_mask(rows: torch.Tensor, width: int, stream: int, p: float) ->
     x.mul_(_signed(0x7FEB352D, 32))
     x.bitwise_xor_(_shift_right_logical(x, 15, 32))
     x.mul_(_signed(0x846CA68B, 32))
-    return x >= -(1 << 31) + int(round(p * (1 << 32)))
+    if threshold > (1 << 31) - 1:  # above every int32 (p within 2^-33 of 1): a scalar compare would wrap
+        return torch.zeros_like(x, dtype=torch.bool)
+    return x >= threshold
 
 
 class GlobalDropout:
