@@ -12,8 +12,9 @@ host's compiler on first use and cached per CPU) where a compiler works, else nu
 (``_native_loops``, cached on disk by numba); ``GNNTRAIN_NATIVE=numba`` asks for numba,
 ``GNNTRAIN_NATIVE=c`` for C or a clear refusal. Why both: C keeps a block of a row's sums in
 vector registers over all its edges, about 0.6x numba's time on the ``kernels`` graph
-(docs/BENCHMARKS.md), but needs a compiler at run time; numba needs none. Neither is imported
-until ``kernel=native`` runs.
+(docs/BENCHMARKS.md), but needs a compiler at run time; numba needs none. Numba is imported only
+when ``kernel=native`` runs without the C build; the C build is also loaded (and compiled, once per
+host) by the first dropout mask drawn on the CPU (:func:`c_keep_mask`), whatever the kernel.
 """
 from __future__ import annotations
 

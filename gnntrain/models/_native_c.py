@@ -1,5 +1,6 @@
 """The native kernel's C loops (``_native_spmm.c``): compiled at first use with the system's C compiler,
-cached per (source, compiler, CPU), and called through ctypes with the numba loops' signatures.
+cached per (source, compiler, CPU), and called through ctypes with the numba loops' signatures; the
+same library holds the one-pass dropout keep mask (:func:`keep_mask`).
 
 Where no compiler is found, the compile fails or ``GNNTRAIN_NATIVE=numba`` is set, :mod:`._native`
 runs the numba loops instead (the same sums over each row's edges in CSR order; numba adds four
@@ -189,9 +190,8 @@ def keep_mask(rows: torch.Tensor, width: int, stream: int, threshold: int) -> to
     rows = rows.to(torch.int64).contiguous()
     out = torch.empty((rows.shape[0], width), dtype=torch.bool)
     if rows.shape[0] and width:
-        status = library.gnntrain_keep_mask(ctypes.c_void_p(rows.data_ptr()), rows.shape[0], width, stream,
-                                            threshold, ctypes.c_void_p(out.data_ptr()),
-                                            max(1, torch.get_num_threads()))
+        status = library.gnntrain_keep_mask(rows.data_ptr(), rows.shape[0], width, stream, threshold,
+                                            out.data_ptr(), max(1, torch.get_num_threads()))
         if status != 0:
             raise MemoryError(f"native dropout mask: no memory for {width} column keys")
     return out
