@@ -104,3 +104,85 @@ class _BackwardMark(torch.autograd.Function):
         elif "t" in ctx.mark:
             ctx.clock.add(ctx.name, ctx.clock.now() - ctx.mark.pop("t"))
         return grad, None, None, None, None
+
+
+class DeviceTimeline:
+    """Busy intervals of named device activities (compute, host→device and device→host copies) on one time
+    axis, without waiting for the device: on CUDA each interval is a pair of events recorded on the stream
+    that does the work, read back once per epoch (:meth:`resolve`) against a reference event; on a CPU
+    "device" the work is done when its call returns, so an interval is the call's wall time.
+
+    The point is the *overlap*: :meth:`resolve` reports each activity's busy seconds, the wall span from
+    :meth:`reset` to the last interval's end, and how many of the copy seconds ran while compute ran (the
+    union of compute intervals intersected with each copy activity's union). A serial loop overlaps nothing.
+    """
+
+    def __init__(self, device: DeviceLike = None) -> None:
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.cuda = self.device.type == "cuda"
+        self.reset()
+
+    def reset(self) -> None:
+        self._spans: list = []  # (name, start, end): CUDA events, or perf_counter seconds
+        self._origin = self._mark(None)
+
+    def _mark(self, stream) -> object:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(stream if stream is not None else torch.cuda.current_stream(self.device))
+        return event
+
+    @contextmanager
+    def span(self, name: str, stream=None) -> Iterator[None]:
+        """Time the work queued inside the block on ``stream`` (the current stream by default)."""
+        start = self._mark(stream)
+        try:
+            yield
+        finally:
+            self._spans.append((name, start, self._mark(stream)))
+
+    def _seconds(self, mark) -> float:
+        if not self.cuda:
+            return mark - self._origin
+        mark.synchronize()
+        return self._origin.elapsed_time(mark) / 1e3
+
+    def resolve(self) -> Dict[str, float]:
+        """``{name}_s`` busy seconds per activity, ``wall_s``, and ``{name}_overlapped_s``: the seconds of
+        each non-compute activity that ran while some compute ran."""
+        intervals: Dict[str, list] = {}
+        for name, start, end in self._spans:
+            intervals.setdefault(name, []).append((self._seconds(start), self._seconds(end)))
+        merged = {name: _union(spans) for name, spans in intervals.items()}
+        out = {f"{name}_s": sum(b - a for a, b in spans) for name, spans in merged.items()}
+        out["wall_s"] = max((b for spans in merged.values() for _, b in spans), default=0.0)
+        compute = merged.get("compute", [])
+        for name, spans in merged.items():
+            if name != "compute":
+                out[f"{name}_overlapped_s"] = _intersection(spans, compute)
+        return out
+
+
+def _union(spans: list) -> list:
+    """Sorted, disjoint intervals covering ``spans``."""
+    out: list = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _intersection(xs: list, ys: list) -> float:
+    """Total length of the intersection of two unions of disjoint sorted intervals."""
+    total, i, j = 0.0, 0, 0
+    while i < len(xs) and j < len(ys):
+        lo, hi = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        total += max(0.0, hi - lo)
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total

@@ -1,4 +1,12 @@
-"""One rank's HongTu engine: host store, device arena and the layer-major schedule."""
+"""One rank's HongTu engine: host store, device arena and the layer-major schedule.
+
+On CUDA nothing in the chunk loop waits for the device (HongTu §4.2: transfers overlap compute): loads are
+staged on one side stream (:class:`~gnntrain.modes.staging.HostToDeviceStager`), write-backs run on another
+(:class:`~gnntrain.modes.staging.DeviceToHostQueue`) and land, with their host-side ⊕-adds, only after the next
+chunk's loads and compute are issued; index tensors are on the device before the loop needs them
+(:class:`~gnntrain.modes.hongtu.indices.DeviceIndices`); compute and copies are timed with CUDA events
+(:class:`~gnntrain.metrics.clock.DeviceTimeline`), never by settling the device.
+"""
 from __future__ import annotations
 
 import time
@@ -7,14 +15,15 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 import torch
 
-from gnntrain.metrics.clock import StageClock
+from gnntrain.metrics.clock import DeviceTimeline, StageClock
 from gnntrain.models import SparseAdjacency, hidden_activation, transposed
 from gnntrain.modes.base import RankShard
 from gnntrain.modes.hongtu.arena import DeviceArena, tensor_bytes
 from gnntrain.modes.hongtu.cost import STAGING_SLICE_BYTES, topology_bytes
+from gnntrain.modes.hongtu.indices import DeviceIndices, Index, StepIndex, pick
 from gnntrain.modes.hongtu.schedule import Step, Sweep, _positions, build_sweep
 from gnntrain.modes.hongtu.tiers import VertexTables
-from gnntrain.modes.staging import HostToDeviceStager
+from gnntrain.modes.staging import DeviceToHostQueue, HostToDeviceStager
 from gnntrain.partition.chunks import ChunkLayout
 from gnntrain.sizing import DTYPE_BYTES
 
@@ -26,7 +35,7 @@ class HongTuEngine:
     """One rank's host store, device arena and the layer-major schedule."""
 
     def __init__(self, shard: RankShard, ctx, family: "ModelFamily", dedup: str, cap: int,
-                 tables: Optional[VertexTables] = None):
+                 tables: Optional[VertexTables] = None, estimated_device_bytes: int = 0):
         info = shard.info
         self.layout: ChunkLayout = info["layout"]
         self.batches: np.ndarray = info["batches"]
@@ -44,7 +53,10 @@ class HongTuEngine:
         self.tables = tables or VertexTables({}, None)  # the host tier only
         self.tables.pin = self.pin
         self.clock = StageClock(self.device)
-        self.stager = HostToDeviceStager(self.device)
+        self.timeline = DeviceTimeline(self.device)  # compute and copy intervals: the overlap, per epoch
+        self.timeline_last: Dict[str, float] = {}  # ... of the last training epoch
+        self.stager = HostToDeviceStager(self.device, timeline=self.timeline)
+        self.d2h = DeviceToHostQueue(self.device, timeline=self.timeline)
         self.fwd = build_sweep(self.layout, self.batches, self.rank, dedup)
         self.bwd = build_sweep(self.layout, self.batches[::-1], self.rank, dedup)
         dst, src, w = shard.edges  # relabelled ids, dst-sorted, dst within this part
@@ -61,6 +73,9 @@ class HongTuEngine:
             fwd = SparseAdjacency(d_local, s_local, w[e_lo:e_hi], v_hi - v_lo, rows.size, kernel=kernel)
             bwd = SparseAdjacency(s_local, d_local, transposed(w[e_lo:e_hi]), rows.size, v_hi - v_lo, kernel=kernel)
             self.topology[c] = (fwd, bwd, v_pos, torch.stack([d_local, s_local]))
+        headroom = None if not cap else max(0, cap - int(estimated_device_bytes))
+        self.indices = DeviceIndices(self.device, {"fwd": self.fwd.steps, "bwd": self.bwd.steps},
+                                     {c: t[2] for c, t in self.topology.items()}, self.fwd.p2p, headroom)
         self.rows: Dict[Tuple[str, str], int] = {}  # (direction, kind) → rows of the current pass
         self.rows_last: Dict[Tuple[str, str], int] = {}  # ... of the last training epoch (forward + backward)
         self.disk: Dict[str, int] = {}  # disk-tier bytes (disk_read, disk_write) of the current pass
@@ -104,44 +119,54 @@ class HongTuEngine:
         self._disk(host, "disk_read", out.shape[0], out.shape[1])
         return out
 
-    def to_host(self, host: torch.Tensor, index, rows: torch.Tensor, direction: str, add: bool) -> None:
-        """Write (or ⊕-add) device rows into host memory; a plain write is part of the transfer's
-        time, the ⊕-add is host accumulation."""
+    def to_host(self, host: torch.Tensor, index: Index, rows: torch.Tensor, direction: str, add: bool) -> None:
+        """Write (or ⊕-add) device rows into host memory through the write-back queue: the copy is issued
+        now (its issue is the transfer's time), the write or ⊕-add runs when the queue settles (host
+        accumulation's time)."""
         start = time.perf_counter()
-        moved = rows.to("cpu")
-        if not add:
-            host[index] = moved
+        self.d2h.write(host, index, rows, self._accumulate(host, index) if add else None)
         self._count(direction, "d2h", rows.shape[0], rows.shape[1], time.perf_counter() - start)
         if add:  # ⊕-add reads the rows it adds into
             self._disk(host, "disk_read", rows.shape[0], rows.shape[1])
         self._disk(host, "disk_write", rows.shape[0], rows.shape[1])
-        if add:
-            with self.clock.span("host_accumulate"):
-                host.index_add_(0, index, moved) if isinstance(index, torch.Tensor) else host[index].add_(moved)
 
-    def _carry(self, step: Step, prev: Optional[torch.Tensor], make, width: int, dtype: torch.dtype, tag: str,
-               direction: str) -> torch.Tensor:
+    def _accumulate(self, host: torch.Tensor, index: Index):
+        """The host-side ⊕-add of landed rows into ``host[index]``, timed as host accumulation."""
+        def add(moved: torch.Tensor) -> None:
+            start = time.perf_counter()
+            host.index_add_(0, index, moved) if isinstance(index, torch.Tensor) else host[index].add_(moved)
+            self.clock.add("host_accumulate", time.perf_counter() - start)
+        return add
+
+    def _land(self, keep: int) -> None:
+        """Settle the write-back queue to ``keep`` steps in flight; the arena counts what stays."""
+        self.d2h.close_group()
+        self.d2h.settle(keep)
+        self.arena.hold("d2h_in_flight", self.d2h.in_flight_bytes())
+
+    def _carry(self, step: Step, idx: StepIndex, prev: Optional[torch.Tensor], make, width: int,
+               dtype: torch.dtype, tag: str, direction: str) -> torch.Tensor:
         """D_t's device buffer with the rows kept from D_{t−1} (reuse) copied in; the previous
         buffer is released once they are."""
         out = make((step.resident.size, width), dtype=dtype, device=self.device)
         self.arena.hold_tensors(tag, out)
         if prev is not None and step.kept_now.numel():
             for part in self._slices(step.kept_now.numel(), width):
-                out[step.kept_now[part].to(self.device)] = prev[step.kept_prev[part].to(self.device)]
+                out[pick(idx.kept_now, part)] = prev[pick(idx.kept_prev, part)]
         self._count(direction, "reused", step.kept_now.numel(), width)
         self.arena.drop(f"{tag}_prev")
         return out
 
-    def gather(self, step: Step, sweep: Sweep, host: torch.Tensor, prev: Optional[torch.Tensor],
+    def gather(self, step: Step, idx: StepIndex, sweep: Sweep, host: torch.Tensor, prev: Optional[torch.Tensor],
                direction: str) -> torch.Tensor:
         """Assemble D_t on the device: kept rows, own host loads, rows from other ranks."""
         width = host.shape[1]
-        resident = self._carry(step, prev, torch.empty, width, host.dtype, f"{direction}_resident", direction)
+        resident = self._carry(step, idx, prev, torch.empty, width, host.dtype, f"{direction}_resident", direction)
         for part in self._slices(step.load_rows.numel(), width):
-            resident[step.load_pos[part].to(self.device)] = self.to_device(host, step.load_rows[part], direction)
+            resident[pick(idx.load_pos, part)] = self.to_device(host, pick(idx.load_rows, part), direction)
         if sweep.needs_exchange:
             if sweep.p2p:  # the owner loaded the rows; hand them over device to device
-                outgoing = resident[step.give_index.to(self.device)]
+                outgoing = resident[idx.give_index]
                 kind = "peer"
             else:  # rows straight from the owner's host
                 outgoing = host[step.give_index].to(self.device)
@@ -149,32 +174,32 @@ class HongTuEngine:
                 kind = "h2d"
             incoming = self.comm.all_to_all(outgoing, step.give_counts, step.take_counts, kind)
             self._count(direction, kind, step.take_pos.numel(), width, record=False)
-            resident[step.take_pos.to(self.device)] = incoming.to(self.device)
+            resident[idx.take_pos] = incoming.to(self.device)
         return resident
 
-    def scatter_add(self, step: Step, sweep: Sweep, host: torch.Tensor, block: torch.Tensor,
+    def scatter_add(self, step: Step, idx: StepIndex, sweep: Sweep, host: torch.Tensor, block: torch.Tensor,
                     prev: Optional[torch.Tensor], direction: str) -> torch.Tensor:
         """Accumulate the chunk's gradient rows into D_t; flush the rows leaving the device."""
         width = block.shape[1]
-        acc = self._carry(step, prev, torch.zeros, width, block.dtype, f"{direction}_grad_sums", direction)
-        if step.need_pos is None:
+        acc = self._carry(step, idx, prev, torch.zeros, width, block.dtype, f"{direction}_grad_sums", direction)
+        if idx.need_pos is None:
             acc += block
         else:
-            acc.index_add_(0, step.need_pos.to(self.device), block)
+            _add_rows(acc, idx.need_pos, block)
         if sweep.needs_exchange:
-            outgoing = acc[step.send_pos.to(self.device)]
+            outgoing = acc[idx.send_pos]
             kind = "peer" if sweep.p2p else "d2h"
             incoming = self.comm.all_to_all(outgoing, step.send_counts, step.recv_counts, kind)
             self._count(direction, kind, step.send_pos.numel(), width, record=False)
             if sweep.p2p:
-                acc.index_add_(0, step.recv_index.to(self.device), incoming.to(self.device))
-            else:
-                with self.clock.span("host_accumulate"):
-                    host.index_add_(0, step.recv_index, incoming.to("cpu"))
+                _add_rows(acc, idx.recv_index, incoming.to(self.device))
+            else:  # after the flushes already queued, so the host's summation order is the issue order
+                moved = incoming.to("cpu")
+                self.d2h.then(lambda: self._accumulate(host, step.recv_index)(moved))
                 self._disk(host, "disk_read", step.recv_index.numel(), width)
                 self._disk(host, "disk_write", step.recv_index.numel(), width)
         for part in self._slices(step.flush_rows.numel(), width):
-            self.to_host(host, step.flush_rows[part], acc[step.flush_pos[part].to(self.device)], direction, add=True)
+            self.to_host(host, pick(idx.flush_rows, part), acc[pick(idx.flush_pos, part)], direction, add=True)
         return acc
 
     def _slices(self, rows: int, width: int) -> Iterator[slice]:
@@ -199,13 +224,12 @@ class HongTuEngine:
         keep = mask[self._local(c)].to(device=self.device, dtype=out.dtype)
         return hidden_activation(out, layer + 1, lambda h, _layer: h * keep / (1.0 - self.p), norm)
 
-    def _layer_forward(self, layer_mod, layer: int, c: int, h_n: torch.Tensor, cache: bool
+    def _layer_forward(self, layer_mod, layer: int, c: int, h_n: torch.Tensor, cache: bool, v_pos: Index
                        ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        _, _, v_pos, edges = self.topology[c]
-        v_pos = v_pos.to(self.device)
         if not self.family.elementwise:  # attention over the chunk's edges
+            _, _, v_index, edges = self.topology[c]
             edges = edges.to(self.device)
-            return layer_mod.update(None, layer_mod.attend(h_n, edges[0], edges[1], v_pos)), None
+            return layer_mod.update(None, layer_mod.attend(h_n, edges[0], edges[1], v_index.to(self.device))), None
         agg = self._device_adj(c, 0).spmm(h_n)
         h_v = h_n[v_pos]
         return layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached)), (agg if cache else None)
@@ -240,6 +264,7 @@ class HongTuEngine:
                 self.masks[i] = dropout.keep_mask(model.spec.dims[i], i)
         if self.pin and not x.is_pinned():
             x = x.pin_memory()
+        self.timeline.reset()
         self.acts = [x]
         self.cache = []
         for layer, layer_mod in enumerate(layers):
@@ -249,13 +274,15 @@ class HongTuEngine:
             cache_host = (self._host(f"cache{layer}", (x.shape[0], model.spec.dims[layer]), x)
                           if training and self.family.elementwise else None)
             prev = None
-            for step in self.fwd.steps:
+            for t, step in enumerate(self.fwd.steps):
                 c = step.chunk
+                idx = self.indices.step("fwd", t)
+                self.arena.hold("indices", self.indices.bytes_held())
                 self.arena.hold("topology", self._topology_bytes(c))
-                resident = self.gather(step, self.fwd, self.acts[layer], prev, "fwd")
-                h_n = resident if step.need_pos is None else resident[step.need_pos.to(self.device)]
-                with self.clock.span("device_compute"):
-                    out, agg = self._layer_forward(layer_mod, layer, c, h_n, cache_host is not None)
+                resident = self.gather(step, idx, self.fwd, self.acts[layer], prev, "fwd")
+                h_n = resident if idx.need_pos is None else resident[idx.need_pos]
+                with self.timeline.span("compute"):
+                    out, agg = self._layer_forward(layer_mod, layer, c, h_n, cache_host is not None, idx.v_pos)
                     y = self._activation(model, out, layer, c, last)
                 # + the SpMM's scaled copy of h_n and the chunk's own rows h_v (cost.batch_bytes), freed by now
                 # but alive at the layer's peak
@@ -266,14 +293,27 @@ class HongTuEngine:
                 self.to_host(out_host, local, y, "fwd", add=False)
                 if cache_host is not None:
                     self.to_host(cache_host, local, agg, "fwd", add=False)
-                self.tables.release_rows(local.start, local.stop, out_host, cache_host)
+                self.d2h.then(lambda lo=local.start, hi=local.stop, tables=(out_host, cache_host):
+                              self.tables.release_rows(lo, hi, *tables))
+                del out, y, agg, h_n
                 self.arena.drop("chunk")
+                self._land(keep=1)  # the previous chunk's write-backs: issued before this chunk's compute
                 prev = resident
                 self.arena.rename("fwd_resident", "fwd_resident_prev")
-            self.arena.drop("fwd_resident_prev", "topology")
+            self._land(keep=0)  # the next layer reads this one's outputs
+            self.arena.drop("fwd_resident_prev", "topology", "indices", "d2h_in_flight")
             self.acts.append(out_host)
             self.cache.append(cache_host)
+        if not training:
+            self._close_timeline()
         return self.acts[-1]
+
+    def _close_timeline(self) -> Dict[str, float]:
+        """The pass's device intervals (:class:`DeviceTimeline`): compute into the stage clock, the rest kept."""
+        figures = self.timeline.resolve()
+        self.clock.add("device_compute", figures.get("compute_s", 0.0))
+        self.timeline.reset()
+        return figures
 
     def run_backward(self, model, grad_logits: torch.Tensor) -> List[torch.Tensor]:
         """Layer-major backward (HongTu Algorithm 1, backward loop: lines 14–21 as printed, 12–19 in the §4.3
@@ -296,7 +336,9 @@ class HongTuEngine:
             for index_in_sweep, step in enumerate(self.bwd.steps):
                 c = step.chunk
                 local = self._local(c)
-                _, _, v_pos, _ = self.topology[c]
+                idx = self.indices.step("bwd", index_in_sweep)
+                self.arena.hold("indices", self.indices.bytes_held())
+                v_pos = idx.v_pos
                 if index_in_sweep + 1 < len(self.bwd.steps):  # the next chunk's own rows, read ahead
                     ahead = self._local(self.bwd.steps[index_in_sweep + 1].chunk)
                     self.tables.prefetch_rows(ahead.start, ahead.stop, *sequential)
@@ -312,7 +354,7 @@ class HongTuEngine:
                         inputs = [agg] + ([h_v] if h_v is not None and want_input_grad else [])
                         # + autograd's gradient of agg and the backward SpMM's scaled copy of it (cost.batch_bytes)
                         self.arena.hold("chunk", tensor_bytes(g, agg, h_v) + 2 * tensor_bytes(agg))
-                        with self.clock.span("device_compute"):
+                        with self.timeline.span("compute"):
                             with self.arena.saved_tensors("recompute", exclude=params + inputs + [g]):
                                 out = layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached))
                                 y = self._activation(model, out, layer, c, last)
@@ -321,17 +363,17 @@ class HongTuEngine:
                             if want_input_grad:
                                 block = self._device_adj(c, 1).spmm(grads[len(layer_params)])
                                 if h_v is not None:
-                                    block.index_add_(0, v_pos.to(self.device), grads[len(layer_params) + 1])
+                                    _add_rows(block, v_pos, grads[len(layer_params) + 1])
                     else:  # GAT: recompute the whole layer from reloaded neighbour rows
-                        resident = self.gather(step, self.bwd, self.acts[layer], prev_inputs, "bwd")
+                        resident = self.gather(step, idx, self.bwd, self.acts[layer], prev_inputs, "bwd")
                         prev_inputs = resident
                         self.arena.rename("bwd_resident", "bwd_resident_prev")
-                        h_n = resident if step.need_pos is None else resident[step.need_pos.to(self.device)]
+                        h_n = resident if idx.need_pos is None else resident[idx.need_pos]
                         h_n = h_n.detach().requires_grad_(want_input_grad)
                         self.arena.hold_tensors("chunk", g)
-                        with self.clock.span("device_compute"):
+                        with self.timeline.span("compute"):
                             with self.arena.saved_tensors("recompute", exclude=params + [h_n, resident, g]):
-                                out, _ = self._layer_forward(layer_mod, layer, c, h_n, False)
+                                out, _ = self._layer_forward(layer_mod, layer, c, h_n, False, v_pos)
                                 y = self._activation(model, out, layer, c, last)
                             inputs = [h_n] if want_input_grad else []
                             grads = torch.autograd.grad(y, layer_params + inputs, g, allow_unused=True)
@@ -342,13 +384,17 @@ class HongTuEngine:
                 self.arena.drop("recompute")
                 if block is not None:
                     self.arena.hold_tensors("grad_block", block)
-                    prev_sums = self.scatter_add(step, self.bwd, grad_host, block, prev_sums, "bwd")
+                    prev_sums = self.scatter_add(step, idx, self.bwd, grad_host, block, prev_sums, "bwd")
                     self.arena.rename("bwd_grad_sums", "bwd_grad_sums_prev")
+                del block, grads
                 self.arena.drop("chunk", "grad_block")
                 self.tables.release_rows(local.start, local.stop, *sequential)
-            self.arena.drop("bwd_resident_prev", "bwd_grad_sums_prev", "topology")
+                self._land(keep=1)
+            self._land(keep=0)  # the next layer down reads this layer's input gradient
+            self.arena.drop("bwd_resident_prev", "bwd_grad_sums_prev", "topology", "indices", "d2h_in_flight")
             grad_next = grad_host
         self.rows_last, self.disk_last = dict(self.rows), dict(self.disk)
+        self.timeline_last = self._close_timeline()
         return sums
 
 
@@ -367,3 +413,12 @@ class _HongTuEpoch(torch.autograd.Function):
         return (None, None, None, None, *sums)
 
 
+
+
+def _add_rows(target: torch.Tensor, index: Index, rows: torch.Tensor) -> None:
+    """``target[index] += rows`` for distinct positions: ``index_add_`` for a tensor, an in-place add on a slice
+    (the same sums)."""
+    if isinstance(index, slice):
+        target[index] += rows
+    else:
+        target.index_add_(0, index, rows)

@@ -451,7 +451,7 @@ class HongTuStrategy(FullGraphStrategy):
         figures = shard.info["figures"]
         tables = VertexTables.for_rank(figures["tiers"], ctx, shard.rank)
         self.engine = HongTuEngine(shard, ctx, model_family(settings.model.name, settings.model.target), dedup,
-                                   int(figures["device_memory_cap"]), tables)
+                                   int(figures["device_memory_cap"]), tables, int(figures["estimated_device_bytes"]))
         self.clock = self.engine.clock
         self.figures = shard.info["figures"]
         self.held_params: Optional[List[torch.nn.Parameter]] = None

@@ -197,8 +197,7 @@ class VertexTables:
     def allocate(self, name: str, shape: Tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
         """A zeroed table ``name``; a disk table replaces the file of its previous allocation."""
         if not self.on_disk(name):
-            out = torch.zeros(shape, dtype=dtype)
-            return out.pin_memory() if self.pin else out
+            return torch.zeros(shape, dtype=dtype, pin_memory=self.pin)  # pinned where it is born: no copy
         if name in self.disk:
             self.disk.pop(name).close()
         if not self._ready:
