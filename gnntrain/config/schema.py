@@ -218,6 +218,10 @@ class TrainConfig:
     keep_checkpoints: int = 3  # the newest k checkpoints are kept; 0 = every one
     resume: bool = False
     progress: bool = True  # rank 0 shows a rich progress bar
+    # keep A·x of the fixed input features (computed once per run) where the first layer aggregates them before
+    # any weight (mode=single; docs/design.md#like-for-like): false recomputes it every epoch, as the plain
+    # DGL/PyG loops and the streaming modes do, for ratios that compare like with like
+    cache_input_aggregation: bool = True
 
 
 @dataclass

@@ -65,7 +65,8 @@ class SingleStrategy(FullGraphStrategy):
             shard.edges = None  # the native kernel holds its CSR pair: the COO is never read again (~24 B/edge)
         super().__init__(shard, ctx, settings)
         # the adjacency itself where attention reads its edge list (GAT) or a user's layer might
-        self.aggregation = InputAggregate(self.adjacency, self.x) if builtin else self.adjacency
+        keep = builtin and settings.train.cache_input_aggregation
+        self.aggregation = InputAggregate(self.adjacency, self.x) if keep else self.adjacency
 
     def forward(self, model, x, dropout):
         return model(x, self.aggregation, dropout)

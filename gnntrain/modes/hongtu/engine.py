@@ -73,9 +73,14 @@ class HongTuEngine:
             fwd = SparseAdjacency(d_local, s_local, w[e_lo:e_hi], v_hi - v_lo, rows.size, kernel=kernel)
             bwd = SparseAdjacency(s_local, d_local, transposed(w[e_lo:e_hi]), rows.size, v_hi - v_lo, kernel=kernel)
             self.topology[c] = (fwd, bwd, v_pos, torch.stack([d_local, s_local]))
+        # what a device budget leaves above the planned working set (None: no cap) holds the index packs (half
+        # of it at most) and the write-backs still in flight; beyond it the loop lands them at once
         headroom = None if not cap else max(0, cap - int(estimated_device_bytes))
         self.indices = DeviceIndices(self.device, {"fwd": self.fwd.steps, "bwd": self.bwd.steps},
-                                     {c: t[2] for c, t in self.topology.items()}, self.fwd.p2p, headroom)
+                                     {c: t[2] for c, t in self.topology.items()}, self.fwd.p2p,
+                                     None if headroom is None else headroom // 2)
+        self.in_flight_limit = None if headroom is None else max(
+            2 * STAGING_SLICE_BYTES, headroom - self.indices.most_bytes_held())
         self.rows: Dict[Tuple[str, str], int] = {}  # (direction, kind) → rows of the current pass
         self.rows_last: Dict[Tuple[str, str], int] = {}  # ... of the last training epoch (forward + backward)
         self.disk: Dict[str, int] = {}  # disk-tier bytes (disk_read, disk_write) of the current pass
@@ -85,6 +90,7 @@ class HongTuEngine:
         self.acts: List[torch.Tensor] = []
         self.cache: List[Optional[torch.Tensor]] = []
         self.masks: List[Optional[torch.Tensor]] = []
+        self._pinned_inputs: Optional[Tuple[tuple, torch.Tensor]] = None
 
     # ---------------------------------------------------------- host memory
     def _host(self, name: str, shape, like: torch.Tensor) -> torch.Tensor:
@@ -139,9 +145,12 @@ class HongTuEngine:
         return add
 
     def _land(self, keep: int) -> None:
-        """Settle the write-back queue to ``keep`` steps in flight; the arena counts what stays."""
+        """Settle the write-back queue to ``keep`` steps in flight (none where they would pass the budget's
+        headroom); the arena counts what stays."""
         self.d2h.close_group()
         self.d2h.settle(keep)
+        if self.in_flight_limit is not None and self.d2h.in_flight_bytes() > self.in_flight_limit:
+            self.d2h.settle(0)
         self.arena.hold("d2h_in_flight", self.d2h.in_flight_bytes())
 
     def _carry(self, step: Step, idx: StepIndex, prev: Optional[torch.Tensor], make, width: int,
@@ -263,7 +272,7 @@ class HongTuEngine:
             for i in range(1, len(layers)):
                 self.masks[i] = dropout.keep_mask(model.spec.dims[i], i)
         if self.pin and not x.is_pinned():
-            x = x.pin_memory()
+            x = self._pinned(x)
         self.timeline.reset()
         self.acts = [x]
         self.cache = []
@@ -307,6 +316,13 @@ class HongTuEngine:
         if not training:
             self._close_timeline()
         return self.acts[-1]
+
+    def _pinned(self, x: torch.Tensor) -> torch.Tensor:
+        """A pinned copy of the input features, made once while they are unchanged (not at every epoch)."""
+        key = (x.data_ptr(), x._version, tuple(x.shape), x.dtype)
+        if self._pinned_inputs is None or self._pinned_inputs[0] != key:
+            self._pinned_inputs = (key, x.pin_memory())
+        return self._pinned_inputs[1]
 
     def _close_timeline(self) -> Dict[str, float]:
         """The pass's device intervals (:class:`DeviceTimeline`): compute into the stage clock, the rest kept."""

@@ -103,6 +103,15 @@ class DeviceIndices:
         pack = torch.cat(tensors) if tensors else torch.empty(0, dtype=torch.int64)
         return (pack.pin_memory() if self.pin else pack), spans, slices
 
+    def most_bytes_held(self) -> int:
+        """The largest :meth:`bytes_held` of the run: every pack, or two consecutive steps' packs."""
+        if not self.apart:
+            return 0
+        if self.resident:
+            return self.total_bytes
+        sizes = [self._packs[key][0].numel() * 8 for key in self._packs]
+        return max((a + b for a, b in zip(sizes, sizes[1:])), default=sum(sizes))
+
     def bytes_held(self) -> int:
         """Device bytes of index packs held now."""
         if not self.apart:

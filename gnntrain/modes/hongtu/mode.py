@@ -482,6 +482,12 @@ class HongTuStrategy(FullGraphStrategy):
             "measured_gather_rows_per_layer": {k: rows["fwd"][k] // layers for k in ("h2d", "peer", "reused")},
             "peak_device_arena_bytes": int(peaks[0]),
             "peak_device_allocator_bytes": int(peaks[1]) if engine.arena.allocator_peak is not None else None,
+            # the last training epoch's device intervals (rank 0): compute, h2d and d2h busy seconds, how many
+            # copy seconds ran under compute, the wall span; on a CPU device nothing overlaps
+            "timeline_s": dict(engine.timeline_last),
+            "host_accumulate_s": engine.clock.seconds.get("host_accumulate", 0.0),
+            "index_packs": {"on_device_for_the_run": engine.indices.resident, "uploads": engine.indices.uploads,
+                            "bytes": engine.indices.total_bytes},
         })
         disk = comm.reduce_stats([float(engine.disk_last.get(k, 0)) for k in ("disk_read", "disk_write")])
         report["tiers"] = dict(report["tiers"], measured_disk_bytes_per_epoch={
