@@ -21,7 +21,8 @@ def test_gpu_check_flow_on_the_cpu_writes_records_that_render(tmp_path):
     result = json.loads(out.read_text())
     assert result["device"] == "cpu" and result["torch"] == torch.__version__
     records = result["records"]
-    assert [r["name"] for r in records] == ["single_exact_csbm", "hongtu_exact_csbm"]
+    assert [r["name"] for r in records] == ["single_exact_csbm", "single_exact_dropout", "hongtu_exact_csbm",
+                                            "hongtu_exact_dropout"]
     assert all(r["status"] == "ok" and r["exact_vs_cpu_rel"] <= 1e-9 and r["epoch_time_s"] for r in records)
     # on the CPU the "device" side still differs from the reference: hongtu against single, and for single
     # torch's kernel against the native one, so a kernel or mode that drifts fails the dry run

@@ -289,6 +289,18 @@ def test_dropout_mask_is_a_function_of_the_global_row():
     assert abs(row_hash_keep_mask(torch.arange(1000), 100, 1, 0.9).float().mean().item() - 0.1) < 0.005
 
 
+def test_a_slice_of_the_dropout_mask_is_drawn_alone():
+    """A chunk's rows of the mask (HongTu on a GPU draws each chunk's where it uses them) equal those rows of
+    the whole mask, for held rows given or all rows."""
+    rows = torch.randperm(3000)[:900]
+    for dropout in (GlobalDropout(0.4, seed=2, num_global_nodes=3000, global_ids=None),
+                    GlobalDropout(0.4, seed=2, num_global_nodes=3000, global_ids=rows)):
+        dropout.epoch = 5
+        whole = dropout.keep_mask(48, 2)
+        for part in (slice(0, 100), slice(250, 777), slice(899, 900)):
+            assert torch.equal(dropout.keep_mask(48, 2, part, torch.device("cpu")), whole[part])
+
+
 @pytest.mark.parametrize("mode", [
     pytest.param(["mode=partition", "mode.comm=sparse", "hardware.ranks_per_node=4", "mode.replication=2"],
                  id="partition-1.5d"),

@@ -110,15 +110,31 @@ class GlobalDropout:
     def __init__(self, p: float, seed: int, num_global_nodes: int, global_ids: Optional[torch.Tensor]):
         self.p, self.seed, self.num_global_nodes, self.global_ids = p, seed, num_global_nodes, global_ids
         self.epoch = 0
+        self._on_device: Optional[torch.Tensor] = None  # global_ids on a GPU, for masks drawn there
 
     def stream(self, layer: int) -> int:
         """A 63-bit key of (seed, epoch, layer)."""
         return int(derive_words(self.seed, Stream.dropout, self.epoch, layer)[0]) >> 1
 
-    def keep_mask(self, width: int, layer: int) -> torch.Tensor:
-        """The boolean keep mask of this epoch and layer for the held rows (CPU)."""
-        rows = self.global_ids if self.global_ids is not None else torch.arange(self.num_global_nodes)
-        return row_hash_keep_mask(rows, width, self.stream(layer), self.p)
+    def keep_mask(self, width: int, layer: int, rows: Optional[slice] = None,
+                  device: Optional[torch.device] = None) -> torch.Tensor:
+        """The boolean keep mask of this epoch and layer for the held rows (``rows``: a slice of them), drawn on
+        ``device`` (the host by default; on a GPU the tensor formula draws it there, the same bits, instead of
+        drawing on the host and copying)."""
+        return row_hash_keep_mask(self._rows(rows, device), width, self.stream(layer), self.p)
+
+    def _rows(self, rows: Optional[slice], device: Optional[torch.device]) -> torch.Tensor:
+        """Global ids of the held rows (or a slice of them) on ``device``; a GPU's copy is kept."""
+        device = torch.device("cpu") if device is None else torch.device(device)
+        if self.global_ids is None:
+            start, stop, _ = (rows or slice(None)).indices(self.num_global_nodes)
+            return torch.arange(start, stop, device=device)
+        held = self.global_ids
+        if device.type != "cpu":
+            if self._on_device is None or self._on_device.device != device:
+                self._on_device = held.to(device)
+            held = self._on_device
+        return held if rows is None else held[rows]
 
     def for_rows(self, rows: slice) -> "GlobalDropout":
         """The same masks, for a slice of the held rows (a pipeline chunk's)."""
@@ -133,7 +149,7 @@ class GlobalDropout:
     def __call__(self, h: torch.Tensor, layer: int) -> torch.Tensor:
         if self.p <= 0:
             return h
-        return self.apply_mask(h, self.keep_mask(h.shape[1], layer))
+        return self.apply_mask(h, self.keep_mask(h.shape[1], layer, device=h.device))
 
 
 class GNN(nn.Module):

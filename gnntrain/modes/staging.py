@@ -40,9 +40,14 @@ class HostToDeviceStager:
     """Loads host rows onto ``device``; double-buffered pinned staging on CUDA."""
 
     def __init__(self, device: torch.device, buffers: int = 2, staged: Optional[bool] = None,
-                 timeline: Optional[DeviceTimeline] = None):
+                 timeline: Optional[DeviceTimeline] = None, in_flight_limit: Optional[int] = None):
         self.device = torch.device(device)
         self.timeline = timeline  # records each copy's busy interval ("h2d") where given
+        # device bytes of loads the compute stream may not have used yet (None: unbounded). A load is allocated
+        # on the side stream and freed only once the compute stream has passed its use, so a host that runs
+        # ahead of the device keeps them all allocated; past the limit, a load waits for the oldest use.
+        self.in_flight_limit = in_flight_limit
+        self._handed: Deque[List] = deque()  # [event after the use (None: not marked yet), bytes]
         self.cuda = self.device.type == "cuda"
         # staged: gather into the reusable buffers, then copy out (always on CUDA; on the CPU only to test
         # the buffer rotation, with unpinned buffers and a synchronous copy)
@@ -90,6 +95,8 @@ class HostToDeviceStager:
         if not self.cuda:
             return rows.to(self.device, copy=True)  # the buffer is refilled by a later gather
         compute = torch.cuda.current_stream(self.device)
+        nbytes = rows.numel() * rows.element_size()
+        self._bound(compute, nbytes)
         with torch.cuda.stream(self.stream):
             if self.timeline is not None:
                 with self.timeline.span("h2d", self.stream):
@@ -102,7 +109,26 @@ class HostToDeviceStager:
             self._landed[staged.slot] = landed
         compute.wait_event(landed)
         out.record_stream(compute)  # allocated on the side stream, used on the compute stream
+        if self.in_flight_limit is not None:
+            self._handed.append([None, nbytes])
         return out
+
+    def _bound(self, compute, nbytes: int) -> None:
+        """Keep the loads not yet used by the compute stream within ``in_flight_limit`` (see ``__init__``): the
+        loads handed out before this call have had their uses queued by now, so one event marks them all."""
+        if self.in_flight_limit is None or not self._handed:
+            return
+        if self._handed[-1][0] is None:
+            used = torch.cuda.Event()
+            used.record(compute)
+            for entry in self._handed:
+                if entry[0] is None:
+                    entry[0] = used
+        total = sum(entry[1] for entry in self._handed)
+        while self._handed and total + nbytes > self.in_flight_limit:
+            event, done = self._handed.popleft()
+            event.synchronize()
+            total -= done
 
     def load(self, host: torch.Tensor, index: Index) -> torch.Tensor:
         """``host[index]`` on the device, ready for the current stream to use."""

@@ -10,7 +10,7 @@ chunk's loads and compute are issued; index tensors are on the device before the
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -79,8 +79,10 @@ class HongTuEngine:
         self.indices = DeviceIndices(self.device, {"fwd": self.fwd.steps, "bwd": self.bwd.steps},
                                      {c: t[2] for c, t in self.topology.items()}, self.fwd.p2p,
                                      None if headroom is None else headroom // 2)
-        self.in_flight_limit = None if headroom is None else max(
-            2 * STAGING_SLICE_BYTES, headroom - self.indices.most_bytes_held())
+        # loads and write-backs in flight share the rest, each at least the two slices the estimate counts
+        share = None if headroom is None else max(0, headroom - self.indices.most_bytes_held()) // 2
+        self.in_flight_limit = None if share is None else max(2 * STAGING_SLICE_BYTES, share)
+        self.stager.in_flight_limit = self.in_flight_limit
         self.rows: Dict[Tuple[str, str], int] = {}  # (direction, kind) → rows of the current pass
         self.rows_last: Dict[Tuple[str, str], int] = {}  # ... of the last training epoch (forward + backward)
         self.disk: Dict[str, int] = {}  # disk-tier bytes (disk_read, disk_write) of the current pass
@@ -89,7 +91,8 @@ class HongTuEngine:
         self.device_topology: Optional[Tuple[Tuple[int, int], SparseAdjacency]] = None  # the current chunk's only
         self.acts: List[torch.Tensor] = []
         self.cache: List[Optional[torch.Tensor]] = []
-        self.masks: List[Optional[torch.Tensor]] = []
+        self.masks: List[Optional[Union[torch.Tensor, str]]] = []
+        self.dropout = None
         self._pinned_inputs: Optional[Tuple[tuple, torch.Tensor]] = None
 
     # ---------------------------------------------------------- host memory
@@ -230,7 +233,10 @@ class HongTuEngine:
         mask = self.masks[layer + 1]
         if mask is None:
             return hidden_activation(out, layer + 1, norm=norm)
-        keep = mask[self._local(c)].to(device=self.device, dtype=out.dtype)
+        if isinstance(mask, torch.Tensor):
+            keep = mask[self._local(c)].to(device=self.device, dtype=out.dtype)
+        else:  # on a GPU: the chunk's rows of the mask drawn there (the same bits as the host's)
+            keep = self.dropout.keep_mask(out.shape[1], layer + 1, self._local(c), self.device).to(out.dtype)
         return hidden_activation(out, layer + 1, lambda h, _layer: h * keep / (1.0 - self.p), norm)
 
     def _layer_forward(self, layer_mod, layer: int, c: int, h_n: torch.Tensor, cache: bool, v_pos: Index
@@ -268,9 +274,10 @@ class HongTuEngine:
         self.p = dropout.p if (training and dropout is not None) else 0.0
         layers = list(model.layers)
         self.masks = [None] * (len(layers) + 1)
+        self.dropout = dropout
         if self.p > 0:
-            for i in range(1, len(layers)):
-                self.masks[i] = dropout.keep_mask(model.spec.dims[i], i)
+            for i in range(1, len(layers)):  # a GPU draws each chunk's rows where it uses them ("device")
+                self.masks[i] = "device" if self.pin else dropout.keep_mask(model.spec.dims[i], i)
         if self.pin and not x.is_pinned():
             x = self._pinned(x)
         self.timeline.reset()
