@@ -162,8 +162,12 @@ def test_hyscale_cpu_trainer_gets_the_cores_the_accelerators_do_not_need():
     from gnntrain.plan import build_mode
 
     mode = build_mode(compose(["mode=hyscale", "mode.cpu_trainers=1", "mode.accel_trainers=2"]))
-    assert mode.rank_threads(("cpu", "cuda:0", "cuda:1"), 3, 16) == (14, 1, 1)
+    # each GPU trainer reserves an even share (16 // 3 = 5) for its sampler pool, loader and feeding thread
+    assert mode.rank_threads(("cpu", "cuda:0", "cuda:1"), 3, 16) == (6, 5, 5)
     assert mode.rank_threads(("cpu", "cpu", "cpu"), 3, 16) == (5, 5, 5)  # CPU-only: even shares
+    pinned = build_mode(compose(["mode=hyscale", "mode.cpu_trainers=1", "mode.accel_trainers=2",
+                                 "mode.sampler_threads=4"]))
+    assert pinned.rank_threads(("cpu", "cuda:0", "cuda:1"), 3, 16) == (4, 6, 6)  # 4 samplers + loader + feeder
     from gnntrain.plan import build_plan
 
     plan = build_plan(compose(["mode=hyscale", "dataset=csbm", "dataset.num_nodes=300"]))

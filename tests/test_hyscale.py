@@ -337,7 +337,8 @@ def test_drm_moves_work_off_a_slowed_trainer(train):
     the floor region within 20 iterations (the ideal 1/9 is below the 0.15 floor) and
     never below the floor. 0.25 leaves room for timing noise on a shared 2-core host."""
     s = train(CORA + HS + ["model=sage", "mode.fanouts=[10,10]", "mode.batch_size=32", "mode.slowdown=[8,1]",
-                           "mode.drm_min_share=0.15", "train.epochs=6", "mode.prefetch=false"])
+                           "mode.drm_min_share=0.15", "train.epochs=6", "mode.prefetch=false",
+                           "mode.shares=[0.5,0.5]"])  # even on purpose (the model's split would start low)
     shares = [sh[0] for sh in s["mode_report"]["shares_per_iteration"]]
     assert len(shares) == 6 * 5
     assert min(shares) >= 0.15 - 1e-9

@@ -15,11 +15,17 @@ docs/design.md#hyscale).
   -1 = every in-neighbour) and aggregates with the global-degree edge weights
   rescaled by deg/sampled-deg, the usual unbiased estimator; with fanout -1 it
   is exactly full-graph aggregation.
-* **Pipeline** (§IV-B): sample+gather in one background thread, transfer in a
-  second, training in the main thread, with depth-2 queues: batch i+2 is
-  gathered while i+1 is transferred and i trains (pinned memory and
-  ``non_blocking`` copies on a side stream on CUDA). ``prefetch=false`` runs
-  the same stages serially.
+* **Pipeline** (§III-B, §IV-B): a pool of sampler threads draws batches ahead
+  of training (:class:`~.pipeline.SamplerPool`, across epochs), a loader thread
+  gathers features in k order, a transfer thread copies, the main thread trains,
+  with depth-2 queues: batch i+2 is gathered while i+1 is transferred and i
+  trains (pinned memory and ``non_blocking`` copies on a side stream on CUDA).
+  ``prefetch=false`` runs the same stages serially.
+* **Threads** (§III-B): a GPU trainer reserves host cores for its sampler pool
+  and loader, the CPU trainers share the rest (:mod:`.threads`); DRM's
+  balance_thread resizes the pool and the training threads of CPU trainers.
+* **Initial shares** (§V): the performance model's split, with T_samp measured
+  at start, unless ``mode.shares`` gives one.
 * **Gradient sync** (§III-A "Synchronizer"; synchronous SGD as in §II-B): synchronous. Loss = Σ CE over a
   trainer's slice
   / global batch size, and gradients are all-reduced with SUM, so trainer i's
@@ -32,13 +38,15 @@ docs/design.md#hyscale).
 * **Performance model** (§V): :func:`predict_times`, printed by ``gnntrain
   plan`` and set against the measured stage times in summary.json.
 
-DGL's sampler draws from per-thread engines; :class:`NeighborSampler` runs
-every draw on one dedicated thread, reseeded per (trainer, batch), so that
-prefetch on and off draw the same batches.
+Every draw is one unit seeded by (seed, trainer, batch), so prefetch on and off
+and any number of sampler threads draw the same batches. DGL's sampler draws from
+per-thread engines, so :class:`NeighborSampler` runs every draw on one dedicated
+thread; the torch-native one runs on all the pool's threads.
 
 Modules: :mod:`.config` (options), :mod:`.batches` (global batches and shares),
 :mod:`.sampler` (neighbour sampling), :mod:`.drm` (dynamic resource management),
-:mod:`.perf_model` (performance model), :mod:`.pipeline` (prefetch),
+:mod:`.perf_model` (performance model), :mod:`.pipeline` (sampler pool and prefetch),
+:mod:`.threads` (host threads per trainer),
 :mod:`.trainer` (one trainer's epochs) and :mod:`.mode` (the Mode).
 """
 from gnntrain.modes.hyscale.batches import global_batches, split_batch

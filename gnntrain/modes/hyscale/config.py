@@ -33,5 +33,8 @@ class HyScaleConfig(ModeConfig):
     drm_ema: float = 0.5  # weight of the newest throughput sample in the EMA
     slowdown: List[float] = field(default_factory=list)  # per trainer >= 1: emulate a slower device (tests)
     sampler: SamplerKind = SamplerKind.auto  # auto = dgl where DGL imports, else torch
+    # host threads of an accelerator trainer's sampler pool (§III-B: cores reserved for its sampling and
+    # loading); 0 = auto (an even share of the host's cores); CPU trainers' pools come from their own share
+    sampler_threads: int = 0
 
 

@@ -11,8 +11,9 @@ from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, registe
 from gnntrain.modes.cost import Work
 from gnntrain.modes.hyscale.batches import initial_shares
 from gnntrain.modes.hyscale.config import HyScaleConfig
-from gnntrain.modes.hyscale.perf_model import predict_times
+from gnntrain.modes.hyscale.perf_model import per_seed_costs, predict_times
 from gnntrain.modes.hyscale.sampler import resolve_sampler
+from gnntrain.modes.hyscale.threads import rank_budgets, split_threads
 from gnntrain.modes.single import graph_tensors
 from gnntrain.modes.strategy import SPLITS
 from gnntrain.sizing import host_cores
@@ -81,6 +82,9 @@ class HyScaleMode(Mode):
         if not 0.0 <= float(o.drm_min_share) <= 1.0 / (cpu + acc):
             raise PlanError("mode.drm_min_share", f"{o.drm_min_share} is outside [0, 1/{cpu + acc}]: the floors "
                             "could not sum to at most the whole batch.", "use e.g. mode.drm_min_share=0.05")
+        if int(o.sampler_threads) < 0:
+            raise PlanError("mode.sampler_threads", f"{o.sampler_threads} sampler threads: the count must be 0 "
+                            "(derived from the host's cores) or positive.", "use mode.sampler_threads=0")
         if not 0.0 < float(o.drm_ema) <= 1.0:
             raise PlanError("mode.drm_ema", f"{o.drm_ema} is outside (0, 1].", "use e.g. mode.drm_ema=0.5")
         warnings = []
@@ -88,12 +92,23 @@ class HyScaleMode(Mode):
             warnings.append(f"CPU-only profile: the {acc} accelerator trainer(s) run as CPU processes")
         return warnings
 
-    def _threads(self) -> int:
-        """Threads of a CPU trainer, for the performance model."""
+    def rank_threads(self, rank_devices: Tuple[str, ...], ranks_per_node: int, cores: int) -> Tuple[int, ...]:
+        """HyScale reserves host cores for the accelerator trainers' sampling and loading (§III-B): a
+        rank with a device gets its sampler pool (``mode.sampler_threads``, 0 = an even share) plus a
+        loader and a feeding thread, the CPU trainers share the rest; never more than ``cores`` in
+        all (:func:`~gnntrain.modes.hyscale.threads.rank_budgets`)."""
+        return rank_budgets([d.startswith("cuda") for d in rank_devices], cores, int(self.options.sampler_threads))
+
+    def thread_plan(self) -> Tuple[Tuple[str, ...], Tuple[int, ...], List[Dict[str, int]]]:
+        """(devices, host threads, their split into sampler pool / loader / training) per trainer."""
         hw = self.settings.hardware
-        devices = self.rank_devices(self.settings.device, self.trainers,
-                                    int(hw.ranks_per_node))
-        return max(self.rank_threads(devices, min(self.trainers, int(hw.ranks_per_node)), host_cores(hw)))
+        devices = self.rank_devices(self.settings.device, self.trainers, int(hw.ranks_per_node))
+        budgets = self.rank_threads(devices, min(self.trainers, int(hw.ranks_per_node)), host_cores(hw))
+        return devices, budgets, [split_threads(b, d.startswith("cuda")) for d, b in zip(devices, budgets)]
+
+    def _threads(self) -> List[int]:
+        """Training threads per trainer, for the performance model."""
+        return [split["T_TC"] for split in self.thread_plan()[2]]
 
     min_world_size = 1
 
@@ -126,14 +141,23 @@ class HyScaleMode(Mode):
     def details(self, ctx) -> Dict[str, Any]:
         o = self.options
         model = predict_times(ctx, self.settings.hardware, o, self._threads())
-        ms = {k[:-2] + " ms": round(v * 1e3, 4) for k, v in model.items() if k.endswith("_s")}
+        ms = {k[:-2] + " ms": round(v * 1e3, 4) for k, v in model.items() if k.endswith("_s") and
+              isinstance(v, float)}
+        _, budgets, splits = self.thread_plan()
+        costs = per_seed_costs(model)
         return {"trainers": f"{o.cpu_trainers} CPU + {o.accel_trainers} accelerator", "fanouts": list(o.fanouts),
                 "global batch": int(o.batch_size), "initial shares": [round(s, 4) for s in
                                                                       initial_shares(o, self.trainers)],
                 "prefetch": bool(o.prefetch), "drm": bool(o.drm),
                 "sampler": resolve_sampler(o.sampler.value) + (" (auto)" if o.sampler.value == "auto" else ""),
                 "performance model (per iteration)": ms,
-                "predicted |V0| per trainer": model["V0_per_trainer"]}
+                "predicted |V0| per trainer": model["V0_per_trainer"],
+                "threads per trainer (sampler pool / loader / training)": [
+                    f"{'accel' if r >= int(o.cpu_trainers) else 'cpu'}{r}: {b} = {sp['T_SC']} / {sp['T_Load']} / "
+                    f"{sp['T_TC']}" for r, (b, sp) in enumerate(zip(budgets, splits))],
+                # what each rank's initial split reads (with its own measured T_samp): seconds per seed
+                "model seconds per seed": {k: ([float(f"{x:.4g}") for x in v] if isinstance(v, list)
+                                               else float(f"{v:.4g}")) for k, v in costs.items()}}
 
     # ------------------------------------------------------------- prepare
     def prepare(self, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:

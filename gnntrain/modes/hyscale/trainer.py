@@ -16,8 +16,10 @@ from gnntrain.modes.base import RankShard
 from gnntrain.modes.hyscale.batches import global_batches, initial_shares, trainer_slice
 from gnntrain.modes.hyscale.config import DRM_LAG, DRM_WARMUP, HyScaleConfig
 from gnntrain.modes.hyscale.drm import STAGES, DRMState, ShareSchedule, drm_step
-from gnntrain.modes.hyscale.pipeline import Batch, BatchPipeline
+from gnntrain.modes.hyscale.perf_model import model_iteration_s, model_shares
+from gnntrain.modes.hyscale.pipeline import Batch, BatchPipeline, SamplerPool, use_threads
 from gnntrain.modes.hyscale.sampler import Block, make_sampler
+from gnntrain.modes.hyscale.threads import on_this_host, split_threads
 from gnntrain.modes.staging import HostToDeviceStager, StagedRows
 from gnntrain.modes.strategy import SPLITS, EpochStats, RankStrategy, model_spec, sync_gradients
 from gnntrain.plan_types import RunSettings
@@ -74,19 +76,46 @@ class HyScaleTrainer(RankStrategy):
         self.per_epoch = math.ceil(self.train_ids.numel() / self.batch_size)
         self.n_train = max(1, shard.global_counts["train"])
         self.evaluator = Evaluator(self, self.model) if self.rank == 0 else None
+        # host threads by task (§III-B, §IV-A): every rank's split of its planned threads (capped by the
+        # cores this machine gives it), the same on every rank; DRM's thread state starts from the first
+        # CPU trainer's (its balance_thread moves CPU tasks' threads)
+        plan = ctx.plan
+        budgets = on_this_host([plan.threads_of(r) for r in range(self.world)])
+        self.splits = [split_threads(b, str(d).startswith("cuda")) for b, d in zip(budgets, plan.rank_devices)]
+        self.budget = budgets[self.rank]
+        self.threads = dict(self.splits[self.rank])
+        self._batch_cache: Dict[int, List[torch.Tensor]] = {}
+        self.pool: Optional[SamplerPool] = None
+        self.initial: Dict[str, Any] = {}
 
     # ---- stages
-    def sample_load(self, k: int, batches: Dict[int, torch.Tensor]) -> Batch:
+    def global_batch(self, k: int) -> torch.Tensor:
+        """Global batch k (epoch k // per_epoch), from the epoch's seeded permutation."""
+        epoch, j = divmod(k, self.per_epoch)
+        if epoch not in self._batch_cache:
+            self._batch_cache = {e: b for e, b in self._batch_cache.items() if e >= epoch - 1}
+            self._batch_cache[epoch] = global_batches(self.train_ids, self.batch_size, self.seed, epoch)
+        return self._batch_cache[epoch][j]
+
+    def draw(self, k: int) -> Batch:
+        """Sample this trainer's slice of global batch k: one unit, seeded by (seed, trainer, k), on a
+        sampler pool thread (or the caller's)."""
         shares = self.schedule.get(k)
         t0 = time.perf_counter()
-        seeds, sizes = trainer_slice(batches[k], shares, self.rank)
+        seeds, sizes = trainer_slice(self.global_batch(k), shares, self.rank)
         input_nodes, blocks = self.sampler.sample(seeds, derive_seed(self.seed, Stream.sampling, self.rank, k))
+        return Batch(k, seeds, sizes, shares, input_nodes, blocks, seconds={"sample": time.perf_counter() - t0})
+
+    def load(self, b: Batch) -> Batch:
+        """The feature loader (§III-B): gather the batch's input rows (on CUDA into a pinned buffer), in k
+        order, on T_Load threads."""
+        if self.pool is not None:
+            use_threads(self.threads["T_Load"])
         t1 = time.perf_counter()
-        x = self.stager.gather(self.features, input_nodes)  # on CUDA into a pinned buffer: an asynchronous copy
-        y = self.shard.labels[seeds]
-        t2 = time.perf_counter()
-        return Batch(k, seeds, sizes, shares, input_nodes, blocks, x, y,
-                     seconds={"sample": t1 - t0, "load": t2 - t1})
+        b.x = self.stager.gather(self.features, b.input_nodes)
+        b.y = self.shard.labels[b.seeds]
+        b.seconds["load"] = time.perf_counter() - t1
+        return b
 
     def transfer(self, b: Batch) -> Batch:
         """Host → accelerator: features (through the stager's pinned buffers) and topology (``h2d``);
@@ -161,27 +190,82 @@ class HyScaleTrainer(RankStrategy):
 
     # ---- the RankStrategy hooks
     def finish(self, result: Dict[str, Any]) -> None:
+        if self.pool is not None:
+            self.pool.close()
         history = result["history"]
         result["mode_report"] = self._report(history) if self.rank == 0 and history else None
 
     def start(self, first_epoch: int, history: List[Dict[str, Any]]) -> None:
-        """DRM state and the share schedule: the resumed run's last shares, else the initial ones."""
-        threads = {"T_SC": 1, "T_Load": 1, "T_TC": self.ctx.plan.threads_of(self.rank)}
-        shares = tuple(history[-1]["hyscale"]["shares"]) if history else initial_shares(self.o, self.world)
+        """DRM state, the share schedule and the sampler pool: the resumed run's last shares, else
+        ``mode.shares``, else the §V performance model's split with T_samp measured here."""
+        cpu_ranks = [r for r in range(self.world) if not self.accel[r]]
+        threads = dict(self.splits[cpu_ranks[0] if cpu_ranks else 0])
+        if self.o.prefetch:
+            workers = min(self.threads["T_SC"], DRM_LAG) if getattr(self.sampler, "parallel", False) else 1
+            end = int(self.settings.train.epochs) * self.per_epoch
+            self.pool = SamplerPool(self.draw, workers, self.threads["T_SC"], DRM_LAG - 1, end, self.schedule.get)
+        if history:
+            shares = tuple(history[-1]["hyscale"]["shares"])
+            threads = dict(history[-1]["hyscale"].get("threads", threads))
+            self.initial = dict(history[0]["hyscale"].get("initial", {}))
+        elif self.o.shares:
+            shares = initial_shares(self.o, self.world)
+            self.initial = {"source": "mode.shares", "shares": list(shares)}
+        else:
+            shares = self._model_shares()
         self.state = DRMState(shares=shares, threads=threads)
+        self._apply_threads(threads)
         first = first_epoch * self.per_epoch
         for k in range(first, first + DRM_LAG):
             self.schedule.set(k, self.state.shares)
 
+    def _model_shares(self) -> Tuple[float, ...]:
+        """HyScale §III-B/§V: the initial split from the performance model. T_samp is measured once: this
+        trainer samples an even slice of the first global batch three times (the first warms up) on its
+        pool's per-draw threads; the pool draws ``active`` batches at once, so the per-iteration cost is
+        the draw time over that. The train, transfer and load costs per seed come from the plan's model."""
+        seeds = self.global_batch(0)[:max(1, math.ceil(self.batch_size / self.world))]
+        probe = derive_seed(self.seed, Stream.sampling, self.rank, 2**40)  # a k no batch has
+        before = torch.get_num_threads()
+        use_threads(self.pool.per_draw if self.pool is not None else self.budget)
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            self.sampler.sample(seeds, probe)
+            times.append(time.perf_counter() - t0)
+        use_threads(before)
+        concurrent = self.pool.active if self.pool is not None else 1
+        mine = statistics.median(times[1:]) / seeds.numel() / concurrent
+        slots = [0.0] * self.world
+        slots[self.rank] = mine
+        samp = self.comm.reduce_stats(slots)  # every rank computes the same split from the same numbers
+        costs = self.ctx.plan.mode_details["model seconds per seed"]
+        shares = model_shares(costs, samp, float(self.o.drm_min_share))
+        self.initial = {"source": "performance model", "shares": [round(x, 6) for x in shares],
+                        "T_samp_per_seed_s": samp, "model_per_seed_s": costs,
+                        "predicted_iteration_s": model_iteration_s(costs, samp, shares, self.batch_size)}
+        return tuple(round(x, 6) for x in shares)
+
+    def _apply_threads(self, threads: Dict[str, int]) -> None:
+        """balance_thread's moves, made real on a CPU trainer (§IV-A): the sampler pool's threads (T_SC),
+        the loader's (T_Load) and the training threads of this rank's main thread (T_TC). A serial run
+        (prefetch=false) runs every stage on the main thread with the whole budget."""
+        if self.is_accel:
+            return
+        self.threads = dict(threads)
+        if self.pool is None:
+            use_threads(self.budget)
+            return
+        self.pool.resize(threads["T_SC"])
+        use_threads(threads["T_TC"])
+
     def train_epoch(self, epoch: int) -> EpochStats:
         o, comm = self.o, self.comm
         first_k = epoch * self.per_epoch
-        batches = {first_k + j: b for j, b in enumerate(global_batches(self.train_ids, self.batch_size, self.seed,
-                                                                        epoch))}
+        ks = list(range(first_k, first_k + self.per_epoch))
         iterations, ce_sum, t_epoch = [], 0.0, time.perf_counter()
         stage_tot = dict.fromkeys(STAGES + ("sync", "wait"), 0.0)
-        pipeline = BatchPipeline(lambda k: self.sample_load(k, batches), self.transfer, sorted(batches),
-                                 bool(o.prefetch))
+        pipeline = BatchPipeline(self.draw, self.load, self.transfer, ks, bool(o.prefetch), self.pool)
         t_wait = time.perf_counter()
         for b in pipeline:
             wait_s = time.perf_counter() - t_wait
@@ -200,17 +284,20 @@ class HyScaleTrainer(RankStrategy):
             iter_s = time.perf_counter() - t_iter
             decision = ""
             if o.drm and b.k >= DRM_WARMUP:
+                moved = self.state.threads
                 self.state = drm_step(self.state, times, b.sizes, self.accel, float(o.drm_ema),
                                       float(o.drm_min_share))
                 decision = f"{self.state.bottleneck}: {self.state.action}"
+                if self.state.threads != moved:
+                    self._apply_threads(self.state.threads)
             self.schedule.set(b.k + DRM_LAG, self.state.shares)
             iterations.append({"iter": b.k, "shares": [round(s, 5) for s in b.shares], "batch": b.sizes,
                                "input_rows": int(b.input_nodes.numel()),
                                "stage_s": {s: [round(t[s], 6) for t in times] for s in STAGES + ("sync",)},
-                               "iter_s": round(iter_s, 6), "drm": decision})
+                               "iter_s": round(iter_s, 6), "drm": decision, "threads": dict(self.state.threads)})
             t_wait = time.perf_counter()
         extra = {"hyscale": {"shares": list(self.state.shares), "threads": dict(self.state.threads),
-                             "iterations": iterations}}
+                             "iterations": iterations, "initial": self.initial}}
         return EpochStats(loss=ce_sum, seconds=time.perf_counter() - t_epoch, stages=stage_tot,
                           loss_divisor=self.n_train, other_stage=False, extra=extra)
 
@@ -239,6 +326,12 @@ class HyScaleTrainer(RankStrategy):
             return {"T_samp_s": max(st["sample"]), "T_load_s": sum(st["load"]), "T_trans_s": max(trans or [0.0]),
                     "T_sync_s": sync, "T_prop_s": max(st["train"]) + sync, "T_exec_s": it["iter_s"]}
 
+        initial = dict(history[0]["hyscale"].get("initial") or {})
+        moves, last = [], None
+        for it in its:
+            if it.get("threads") != last:
+                last = it.get("threads")
+                moves.append({"iter": it["iter"], "threads": last})
         rows = [measured(it) for it in its]
         got = {k: med(r[k] for r in rows) for k in rows[0]} if rows else {}
         details = self.ctx.plan.mode_details
@@ -256,6 +349,21 @@ class HyScaleTrainer(RankStrategy):
             "input_rows_rank0_median": med(it["input_rows"] for it in its) if its else None,
             "predicted_V0_per_trainer": predicted.get("V0_per_trainer"),
             "iterations": len(its), "prefetch": bool(self.o.prefetch), "drm": bool(self.o.drm),
+            # §III-B/§V: the initial split and what the model predicted for it; the threads per trainer
+            # (sampler pool / loader / training) and balance_thread's moves of the CPU trainers' threads
+            "initial_shares": list(initial.get("shares", its[0]["shares"] if its else [])),
+            "initial_shares_source": initial.get("source", "resumed"),
+            "model_T_samp_per_seed_s": initial.get("T_samp_per_seed_s"),
+            "model_per_seed_s": initial.get("model_per_seed_s"),
+            "model_predicted_iteration_s": initial.get("predicted_iteration_s"),
+            "sampler_pool_threads": [sp["T_SC"] for sp in self.splits],
+            "threads_per_trainer": [dict(sp) for sp in self.splits],
+            "cpu_threads_over_time": moves,
+            "predicted_vs_measured_epoch_s": {
+                "predicted": (initial["predicted_iteration_s"]["T_exec_s"] * self.per_epoch
+                              if "predicted_iteration_s" in initial else None),
+                "measured": med(h["epoch_time_s"] for h in history if "epoch_time_s" in h)
+                if any("epoch_time_s" in h for h in history) else None},
             "table": [["final shares", " / ".join(f"{s:.3f}" for s in history[-1]["hyscale"]["shares"])]]
             + [[f"{k[:-2]} predicted / measured", f"{_ms(predicted.get(k))} / {_ms(got.get(k))}"]
                for k in ("T_samp_s", "T_load_s", "T_trans_s", "T_sync_s", "T_prop_s", "T_exec_s")],

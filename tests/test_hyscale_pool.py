@@ -1,0 +1,159 @@
+"""mode=hyscale's sampler pool, reserved cores, model-initialised shares and balance_thread
+(docs/design.md#hyscale, HyScale-GNN §III-B, §IV-A, §V): the pool draws the same batches as a
+serial loop whatever its thread count; the initial shares are the performance model's; a DRM
+thread move resizes the pool and the training threads; the plan never hands out more threads
+than the host has cores."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from conftest import compose
+
+from gnntrain.data import load_dataset
+from gnntrain.modes.hyscale.drm import DRMState, drm_step
+from gnntrain.modes.hyscale.perf_model import model_shares
+from gnntrain.modes.hyscale.pipeline import SamplerPool, use_threads
+from gnntrain.modes.hyscale.sampler import TorchNeighborSampler
+from gnntrain.modes.hyscale.threads import on_this_host, rank_budgets, split_threads
+from gnntrain.modes.hyscale.trainer import HyScaleTrainer
+from gnntrain.modes.single import graph_tensors
+from gnntrain.plan_types import RunSettings
+
+HS = ["mode=hyscale", "mode.cpu_trainers=1", "mode.accel_trainers=1"]
+
+
+def _sampler():
+    cfg = compose(["dataset=csbm", "dataset.num_nodes=600", "dataset.avg_degree=8", "model=sage"])
+    data = load_dataset(cfg)
+    src, dst, w = graph_tensors(data, RunSettings.of(cfg))
+    return TorchNeighborSampler(dst, src, w, data.num_nodes, [6, 4]), data.num_nodes
+
+
+def _flat(result):
+    nodes, blocks = result
+    return [nodes] + [t for b in blocks for t in (b.dst, b.src, b.weight)]
+
+
+def test_pool_draws_the_same_batches_as_a_serial_loop():
+    """Three workers (and a resize to one mid-run) draw batches k = 0..11 concurrently: each equals
+    the serial draw with the same (seed, k), and they come back in k order."""
+    sampler, n = _sampler()
+    gen = torch.Generator().manual_seed(3)
+    seeds = {k: torch.randperm(n, generator=gen)[:40] for k in range(12)}
+    serial = {k: _flat(sampler.sample(seeds[k], 1000 + k)) for k in range(12)}
+    threads_seen = set()
+
+    def draw(k):
+        threads_seen.add(threading.current_thread().name)
+        return k, _flat(sampler.sample(seeds[k], 1000 + k))
+
+    pool = SamplerPool(draw, workers=3, threads=3, depth=4, end=12)
+    try:
+        for k in range(12):
+            if k == 6:
+                pool.resize(1)
+                assert pool.active == 1
+            got_k, got = pool.get(k)
+            assert got_k == k and len(got) == len(serial[k])
+            assert all(torch.equal(a, b) for a, b in zip(got, serial[k])), k
+    finally:
+        pool.close()
+    assert len(threads_seen) > 1 and all(name.startswith("hyscale-sampler") for name in threads_seen)
+
+
+def test_initial_shares_are_the_performance_models(train):
+    """No mode.shares: the split comes from the §V model (the emulated 50x slower CPU trainer's training
+    cost per seed) with T_samp measured at start; the report holds the model's inputs and the split
+    equals model_shares over them; the first batch uses it."""
+    s = train(["dataset=csbm"] + HS + ["mode.fanouts=[4,3]", "mode.batch_size=64", "mode.drm=false",
+                                        "mode.slowdown=[50,1]", "model=sage", "train.epochs=1"])
+    report = s["mode_report"]
+    assert report["initial_shares_source"] == "performance model"
+    expected = model_shares(report["model_per_seed_s"], report["model_T_samp_per_seed_s"], 0.05)
+    assert report["initial_shares"] == pytest.approx(list(expected), abs=1e-6)
+    assert report["initial_shares"][0] < 0.3  # not the even split: the slowed trainer gets less
+    assert report["shares_per_iteration"][0] == pytest.approx(report["initial_shares"], abs=1e-5)
+    assert report["predicted_vs_measured_epoch_s"]["predicted"] > 0
+
+
+class _Rank:
+    """The parts of a trainer that ``_apply_threads`` reads."""
+
+    def __init__(self, pool):
+        self.is_accel, self.pool, self.budget, self.threads = False, pool, 6, {}
+
+
+def test_balance_thread_resizes_the_pool_and_the_training_threads():
+    """A CPU trainer whose training dominates while its sampler idles: Algorithm 1 moves a sampler
+    thread to training, and applying the move shrinks the pool and raises this thread's intra-op count."""
+    state = DRMState(shares=(1.0,), threads={"T_SC": 3, "T_Load": 1, "T_TC": 2})
+    times = [{"sample": 0.01, "load": 0.02, "transfer": 0.0, "train": 0.5}]
+    moved = drm_step(state, times, [100], [False], 0.5, 0.05)
+    assert moved.action == "balance_thread(T_SC)" and moved.threads == {"T_SC": 2, "T_Load": 1, "T_TC": 3}
+    pool = SamplerPool(lambda k: k, workers=3, threads=3, depth=1, end=4)
+    before = torch.get_num_threads()
+    try:
+        rank = _Rank(pool)
+        HyScaleTrainer._apply_threads(rank, state.threads)
+        assert (pool.active, torch.get_num_threads()) == (3, 2)
+        HyScaleTrainer._apply_threads(rank, moved.threads)
+        assert (pool.threads, pool.active, pool.per_draw) == (2, 2, 1)
+        assert torch.get_num_threads() == 3 and rank.threads == moved.threads
+        assert [pool.get(k) for k in range(4)] == [0, 1, 2, 3]
+    finally:
+        pool.close()
+        torch.set_num_threads(before)
+
+
+def test_threads_are_per_os_thread():
+    """use_threads sets the calling thread's intra-op count only (what lets the pool, the loader and
+    training run on their own counts)."""
+    before = torch.get_num_threads()
+    seen = []
+
+    def other():
+        use_threads(1)
+        seen.append(torch.get_num_threads())
+
+    try:
+        use_threads(3)
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        assert seen == [1] and torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("cores", [2, 3, 4, 8, 16, 64])
+@pytest.mark.parametrize("cpu,acc", [(1, 1), (2, 1), (1, 2), (0, 2), (3, 0), (4, 4)])
+@pytest.mark.parametrize("sampler_threads", [0, 1, 6, 40])
+def test_plan_never_gives_more_threads_than_cores(cores, cpu, acc, sampler_threads):
+    devices = [False] * cpu + [True] * acc
+    budgets = rank_budgets(devices, cores, sampler_threads)
+    assert len(budgets) == cpu + acc and min(budgets) >= 1
+    if cores >= cpu + acc:
+        assert sum(budgets) <= cores, budgets
+    for d, b in zip(devices, budgets):
+        split = split_threads(b, d)
+        assert min(split.values()) >= 1
+        if b >= 3:
+            assert sum(split.values()) == b
+    if acc and cpu and sampler_threads and cores >= cpu + acc * (sampler_threads + 2):
+        assert budgets[-1] == sampler_threads + 2  # the reserve is what was asked for
+
+
+def test_plan_prints_the_thread_split():
+    from gnntrain.plan import build_plan
+
+    plan = build_plan(compose(["mode=hyscale", "dataset=csbm", "hardware.cores_per_node=16"] + HS[1:]))
+    split = plan.mode_details["threads per trainer (sampler pool / loader / training)"]
+    assert split == ["cpu0: 8 = 2 / 1 / 5", "accel1: 8 = 2 / 1 / 5"]  # CPU-only profile: both compute on the host
+    assert sum(plan.threads_of(r) for r in range(plan.world_size)) <= 16
+
+
+def test_a_run_keeps_the_reserve_where_the_machine_has_the_cores():
+    assert on_this_host([4, 12], cores=16) == [4, 12]  # the plan's reserve, not an even 8 / 8
+    assert on_this_host([8, 8], cores=2) == [1, 1]  # a profile bigger than this machine: its even share
