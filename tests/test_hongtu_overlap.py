@@ -169,3 +169,40 @@ def test_timeline_measures_overlap_from_intervals():
     assert figures["compute_s"] > 0 and figures["h2d_s"] > 0
     assert figures["h2d_overlapped_s"] == 0  # a serial CPU loop overlaps nothing
     assert figures["wall_s"] >= figures["compute_s"] + figures["h2d_s"]
+
+
+def test_a_flush_into_untouched_rows_of_a_zeroed_table_is_a_plain_write():
+    """The ⊕-add of a gradient flush becomes a write (no host-side add) for rows not yet written since the table
+    was zeroed; rows written before, and any table added to by index, keep the add."""
+    from types import SimpleNamespace
+
+    from gnntrain.modes.hongtu.engine import HongTuEngine
+    from gnntrain.modes.hongtu.tiers import VertexTables
+
+    engine = SimpleNamespace(_written={}, tables=VertexTables({}, None))
+    grad = torch.zeros(10, 2)
+    engine._written[grad.data_ptr()] = []
+    fresh = lambda index: HongTuEngine._fresh(engine, grad, index)
+    assert fresh(slice(0, 4)) and fresh(slice(4, 6))
+    assert not fresh(slice(5, 8))  # row 5 was written
+    assert fresh(slice(8, 10))
+    assert not fresh(torch.tensor([1, 9])) and not fresh(slice(0, 1))  # by index: adds from now on
+    other = torch.zeros(3, 2)
+    assert not HongTuEngine._fresh(engine, other, slice(0, 3))  # a table the engine did not zero
+
+
+def test_write_backs_in_flight_stay_within_the_limit():
+    from types import SimpleNamespace
+
+    from gnntrain.modes.hongtu.engine import HongTuEngine
+
+    queue = staging.DeviceToHostQueue(torch.device("cpu"), staged=True)
+    engine = SimpleNamespace(d2h=queue, in_flight_limit=None)
+    host = torch.zeros(8, 4)
+    queue.write(host, slice(0, 4), torch.ones(4, 4))
+    queue.in_flight_bytes = lambda: 64  # the CPU stand-in keeps no device rows: say 64 bytes are in flight
+    HongTuEngine._bound_write_backs(engine)
+    assert queue.settled == 0  # no budget: they stay in flight
+    engine.in_flight_limit = 32
+    HongTuEngine._bound_write_backs(engine)
+    assert queue.settled == 1 and host[:4].sum() == 16  # past the limit: landed at once

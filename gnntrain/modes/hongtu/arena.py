@@ -13,6 +13,21 @@ class DeviceMemoryExceeded(RuntimeError):
     pass
 
 
+def cuda_peak_reader(device: torch.device) -> Callable[[], int]:
+    """``torch.cuda.max_memory_allocated(device)`` without its cost: that call flattens every allocator statistic
+    into a new dict (about 0.3 ms, measured on an H200: a dozen milliseconds of a small graph's HongTu epoch at
+    one reading per hold); the nested statistics hold the same number."""
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+
+    def peak() -> int:
+        try:
+            return int(torch._C._cuda_memoryStats(index)["allocated_bytes"]["all"]["peak"])
+        except (AttributeError, KeyError, TypeError):  # another torch's layout: the public call
+            return int(torch.cuda.max_memory_allocated(index))
+    return peak
+
+
 class DeviceArena:
     """Bytes one rank holds on its device, by purpose, with the peak; capped.
 

@@ -18,7 +18,7 @@ import torch
 from gnntrain.metrics.clock import DeviceTimeline, StageClock
 from gnntrain.models import SparseAdjacency, hidden_activation, transposed
 from gnntrain.modes.base import RankShard
-from gnntrain.modes.hongtu.arena import DeviceArena, tensor_bytes
+from gnntrain.modes.hongtu.arena import DeviceArena, cuda_peak_reader, tensor_bytes
 from gnntrain.modes.hongtu.cost import STAGING_SLICE_BYTES, topology_bytes
 from gnntrain.modes.hongtu.indices import DeviceIndices, Index, StepIndex, pick
 from gnntrain.modes.hongtu.schedule import Step, Sweep, _positions, build_sweep
@@ -48,7 +48,7 @@ class HongTuEngine:
         allocator_peak = None
         if self.pin:  # the cap binds the CUDA allocator's real peak, counted from here
             torch.cuda.reset_peak_memory_stats(self.device)
-            allocator_peak = lambda: torch.cuda.max_memory_allocated(self.device)
+            allocator_peak = cuda_peak_reader(self.device)
         self.arena = DeviceArena(cap, allocator_peak)
         self.tables = tables or VertexTables({}, None)  # the host tier only
         self.tables.pin = self.pin
@@ -94,11 +94,30 @@ class HongTuEngine:
         self.masks: List[Optional[Union[torch.Tensor, str]]] = []
         self.dropout = None
         self._pinned_inputs: Optional[Tuple[tuple, torch.Tensor]] = None
+        self._written: Dict[int, Optional[List[Tuple[int, int]]]] = {}  # zeroed table → row ranges written
 
     # ---------------------------------------------------------- host memory
-    def _host(self, name: str, shape, like: torch.Tensor) -> torch.Tensor:
-        """A zeroed vertex table on its tier (tiers.VertexTables: host memory, or a mapped file)."""
-        return self.tables.allocate(name, shape, like.dtype)
+    def _host(self, name: str, shape, like: torch.Tensor, zeroed: bool = True) -> torch.Tensor:
+        """A vertex table on its tier (tiers.VertexTables: host memory, or a mapped file); ``zeroed=False`` for
+        a table whose every row is written before it is read (activations, caches, logits: one chunk writes
+        each own row), which skips the host-memory fill."""
+        table = self.tables.allocate(name, shape, like.dtype, zeroed=zeroed)
+        self._written[table.data_ptr()] = []  # a fresh table: no rows written yet (see _fresh)
+        return table
+
+    def _fresh(self, host: torch.Tensor, index: Index) -> bool:
+        """Whether a ⊕-add into ``host[index]`` may be a plain write: a slice of a zeroed in-memory table none of
+        whose rows has been written since it was allocated (0 + x is x, the same bits); records the rows."""
+        written = self._written.get(host.data_ptr())
+        if written is None or self.tables.holds(host):
+            return False
+        if not isinstance(index, slice):
+            self._written[host.data_ptr()] = None  # rows by index: every later add stays an add
+            return False
+        lo, hi, _ = index.indices(host.shape[0])
+        fresh = all(hi <= a or b <= lo for a, b in written)
+        written.append((lo, hi))
+        return fresh
 
     def _disk(self, host: torch.Tensor, kind: str, rows: int, width: int) -> None:
         """Count ``rows`` read from or written to ``host`` when it lives on the disk tier."""
@@ -133,7 +152,9 @@ class HongTuEngine:
         now (its issue is the transfer's time), the write or ⊕-add runs when the queue settles (host
         accumulation's time)."""
         start = time.perf_counter()
-        self.d2h.write(host, index, rows, self._accumulate(host, index) if add else None)
+        self.d2h.write(host, index, rows, self._accumulate(host, index) if add and not self._fresh(host, index)
+                       else None)
+        self._bound_write_backs()
         self._count(direction, "d2h", rows.shape[0], rows.shape[1], time.perf_counter() - start)
         if add:  # ⊕-add reads the rows it adds into
             self._disk(host, "disk_read", rows.shape[0], rows.shape[1])
@@ -146,6 +167,12 @@ class HongTuEngine:
             host.index_add_(0, index, moved) if isinstance(index, torch.Tensor) else host[index].add_(moved)
             self.clock.add("host_accumulate", time.perf_counter() - start)
         return add
+
+    def _bound_write_backs(self) -> None:
+        """Land every write-back now where those in flight would pass the budget's headroom (one step's flushes
+        can be most of its resident rows)."""
+        if self.in_flight_limit is not None and self.d2h.in_flight_bytes() > self.in_flight_limit:
+            self.d2h.settle(0)
 
     def _land(self, keep: int) -> None:
         """Settle the write-back queue to ``keep`` steps in flight (none where they would pass the budget's
@@ -206,6 +233,7 @@ class HongTuEngine:
             if sweep.p2p:
                 _add_rows(acc, idx.recv_index, incoming.to(self.device))
             else:  # after the flushes already queued, so the host's summation order is the issue order
+                self._written[host.data_ptr()] = None  # rows by index: later flushes add
                 moved = incoming.to("cpu")
                 self.d2h.then(lambda: self._accumulate(host, step.recv_index)(moved))
                 self._disk(host, "disk_read", step.recv_index.numel(), width)
@@ -286,8 +314,8 @@ class HongTuEngine:
         for layer, layer_mod in enumerate(layers):
             last = layer == len(layers) - 1
             d_out = model.spec.dims[layer + 1]
-            out_host = self._host("logits" if last else f"act{layer + 1}", (x.shape[0], d_out), x)
-            cache_host = (self._host(f"cache{layer}", (x.shape[0], model.spec.dims[layer]), x)
+            out_host = self._host("logits" if last else f"act{layer + 1}", (x.shape[0], d_out), x, zeroed=False)
+            cache_host = (self._host(f"cache{layer}", (x.shape[0], model.spec.dims[layer]), x, zeroed=False)
                           if training and self.family.elementwise else None)
             prev = None
             for t, step in enumerate(self.fwd.steps):

@@ -194,10 +194,12 @@ class VertexTables:
     def on_disk(self, name: str) -> bool:
         return self.tiers.get(name) == DISK and self.scratch is not None
 
-    def allocate(self, name: str, shape: Tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
-        """A zeroed table ``name``; a disk table replaces the file of its previous allocation."""
+    def allocate(self, name: str, shape: Tuple[int, int], dtype: torch.dtype, zeroed: bool = True) -> torch.Tensor:
+        """A table ``name``, zeroed (a new file is: ``zeroed=False`` only spares host memory the fill); a disk
+        table replaces the file of its previous allocation."""
         if not self.on_disk(name):
-            return torch.zeros(shape, dtype=dtype, pin_memory=self.pin)  # pinned where it is born: no copy
+            make = torch.zeros if zeroed else torch.empty
+            return make(shape, dtype=dtype, pin_memory=self.pin)  # pinned where it is born: no copy
         if name in self.disk:
             self.disk.pop(name).close()
         if not self._ready:
