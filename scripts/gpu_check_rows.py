@@ -27,6 +27,10 @@ def row(r: dict) -> List[str]:
         shown.append(f"GPU trainer's share {first:.3f} -> {last:.3f} (train us per seed {per_seed}); "
                      f"GPU-only {_ms(r['gpu_only_epoch_time_s'])} ms, "
                      f"CPU-only {_ms(r['cpu_only_epoch_time_s'])} ms per epoch")
+        if "hybrid_over_gpu_only" in r:
+            pools = r.get("sampler_pool_threads")
+            shown.append(f"hybrid {r['hybrid_over_gpu_only']:.2f}x GPU-only (steady epochs, goal <= 1.0; sampler "
+                         f"pools {pools}, GPU-only {r.get('gpu_only_sampler_pool_threads')})")
         if "min_share_0_01_epoch_time_s" in r:
             shown.append(f"with mode.drm_min_share=0.01: share -> {r['min_share_0_01_accel_share_last']:.3f}, "
                          f"{_ms(r['min_share_0_01_epoch_time_s'])} ms per epoch")
