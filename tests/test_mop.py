@@ -296,3 +296,29 @@ def test_moa_aggregation_device_refusals(overrides, message):
     with pytest.raises(PlanError, match=message) as err:
         build_plan(compose(EXACT + ["mode=mop", "hardware.ranks_per_node=2"] + overrides))
     assert err.value.option == "mode.aggregation_device"
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_mop_keeps_the_input_aggregation_like_single(train, monkeypatch, pipelined):
+    """MoP aggregates the fixed input columns once per run where the first layer aggregates before its weights
+    (train.cache_input_aggregation, as single does); false recomputes them every epoch; the losses agree."""
+    from gnntrain.models import kernels
+
+    widths = []
+    spmm = kernels.SparseAdjacency.spmm
+
+    def counted(self, h):
+        widths.append(h.shape[1])
+        return spmm(self, h)
+
+    monkeypatch.setattr(kernels.SparseAdjacency, "spmm", counted)
+    run = GRAPHS["csbm"] + EXACT + ["model=sage", "model.hidden=16", "mode=mop", "hardware.ranks_per_node=1",
+                                    "train.eval_every=3"] + (["mode.pipeline_chunks=2"] if pipelined else [])
+    chunks = 2 if pipelined else 1
+    kept = train(run)
+    first = [w for w in widths if w > 16]  # the input columns (csbm: 128 features)
+    assert len(first) == chunks, widths
+    widths.clear()
+    recomputed = train(run + ["train.cache_input_aggregation=false"])
+    assert len([w for w in widths if w > 16]) == chunks * (3 + 1)  # every epoch and the evaluation
+    assert_exact(kept["losses"], recomputed["losses"], tol=1e-12)

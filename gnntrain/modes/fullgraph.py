@@ -16,14 +16,41 @@ import torch
 import torch.nn.functional as F
 
 from gnntrain.metrics.clock import StageClock
-from gnntrain.models import GNN, GlobalDropout, build_model
+from gnntrain.models import GNN, GlobalDropout, SparseAdjacency, build_model
 from gnntrain.models.export import rows_output
 from gnntrain.modes.base import RankShard
 from gnntrain.modes.strategy import SPLITS, EpochStats, RankStrategy, model_spec, sync_gradients
 from gnntrain.plan_types import RunSettings
 from gnntrain.runtime import RankContext
 
-__all__ = ["SPLITS", "FullGraphStrategy"]
+__all__ = ["SPLITS", "FullGraphStrategy", "InputAggregate"]
+
+
+class InputAggregate:
+    """The adjacency (or a mode's block of it) as a layer's aggregation, keeping its product with the input
+    features (``train.cache_input_aggregation``; single, MoP, SuperGCN): dropout sits between
+    layers, never on the inputs, so where the first layer aggregates before its weights (GCN or SAGE widening or
+    keeping the width, GIN) A·x is the same in every epoch and evaluation, and is computed once (SGC's
+    observation, Wu et al., Simplifying Graph Convolutional Networks, §3: the propagation of fixed features
+    needs no recomputation). Any other input (a hidden layer's, or x once changed in place) runs the SpMM."""
+
+    def __init__(self, adjacency: SparseAdjacency, x: torch.Tensor):
+        self.adjacency, self.x = adjacency, x
+        self._kept: Optional[torch.Tensor] = None
+        self._version = -1
+
+    def _is_input(self, h: torch.Tensor) -> bool:
+        """``h`` is the input features themselves, or a view of all of them (a stage clock's identity mark)."""
+        x = self.x
+        return h is x or (h.data_ptr() == x.data_ptr() and h.shape == x.shape and h.stride() == x.stride()
+                          and h.dtype == x.dtype and h.device == x.device)
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        if h.requires_grad or not self._is_input(h):
+            return self.adjacency.spmm(h)
+        if self._kept is None or self._version != h._version:
+            self._kept, self._version = self.adjacency.spmm(h).detach(), h._version
+        return self._kept
 
 
 class FullGraphStrategy(RankStrategy):

@@ -13,7 +13,7 @@ from gnntrain.models import SparseAdjacency, edge_weights
 from gnntrain.models.registry import model_family
 from gnntrain.modes.base import Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.cost import Work, local_work
-from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy
+from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy, InputAggregate
 from gnntrain.plan_types import RunSettings
 
 
@@ -29,26 +29,6 @@ def graph_tensors(data, settings: RunSettings):
     src, dst = data.edges(bool(model.self_loop))
     weights = edge_weights(model_family(model.name, model.target).normalization, src, dst, data.num_nodes)
     return src, dst, weights.float() if settings.dtype == "float32" else weights
-
-
-class InputAggregate:
-    """The adjacency as a layer's aggregation, keeping its product with the input features: dropout sits between
-    layers, never on the inputs, so where the first layer aggregates before its weights (GCN or SAGE widening or
-    keeping the width, GIN) A·x is the same in every epoch and evaluation, and is computed once (SGC's
-    observation, Wu et al., Simplifying Graph Convolutional Networks, §3: the propagation of fixed features
-    needs no recomputation). Any other input (a hidden layer's, or x once changed in place) runs the SpMM."""
-
-    def __init__(self, adjacency: SparseAdjacency, x: torch.Tensor):
-        self.adjacency, self.x = adjacency, x
-        self._kept: Optional[torch.Tensor] = None
-        self._version = -1
-
-    def __call__(self, h: torch.Tensor) -> torch.Tensor:
-        if h is not self.x or h.requires_grad:
-            return self.adjacency.spmm(h)
-        if self._kept is None or self._version != h._version:
-            self._kept, self._version = self.adjacency.spmm(h).detach(), h._version
-        return self._kept
 
 
 class SingleStrategy(FullGraphStrategy):

@@ -14,7 +14,7 @@ from gnntrain.metrics.clock import StageClock
 from gnntrain.models import SparseAdjacency, hidden_activation, run_layers
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.cost import Work, local_work
-from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy
+from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy, InputAggregate
 from gnntrain.modes.mop.layout import MoPLayout, col_splits, exchanged_elements, row_splits, stage_count
 from gnntrain.modes.mop.pipeline import _FinishToCols, _FinishToRows, _StartToCols, _StartToRows, pipeline_chunks
 from gnntrain.modes.single import graph_tensors
@@ -240,6 +240,11 @@ class MoPStrategy(FullGraphStrategy):
         self.chunks = pipeline_chunks(self.layout, s, dst, src, w, ctx.plan.kernel, ctx.device) if s > 1 else []
         self.clock = StageClock(ctx.device)  # MixGCN Fig. 8's split: aggregation, all-to-all (comm), update
         super().__init__(shard, ctx, settings, aggregate_first=aggregate_first)
+        # the first layer's aggregation of the fixed input columns, kept once computed (train.cache_input_aggregation;
+        # a layer that transforms before it aggregates never hands x_cols itself, so it is never kept)
+        keep = settings.train.cache_input_aggregation and settings.model.name != "custom"
+        self.input_spmm = {id(a): (InputAggregate(a, self.x_cols) if keep else a.spmm)
+                           for a in [self.adjacency] + [c.adjacency for c in self.chunks]}
 
     def aggregate_cols(self, layer, h_cols, spmm, rows=None):
         """The column side; a row-local term (GIN's (1+ε)·h, a layer's ``self_term``) is added on the row
@@ -255,7 +260,8 @@ class MoPStrategy(FullGraphStrategy):
 
     def layer_step(self, i, layer, h_rows):
         h_cols = self.x_cols if i == 0 else self.layout.to_cols(h_rows)
-        z_rows = self.layout.to_rows(self.aggregate_cols(layer, h_cols, self.adjacency.spmm), h_rows.shape[1])
+        spmm = self.input_spmm[id(self.adjacency)] if i == 0 else self.adjacency.spmm
+        z_rows = self.layout.to_rows(self.aggregate_cols(layer, h_cols, spmm), h_rows.shape[1])
         return self.update_rows(layer, h_rows, z_rows)
 
     def forward_pipelined(self, model, h_rows, dropout):
@@ -269,7 +275,8 @@ class MoPStrategy(FullGraphStrategy):
             for chunk in [*self.chunks, None]:
                 if chunk is not None:
                     box: dict = {}
-                    z_cols = self.aggregate_cols(layer, h_cols, chunk.adjacency.spmm, rows=chunk.rows)
+                    spmm = self.input_spmm[id(chunk.adjacency)] if i == 0 else chunk.adjacency.spmm
+                    z_cols = self.aggregate_cols(layer, h_cols, spmm, rows=chunk.rows)
                     token = _StartToRows.apply(z_cols, layout, width, chunk.sizes, box)
                 if in_flight is not None:
                     done_token, done, done_box = in_flight
