@@ -27,8 +27,11 @@ Both follow one general keep/flush rule (keep D_t ∩ D_{t+1}, where D_t is
 what the device holds at batch t), not the paper's reverse-order assumption.
 
 Modules: :mod:`.config` (options), :mod:`.arena` (device memory cap),
-:mod:`.schedule` (sweeps), :mod:`.cost` (cost model), :mod:`.engine` (the
-layer-major engine) and :mod:`.mode` (the Mode).
+:mod:`.schedule` (sweeps), :mod:`.indices` (their index tensors on the device),
+:mod:`.cost` (cost model), :mod:`.transfers` (loads, write-backs, carried
+buffers), :mod:`.engine` (the layer-major engine), :mod:`.tiers` (host and disk
+tables), :mod:`.direct` (the direct path), :mod:`.strategy` (the rank side) and
+:mod:`.mode` (the Mode).
 """
 from gnntrain.modes.hongtu.config import HongTuConfig, parse_bytes
 from gnntrain.modes.hongtu.mode import HongTuMode
