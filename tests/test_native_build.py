@@ -146,7 +146,8 @@ def test_a_failing_compile_is_one_reason_and_leaves_no_files(build_dir, monkeypa
                     'echo "x.c:1: error: no OpenMP here" >&2\nexit 1\n')
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("CC", str(fake))
-    with pytest.raises(_native_c.NativeBuildError, match="fakecc could not compile _native_spmm.c: .*no OpenMP"):
+    with pytest.raises(_native_c.NativeBuildError,
+                       match="fakecc could not compile _native_spmm.c and _native_halo.c: .*no OpenMP"):
         _native_c.load()
     assert [p.name for p in build_dir.iterdir() if not p.name.endswith(".lock")] == []
     assert _native.native_backend().startswith("numba ")

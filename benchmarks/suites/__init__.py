@@ -2,6 +2,7 @@
 
 Module -> suites: reference (reference), kernels (kernels), overhead (overhead), partitioners (partitioners,
 partition_memory), volume (volume, mop_volume), supergcn (supergcn_volume, supergcn_accuracy, supergcn_lp),
+supergcn_ops (supergcn_ops),
 hongtu (hongtu_dedup), memory (memory, scale), hyscale (hyscale, hyscale_sampler), generators (generators),
 ablations, auto, ingest, predict, outofcore, diskio, moonshot (one each).
 """
@@ -22,5 +23,6 @@ from benchmarks.suites import (  # noqa: F401  (each module registers its suites
     predict,
     reference,
     supergcn,
+    supergcn_ops,
     volume,
 )

@@ -84,7 +84,7 @@ def native_version() -> str:
     import hashlib
 
     code = hashlib.sha256()
-    for name in (Path(__file__).name, "_native_loops.py", "_native_c.py", "_native_spmm.c"):
+    for name in (Path(__file__).name, "_native_loops.py", "_native_c.py", "_native_spmm.c", "_native_halo.c"):
         code.update(Path(__file__).with_name(name).read_bytes())
     return f"{native_backend()}+{code.hexdigest()[:8]}"
 

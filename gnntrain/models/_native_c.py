@@ -1,6 +1,7 @@
 """The native kernel's C loops (``_native_spmm.c``): compiled at first use with the system's C compiler,
-cached per (source, compiler, CPU), and called through ctypes with the numba loops' signatures; the
-same library holds the one-pass dropout keep mask (:func:`keep_mask`).
+cached per (sources, compiler, CPU), and called through ctypes with the numba loops' signatures; the
+same library holds the one-pass dropout keep mask (:func:`keep_mask`) and SuperGCN's halo operators
+(``_native_halo.c``, called through :mod:`._native_halo`).
 
 Where no compiler is found, the compile fails or ``GNNTRAIN_NATIVE=numba`` is set, :mod:`._native`
 runs the numba loops instead (the same sums over each row's edges in CSR order; numba adds four
@@ -27,7 +28,10 @@ import numpy as np
 import torch
 
 SOURCE = Path(__file__).with_name("_native_spmm.c")
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c11", "-shared", "-fPIC")
+SOURCES = (SOURCE, Path(__file__).with_name("_native_halo.c"))  # compiled into one library
+# no contraction into fused multiply-adds (clang's default contracts): every product and sum is rounded on
+# its own, as torch's formulas round them, so the halo operators give torch's bits
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c11", "-ffp-contract=off", "-shared", "-fPIC")
 COMPILE_TIMEOUT_S = 300
 _ARGTYPES = [ctypes.c_void_p] * 5 + [ctypes.c_int64, ctypes.c_void_p] + [ctypes.c_int64] * 3 + [ctypes.c_int]
 _VALUE_TYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -76,7 +80,8 @@ def _build(cc: str, version: str) -> Path:
     """The shared object for this source, compiler and CPU, compiled once per host and cached."""
     from gnntrain.atomic import file_lock
 
-    source = SOURCE.read_bytes()
+    source = b"\0".join(path.read_bytes() for path in SOURCES)
+    names = " and ".join(path.name for path in SOURCES)
     key = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(),
                                      _cpu_flags().encode()])).hexdigest()[:16]
     folder = cache_dir()
@@ -95,15 +100,15 @@ def _build(cc: str, version: str) -> Path:
         fd, partial = tempfile.mkstemp(dir=folder, prefix=f".spmm-{key}.", suffix=".so")
         os.close(fd)
         try:
-            done = subprocess.run([cc, *FLAGS, "-o", partial, str(SOURCE)], capture_output=True, text=True,
-                                  timeout=COMPILE_TIMEOUT_S)
+            done = subprocess.run([cc, *FLAGS, "-o", partial, *map(str, SOURCES), "-lm"], capture_output=True,
+                                  text=True, timeout=COMPILE_TIMEOUT_S)
             if done.returncode != 0:
                 first = next((line for line in done.stderr.splitlines() if "error" in line),
                              done.stderr.strip().splitlines()[0] if done.stderr.strip() else "no message")
-                raise NativeBuildError(f"{Path(cc).name} could not compile {SOURCE.name}: {first.strip()}")
+                raise NativeBuildError(f"{Path(cc).name} could not compile {names}: {first.strip()}")
             os.replace(partial, target)
         except subprocess.TimeoutExpired:
-            raise NativeBuildError(f"{Path(cc).name} took over {COMPILE_TIMEOUT_S} s on {SOURCE.name}") from None
+            raise NativeBuildError(f"{Path(cc).name} took over {COMPILE_TIMEOUT_S} s on {names}") from None
         finally:
             if os.path.exists(partial):
                 os.unlink(partial)

@@ -25,6 +25,11 @@ kept as factors (models/norm.py), so every product is an unweighted SpMM and
 SAGE's mean is exactly "exchange partial sums, divide by the global
 in-degree". Backward runs the same path in reverse.
 
+On the CPU the received rows are post-aggregated into the local product by a sorted, clustered index_add
+(``models/post_aggregation.py``; SuperGCN §2, "Optimizing Index_add operator"), in the native C build
+where it loads, and coded and decoded by its one-pass quantiser (``models/_native_halo.c``); both give the
+torch formulas' bits.
+
 With ``bits < 32`` the exchanged rows (and with ``quantize_backward`` their
 gradients) are coded per row by ``comm/quantize.py`` (SuperGCN §2, "Quantization of communication to Int2"). Label
 propagation (SuperGCN §2, same part; analysed in §3, Lemma 3 and Eq. (5)) adds a learnable label embedding to
@@ -46,6 +51,7 @@ from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
 from gnntrain.metrics.clock import StageClock
 from gnntrain.models import SparseAdjacency, source_scale
+from gnntrain.models.post_aggregation import PostAggregation
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
 from gnntrain.modes.cost import Work
 from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy
@@ -330,7 +336,12 @@ class SuperGCNStrategy(FullGraphStrategy):
         send_counts, recv_counts = info["send_counts"], info["recv_counts"]
         kernel, device = ctx.plan.kernel, ctx.device
         self.local = SparseAdjacency(*shard.edges, n_own, n_own, kernel=kernel, device=device)
-        self.remote = SparseAdjacency(*info["remote_edges"], n_own, sum(recv_counts), kernel=kernel, device=device)
+        # the received rows' post-aggregation: on the CPU a sorted, clustered index_add into the local product
+        # (C build; torch's index_add_ in the same order without it); on a GPU the remote SpMM, added after
+        self.post = (PostAggregation(*info["remote_edges"], n_own, sum(recv_counts)) if device.type == "cpu"
+                     else None)
+        self.remote = (None if self.post is not None else
+                       SparseAdjacency(*info["remote_edges"], n_own, sum(recv_counts), kernel=kernel, device=device))
         self.send = SparseAdjacency(info["send_slots"], info["send_cols"], info["send_weights"], sum(send_counts),
                                     n_own, kernel=kernel, device=device)
         self.clock = clock = StageClock(device)
@@ -349,6 +360,8 @@ class SuperGCNStrategy(FullGraphStrategy):
         z = clock.through("aggregation", self.local.spmm, h)  # in flight meanwhile when overlapping
         if received is None:
             received = pending.wait()
+        if self.post is not None:
+            return clock.through("aggregation", lambda rows: self.post(z, rows), received)
         return z + clock.through("aggregation", self.remote.spmm, received)
 
     def on_epoch(self, epoch: int, training: bool) -> None:
