@@ -103,7 +103,9 @@ def independent_volumes(overrides, report):
 
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_measured_host_to_device_rows_equal_closed_forms(train, cache_dir, ranks):
-    graph = SMALL + ["model=gcn", f"hardware.ranks_per_node={ranks}", "mode=hongtu", "mode.chunks=4"]
+    # every layer gathers (the first one's A·x recomputed each epoch): the dedup volumes per layer
+    graph = SMALL + ["model=gcn", f"hardware.ranks_per_node={ranks}", "mode=hongtu", "mode.chunks=4",
+                     "train.cache_input_aggregation=false"]
     measured, expected = {}, None
     for dedup in DEDUPS:
         summary = train(graph + EXACT + [f"mode.dedup={dedup}"])
@@ -125,7 +127,8 @@ def test_measured_host_to_device_rows_equal_closed_forms(train, cache_dir, ranks
 
 
 def test_bytes_by_kind_follow_the_rows(train):
-    summary = train(SMALL + EXACT + ["model=gcn", "mode=hongtu", "mode.chunks=4", "mode.dedup=p2p+reuse"])
+    summary = train(SMALL + EXACT + ["model=gcn", "mode=hongtu", "mode.chunks=4", "mode.dedup=p2p+reuse",
+                                     "train.cache_input_aggregation=false"])
     report, kinds = summary["mode_report"], summary["comm_bytes"]["by_kind"]
     assert set(kinds) >= {"h2d", "d2h", "peer", "reused", "allreduce"}
     v = report["rows_per_layer"]
@@ -135,6 +138,26 @@ def test_bytes_by_kind_follow_the_rows(train):
     # reuse avoided some traffic: recorded under its own kind, but never part of the epoch's total
     assert kinds["reused"] > 0
     assert summary["comm_bytes"]["per_epoch"] == sum(b for k, b in kinds.items() if k != "reused")
+
+
+@pytest.mark.parametrize("model,ranks", [("gcn", 1), ("sage", 2)])
+def test_the_first_layer_reads_a_kept_input_aggregation(train, model, ranks):
+    """train.cache_input_aggregation (default): after the first epoch the first layer loads its own rows of the
+    kept A·x (and of x for SAGE) instead of gathering neighbours; losses are the recomputing run's, bit for bit;
+    the plan's per-epoch bytes (schedule.epoch_traffic, input_kept) match the ledger's last epoch."""
+    base = SMALL + EXACT + [f"model={model}", "mode=hongtu", "mode.chunks=4", "mode.dedup=none",
+                            f"hardware.ranks_per_node={ranks}"]
+    kept, recomputed = train(base), train(base + ["train.cache_input_aggregation=false"])
+    assert kept["losses"] == recomputed["losses"]
+    rows_kept = kept["mode_report"]["rows_per_epoch"]["fwd"]
+    rows_all = recomputed["mode_report"]["rows_per_epoch"]["fwd"]
+    assert rows_kept["h2d_kept"] == 400 * (2 if model == "sage" else 1) and rows_all["h2d_kept"] == 0
+    assert rows_kept["h2d"] == rows_all["h2d"] // 2  # the second of two layers still gathers
+    assert kept["mode_report"]["measured_gather_rows_per_layer"] == recomputed["mode_report"][
+        "measured_gather_rows_per_layer"]
+    kinds_kept, kinds_all = kept["comm_bytes"]["by_kind"], recomputed["comm_bytes"]["by_kind"]
+    assert kinds_all["d2h"] - kinds_kept["d2h"] == 400 * 128 * 8  # cache0 (A·x, float64) is no longer written
+    assert kinds_kept["h2d"] < kinds_all["h2d"]
 
 
 # --------------------------------------------------------------------- dedup

@@ -35,7 +35,8 @@ class HongTuEngine(ChunkTransfers):
     """One rank's host store, device arena and the layer-major schedule."""
 
     def __init__(self, shard: RankShard, ctx, family: "ModelFamily", dedup: str, cap: int,
-                 tables: Optional[VertexTables] = None, estimated_device_bytes: int = 0):
+                 tables: Optional[VertexTables] = None, estimated_device_bytes: int = 0,
+                 keep_input_aggregation: bool = False):
         info = shard.info
         self.layout: ChunkLayout = info["layout"]
         self.batches: np.ndarray = info["batches"]
@@ -94,6 +95,11 @@ class HongTuEngine(ChunkTransfers):
         self.masks: List[Optional[Union[torch.Tensor, str]]] = []
         self.dropout = None
         self._pinned_inputs: Optional[Tuple[tuple, torch.Tensor]] = None
+        # A·x of the fixed inputs, chunk by chunk: the first layer's cache table, kept from the pass that wrote it
+        # while the inputs are unchanged (train.cache_input_aggregation; dropout never touches the inputs)
+        self.keep_input_aggregation = keep_input_aggregation and family.elementwise
+        self._input_aggregation: Optional[Tuple[tuple, torch.Tensor]] = None
+        self.input_kept = self.input_kept_last = False
         self._written: Dict[int, Optional[List[Tuple[int, int]]]] = {}  # zeroed table → row ranges written
 
     # --------------------------------------------------------------- layers
@@ -150,17 +156,28 @@ class HongTuEngine(ChunkTransfers):
         if self.p > 0:
             for i in range(1, len(layers)):  # a GPU draws each chunk's rows where it uses them ("device")
                 self.masks[i] = "device" if self.pin else dropout.keep_mask(model.spec.dims[i], i)
+        x_key = (x.data_ptr(), x._version, tuple(x.shape), x.dtype, x.requires_grad)
         if self.pin and not x.is_pinned():
             x = self._pinned(x)
         self.timeline.reset()
         self.acts = [x]
         self.cache = []
+        kept = self._input_aggregation if self.keep_input_aggregation and not x.requires_grad else None
+        if kept is not None and kept[0] != x_key:
+            kept = self._input_aggregation = None
+        self.input_kept = kept is not None  # this pass's first layer reads A·x kept from an earlier pass
         for layer, layer_mod in enumerate(layers):
             last = layer == len(layers) - 1
             d_out = model.spec.dims[layer + 1]
             out_host = self._host("logits" if last else f"act{layer + 1}", (x.shape[0], d_out), x, zeroed=False)
+            if layer == 0 and kept is not None:
+                self._kept_input_layer(model, layer_mod, x, kept[1], out_host, last)
+                self.acts.append(out_host)
+                self.cache.append(kept[1])
+                continue
+            keep = layer == 0 and self.keep_input_aggregation and not x.requires_grad
             cache_host = (self._host(f"cache{layer}", (x.shape[0], model.spec.dims[layer]), x, zeroed=False)
-                          if training and self.family.elementwise else None)
+                          if (training or keep) and self.family.elementwise else None)
             prev = None
             for t, step in enumerate(self.fwd.steps):
                 c = step.chunk
@@ -192,9 +209,33 @@ class HongTuEngine(ChunkTransfers):
             self.arena.drop("fwd_resident_prev", "topology", "indices", "d2h_in_flight")
             self.acts.append(out_host)
             self.cache.append(cache_host)
+            if keep:
+                self._input_aggregation = (x_key, cache_host)
         if not training:
             self._close_timeline()
         return self.acts[-1]
+
+    def _kept_input_layer(self, model, layer_mod, x: torch.Tensor, aggregated: torch.Tensor, out_host: torch.Tensor,
+                          last: bool) -> None:
+        """The first layer from its kept aggregation A·x: each chunk loads its own rows of it (and of x where the
+        update reads the row itself), with no neighbour gather and no SpMM, and writes its output."""
+        for step in self.fwd.steps:
+            c = step.chunk
+            local = self._local(c)
+            agg = self.to_device(aggregated, local, "fwd", rows_kind="h2d_kept")  # own rows, not a gather
+            h_v = self.to_device(x, local, "fwd", rows_kind="h2d_kept") if self.family.self_row else None
+            with self.timeline.span("compute"):
+                out = layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached))
+                y = self._activation(model, out, 0, c, last)
+            self.arena.hold("chunk", tensor_bytes(agg, h_v, out, y))
+            self.to_host(out_host, local, y, "fwd", add=False)
+            self.tables.release_rows(local.start, local.stop, aggregated)
+            self.d2h.then(lambda lo=local.start, hi=local.stop: self.tables.release_rows(lo, hi, out_host))
+            del out, y, agg, h_v
+            self.arena.drop("chunk")
+            self._land(keep=1)
+        self._land(keep=0)
+        self.arena.drop("d2h_in_flight")
 
     def _pinned(self, x: torch.Tensor) -> torch.Tensor:
         """A pinned copy of the input features, made once while they are unchanged (not at every epoch)."""
@@ -289,6 +330,7 @@ class HongTuEngine(ChunkTransfers):
             self.arena.drop("bwd_resident_prev", "bwd_grad_sums_prev", "topology", "indices", "d2h_in_flight")
             grad_next = grad_host
         self.rows_last, self.disk_last = dict(self.rows), dict(self.disk)
+        self.input_kept_last = self.input_kept
         self.timeline_last = self._close_timeline()
         return sums
 

@@ -337,10 +337,16 @@ class HongTuMode(Mode):
                                                                  chosen["dtype_bytes"]),
                         "predicted_disk_bytes_per_epoch": disk_traffic(
                             layout, batches, self.dedup, self.family, list(chosen["dims"]), chosen["dtype_bytes"],
-                            on_disk)}
+                            on_disk, self.input_kept)}
         if chosen["tried"]:
             out["auto_chunks_tried"] = [{"chunks": n, "device_bytes": int(b)} for n, b in chosen["tried"]]
         return out
+
+    @property
+    def input_kept(self) -> bool:
+        """Steady epochs read the first layer's A·x kept from the first (train.cache_input_aggregation)."""
+        return bool(self.settings.train.cache_input_aggregation) and self.settings.model.name != "custom" \
+            and self.family.elementwise
 
     def graph_report(self, data, part, plan) -> Optional[Dict[str, Any]]:
         if self.direct:
@@ -375,7 +381,7 @@ class HongTuMode(Mode):
             f"{c['C_s'] * 1e3:.3f} ms = V_ru/T_hd {c['host_to_device_s'] * 1e3:.3f} + (V_ori-V_p2p)/T_dd "
             f"{c['peer_s'] * 1e3:.3f} + (V_p2p-V_ru)/T_ru {c['reuse_s'] * 1e3:.3f}")
         traffic = epoch_traffic(chosen["layout"], chosen["batches"], self.dedup, self.family,
-                                list(chosen["dims"]), chosen["dtype_bytes"])
+                                list(chosen["dims"]), chosen["dtype_bytes"], self.input_kept)
         bytes_by_kind = {k: v for k, v in traffic.items() if v}
         bytes_by_kind.update({"allreduce": int(plan.comm_per_epoch["by_kind"].get("allreduce", 0))}
                              if plan.world_size > 1 else {})

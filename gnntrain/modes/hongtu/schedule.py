@@ -137,7 +137,7 @@ def build_sweep(layout: ChunkLayout, order: np.ndarray, rank: int, dedup: str) -
 
 
 def epoch_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "ModelFamily", dims: List[int],
-                  value_bytes: int) -> Dict[str, int]:
+                  value_bytes: int, input_kept: bool = False) -> Dict[str, int]:
     """Bytes one training epoch moves, all ranks, by ledger kind (``h2d``, ``d2h``, ``peer``, and the
     avoided ``reused``), read off every rank's sweeps: what :class:`~gnntrain.modes.hongtu.engine.HongTuEngine`
     records, known once the graph is chunked.
@@ -148,6 +148,10 @@ def epoch_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "
     (d_l+1) and the cached aggregation (plus the own input row for SAGE/GIN; GAT instead re-gathers like
     forward), then, for l > 0, hands the gradient rows leaving each device to their owner (peer, or d2h)
     and flushes its own (d2h). Reuse counts the rows a carried device buffer kept.
+
+    ``input_kept`` (train.cache_input_aggregation, the steady epochs after the first): the first layer's
+    forward loads its own rows of the kept A·x (and of x where the update reads the row itself) instead of
+    gathering, and writes no cache.
     """
     p2p, cached, self_row = "p2p" in dedup, model.elementwise, model.self_row
     moved = {"h2d": 0, "d2h": 0, "peer": 0, "reused": 0}
@@ -159,10 +163,14 @@ def epoch_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "
         kept_b, loaded_b, given_b, sent_b, flushed_b = _sweep_rows(bwd, "kept_now", "load_rows", "give_counts",
                                                                     "send_counts", "flush_rows")
         for layer, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):
-            moved["reused"] += kept_f * d_in
-            moved["h2d"] += loaded_f * d_in + own * d_out
-            moved[exchange_in] += given_f * d_in
-            moved["d2h"] += own * (d_out + (d_in if cached else 0))
+            if layer == 0 and input_kept and cached:
+                moved["h2d"] += own * d_in * (2 if self_row else 1) + own * d_out
+                moved["d2h"] += own * d_out
+            else:
+                moved["reused"] += kept_f * d_in
+                moved["h2d"] += loaded_f * d_in + own * d_out
+                moved[exchange_in] += given_f * d_in
+                moved["d2h"] += own * (d_out + (d_in if cached else 0))
             if cached:
                 moved["h2d"] += own * d_in * (2 if self_row else 1)
             else:  # GAT's backward re-gathers the neighbour rows
@@ -177,10 +185,11 @@ def epoch_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "
 
 
 def disk_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "ModelFamily", dims: List[int],
-                 value_bytes: int, on_disk: Set[str]) -> Dict[str, int]:
+                 value_bytes: int, on_disk: Set[str], input_kept: bool = False) -> Dict[str, int]:
     """Bytes one training epoch reads from and writes to the disk tier, all ranks: the rows of
     :func:`epoch_traffic` whose host side is a table in ``on_disk`` (names of :mod:`.tiers`; the input
-    features, the logits and their gradient stay on the host). A ⊕-add reads and writes its rows."""
+    features, the logits and their gradient stay on the host). A ⊕-add reads and writes its rows. With
+    ``input_kept`` the first layer's cache is read in forward too and written only by the first epoch."""
     p2p, cached, self_row = "p2p" in dedup, model.elementwise, model.self_row
     layers = len(dims) - 1
     io = {"disk_read": 0, "disk_write": 0}
@@ -199,8 +208,9 @@ def disk_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "M
             if layer + 1 < layers and f"grad{layer + 1}" in on_disk:  # backward reads the output gradient
                 io["disk_read"] += own * d_out
             if cached and f"cache{layer}" in on_disk:  # written forward, read backward
-                io["disk_write"] += own * d_in
-                io["disk_read"] += own * d_in
+                kept_input = layer == 0 and input_kept  # read forward instead of written
+                io["disk_write"] += 0 if kept_input else own * d_in
+                io["disk_read"] += own * d_in * (2 if kept_input else 1)
             if layer > 0 and f"grad{layer}" in on_disk:
                 added = flushed_b + (0 if p2p else sent_b)
                 io["disk_read"] += added * d_in

@@ -25,7 +25,9 @@ class HongTuStrategy(FullGraphStrategy):
         figures = shard.info["figures"]
         tables = VertexTables.for_rank(figures["tiers"], ctx, shard.rank)
         self.engine = HongTuEngine(shard, ctx, model_family(settings.model.name, settings.model.target), dedup,
-                                   int(figures["device_memory_cap"]), tables, int(figures["estimated_device_bytes"]))
+                                   int(figures["device_memory_cap"]), tables, int(figures["estimated_device_bytes"]),
+                                   keep_input_aggregation=settings.train.cache_input_aggregation
+                                   and settings.model.name != "custom")
         self.clock = self.engine.clock
         self.figures = shard.info["figures"]
         self.held_params: Optional[List[torch.nn.Parameter]] = None
@@ -45,15 +47,15 @@ class HongTuStrategy(FullGraphStrategy):
 
     def finish(self, result: Dict[str, Any]) -> None:
         comm, engine = self.ctx.comm, self.engine
-        keys = [(d, k) for d in ("fwd", "bwd") for k in ("h2d", "d2h", "peer", "reused")]
+        keys = [(d, k) for d in ("fwd", "bwd") for k in ("h2d", "h2d_kept", "d2h", "peer", "reused")]
         totals = comm.reduce_stats([float(engine.rows_last.get(key, 0)) for key in keys])
         peaks = comm.reduce_stats([float(engine.arena.peak), float(engine.arena.allocator_max)], op="max")
-        layers = len(self.model.layers)
+        layers = len(self.model.layers) - int(engine.input_kept_last)  # those that gathered their inputs
         rows = {d: {k: int(v) for (dd, k), v in zip(keys, totals) if dd == d} for d in ("fwd", "bwd")}
         report = dict(self.figures)
         report.update({
             "rows_per_epoch": rows,
-            "measured_gather_rows_per_layer": {k: rows["fwd"][k] // layers for k in ("h2d", "peer", "reused")},
+            "measured_gather_rows_per_layer": {k: rows["fwd"][k] // max(1, layers) for k in ("h2d", "peer", "reused")},
             "peak_device_arena_bytes": int(peaks[0]),
             "peak_device_allocator_bytes": int(peaks[1]) if engine.arena.allocator_peak is not None else None,
             # the last training epoch's device intervals (rank 0): compute, h2d and d2h busy seconds, how many

@@ -56,18 +56,19 @@ class ChunkTransfers:
 
     # ------------------------------------------------------------ transfers
     def _count(self, direction: str, kind: str, rows: int, width: int, seconds: float = 0.0,
-               record: bool = True) -> None:
+               record: bool = True, ledger: Optional[str] = None) -> None:
+        """Rows moved, by (direction, kind); the bytes go to the ledger under ``ledger`` (default ``kind``)."""
         self.rows[(direction, kind)] = self.rows.get((direction, kind), 0) + int(rows)
         if record and rows:
-            self.comm.record_copy(kind, rows * width * self.value_bytes, seconds)
+            self.comm.record_copy(ledger or kind, rows * width * self.value_bytes, seconds)
 
-    def to_device(self, host: torch.Tensor, index, direction: str) -> torch.Tensor:
+    def to_device(self, host: torch.Tensor, index, direction: str, rows_kind: str = "h2d") -> torch.Tensor:
         """Load ``host[index]`` onto the device through the pinned stager; the gather is part of the
         transfer's time (on a CPU arena it is the whole of it: the device copy itself is free; on
         CUDA the copy runs on a side stream and overlaps compute, so only its issue is timed)."""
         start = time.perf_counter()
         out = self.stager.load(host, index)
-        self._count(direction, "h2d", out.shape[0], out.shape[1], time.perf_counter() - start)
+        self._count(direction, rows_kind, out.shape[0], out.shape[1], time.perf_counter() - start, ledger="h2d")
         self._disk(host, "disk_read", out.shape[0], out.shape[1])
         return out
 
