@@ -37,7 +37,8 @@ NOT_TRAFFIC = frozenset({"reused", "disk_read", "disk_write"})  # avoided, or lo
 
 # Every kind a mode may record (docs/design.md#byte-accounting), in report order.
 KINDS = ("allreduce", "allgather", "reduce_scatter", "halo_fwd", "halo_bwd", "quant_params", "row_allreduce",
-         "all_to_all_fwd", "all_to_all_bwd", "h2d", "d2h", "peer", "reused", "disk_read", "disk_write", "setup")
+         "bcast_fwd", "bcast_bwd", "all_to_all_fwd", "all_to_all_bwd", "h2d", "d2h", "peer", "reused", "disk_read",
+         "disk_write", "setup")
 
 
 @dataclass

@@ -109,6 +109,23 @@ class Communicator:
         self.ledger.record(kind, *self._peer_bytes(send, send_counts, recv_counts))
         return PendingExchange(recv, work, self.ledger, kind)
 
+    def broadcast_start(self, tensor: torch.Tensor, src: int, kind: str) -> "PendingExchange":
+        """Rank ``src`` sends ``tensor`` to every rank of the world (the others receive into their
+        ``tensor``, which must have the root's shape); returns at once, ``.wait()`` gives the tensor.
+
+        Bytes follow the point-to-point convention (accounting.py): the root counts its buffer once per
+        destination, (p - 1) x its bytes, as sent; every other rank counts the buffer as received.
+        """
+        if not self.distributed:
+            return PendingExchange(tensor, None, self.ledger, kind)
+        import torch.distributed as dist
+
+        work = dist.broadcast(tensor, src=int(src), async_op=True)
+        nbytes = tensor.numel() * tensor.element_size()
+        root = self.rank == int(src)
+        self.ledger.record(kind, (self.world_size - 1) * nbytes if root else 0, 0 if root else nbytes)
+        return PendingExchange(tensor, work, self.ledger, kind)
+
     def all_to_all_quantized_start(self, send: torch.Tensor, send_counts: Sequence[int],
                                    recv_counts: Sequence[int], kind: str, quantizer,
                                    direction: str) -> "PendingDecode":

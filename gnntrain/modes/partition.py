@@ -1,5 +1,6 @@
 """``mode=partition``: 1D / 1.5D partition parallelism with sparsity-aware
-halo exchange, and the sparsity-oblivious (CAGNET all-gather) baseline
+halo exchange (``comm=sparse``), the dense all-to-all of every row (``comm=dense-alltoall``; ``oblivious``
+is its deprecated name) and CAGNET's 1D broadcast stages (``comm=cagnet``, :mod:`gnntrain.modes.cagnet`)
 (Sparsity-Aware Communication for Distributed Graph Neural Network Training, §4.1 (1D) and §4.2 (1.5D);
 docs/design.md#partition).
 
@@ -28,6 +29,7 @@ from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
 from gnntrain.models import SparseAdjacency
 from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.cagnet import CagnetStrategy
 from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy
 from gnntrain.modes.halo import build_halo_plan, group_all_reduce, halo_exchange, local_source_index
@@ -39,9 +41,15 @@ LAYER_ORDER = {None: "per layer: the narrower side is aggregated", True: "aggreg
                False: "apply the weights, then aggregate"}
 
 
-class CommKind(str, Enum):
-    oblivious = "oblivious"
-    sparse = "sparse"
+# member names are what a config may say (OmegaConf matches enums by name), hence the functional form
+CommKind = Enum("CommKind", {"sparse": "sparse", "dense-alltoall": "dense-alltoall", "cagnet": "cagnet",
+                             "oblivious": "oblivious"}, type=str)
+CommKind.__doc__ = """How a layer's rows move: ``sparse`` (the NnzCols halo all-to-all), ``dense-alltoall`` (the same
+all-to-all asking for every row of each block: an all-gather forward, a reduce-scatter backward), ``cagnet``
+(CAGNET's 1D algorithm: p broadcast stages forward and backward, overlapped with the local SpMMs) and
+``oblivious``, the deprecated name of dense-alltoall."""
+SPARSE, DENSE, CAGNET, OBLIVIOUS = (CommKind[k] for k in ("sparse", "dense-alltoall", "cagnet", "oblivious"))
+DEPRECATED = {OBLIVIOUS: DENSE}
 
 
 @dataclass
@@ -92,18 +100,31 @@ class PartitionMode(Mode):
     def aggregate_first(self) -> Optional[bool]:
         return self.options.aggregate_first
 
-    auto_variants = ({"comm": "sparse"}, {"comm": "oblivious"}, {"comm": "sparse", "replication": 2})
+    @property
+    def comm(self):
+        """The comm kind this run uses, a deprecated name resolved (oblivious -> dense-alltoall)."""
+        kind = CommKind(self.options.comm)
+        return DEPRECATED.get(kind, kind)
+
+    auto_variants = ({"comm": "sparse"}, {"comm": "dense-alltoall"}, {"comm": "cagnet"},
+                     {"comm": "sparse", "replication": 2})
 
     def work(self, ctx) -> Work:
-        """Sparse 1D: the base row partition's halo all-to-alls (partition volume x f, §4). Oblivious: one
-        all-gather of every row per layer, a reduce-scatter back. 1.5D: the (p/c) x c grid's block rows, each
-        rank 1/c of their edges, plus the row all-reduce over the c replicas."""
-        if ctx.world_size == 1 or (self.options.comm == CommKind.sparse and self.c == 1):
+        """Sparse 1D: the base row partition's halo all-to-alls (partition volume x f, §4). Dense all-to-all:
+        one all-gather of every row per layer, a reduce-scatter back. CAGNET: p broadcasts of one block per
+        layer and direction, each rank the root of one (priced as all-gathers of a block). 1.5D: the (p/c) x c
+        grid's block rows, each rank 1/c of their edges, plus the row all-reduce over the c replicas."""
+        if ctx.world_size == 1 or (self.comm == SPARSE and self.c == 1):
             return super().work(ctx)
         q, b = self.num_parts(ctx.world_size), ctx.dtype_bytes
         rows = ctx.num_nodes / q
         work = local_work(ctx, rows, (ctx.num_edges + ctx.num_nodes) / ctx.world_size)
-        if self.options.comm == CommKind.oblivious:
+        if self.comm == CAGNET:
+            moved = [("allgather", rows * w * b) for w in list(ctx.comm_widths) + list(ctx.grad_widths)
+                     for _ in range(q)]
+            work.collectives += moved + [("allreduce", ctx.param_bytes)]
+            return work
+        if self.comm == DENSE:
             # the all-gather and reduce-scatter run as all-to-alls sending every owned row to every peer
             moved = [("alltoall", (q - 1) * rows * w * b) for w in list(ctx.comm_widths) + list(ctx.grad_widths)]
             work.copy_bytes += 2 * sum(nbytes for _, nbytes in moved)
@@ -116,9 +137,9 @@ class PartitionMode(Mode):
         return work
 
     def estimate_memory(self, ctx) -> MemoryEstimate:
-        """The oblivious all-gather receives every row of each layer's input."""
-        return estimate_memory(ctx, self.num_parts(ctx.world_size),
-                               gather_all=self.options.comm == CommKind.oblivious)
+        """The dense all-to-all receives every row of each layer's input; CAGNET holds two received blocks
+        at a time (the one multiplied and the next in flight), below the halo estimate's bound for p > 2."""
+        return estimate_memory(ctx, self.num_parts(ctx.world_size), gather_all=self.comm == DENSE)
 
     def validate(self, ctx) -> List[str]:
         p, c = ctx.world_size, self.c
@@ -130,7 +151,15 @@ class PartitionMode(Mode):
         if (p // c) % c:
             raise PlanError("mode.replication", f"c^2={c * c} does not divide world size p={p}: each column "
                             f"group must hold p/c^2 whole block columns.", "choose c with c^2 dividing p")
+        if self.comm == CAGNET and c > 1:
+            raise PlanError("mode.comm", f"comm=cagnet is CAGNET's 1D algorithm (p broadcast stages); it does not "
+                            f"run on the 1.5D grid (replication c={c}).",
+                            "use mode.replication=1 with cagnet, or comm=sparse / dense-alltoall for 1.5D")
         self.require_rows_per_part(ctx)
+        said = CommKind(self.options.comm)
+        if said in DEPRECATED:
+            return [f"mode.comm={said.value} is deprecated: it runs as comm={DEPRECATED[said].value} "
+                    "(the all-to-all of every row)"]
         return []
 
     def estimate_comm(self, ctx) -> Optional[CommEstimate]:
@@ -141,11 +170,19 @@ class PartitionMode(Mode):
         # backward moves only the layers whose communicated tensor has a gradient (ctx.grad_widths)
         if c > 1:
             by_kind["row_allreduce"] = c * n * (sum(widths) + sum(ctx.grad_widths)) * b
-        if self.options.comm == CommKind.oblivious:
+        if self.comm == CAGNET:
+            # sum_l over every layer's aggregation (its communicated width f_l) forward; backward over the
+            # layers whose aggregated tensor has a gradient (ctx.grad_widths)
+            by_kind.update({"bcast_fwd": (q - 1) * n * sum(widths) * b,
+                            "bcast_bwd": (q - 1) * n * sum(ctx.grad_widths) * b})
+            formula = ("bcast_fwd = (p - 1) * N * sum_l f_l * bytes (p stages, stage s: rank s's N/p rows to the "
+                       "p - 1 others); bcast_bwd the same over the layers with an input gradient")
+            return CommEstimate(sum(by_kind.values()), {k: v for k, v in by_kind.items() if v}, formula)
+        if self.comm == DENSE:
             by_kind.update({"allgather": (q - 1) * n * sum(widths) * b,
                             "reduce_scatter": (q - 1) * n * sum(ctx.grad_widths) * b})
             formula = ("allgather = (p/c - 1) * N * sum_l f_l * bytes; reduce_scatter the same over the layers "
-                       "with an input gradient")
+                       "with an input gradient (both as all-to-alls of every row)")
             return CommEstimate(sum(by_kind.values()), by_kind, formula)
         return CommEstimate(None, by_kind, "halo = f * sum_i sum_{j!=i} |NnzCols(A_ij)| * bytes per layer "
                             "and direction; known after partitioning (gnntrain partition)")
@@ -154,7 +191,7 @@ class PartitionMode(Mode):
         """1D sparse: the halo bytes the partition implies (Sparsity-Aware Communication for Distributed
         GNN Training, §4: METIS's total volume x f per layer and direction), exactly what a run measures.
         Backward moves only the layers whose communicated tensor has a gradient."""
-        if self.options.comm != CommKind.sparse or self.c > 1 or plan.world_size < 2:
+        if self.comm != SPARSE or self.c > 1 or plan.world_size < 2:
             return None
         widths, backward = self.exchanged_widths(data)
         rows, b = int(part.metrics.total_volume), DTYPE_BYTES[plan.dtype]
@@ -165,7 +202,7 @@ class PartitionMode(Mode):
 
     def details(self, ctx) -> Dict[str, Any]:
         grid = Grid(ctx.world_size, self.c)
-        return {"grid": f"{grid.rows} x {grid.c} (block rows x replicas)", "comm": self.options.comm.value,
+        return {"grid": f"{grid.rows} x {grid.c} (block rows x replicas)", "comm": self.comm.value,
                 "layer order": LAYER_ORDER[self.options.aggregate_first],
                 "widths communicated": list(ctx.comm_widths)}
 
@@ -181,6 +218,7 @@ class PartitionMode(Mode):
         src_n, dst_n = inverse[src], inverse[dst]
         order = torch.argsort(dst_n, stable=True)
         src_n, dst_n, w = src_n[order], dst_n[order], w[order]
+        by_src = torch.argsort(src_n, stable=True) if self.comm == CAGNET else None  # out-edges, for A^T
         masks = data.masks
         counts = {s: int(masks[s].sum()) for s in SPLITS}
 
@@ -201,7 +239,7 @@ class PartitionMode(Mode):
                 count_masks={sp: (masks[sp][rows] if count else torch.zeros(hi - lo, dtype=torch.bool))
                              for sp in SPLITS},
                 global_counts=counts, global_ids=rows, edges=(d[keep] - lo, s[keep], ww[keep]),
-                info={"offsets": offsets, "c": grid.c},
+                info={"offsets": offsets, "c": grid.c, **self._out_edges(src_n, dst_n, w, by_src, lo, hi)},
             ))
         m = part.metrics
         summary = {"num_parts": q, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
@@ -209,14 +247,27 @@ class PartitionMode(Mode):
                    "send_imbalance": m.send_imbalance, "nnz_balance": m.nnz_balance}
         return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start)
 
+    @staticmethod
+    def _out_edges(src, dst, w, by_src, lo: int, hi: int) -> Dict[str, Any]:
+        """CAGNET's backward multiplies by the transposed blocks: the edges leaving rows [lo, hi)
+        as (dst global, src local, weight)."""
+        if by_src is None:
+            return {}
+        s_lo, s_hi = (int(x) for x in torch.searchsorted(src[by_src], torch.tensor([lo, hi])))
+        sel = by_src[s_lo:s_hi]
+        return {"out_edges": (dst[sel], src[sel] - lo, w[sel])}
+
     # ---------------------------------------------------------------- train
-    def strategy(self, shard: RankShard, ctx) -> "PartitionStrategy":
+    def strategy(self, shard: RankShard, ctx) -> "FullGraphStrategy":
+        if self.comm == CAGNET:
+            return CagnetStrategy(shard, ctx, self.settings, aggregate_first=self.options.aggregate_first)
         return PartitionStrategy(shard, ctx, self.settings, self.options)
 
 
 class PartitionStrategy(FullGraphStrategy):
     """A rank of the 1D/1.5D grid: its own rows' product plus the halo rows' product, the halo
-    exchanged per layer (sparse all-to-all or oblivious all-gather), 1.5D rows summed over the grid row."""
+    exchanged per layer (sparse all-to-all, or the dense all-to-all of every row), 1.5D rows summed over the
+    grid row."""
 
     def __init__(self, shard: RankShard, ctx, settings: RunSettings, options: "PartitionConfig"):
         comm = self.comm = ctx.comm
@@ -226,7 +277,7 @@ class PartitionStrategy(FullGraphStrategy):
         blocks = grid.group_blocks(k)
         block_rank = [grid.sender(j, k) for j in range(grid.rows)]
         dst, src, w = shard.edges
-        sparse = options.comm == CommKind.sparse
+        sparse = options.comm == SPARSE
         kinds = ("halo_fwd", "halo_bwd") if sparse else ("allgather", "reduce_scatter")
         self.halo = plan = build_halo_plan(comm, src, offsets, i, blocks, block_rank, sparse, kinds)
         own_included = i in blocks
