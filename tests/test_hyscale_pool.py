@@ -157,3 +157,27 @@ def test_plan_prints_the_thread_split():
 def test_a_run_keeps_the_reserve_where_the_machine_has_the_cores():
     assert on_this_host([4, 12], cores=16) == [4, 12]  # the plan's reserve, not an even 8 / 8
     assert on_this_host([8, 8], cores=2) == [1, 1]  # a profile bigger than this machine: its even share
+
+
+def test_the_models_stage_costs_are_measured_at_start(train):
+    """§V's costs come from probes on each rank (its gather, copy, forward+backward with mode.slowdown, one
+    gradient all-reduce), not from the hardware profile's rates: a trainer slowed 20x costs about 20x more per
+    seed to train, and the profile's guess is kept beside them."""
+    s = train(["dataset=csbm"] + HS + ["mode.fanouts=[4,3]", "mode.batch_size=64", "mode.drm=false",
+                                        "mode.slowdown=[20,1]", "model=sage", "train.epochs=1"])
+    costs = s["mode_report"]["model_per_seed_s"]
+    assert costs["train"][0] > 5 * costs["train"][1] > 0 and costs["sync_s"] > 0
+    assert all(x > 0 for x in costs["load"])
+    assert s["mode_report"]["profile_per_seed_s"]["train"] != costs["train"]
+
+
+def test_the_models_epoch_is_serial_without_prefetch_and_pipelined_with_it():
+    from gnntrain.modes.hyscale.perf_model import model_iteration_s
+
+    costs = {"train": [2.0, 1.0], "transfer": [0.0, 0.5], "load": [0.5, 0.5], "sync_s": 3.0}
+    samp = [1.0, 1.0]
+    piped = model_iteration_s(costs, samp, [0.5, 0.5], 4)  # 2 seeds each
+    serial = model_iteration_s(costs, samp, [0.5, 0.5], 4, pipelined=False)
+    assert piped["T_exec_s"] == max(piped["T_samp_s"], piped["T_load_s"], piped["T_trans_s"], piped["T_prop_s"])
+    assert piped["T_prop_s"] == 2 * 2.0 + 3.0
+    assert serial["T_exec_s"] == 2 * (1.0 + 2.0 + 0.0 + 0.5) + 3.0  # trainer 0's stages in turn, then the sync

@@ -98,14 +98,18 @@ def model_shares(costs: Dict[str, Any], samp_per_seed: Sequence[float], min_shar
 
 
 def model_iteration_s(costs: Dict[str, Any], samp_per_seed: Sequence[float], shares: Sequence[float],
-                      batch: int) -> Dict[str, float]:
-    """The model's per-iteration stage times (eq. 6) for ``shares`` of a global ``batch``."""
+                      batch: int, pipelined: bool = True) -> Dict[str, float]:
+    """The model's per-iteration stage times for ``shares`` of a global ``batch``. Pipelined (prefetch, §IV-B):
+    eq. 6, the slowest stage, T_exec = max(T_samp, T_load, T_trans, T_prop). Serial (prefetch off): each
+    trainer samples, loads, copies and trains in turn, then all sync: T_exec = max_i Σ_stages + T_sync."""
     b = [batch * s for s in shares]
     t_samp = max(x * n for x, n in zip(samp_per_seed, b))
     t_load = sum(x * n for x, n in zip(costs["load"], b))
     t_trans = max(x * n for x, n in zip(costs["transfer"], b))
     t_prop = max(x * n for x, n in zip(costs["train"], b)) + costs["sync_s"]
-    return {"T_samp_s": t_samp, "T_load_s": t_load, "T_trans_s": t_trans, "T_prop_s": t_prop,
-            "T_exec_s": max(t_samp, t_load, t_trans, t_prop)}
+    serial = max(n * (sp + tr + tf + ld) for n, sp, tr, tf, ld in zip(b, samp_per_seed, costs["train"],
+                                                                     costs["transfer"], costs["load"]))
+    t_exec = max(t_samp, t_load, t_trans, t_prop) if pipelined else serial + costs["sync_s"]
+    return {"T_samp_s": t_samp, "T_load_s": t_load, "T_trans_s": t_trans, "T_prop_s": t_prop, "T_exec_s": t_exec}
 
 

@@ -231,20 +231,64 @@ class HyScaleTrainer(RankStrategy):
         times = []
         for _ in range(3):
             t0 = time.perf_counter()
-            self.sampler.sample(seeds, probe)
+            input_nodes, blocks = self.sampler.sample(seeds, probe)
             times.append(time.perf_counter() - t0)
         use_threads(before)
         concurrent = self.pool.active if self.pool is not None else 1
         mine = statistics.median(times[1:]) / seeds.numel() / concurrent
-        slots = [0.0] * self.world
+        measured = self._probe_stages(seeds, input_nodes, blocks)
+        slots = [0.0] * (4 * self.world + 1)
         slots[self.rank] = mine
-        samp = self.comm.reduce_stats(slots)  # every rank computes the same split from the same numbers
-        costs = self.ctx.plan.mode_details["model seconds per seed"]
+        for j, name in enumerate(("train", "transfer", "load")):
+            slots[(j + 1) * self.world + self.rank] = measured[name] / seeds.numel()
+        slots[-1] = measured["sync_s"] / self.world  # every rank times the same collective: their mean
+        shared = self.comm.reduce_stats(slots)  # every rank computes the same split from the same numbers
+        samp = shared[:self.world]
+        costs = {name: shared[(j + 1) * self.world:(j + 2) * self.world]
+                 for j, name in enumerate(("train", "transfer", "load"))}
+        costs["sync_s"] = shared[-1]
         shares = model_shares(costs, samp, float(self.o.drm_min_share))
         self.initial = {"source": "performance model", "shares": [round(x, 6) for x in shares],
                         "T_samp_per_seed_s": samp, "model_per_seed_s": costs,
-                        "predicted_iteration_s": model_iteration_s(costs, samp, shares, self.batch_size)}
+                        "profile_per_seed_s": self.ctx.plan.mode_details["model seconds per seed"],
+                        "predicted_iteration_s": model_iteration_s(costs, samp, shares, self.batch_size,
+                                                                   pipelined=bool(self.o.prefetch))}
         return tuple(round(x, 6) for x in shares)
+
+    def _probe_stages(self, seeds: torch.Tensor, input_nodes: torch.Tensor, blocks: List[Block]) -> Dict[str, float]:
+        """§V's stage costs measured on this rank at start (the paper profiles them; the hardware profile's
+        rates are a plan-time guess): the probe batch's feature gather, host→device copy, forward+backward (on
+        a copy of the model: training is untouched; ``mode.slowdown`` applied) and one gradient all-reduce,
+        each the median of two after a warm-up."""
+        model = copy.deepcopy(self.model)
+        params = list(model.parameters())
+        kernel = self.ctx.plan.kernel
+
+        def timed(fn) -> float:
+            seconds = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                fn()
+                if self.gpu:
+                    torch.cuda.synchronize(self.device)
+                seconds.append(time.perf_counter() - t0)
+            return statistics.median(seconds[1:])
+
+        x = self.features.index_select(0, input_nodes)
+        load = timed(lambda: self.features.index_select(0, input_nodes))
+        transfer = timed(lambda: x.to(self.device, copy=True)) if self.is_accel else 0.0
+        on_device = [Block(*(t.to(self.device) for t in (bl.dst, bl.src, bl.weight)), bl.num_dst, bl.num_src)
+                     for bl in blocks]
+        x_dev, y = x.to(self.device), self.shard.labels[seeds].to(self.device)
+
+        def train() -> None:
+            adjs = [SparseAdjacency(bl.dst, bl.src, bl.weight, bl.num_dst, bl.num_src, kernel=kernel,
+                                    device=self.device) for bl in on_device]
+            F.cross_entropy(block_forward(model, adjs, x_dev), y).backward()
+
+        train_s = timed(train) * max(1.0, self.slowdown)
+        sync = timed(lambda: sync_gradients(params, self.comm, through_host=self.through_host))
+        return {"train": train_s, "transfer": transfer, "load": load, "sync_s": sync}
 
     def _apply_threads(self, threads: Dict[str, int]) -> None:
         """balance_thread's moves, made real on a CPU trainer (§IV-A): the sampler pool's threads (T_SC),
@@ -337,6 +381,10 @@ class HyScaleTrainer(RankStrategy):
         details = self.ctx.plan.mode_details
         predicted = {k[:-3] + "_s": v / 1e3 for k, v in details["performance model (per iteration)"].items()}
         predicted["V0_per_trainer"] = details["predicted |V0| per trainer"]
+        # the model calibrated at start (stage costs measured on each rank) where it ran; else the plan's guess
+        predicted.update(initial.get("predicted_iteration_s") or {})
+        if initial.get("model_per_seed_s"):
+            predicted["T_sync_s"] = initial["model_per_seed_s"]["sync_s"]
         return {
             "trainers": [("accel" if a else "cpu") + f":{d}" for a, d in zip(accel, self.ctx.plan.rank_devices)],
             "shares_final": [round(s, 5) for s in history[-1]["hyscale"]["shares"]],
@@ -355,6 +403,7 @@ class HyScaleTrainer(RankStrategy):
             "initial_shares_source": initial.get("source", "resumed"),
             "model_T_samp_per_seed_s": initial.get("T_samp_per_seed_s"),
             "model_per_seed_s": initial.get("model_per_seed_s"),
+            "profile_per_seed_s": initial.get("profile_per_seed_s"),  # the hardware profile's plan-time guess
             "model_predicted_iteration_s": initial.get("predicted_iteration_s"),
             "sampler_pool_threads": [sp["T_SC"] for sp in self.splits],
             "threads_per_trainer": [dict(sp) for sp in self.splits],
