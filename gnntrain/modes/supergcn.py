@@ -14,7 +14,8 @@ docs/design.md#supergcn):
   into one partial sum per destination. Rows per pair = |cover|.
 
 The exchange starts asynchronously and the local aggregation runs while it
-is in flight (``mode.overlap``, SuperGCN §2 "Overview of the SuperGCN", step 5); backward exchanges synchronously.
+is in flight (``mode.overlap``, SuperGCN §2 "Overview of the SuperGCN", step 5); with it, backward's
+exchange overlaps the local aggregation's backward too (an extension; docs/design.md#supergcn).
 
 Both halves are sparse products: the sender builds its outgoing rows as
 ``S_j · H_j`` (S_j selects post rows and sums pre edges, each source row

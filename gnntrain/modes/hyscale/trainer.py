@@ -208,9 +208,9 @@ class HyScaleTrainer(RankStrategy):
             shares = tuple(history[-1]["hyscale"]["shares"])
             threads = dict(history[-1]["hyscale"].get("threads", threads))
             self.initial = dict(history[0]["hyscale"].get("initial", {}))
-        elif self.o.shares:
+        elif self.o.shares:  # the user's split; the calibrated model still predicts its epoch
             shares = initial_shares(self.o, self.world)
-            self.initial = {"source": "mode.shares", "shares": list(shares)}
+            self.initial = {"source": "mode.shares", "shares": list(shares), **self._calibrate(shares)}
         else:
             shares = self._model_shares()
         self.state = DRMState(shares=shares, threads=threads)
@@ -220,10 +220,18 @@ class HyScaleTrainer(RankStrategy):
             self.schedule.set(k, self.state.shares)
 
     def _model_shares(self) -> Tuple[float, ...]:
-        """HyScale §III-B/§V: the initial split from the performance model. T_samp is measured once: this
-        trainer samples an even slice of the first global batch three times (the first warms up) on its
-        pool's per-draw threads; the pool draws ``active`` batches at once, so the per-iteration cost is
-        the draw time over that. The train, transfer and load costs per seed come from the plan's model."""
+        """HyScale §III-B/§V: the initial split from the performance model calibrated at start."""
+        figures = self._calibrate(None)
+        shares = tuple(figures.pop("shares"))
+        self.initial = {"source": "performance model", "shares": list(shares), **figures}
+        return shares
+
+    def _calibrate(self, shares: Optional[Sequence[float]]) -> Dict[str, Any]:
+        """The §V model's inputs measured on every rank, and its split (``shares`` None) or its prediction for
+        ``shares``. T_samp: this trainer samples an even slice of the first global batch three times (the first
+        warms up) on its pool's per-draw threads; the pool draws ``active`` batches at once, so the
+        per-iteration cost is the draw time over that. The train, transfer, load and sync costs come from
+        :meth:`_probe_stages` (the plan's profile-based guess is kept beside them)."""
         seeds = self.global_batch(0)[:max(1, math.ceil(self.batch_size / self.world))]
         probe = derive_seed(self.seed, Stream.sampling, self.rank, 2**40)  # a k no batch has
         before = torch.get_num_threads()
@@ -247,13 +255,12 @@ class HyScaleTrainer(RankStrategy):
         costs = {name: shared[(j + 1) * self.world:(j + 2) * self.world]
                  for j, name in enumerate(("train", "transfer", "load"))}
         costs["sync_s"] = shared[-1]
-        shares = model_shares(costs, samp, float(self.o.drm_min_share))
-        self.initial = {"source": "performance model", "shares": [round(x, 6) for x in shares],
-                        "T_samp_per_seed_s": samp, "model_per_seed_s": costs,
-                        "profile_per_seed_s": self.ctx.plan.mode_details["model seconds per seed"],
-                        "predicted_iteration_s": model_iteration_s(costs, samp, shares, self.batch_size,
-                                                                   pipelined=bool(self.o.prefetch))}
-        return tuple(round(x, 6) for x in shares)
+        if shares is None:
+            shares = tuple(round(x, 6) for x in model_shares(costs, samp, float(self.o.drm_min_share)))
+        return {"shares": list(shares), "T_samp_per_seed_s": samp, "model_per_seed_s": costs,
+                "profile_per_seed_s": self.ctx.plan.mode_details["model seconds per seed"],
+                "predicted_iteration_s": model_iteration_s(costs, samp, shares, self.batch_size,
+                                                           pipelined=bool(self.o.prefetch))}
 
     def _probe_stages(self, seeds: torch.Tensor, input_nodes: torch.Tensor, blocks: List[Block]) -> Dict[str, float]:
         """§V's stage costs measured on this rank at start (the paper profiles them; the hardware profile's
