@@ -304,6 +304,31 @@ def test_api_trains_from_numpy_arrays_and_reuses_the_ingested_graph(cache_dir, t
     assert first.plan.config["dataset"]["num_nodes"] == n
 
 
+def test_api_takes_any_array_layout_and_negative_labels_as_unlabeled(cache_dir, tmp_path):
+    """Issue 57: features straight from pandas (Fortran order), a transposed edge list and y = -1 for unlabeled
+    nodes train like plain arrays (written row-major a block at a time, not refused); the unlabeled nodes are
+    in no mask."""
+    import gnntrain.api as gt
+
+    rng = np.random.default_rng(4)
+    n = 90
+    x = rng.standard_normal((n, 5))
+    y = rng.integers(0, 3, size=n)
+    y[::7] = -1
+    edges = rng.integers(0, n, size=(400, 2))
+    overrides = [f"cache_dir={cache_dir}", "mode=single", "train.epochs=2", "train.progress=false"]
+    odd = gt.train({"edge_index": edges.T, "x": np.asfortranarray(x), "y": y}, overrides, run_dir=tmp_path / "a")
+    assert not edges.T.flags.c_contiguous and not np.asfortranarray(x).flags.c_contiguous
+    plain = gt.train({"edge_index": np.ascontiguousarray(edges.T), "x": x, "y": y}, overrides,
+                     run_dir=tmp_path / "b")
+    assert odd.status == "completed" and odd.losses == plain.losses
+    folder = Path(odd.plan.config["dataset"]["path"])
+    labels = np.load(folder / "labels.npy")
+    assert (labels[::7] == -1).all() and (labels >= 0).sum() == n - len(range(0, n, 7))
+    for split in ("train", "val", "test"):
+        assert not np.load(folder / f"{split}_mask.npy")[::7].any()
+
+
 # ------------------------------------------------------------------ your own model
 LAYER_SOURCE = '''
 import torch

@@ -409,8 +409,8 @@ def ingest_arrays(out: Path, edge_index, features, labels, masks: Optional[Dict[
     to_np = lambda t: t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
     with tempfile.TemporaryDirectory(prefix="gnntrain-arrays-", dir=Path(out).expanduser().parent) as tmp:
         tmp = Path(tmp)
-        np.save(tmp / "edges.npy", to_np(edge_index))
-        np.save(tmp / "features.npy", to_np(features))
+        _save_rows(tmp / "edges.npy", to_np(edge_index))
+        _save_rows(tmp / "features.npy", to_np(features))
         np.save(tmp / "labels.npy", to_np(labels))
         mask_paths = {}
         for name, mask in (masks or {}).items():
@@ -420,5 +420,21 @@ def ingest_arrays(out: Path, edge_index, features, labels, masks: Optional[Dict[
         feats = to_np(features)
         if num_nodes is not None and int(num_nodes) != feats.shape[0]:
             raise DatasetError(f"ingest: num_nodes={num_nodes} but features have {feats.shape[0]} rows.")
-        node_opts = NodeOptions(features=tmp / "features.npy", labels=tmp / "labels.npy", masks=mask_paths)
+        # an in-memory label array cannot leave a node out: a negative label (y = -1) marks it unlabeled
+        node_opts = NodeOptions(features=tmp / "features.npy", labels=tmp / "labels.npy", masks=mask_paths,
+                                negative_labels_unlabeled=True)
         return ingest(IngestOptions(out=Path(out), edges=[tmp / "edges.npy"], nodes=node_opts, **options))
+
+
+def _save_rows(path: Path, array: np.ndarray, block_bytes: int = 64 * 2**20) -> None:
+    """``array`` as a row-major .npy, written a block of rows at a time: a Fortran-ordered or strided array
+    (pandas' ``to_numpy()``, a transposed tensor) becomes a plain one without a second copy in memory."""
+    if array.flags.c_contiguous or array.ndim < 2:
+        np.save(path, np.ascontiguousarray(array))
+        return
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=array.dtype, shape=array.shape)
+    rows = max(1, block_bytes // max(1, array.dtype.itemsize * int(np.prod(array.shape[1:]))))
+    for lo in range(0, array.shape[0], rows):
+        out[lo:lo + rows] = array[lo:lo + rows]
+    out.flush()
+    del out

@@ -83,6 +83,9 @@ class NodeOptions:
     num_classes: int = 0  # 0: max label + 1
     masks: Dict[str, Optional[Path]] = field(default_factory=dict)  # train_mask/val_mask/test_mask -> .npy
     id_type: str = "auto"
+    # a .npy of labels in node order with negative entries for unlabeled nodes (the Python API's y = -1; a file
+    # leaves such nodes out instead, so files keep refusing negatives)
+    negative_labels_unlabeled: bool = False
     csv: CsvOptions = field(default_factory=CsvOptions)
 
 
@@ -373,6 +376,8 @@ def read_labels(path: Path, opts: NodeOptions, ids: NodeIds) -> np.ndarray:
             raise DatasetError(f"ingest: --labels {path} has {values.shape[0]} rows for {ids.num_nodes} nodes; "
                                f"a .npy of labels needs one row per node, in node order.")
         out = _label_array(np.asarray(values), str(path), lambda i: f"row {i}")
+        if opts.negative_labels_unlabeled:
+            return np.where(out < 0, -1, out)
         _check_labels(out, str(path), lambda i: f"row {i}")
         return out
     table = open_table(path, kind, opts.csv)
