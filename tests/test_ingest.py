@@ -329,6 +329,35 @@ def test_api_takes_any_array_layout_and_negative_labels_as_unlabeled(cache_dir, 
         assert not np.load(folder / f"{split}_mask.npy")[::7].any()
 
 
+PLAIN_SCRIPT = """
+import numpy as np
+import gnntrain.api as gt
+
+rng = np.random.default_rng(0)
+n = 60
+graph = {"edge_index": rng.integers(0, n, size=(2, 300)), "x": rng.standard_normal((n, 4)),
+         "y": rng.integers(0, 3, size=n)}
+result = gt.train(graph, ["mode=partition", "hardware.ranks_per_node=2", "train.epochs=2", "train.progress=false",
+                          "cache_dir=CACHE"], run_dir="RUN")
+print("STATUS", result.status)
+"""
+
+
+def test_api_runs_ranks_from_a_plain_script_without_a_main_guard(cache_dir, tmp_path):
+    """Issue 57: a script with no ``if __name__ == "__main__":`` guard trains on two ranks (the ranks used to
+    re-import it and die with exit code 1, reported as a memory problem); from stdin too."""
+    script = tmp_path / "train_me.py"
+    script.write_text(PLAIN_SCRIPT.replace("CACHE", str(cache_dir)).replace("RUN", str(tmp_path / "run")))
+    env = dict(os.environ, GNNTRAIN_OFFLINE="1")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0 and "STATUS completed" in done.stdout, done.stdout[-1500:] + done.stderr[-1500:]
+    piped = subprocess.run([sys.executable, "-"], input=script.read_text().replace(str(tmp_path / "run"),
+                                                                                    str(tmp_path / "run2")),
+                           cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert piped.returncode == 0 and "STATUS completed" in piped.stdout, piped.stderr[-1500:]
+
+
 # ------------------------------------------------------------------ your own model
 LAYER_SOURCE = '''
 import torch

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import contextmanager
 from typing import Iterator, List, Mapping, Optional
 
@@ -30,6 +31,27 @@ def rank_threads(threads: str) -> Iterator[None]:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = saved
+
+
+@contextmanager
+def user_main_hidden() -> Iterator[None]:
+    """Start ranks without re-running the user's script. multiprocessing (spawn and forkserver alike) imports
+    the parent's ``__main__`` again in every child, by its path or module name: a plain script without an
+    ``if __name__ == "__main__":`` guard would start training again inside each rank, which multiprocessing
+    refuses (issue 57: it surfaced as a rank "died" with exit code 1). Ranks need nothing from that module
+    (their entry point is gnntrain's own), so its path and spec are hidden while they start."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = {key: main.__dict__[key] for key in ("__file__", "__spec__") if key in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
 
 
 def start_fork_server(omp_threads: str) -> None:

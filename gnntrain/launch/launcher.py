@@ -29,7 +29,13 @@ from typing import Any, Dict, List, Optional
 
 from gnntrain.errors import GnnTrainError, Interrupted, PlanError, RankFailure
 from gnntrain.interrupts import FORWARDED, graceful_stop
-from gnntrain.launch.forkserver import launched_externally, rank_threads, start_fork_server, start_method
+from gnntrain.launch.forkserver import (
+    launched_externally,
+    rank_threads,
+    start_fork_server,
+    start_method,
+    user_main_hidden,
+)
 from gnntrain.metrics import RunRecorder, build_summary, failed_summary, write_json_atomic
 from gnntrain.models.kernels import SPMM_CALLS
 
@@ -387,7 +393,7 @@ def _spawn_and_watch(plan, source, partition, preprocess_s: float, run_dir: Path
                        GNNTRAIN_LAUNCHER_PID=str(os.getpid()))  # a rank's parent is the fork server
     args = (plan, source, environment, str(run_dir), "127.0.0.1", port, partition, preprocess_s)
     start_fork_server(environment["OMP_NUM_THREADS"])  # a no-op where run_training started it
-    with rank_threads(environment["OMP_NUM_THREADS"]):  # a spawned child's
+    with rank_threads(environment["OMP_NUM_THREADS"]), user_main_hidden():  # a spawned child's
         context = mp.start_processes(_spawned_rank, args=args, nprocs=plan.world_size, join=False,
                                      start_method=start_method())
     import signal
