@@ -329,6 +329,25 @@ def test_api_takes_any_array_layout_and_negative_labels_as_unlabeled(cache_dir, 
         assert not np.load(folder / f"{split}_mask.npy")[::7].any()
 
 
+def test_api_errors_name_the_argument_not_an_internal_file(cache_dir):
+    """Issue 57: bad in-memory input is named as the caller gave it (data.y, data.x, edge_index), in one line,
+    never as the temporary .npy the API wrote."""
+    import gnntrain.api as gt
+    from gnntrain.errors import DatasetError
+
+    rng = np.random.default_rng(4)
+    n = 30
+    good = {"edge_index": rng.integers(0, n, size=(2, 40)), "x": rng.standard_normal((n, 3)),
+            "y": rng.integers(0, 2, n)}
+    for bad, name in ((dict(good, y=rng.standard_normal(n)), "data.y"),
+                      (dict(good, x=good["x"].astype(object)), "data.x"),
+                      (dict(good, edge_index=good["edge_index"] + 5), "edge_index")):
+        with pytest.raises(DatasetError) as caught:
+            gt.ingest_graph(bad, cache_dir=cache_dir)
+        message = str(caught.value)
+        assert name in message and "gnntrain-arrays-" not in message and "\n" not in message, message
+
+
 PLAIN_SCRIPT = """
 import numpy as np
 import gnntrain.api as gt

@@ -423,7 +423,22 @@ def ingest_arrays(out: Path, edge_index, features, labels, masks: Optional[Dict[
         # an in-memory label array cannot leave a node out: a negative label (y = -1) marks it unlabeled
         node_opts = NodeOptions(features=tmp / "features.npy", labels=tmp / "labels.npy", masks=mask_paths,
                                 negative_labels_unlabeled=True)
-        return ingest(IngestOptions(out=Path(out), edges=[tmp / "edges.npy"], nodes=node_opts, **options))
+        names = {tmp / "edges.npy": "edge_index", tmp / "features.npy": "the features (data.x)",
+                 tmp / "labels.npy": "the labels (data.y)", **{path: key for key, path in mask_paths.items()}}
+        try:
+            return ingest(IngestOptions(out=Path(out), edges=[tmp / "edges.npy"], nodes=node_opts, **options))
+        except DatasetError as exc:  # name the caller's argument, never the temporary file written from it
+            raise DatasetError(_named(str(exc), names)) from None
+
+
+def _named(message: str, names: Dict[Path, str]) -> str:
+    """``message`` with every temporary array file (and the CLI option naming it) replaced by the argument
+    it was written from."""
+    for path, name in names.items():
+        for option in ("--edges", "--features", "--labels", "--masks", "--train-mask", "--val-mask", "--test-mask"):
+            message = message.replace(f"{option} {path}", name)
+        message = message.replace(str(path), name)
+    return message
 
 
 def _save_rows(path: Path, array: np.ndarray, block_bytes: int = 64 * 2**20) -> None:
