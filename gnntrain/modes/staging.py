@@ -16,8 +16,8 @@ after it has issued the next step's loads and compute. Nothing waits for the dev
 """
 from __future__ import annotations
 
-import time
 from collections import deque
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, Deque, List, Optional, Union
 
@@ -98,10 +98,7 @@ class HostToDeviceStager:
         nbytes = rows.numel() * rows.element_size()
         self._bound(compute, nbytes)
         with torch.cuda.stream(self.stream):
-            if self.timeline is not None:
-                with self.timeline.span("h2d", self.stream):
-                    out = rows.to(self.device, non_blocking=True)
-            else:
+            with _span(self.timeline, "h2d", self.stream):
                 out = rows.to(self.device, non_blocking=True)
             landed = torch.cuda.Event()
             landed.record(self.stream)
@@ -169,7 +166,6 @@ class DeviceToHostQueue:
         self.closed: Deque[List[_Write]] = deque()
         self.open: List[_Write] = []
         self.issued = self.settled = 0  # copies issued and landed (tests read them)
-        self.host_seconds = 0.0  # host-side work run while settling (⊕-adds and unpinned writes)
 
     def in_flight_bytes(self) -> int:
         """Device bytes kept alive by copies that have not been settled."""
@@ -182,7 +178,7 @@ class DeviceToHostQueue:
         self.issued += 1
         if not self.staged:
             moved = rows if rows.device.type == "cpu" else rows.to("cpu")
-            self._host_work(lambda: accumulate(moved) if accumulate is not None else host.__setitem__(index, moved))
+            accumulate(moved) if accumulate is not None else host.__setitem__(index, moved)
             self.settled += 1
             return
         if not self.cuda:  # a CPU stand-in for the deferred path: a private copy, written when settled
@@ -197,10 +193,7 @@ class DeviceToHostQueue:
         produced.record(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.stream):
             self.stream.wait_event(produced)
-            if self.timeline is not None:
-                with self.timeline.span("d2h", self.stream):
-                    target.copy_(rows, non_blocking=True)
-            else:
+            with _span(self.timeline, "d2h", self.stream):
                 target.copy_(rows, non_blocking=True)
             landed = torch.cuda.Event()
             landed.record(self.stream)
@@ -239,9 +232,9 @@ class DeviceToHostQueue:
                 if w.is_copy:
                     self.settled += 1
                 if w.then is not None:
-                    self._host_work(w.then)
+                    w.then()
 
-    def _host_work(self, work: Callable[[], None]) -> None:
-        start = time.perf_counter()
-        work()
-        self.host_seconds += time.perf_counter() - start
+
+def _span(timeline: Optional[DeviceTimeline], name: str, stream):
+    """The copy's busy interval on ``timeline`` where there is one (HongTu's engine), else nothing."""
+    return timeline.span(name, stream) if timeline is not None else nullcontext()

@@ -156,7 +156,7 @@ class HongTuEngine(ChunkTransfers):
         if self.p > 0:
             for i in range(1, len(layers)):  # a GPU draws each chunk's rows where it uses them ("device")
                 self.masks[i] = "device" if self.pin else dropout.keep_mask(model.spec.dims[i], i)
-        x_key = (x.data_ptr(), x._version, tuple(x.shape), x.dtype, x.requires_grad)
+        x_key = _inputs_key(x)
         if self.pin and not x.is_pinned():
             x = self._pinned(x)
         self.timeline.reset()
@@ -239,7 +239,7 @@ class HongTuEngine(ChunkTransfers):
 
     def _pinned(self, x: torch.Tensor) -> torch.Tensor:
         """A pinned copy of the input features, made once while they are unchanged (not at every epoch)."""
-        key = (x.data_ptr(), x._version, tuple(x.shape), x.dtype)
+        key = _inputs_key(x)
         if self._pinned_inputs is None or self._pinned_inputs[0] != key:
             self._pinned_inputs = (key, x.pin_memory())
         return self._pinned_inputs[1]
@@ -348,3 +348,9 @@ class _HongTuEpoch(torch.autograd.Function):
     def backward(ctx, grad_logits):  # type: ignore[override]
         sums = ctx.engine.run_backward(ctx.model, grad_logits)
         return (None, None, None, None, *sums)
+
+
+def _inputs_key(x: torch.Tensor) -> tuple:
+    """What identifies the input features between passes: their storage, version, shape and dtype (a pinned
+    copy or a kept A·x of them stays valid while it is unchanged)."""
+    return (x.data_ptr(), x._version, tuple(x.shape), x.dtype, x.requires_grad)

@@ -104,8 +104,7 @@ class ChunkTransfers:
         headroom); the arena counts what stays."""
         self.d2h.close_group()
         self.d2h.settle(keep)
-        if self.in_flight_limit is not None and self.d2h.in_flight_bytes() > self.in_flight_limit:
-            self.d2h.settle(0)
+        self._bound_write_backs()
         self.arena.hold("d2h_in_flight", self.d2h.in_flight_bytes())
 
     def _carry(self, step: Step, idx: StepIndex, prev: Optional[torch.Tensor], make, width: int,

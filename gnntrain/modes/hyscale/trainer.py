@@ -146,6 +146,11 @@ class HyScaleTrainer(RankStrategy):
         b.seconds["transfer"] = time.perf_counter() - t0
         return b
 
+    def _adjacencies(self, blocks: Sequence[Block]) -> List[SparseAdjacency]:
+        """A batch's sampled blocks as the layers' adjacencies, with the plan's kernel on this trainer's device."""
+        return [SparseAdjacency(bl.dst, bl.src, bl.weight, bl.num_dst, bl.num_src, kernel=self.ctx.plan.kernel,
+                                device=self.device) for bl in blocks]
+
     def dropout(self, h: torch.Tensor) -> torch.Tensor:
         """Per-batch dropout from a generator reseeded per (trainer, global batch), so a resumed run replays it."""
         p = float(self.settings.model.dropout)
@@ -167,9 +172,7 @@ class HyScaleTrainer(RankStrategy):
         if b.seeds.numel():
             # dropout masks depend on (seed, trainer, global batch) only, so a resumed run replays them
             self.drop_gen.manual_seed(derive_seed(self.seed, Stream.batch_dropout, self.rank, b.k))
-            kernel = self.ctx.plan.kernel
-            adjs = [SparseAdjacency(bl.dst, bl.src, bl.weight, bl.num_dst, bl.num_src, kernel=kernel,
-                                    device=self.device) for bl in b.blocks]
+            adjs = self._adjacencies(b.blocks)
             x = b.x.to(self.device, non_blocking=True)
             y = b.y.to(self.device)
             logits = block_forward(model, adjs, x, self.dropout)
@@ -269,7 +272,6 @@ class HyScaleTrainer(RankStrategy):
         each the median of two after a warm-up."""
         model = copy.deepcopy(self.model)
         params = list(model.parameters())
-        kernel = self.ctx.plan.kernel
 
         def timed(fn) -> float:
             seconds = []
@@ -289,9 +291,7 @@ class HyScaleTrainer(RankStrategy):
         x_dev, y = x.to(self.device), self.shard.labels[seeds].to(self.device)
 
         def train() -> None:
-            adjs = [SparseAdjacency(bl.dst, bl.src, bl.weight, bl.num_dst, bl.num_src, kernel=kernel,
-                                    device=self.device) for bl in on_device]
-            F.cross_entropy(block_forward(model, adjs, x_dev), y).backward()
+            F.cross_entropy(block_forward(model, self._adjacencies(on_device), x_dev), y).backward()
 
         train_s = timed(train) * max(1.0, self.slowdown)
         sync = timed(lambda: sync_gradients(params, self.comm, through_host=self.through_host))
