@@ -369,7 +369,8 @@ def test_summary_reports_shares_stages_and_predictions(train, tmp_path):
     report = s["mode_report"]
     assert report["trainers"] == ["cpu:cpu", "accel:cpu"]
     assert len(report["shares_per_iteration"]) == report["iterations"] == 2 * 3  # 135 train nodes / 64
-    assert all(len(sh) == 2 and abs(sum(sh) - 1) < 1e-9 for sh in report["shares_per_iteration"])
+    # the report rounds each share to 5 places, so their sum is 1 within 2 half-units of the 5th place
+    assert all(len(sh) == 2 and abs(sum(sh) - 1) <= 1e-5 for sh in report["shares_per_iteration"])
     for stage in ("sample", "load", "transfer", "train", "sync"):
         assert len(report["stage_time_median_s"][stage]) == 2
     pvm = report["predicted_vs_measured_s"]
