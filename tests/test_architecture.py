@@ -21,7 +21,8 @@ MAX_MODULE_LINES = 500
 
 # lower index = lower layer; a module may import its own layer or lower ones only
 LAYERS: List[Set[str]] = [
-    {"gnntrain", "gnntrain.errors", "gnntrain.atomic", "gnntrain.artifact", "gnntrain.seeding", "gnntrain.logs",
+    {"gnntrain", "gnntrain.errors", "gnntrain.registry", "gnntrain.atomic", "gnntrain.artifact", "gnntrain.seeding",
+     "gnntrain.logs",
      "gnntrain.config",
      "gnntrain.interrupts",
      "gnntrain.backends"},

@@ -138,7 +138,9 @@ def test_auto_where_nothing_fits(cache_dir):
 
 # ------------------------------------------------------------------ predict
 def test_every_plan_on_a_calibrated_profile_carries_a_prediction(cache_dir):
-    for mode in ("single", "partition", "mop", "supergcn", "hongtu", "hyscale"):
+    from gnntrain.modes import MODE_REGISTRY
+
+    for mode in sorted(MODE_REGISTRY):
         plan = _plan([f"mode={mode}"], cache_dir)
         p = plan.prediction
         assert p["epoch_s"] > 0 and p["compute_s"] > 0 and p["memory_bytes"] == plan.memory_per_rank.total_bytes

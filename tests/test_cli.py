@@ -105,7 +105,9 @@ import re  # noqa: E402
 import pytest  # noqa: E402
 from conftest import compose  # noqa: E402
 
-MODES = ["partition", "single", "hongtu", "hyscale", "mop", "supergcn"]
+from gnntrain.modes import MODE_REGISTRY  # noqa: E402
+
+MODES = sorted(MODE_REGISTRY)  # every registered mode, a new one included
 
 
 def _render(fn, *args, width: int = 80, **kwargs) -> str:

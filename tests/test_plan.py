@@ -99,8 +99,7 @@ def test_a_registered_mode_plugs_into_composition_and_the_plan(monkeypatch):
             return MemoryEstimate(graph_bytes=7, feature_bytes=0, activation_bytes=0)
 
     store = ConfigStore.instance()
-    monkeypatch.setitem(MODE_REGISTRY, "toy", ToyMode)  # removed again after the test
-    register_mode(ToyMode)
+    register_mode(ToyMode)  # removed again after the test
     try:
         assert "toy_schema.yaml" in store.repo["mode"]
         store.store(group="mode", name="toy", node={"defaults": ["toy_schema"], "factor": 3})
@@ -111,6 +110,7 @@ def test_a_registered_mode_plugs_into_composition_and_the_plan(monkeypatch):
         with pytest.raises(ConfigCompositionException):
             compose(["mode=toy", "mode.not_an_option=1"])
     finally:
+        MODE_REGISTRY.remove("toy")
         for entry in ("toy.yaml", "toy_schema.yaml"):
             store.repo["mode"].pop(entry, None)
 

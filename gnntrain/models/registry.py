@@ -21,9 +21,10 @@ one throwaway layer per depth on the meta device, so the figures are the layers'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 from gnntrain.errors import PlanError
+from gnntrain.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -47,14 +48,13 @@ class ModelFamily:
 
 
 NORMALIZATIONS = ("gcn", "mean", "sum")
-MODEL_REGISTRY: Dict[str, ModelFamily] = {}
+MODEL_REGISTRY: Registry[ModelFamily] = Registry("model")
 
 
 def register_model(family: ModelFamily) -> ModelFamily:
     if family.normalization not in NORMALIZATIONS:
         raise ValueError(f"model {family.name}: normalization {family.normalization!r} is not one of {NORMALIZATIONS}")
-    MODEL_REGISTRY[family.name] = family
-    return family
+    return MODEL_REGISTRY.add(family.name, family)
 
 
 def model_family(name: str, target: Optional[str] = None) -> ModelFamily:

@@ -26,6 +26,7 @@ from gnntrain.config.schema import ModeConfig, option_value
 from gnntrain.errors import PlanError
 from gnntrain.modes.cost import CommEstimate, CostProfile, Estimate, Prediction, Work, local_work, price_estimate
 from gnntrain.plan_types import MemoryEstimate, PlanContext, RunPlan, RunSettings, typed_section
+from gnntrain.registry import Registry
 from gnntrain.sizing import estimate_memory, halo_rows, model_dims
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.partition import Partitioning
     from gnntrain.runtime import RankContext
 
-MODE_REGISTRY: Dict[str, Type["Mode"]] = {}
+MODE_REGISTRY: "Registry[Type[Mode]]" = Registry("mode")
 
 
 def register_mode(cls: Type["Mode"]) -> Type["Mode"]:
@@ -43,7 +44,7 @@ def register_mode(cls: Type["Mode"]) -> Type["Mode"]:
     ConfigStore as ``mode/<name>_schema`` (what ``configs/mode/<name>.yaml`` extends)."""
     from hydra.core.config_store import ConfigStore
 
-    MODE_REGISTRY[cls.name] = cls
+    MODE_REGISTRY.add(cls.name, cls)
     ConfigStore.instance().store(group="mode", name=f"{cls.name}_schema", node=cls.config_class)
     return cls
 

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Iterator, Tuple
 import numpy as np
 
 from gnntrain.errors import DatasetError
+from gnntrain.registry import Registry
 
 ALGORITHM = 2  # in every content hash: 2 = block-wise draws (1 drew each array whole)
 EDGE_BLOCK = 1 << 22  # raw edges drawn per block
@@ -75,12 +76,11 @@ class Generator:
         return materialize(self.blocks(cfg))
 
 
-GENERATORS: Dict[str, Generator] = {}
+GENERATORS: Registry[Generator] = Registry("generator")
 
 
 def register_generator(generator: Generator) -> Generator:
-    GENERATORS[generator.name] = generator
-    return generator
+    return GENERATORS.add(generator.name, generator)
 
 
 def get_generator(name: str) -> Generator:

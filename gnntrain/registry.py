@@ -1,0 +1,72 @@
+"""Name → entry tables for the pluggable parts (modes, models, generators): one rule for all of them.
+
+A name is registered once. A second, different entry under a taken name is refused with one line
+naming both, instead of silently replacing the first (two plugins picking the same name would
+otherwise train whichever imported last). Registering the same entry again (a module imported
+twice, e.g. reloaded) is a no-op.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Generic, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+class DuplicateNameError(ValueError):
+    """A name registered twice with different entries."""
+
+
+def _origin(entry: object) -> str:
+    target = entry if isinstance(entry, type) else type(entry)
+    build = getattr(entry, "build", None) or getattr(entry, "blocks", None)
+    if not isinstance(entry, type) and callable(build) and hasattr(build, "__module__"):
+        target = build  # a dataclass record (ModelFamily, Generator): where its function comes from
+    return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}"
+
+
+class Registry(Generic[T]):
+    """The entries of one kind by name (``kind`` names them in messages: "mode", "model", ...)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: Dict[str, T] = {}
+
+    def add(self, name: str, entry: T) -> T:
+        """Register ``entry`` as ``name``; a different entry under a taken name is refused."""
+        current = self._entries.get(name)
+        if current is not None and current is not entry and _origin(current) != _origin(entry):
+            raise DuplicateNameError(
+                f"{self.kind} '{name}' is registered twice: by {_origin(current)} and by "
+                f"{_origin(entry)}. Give one of them another name."
+            )
+        self._entries[name] = entry
+        return entry
+
+    def remove(self, name: str) -> None:
+        """Forget ``name`` (a test's entry, registered for its duration)."""
+        self._entries.pop(name, None)
+
+    def __getitem__(self, name: str) -> T:
+        return self._entries[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, name: str, default=None):
+        return self._entries.get(name, default)
+
+    def items(self):
+        return self._entries.items()
+
+    def keys(self):
+        return self._entries.keys()
+
+    def values(self):
+        return self._entries.values()

@@ -1,0 +1,117 @@
+"""The contract every registered mode keeps, read from the registry (no test lists the modes by hand):
+it plans, prepares and trains on a small graph with its own default options, and where its spec says
+it is exact (``Mode.is_exact``) its float64 losses equal ``mode=single``'s within 1e-9
+(docs/design.md#exactness). A mode that a test registers on the fly is held to the same contract."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from conftest import EXACT, assert_exact, compose, single_losses
+
+from gnntrain.modes import MODE_REGISTRY
+
+GRAPH = ["dataset=csbm", "model=gcn"]  # the same overrides as test_exactness's csbm/gcn reference
+RUN = GRAPH + EXACT
+RANKS = ["hardware.ranks_per_node=2"]
+
+
+def _check_contract(train, mode: str, extra=()) -> dict:
+    """Plan, prepare and train ``mode`` with its defaults; exact against single where it says so."""
+    from gnntrain.plan import build_plan, plan_mode
+
+    overrides = ["dataset=csbm"] + EXACT + ["model=gcn", f"mode={mode}", *RANKS, *extra]
+    plan = build_plan(compose(overrides))
+    assert plan.mode == mode and plan.world_size >= 1 and plan.memory_per_rank.total_bytes > 0
+    summary = train(overrides)
+    assert summary["status"] == "completed", summary.get("error")
+    assert summary["mode"] == mode and summary["world_size"] == plan.world_size
+    losses = np.asarray(summary["losses"])
+    assert losses.shape == (3,) and np.all(np.isfinite(losses))
+    if plan_mode(plan).is_exact():
+        assert_exact(losses, single_losses(train, RUN))
+    else:  # approximate modes still learn the same task: the loss falls and stays near single's
+        assert losses[-1] < losses[0] * 1.05, losses
+    return summary
+
+
+@pytest.mark.parametrize("mode", sorted(MODE_REGISTRY))
+def test_every_registered_mode_plans_prepares_trains_and_is_exact_where_it_says(train, mode):
+    _check_contract(train, mode)
+
+
+def test_a_mode_registered_on_the_fly_keeps_the_same_contract(train):
+    """A new mode is one module plus one YAML: here a class and a ConfigStore node. It reuses
+    single's preparation and rank strategy, so its spec says it is exact, and the contract checks
+    that it is."""
+    from hydra.core.config_store import ConfigStore
+
+    from gnntrain.config.schema import ModeConfig
+    from gnntrain.modes import Mode, register_mode
+    from gnntrain.modes.single import SingleMode
+
+    @dataclass
+    class MirrorConfig(ModeConfig):
+        name: str = "mirror"
+
+    class MirrorMode(Mode):
+        name = "mirror"
+        config_class = MirrorConfig
+        part_store = False
+        partitions_graph = False
+        needs_elementwise = needs_restructurable = False
+        whole_graph_reason = "it mirrors mode=single"
+
+        def world_size(self, hardware_world_size: int) -> int:
+            return 1  # in this process: a rank started elsewhere would not know a test's mode
+
+        def prepare(self, data, plan, part, ranks=None):
+            return SingleMode.prepare(self, data, plan, part, ranks)
+
+        def strategy(self, shard, ctx):
+            return SingleMode.strategy(self, shard, ctx)
+
+    store = ConfigStore.instance()
+    register_mode(MirrorMode)
+    store.store(group="mode", name="mirror", node={"defaults": ["mirror_schema"]})
+    try:
+        assert "mirror" in MODE_REGISTRY
+        _check_contract(train, "mirror")
+    finally:
+        MODE_REGISTRY.remove("mirror")
+        for entry in ("mirror.yaml", "mirror_schema.yaml"):
+            store.repo["mode"].pop(entry, None)
+
+
+def test_a_second_mode_under_a_taken_name_is_refused():
+    """Two modes with one name would train whichever module imported last: refused with one line."""
+    from gnntrain.config.schema import ModeConfig
+    from gnntrain.modes import Mode, register_mode
+    from gnntrain.registry import DuplicateNameError
+
+    class Impostor(Mode):
+        name = "partition"
+        config_class = ModeConfig
+
+    with pytest.raises(DuplicateNameError, match=r"mode 'partition' is registered twice: by .*PartitionMode "
+                                                 r"and by .*Impostor\. Give one of them another name\."):
+        register_mode(Impostor)
+    assert MODE_REGISTRY["partition"].__name__ == "PartitionMode"
+    register_mode(MODE_REGISTRY["partition"])  # the same class again (a module imported twice): a no-op
+
+
+def test_a_second_model_or_generator_under_a_taken_name_is_refused():
+    from gnntrain.data.generators import GENERATORS, Generator, register_generator
+    from gnntrain.models.registry import MODEL_REGISTRY, ModelFamily, register_model
+    from gnntrain.registry import DuplicateNameError
+
+    gcn = MODEL_REGISTRY["gcn"]
+    with pytest.raises(DuplicateNameError, match="model 'gcn' is registered twice"):
+        register_model(ModelFamily(name="gcn", build=lambda d_in, d_out, options: None, normalization="gcn"))
+    assert MODEL_REGISTRY["gcn"] is gcn
+    csbm = GENERATORS["csbm"]
+    with pytest.raises(DuplicateNameError, match="generator 'csbm' is registered twice"):
+        register_generator(Generator(name="csbm", blocks=lambda ds: None, directed_edges=lambda ds: 0))
+    assert GENERATORS["csbm"] is csbm
