@@ -43,15 +43,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def compose(overrides: List[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    """The run config as users get it: the one composition function (search path included)."""
+    from gnntrain.launch.compose import compose as compose_config
 
-    import gnntrain.modes  # noqa: F401  (each mode registers its options schema on import)
-    from gnntrain.config.schema import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=list(overrides))
+    return compose_config(overrides, CONFIG_DIR)
 
 
 @pytest.fixture(scope="session")

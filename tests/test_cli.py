@@ -148,7 +148,7 @@ def test_plan_tree_has_no_python_reprs(mode, cache_dir):
     """Every mode's details, the estimates and the graph figures print as plain text with units."""
     import dataclasses
 
-    from gnntrain.cli import _load_and_partition
+    from gnntrain.cli.tasks import _load_and_partition
     from gnntrain.metrics.report import print_graph_report, print_plan
     from gnntrain.modes import MODE_REGISTRY, Mode
     from gnntrain.plan import build_mode
@@ -426,3 +426,16 @@ def test_help_lists_no_schemas(tmp_path):
     groups = [line for line in proc.stdout.splitlines() if line.startswith(("dataset: ", "mode: ", "hardware: "))]
     assert len(groups) == 3 and "_schema" not in "".join(groups), groups
     assert "mode: auto, hongtu, hyscale, mop, partition, single, supergcn" in groups
+
+
+def test_one_command_table_gives_the_usage_the_dispatch_and_the_unknown_command_line(capsys, monkeypatch):
+    import gnntrain.cli as cli
+
+    text = cli.usage()
+    assert all(f"\n  {c.name} {c.synopsis.splitlines()[0]}" in text for c in cli.COMMANDS)
+    assert cli.main(["rnu"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'rnu'. Did you mean 'run'?" in err and ", ".join(c.name for c in cli.COMMANDS) in err
+    called = []  # a command is dispatched through its table entry
+    monkeypatch.setitem(cli.BY_NAME, "report", cli.Command("report", "", "", lambda args: called.append(args) or 7))
+    assert cli.main(["report", "a", "b"]) == 7 and called == [["a", "b"]]

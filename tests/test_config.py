@@ -111,3 +111,22 @@ def test_modes_read_typed_options_at_plan_time_and_in_the_ranks():
         options = mode.options
         assert isinstance(options, SuperGCNConfig) and options.aggregation is Aggregation.pre
     assert plan.config_obj is plan.config_obj  # built once per plan, not per access
+
+
+def test_tests_the_api_and_the_cli_compose_with_the_same_search_path(tmp_path, monkeypatch):
+    """One composition function: a profile in the user's folder (where ``gnntrain calibrate`` writes)
+    composes in the tests' ``compose``, in ``gnntrain.api.compose`` and in ``gnntrain plan`` alike."""
+    from conftest import compose, run_cli
+
+    from gnntrain import api
+
+    profiles = tmp_path / "user" / "hardware"
+    profiles.mkdir(parents=True)
+    (profiles / "mybox.yaml").write_text("defaults:\n  - local-cpu\n  - _self_\nname: mybox\nranks_per_node: 3\n")
+    monkeypatch.setenv("GNNTRAIN_USER_CONFIG_DIR", str(tmp_path / "user"))
+    for cfg in (compose(["hardware=mybox"]), api.compose(["hardware=mybox"])):
+        assert (cfg.hardware.name, cfg.hardware.ranks_per_node) == ("mybox", 3)
+    proc = run_cli(["plan", "hardware=mybox", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, timeout=120,
+                   env_extra={"GNNTRAIN_USER_CONFIG_DIR": str(tmp_path / "user")})
+    assert proc.returncode == 0, proc.stderr
+    assert "world_size: 3" in (tmp_path / "run" / "plan.yaml").read_text()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 
 def config_dir() -> str:
@@ -13,6 +13,19 @@ def config_dir() -> str:
     if env:
         return str(Path(env).resolve())
     return str(Path(__file__).resolve().parents[2] / "configs")
+
+
+def with_profile_search_path(overrides: Sequence[str]) -> List[str]:
+    """``overrides`` plus the search path of the hardware profiles ``gnntrain calibrate`` writes, where
+    that folder exists and the overrides set no search path of their own: the one search path that
+    ``gnntrain run`` (a Hydra app), :func:`compose` (API, predict) and the tests all use."""
+    from gnntrain.launch.calibrate import user_config_dir
+
+    overrides = list(overrides)
+    user_dir = user_config_dir()
+    if user_dir.is_dir() and not any(o.startswith("hydra.searchpath") for o in overrides):
+        overrides.append(f"hydra.searchpath=[file://{user_dir}]")
+    return overrides
 
 
 def compose(overrides: Sequence[str] = (), directory: Optional[str] = None):
@@ -24,13 +37,9 @@ def compose(overrides: Sequence[str] = (), directory: Optional[str] = None):
 
     import gnntrain.modes  # noqa: F401  (each mode registers its options schema on import)
     from gnntrain.config.schema import register_configs
-    from gnntrain.launch.calibrate import user_config_dir
 
     register_configs()
-    overrides = list(overrides)
-    user_dir = user_config_dir()
-    if user_dir.is_dir() and not any(o.startswith("hydra.searchpath") for o in overrides):
-        overrides.append(f"hydra.searchpath=[file://{user_dir}]")
+    overrides = with_profile_search_path(overrides)
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=directory or config_dir(), version_base="1.3"):
