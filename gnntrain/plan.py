@@ -156,9 +156,7 @@ def build_plan(cfg: DictConfig) -> RunPlan:
     from gnntrain.models.registry import model_family
 
     family = model_family(m.name, m.get("target"))  # an unknown model or custom class: one PlanError
-    if m.name == "gat" and int(m.get("gat_heads", 1)) != 1:
-        raise PlanError("model.gat_heads", f"{m.gat_heads} heads asked for; the GAT layer here has one head.",
-                        "use model.gat_heads=1")
+    family.check_options(RunSettings.of(cfg).model_options)  # a value the layer refuses: one PlanError
     if int(m.layers) < 1 or int(m.hidden) < 1:
         raise PlanError("model.layers/model.hidden", "must both be at least 1.")
     if not 0.0 <= float(m.dropout) < 1.0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
@@ -48,11 +48,18 @@ class RunSettings:
     dataset: DatasetConfig
     predict: Optional[PredictConfig] = None
     cache_dir: Optional[str] = None  # as configured; gnntrain.data.cache_folder resolves it
+    # the model's own options (its layer's constructor arguments, gnntrain.models.registry.ModelFamily)
+    model_options: Dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, cfg: Mapping[str, Any]) -> "RunSettings":
         predict = cfg.get("predict")
-        return cls(model=typed_section(ModelConfig, cfg["model"]), train=typed_section(TrainConfig, cfg["train"]),
+        model = cfg["model"]
+        model = OmegaConf.to_container(model, resolve=True) if OmegaConf.is_config(model) else dict(model)
+        shared = {f.name for f in fields(ModelConfig)}
+        return cls(model=typed_section(ModelConfig, {k: v for k, v in model.items() if k in shared}),
+                   model_options={k: v for k, v in model.items() if k not in shared},
+                   train=typed_section(TrainConfig, cfg["train"]),
                    hardware=typed_section(HardwareConfig, cfg["hardware"]),
                    partitioner=typed_section(PartitionerConfig, cfg["partitioner"]),
                    dataset=typed_section(DatasetConfig, cfg["dataset"]),

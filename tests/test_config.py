@@ -2,6 +2,7 @@
 keys or values fail at composition with Hydra's own message."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,19 @@ def _options(group: str):
 
 def _schema_class(group: str, option: str) -> type:
     from gnntrain.config import schema
+    from gnntrain.models import MODEL_REGISTRY
     from gnntrain.modes import MODE_REGISTRY
 
     if group == "mode":  # mode=auto is not a mode: it picks one (gnntrain/auto.py), with the base options schema
         return schema.ModeConfig if option == "auto" else MODE_REGISTRY[option].config_class
+    if group == "model" and option != "custom":  # a model's schema: ModelConfig + its layer's options
+        from hydra.core.config_store import ConfigStore
+
+        node = ConfigStore.instance().load(f"model/{option}_schema.yaml").node
+        assert issubclass(OmegaConf.get_type(node), schema.ModelConfig)
+        assert set(node) - {f.name for f in dataclasses.fields(schema.ModelConfig)} == set(
+            MODEL_REGISTRY[option].option_parameters())
+        return OmegaConf.get_type(node)
     return {"dataset": schema.DatasetConfig, "model": schema.ModelConfig, "partitioner": schema.PartitionerConfig,
             "hardware": schema.HardwareConfig}[group]
 
@@ -61,7 +71,8 @@ def test_every_yaml_names_its_schema(rel):
         assert OmegaConf.get_type(cfg.logger).__name__ == "LoggerConfig" and cfg.logger[path.stem] is not None
         return
     assert group in SCHEMA_OF_GROUP or group == "mode", f"{rel}: no known schema for group '{group}'"
-    expected = f"{path.stem}_schema" if group == "mode" else SCHEMA_OF_GROUP[group]
+    own = group == "mode" or (group == "model" and path.stem != "custom")  # a schema of its own
+    expected = f"{path.stem}_schema" if own else SCHEMA_OF_GROUP[group]
     defaults = yaml.safe_load(path.read_text()).get("defaults") or []
     assert expected in defaults, f"{rel}: defaults {defaults} do not name its schema {expected}"
     compose([])  # registers gnntrain's schemas and the launcher plugins' in the ConfigStore

@@ -214,7 +214,7 @@ def test_too_small_device_memory_names_the_minimum(tmp_path):
     (["mode.chunks=5000", "dataset.num_nodes=400"], "mode.chunks"),
     (["mode.device_memory=lots"], "mode.device_memory"),
     (["mode.device_memory=1KiB"], "mode.device_memory"),
-    (["model=gat", "model.gat_heads=4"], "model.gat_heads"),
+    (["model=gat", "model.heads=4"], "model.heads"),
 ])
 def test_bad_options_are_refused(overrides, option):
     with pytest.raises(PlanError) as info:

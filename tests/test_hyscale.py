@@ -222,7 +222,7 @@ def test_weighted_step_equals_union_batch_step(train, tmp_path, model):
     src, dst, w = graph_tensors(data, RunSettings.of(cfg))
     adj = SparseAdjacency(dst, src, w, data.num_nodes, data.num_nodes, kernel="torch")
     x = data.features.to(torch.float64)
-    ref = build_model(model_spec(RunSettings.of(cfg).model, x.shape[1], data.num_classes), 5, torch.float64)
+    ref = build_model(model_spec(RunSettings.of(cfg), x.shape[1], data.num_classes), 5, torch.float64)
     opt = torch.optim.Adam(ref.parameters(), lr=float(cfg.train.lr), weight_decay=float(cfg.train.weight_decay))
     ce = 0.0
     for union in global_batches(data.train_mask.nonzero().flatten(), 100, 5, 0):

@@ -2,6 +2,7 @@
 with one message naming the option -- through the API and the CLI."""
 from __future__ import annotations
 
+import dataclasses
 import socket
 
 import pytest
@@ -325,3 +326,32 @@ def test_modes_host_the_models_their_needs_allow_and_refuse_the_rest_in_one_line
         assert all(name in text for name in HOSTED[mode])
     with pytest.raises(PlanError, match="unknown model 'gcnn'.*gcn_rw"):
         build_plan(compose([f"mode={mode}", "model=gcn", "model.name=gcnn"]))
+
+
+def test_a_model_option_is_its_layers_constructor_argument(train):
+    """GIN's ε: ``model.eps_learnable`` is GINLayer's constructor argument, typed and defaulted by its
+    signature (nothing in the shared ModelConfig); composition checks it, and it reaches the layers."""
+    from hydra.errors import ConfigCompositionException
+
+    from gnntrain.config.schema import ModelConfig
+    from gnntrain.models.gin import GINLayer
+    from gnntrain.models.registry import MODEL_REGISTRY
+
+    assert "eps_learnable" not in {f.name for f in dataclasses.fields(ModelConfig)}
+    assert set(MODEL_REGISTRY["gin"].option_parameters()) == {"eps_learnable"}
+    with pytest.raises(ConfigCompositionException):
+        compose(["model=gin", "model.eps_learnable=maybe"])
+    with pytest.raises(ConfigCompositionException):
+        compose(["model=gcn", "model.eps_learnable=false"])  # not a GCN option
+    runs = {}
+    for learnable in ("true", "false"):
+        run = ["dataset=csbm", "mode=single", "model=gin", "train.epochs=2", f"model.eps_learnable={learnable}"]
+        assert build_plan(compose(run)).settings.model_options == {"eps_learnable": learnable == "true"}
+        runs[learnable] = train(run)
+    # GIN-0 (ε fixed) trains one parameter fewer per layer, so the two runs differ from the second epoch
+    assert runs["true"]["losses"][0] == runs["false"]["losses"][0]
+    assert runs["true"]["losses"][1] != runs["false"]["losses"][1]
+    layer = MODEL_REGISTRY["gin"].build(4, 3, None, {"eps_learnable": False})
+    assert isinstance(layer, GINLayer) and "eps" not in dict(layer.named_parameters())
+    with pytest.raises(PlanError, match=r"^model\.heads: 2 heads"):
+        build_plan(compose(["mode=single", "model=gat", "model.heads=2"]))

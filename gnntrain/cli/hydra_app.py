@@ -132,6 +132,7 @@ def run_hydra_app(task: Callable[[Any], Any], args: List[str], prog: str, forkse
         from gnntrain.launch.forkserver import start_for_command_line
 
         start_for_command_line(args)
+    import gnntrain.models
     import gnntrain.modes  # noqa: F401  (each mode registers its options schema on import)
     from gnntrain.config.schema import register_configs
     from gnntrain.launch.compose import config_error, with_profile_search_path

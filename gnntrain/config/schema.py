@@ -93,14 +93,15 @@ class DatasetConfig:
 # ----------------------------------------------------------------------- model
 @dataclass
 class ModelConfig:
+    """The options every model has; a model's own options are its layer's constructor arguments
+    (:meth:`gnntrain.models.registry.ModelFamily.options_schema`, ``configs/model/<name>.yaml``)."""
+
     name: str = MISSING  # gcn | sage | gin | gat | custom
     target: Optional[str] = None  # model=custom: the layer class, pkg.module.Class (docs/design.md#your-own-model)
     layers: int = 2
     hidden: int = 16
     dropout: float = 0.5
     self_loop: bool = True  # add self-loops to the graph (GCN's A+I)
-    gin_eps_learnable: bool = True
-    gat_heads: int = 1
     norm: NormKind = NormKind.none  # layer: LayerNorm before each hidden relu (row-local, so exact in every mode)
 
 

@@ -35,6 +35,7 @@ def compose(overrides: Sequence[str] = (), directory: Optional[str] = None):
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    import gnntrain.models
     import gnntrain.modes  # noqa: F401  (each mode registers its options schema on import)
     from gnntrain.config.schema import register_configs
 

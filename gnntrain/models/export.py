@@ -101,7 +101,11 @@ def load_trained_model(run_dir: Path, map_location: str = "cpu") -> TrainedModel
         raise GnnTrainError(f"{run_dir}: no {MODEL_WEIGHTS}/{MODEL_CARD} here. A run writes them when it completes; "
                             f"give the run's own directory (the one with summary.json).")
     card = yaml.safe_load(card_path.read_text())
-    spec = ModelSpec(**card["spec"])
+    fields = dict(card["spec"])
+    options = dict(fields.pop("layer_options", None) or [])
+    if "gin_eps_learnable" in fields:  # a card written before GIN's option moved into its layer
+        options["eps_learnable"] = fields.pop("gin_eps_learnable")
+    spec = ModelSpec(**fields, layer_options=tuple(sorted(options.items())))
     gnn = GNN(spec).to(getattr(torch, card.get("dtype", "float32")))
     gnn.load_state_dict(torch.load(weights, map_location=map_location, weights_only=True))
     return TrainedModel(gnn, bool(card.get("self_loop", True)), card)

@@ -22,7 +22,11 @@ class GATLayer(nn.Module):
 
     aggregate_first = True  # attention scores read the layer's input rows (the estimates' layer order)
 
-    def __init__(self, d_in: int, d_out: int, negative_slope: float = 0.2):
+    def __init__(self, d_in: int, d_out: int, negative_slope: float = 0.2, heads: int = 1):
+        """``model.negative_slope``: the LeakyReLU slope of the attention scores; ``model.heads``: one
+        (the only count this layer implements)."""
+        if heads != 1:
+            raise ValueError(f"{heads} heads asked for; the GAT layer here has one head. Fix: use model.heads=1")
         super().__init__()
         self.fc = nn.Linear(d_in, d_out, bias=False)
         self.attn_l = nn.Parameter(torch.empty(1, d_out))
@@ -62,5 +66,5 @@ class GATLayer(nn.Module):
 
 
 register_model(ModelFamily(
-    name="gat", build=lambda d_in, d_out, o: GATLayer(d_in, d_out), normalization="sum", elementwise=False,
+    name="gat", layer=GATLayer, normalization="sum", elementwise=False,
     description="h'_v = sum_u alpha_uv W h_u + b, one head"))

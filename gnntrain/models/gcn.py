@@ -33,5 +33,5 @@ class GCNLayer(nn.Module):
 
 
 register_model(ModelFamily(
-    name="gcn", build=lambda d_in, d_out, o: GCNLayer(d_in, d_out, o.aggregate_first), normalization="gcn",
+    name="gcn", layer=GCNLayer, normalization="gcn",
     linear=True, description="h' = D^-1/2 (A+I) D^-1/2 h W + b"))

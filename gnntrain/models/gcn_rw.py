@@ -12,5 +12,5 @@ from gnntrain.models.gcn import GCNLayer
 from gnntrain.models.registry import ModelFamily, register_model
 
 register_model(ModelFamily(
-    name="gcn_rw", build=lambda d_in, d_out, o: GCNLayer(d_in, d_out, o.aggregate_first), normalization="mean",
+    name="gcn_rw", layer=GCNLayer, normalization="mean",
     linear=True, description="h' = D^-1 (A+I) h W + b"))

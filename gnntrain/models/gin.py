@@ -13,7 +13,8 @@ from gnntrain.models.registry import ModelFamily, register_model
 class GINLayer(nn.Module):
     """h' = MLP((1+ε)·h + Σ_{u∈N(v)} h_u) (Xu et al.); ε lives on the aggregation side."""
 
-    def __init__(self, d_in: int, d_out: int, eps_learnable: bool):
+    def __init__(self, d_in: int, d_out: int, eps_learnable: bool = True):
+        """``eps_learnable`` (``model.eps_learnable``): ε is a parameter (GIN-ε) rather than fixed at 0 (GIN-0)."""
         super().__init__()
         eps = torch.zeros(1)
         if eps_learnable:
@@ -39,5 +40,5 @@ class GINLayer(nn.Module):
 
 
 register_model(ModelFamily(
-    name="gin", build=lambda d_in, d_out, o: GINLayer(d_in, d_out, o.gin_eps_learnable), normalization="sum",
+    name="gin", layer=GINLayer, normalization="sum",
     self_row=True, description="h' = MLP((1+eps) h + sum(h_N))"))

@@ -16,7 +16,7 @@ drops the same entries while drawing only the rows it holds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -36,7 +36,7 @@ class ModelSpec:
     layers: int
     dropout: float
     aggregate_first: Optional[bool] = None  # GCN and SAGE; None = DGL's rule (aggregate unless narrowing)
-    gin_eps_learnable: bool = True
+    layer_options: Tuple[Tuple[str, Any], ...] = ()  # the model's own options (ModelFamily.option_parameters)
     # > 0: a learnable label embedding for label-propagation rows (SuperGCN §2 and §3 Eq. (5); docs/design.md#supergcn)
     label_classes: int = 0
     norm: str = "none"  # "layer": LayerNorm on each hidden layer's output, before its relu (row-local)
@@ -157,11 +157,12 @@ class GNN(nn.Module):
         super().__init__()
         self.spec = spec
         dims = spec.dims
-        from gnntrain.models.registry import LayerOptions, model_family
+        from gnntrain.models.registry import model_family
 
         family = model_family(spec.name, spec.target)
-        options = LayerOptions(aggregate_first=spec.aggregate_first, gin_eps_learnable=spec.gin_eps_learnable)
-        layers: List[nn.Module] = [family.build(d_in, d_out, options) for d_in, d_out in zip(dims[:-1], dims[1:])]
+        options = dict(spec.layer_options)
+        layers: List[nn.Module] = [family.build(d_in, d_out, spec.aggregate_first, options)
+                                   for d_in, d_out in zip(dims[:-1], dims[1:])]
         self.layers = nn.ModuleList(layers)
         # LayerNorm normalises each row on its own, so a mode holding any subset of the rows computes the
         # same values; its initial weights are constants (no random draw, the layers keep their init)

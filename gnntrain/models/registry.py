@@ -20,31 +20,77 @@ one throwaway layer per depth on the meta device, so the figures are the layers'
 """
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import typing
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Tuple
+from types import MappingProxyType
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
+from omegaconf import MISSING
+
+from gnntrain.config.schema import ModelConfig
 from gnntrain.errors import PlanError
 from gnntrain.registry import Registry
 
-
-@dataclass(frozen=True)
-class LayerOptions:
-    """What a layer may take from the model settings besides its widths."""
-
-    aggregate_first: Optional[bool] = None  # linear layers; None: aggregate unless the layer narrows
-    gin_eps_learnable: bool = True
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+# the mode sets these constructor arguments (its layer order), not the model's options
+MODE_SET_ARGUMENTS = ("aggregate_first",)
 
 
 @dataclass(frozen=True)
 class ModelFamily:
+    """A model: its layer class and what the modes need to know of it.
+
+    The layer is built as ``layer(d_in, d_out, **options)``. Its constructor's arguments after the two
+    widths are the model's own options (PyG's rule: options are constructor arguments): ``model.<arg>``
+    in the config, typed and defaulted by the signature (:meth:`options_schema`), with nothing in the
+    shared :class:`~gnntrain.config.schema.ModelConfig`. ``aggregate_first``, where a layer takes it,
+    is the mode's layer order."""
+
     name: str
-    build: Callable[[int, int, LayerOptions], object]  # (d_in, d_out, options) -> the layer (an nn.Module)
+    layer: Callable[..., Any]  # the layer class (an nn.Module)
     normalization: str  # gcn | mean | sum
     linear: bool = False
     elementwise: bool = True
     self_row: bool = False
     restructurable: bool = True
     description: str = ""
+
+    def option_parameters(self) -> Dict[str, inspect.Parameter]:
+        """The layer's own options: its constructor's arguments after ``d_in, d_out``, less the mode's."""
+        parameters = list(inspect.signature(self.layer).parameters.values())[2:]
+        return {p.name: p for p in parameters if p.name not in MODE_SET_ARGUMENTS
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+    def options_schema(self) -> type:
+        """``ModelConfig`` plus one field per layer option, typed and defaulted as the constructor says:
+        what ``configs/model/<name>.yaml`` extends (``<name>_schema``), so a misspelt or mistyped
+        ``model.<option>`` is refused when the config composes."""
+        hints = typing.get_type_hints(self.layer.__init__)
+        fields = [(name, hints.get(name, Any), dataclasses.field(
+            default=MISSING if p.default is p.empty else p.default)) for name, p in self.option_parameters().items()]
+        return dataclasses.make_dataclass(f"{self.name.title()}ModelConfig", fields, bases=(ModelConfig,))
+
+    def build(self, d_in: int, d_out: int, aggregate_first: Optional[bool] = None,
+              options: Mapping[str, Any] = EMPTY) -> Any:
+        """One layer from ``d_in`` to ``d_out``: ``options`` are the model's (those the layer takes),
+        ``aggregate_first`` the mode's layer order (None: aggregate unless the layer narrows)."""
+        kwargs = {name: options[name] for name in self.option_parameters() if name in options}
+        if "aggregate_first" in inspect.signature(self.layer).parameters:
+            kwargs["aggregate_first"] = aggregate_first
+        return self.layer(int(d_in), int(d_out), **kwargs)
+
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        """One PlanError naming ``model.<option>`` where the layer refuses a value (it raises ValueError)."""
+        import torch
+
+        try:
+            with torch.device("meta"):
+                self.build(4, 4, None, options)
+        except ValueError as exc:
+            named = next((n for n in self.option_parameters() if n in str(exc)), None)
+            raise PlanError(f"model.{named}" if named else "model", str(exc)) from None
 
 
 NORMALIZATIONS = ("gcn", "mean", "sum")
@@ -54,7 +100,11 @@ MODEL_REGISTRY: Registry[ModelFamily] = Registry("model")
 def register_model(family: ModelFamily) -> ModelFamily:
     if family.normalization not in NORMALIZATIONS:
         raise ValueError(f"model {family.name}: normalization {family.normalization!r} is not one of {NORMALIZATIONS}")
-    return MODEL_REGISTRY.add(family.name, family)
+    from hydra.core.config_store import ConfigStore
+
+    MODEL_REGISTRY.add(family.name, family)
+    ConfigStore.instance().store(group="model", name=f"{family.name}_schema", node=family.options_schema())
+    return family
 
 
 def model_family(name: str, target: Optional[str] = None) -> ModelFamily:
@@ -63,7 +113,7 @@ def model_family(name: str, target: Optional[str] = None) -> ModelFamily:
         from gnntrain.models.custom import resolve_layer_class  # the aggregation (not restructurable) refuse it
 
         cls = resolve_layer_class(target)
-        return ModelFamily(name="custom", build=lambda d_in, d_out, _options: cls(d_in, d_out),
+        return ModelFamily(name="custom", layer=lambda d_in, d_out: cls(d_in, d_out),
                            normalization=cls.normalization, restructurable=False, description=str(target))
     if name not in MODEL_REGISTRY:
         raise PlanError("model", f"unknown model '{name}'.",
@@ -83,17 +133,16 @@ class ModelShape:
 
 
 def describe_model(family: ModelFamily, dims: Sequence[int], dtype_bytes: int, preference: Optional[bool] = None,
-                   norm: str = "none", gin_eps_learnable: bool = True) -> ModelShape:
+                   norm: str = "none", options: Mapping[str, Any] = EMPTY) -> ModelShape:
     """The model's :class:`ModelShape`, from one layer per depth built on the meta device (no memory,
     no random draws). Update MACs per row: the 2-D parameters' elements (each weight matrix is one
     multiply-add per entry per row)."""
     import torch
 
-    options = LayerOptions(aggregate_first=preference, gin_eps_learnable=gin_eps_learnable)
     widths, macs, params, aggregates_input = [], [], 0, True
     with torch.device("meta"):
         for d_in, d_out in zip(dims[:-1], dims[1:]):
-            layer = family.build(int(d_in), int(d_out), options)
+            layer = family.build(int(d_in), int(d_out), preference, options)
             widths.append(int(layer.comm_width()))
             params += sum(p.numel() for p in layer.parameters())
             macs.append(sum(p.numel() for p in layer.parameters() if p.dim() >= 2))

@@ -41,5 +41,5 @@ class SAGELayer(nn.Module):
 
 
 register_model(ModelFamily(
-    name="sage", build=lambda d_in, d_out, o: SAGELayer(d_in, d_out, o.aggregate_first), normalization="mean",
+    name="sage", layer=SAGELayer, normalization="mean",
     linear=True, self_row=True, description="h' = h W_self + mean(h_N) W_neigh + b"))

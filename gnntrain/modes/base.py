@@ -204,7 +204,7 @@ class Mode:
 
         m = self.settings.model
         return describe_model(model_family(m.name, m.target), dims, dtype_bytes, self.aggregate_first,
-                              str(option_value(m.norm)), bool(m.gin_eps_learnable))
+                              str(option_value(m.norm)), self.settings.model_options)
 
     def exchanged_widths(self, data: "GraphData") -> Tuple[List[int], List[int]]:
         """(the width each layer communicates, those of the layers that also move it backward) on

@@ -76,7 +76,7 @@ class FullGraphStrategy(RankStrategy):
         self.labels = shard.labels.to(data_device)
         self.masks = {s: shard.count_masks[s].to(data_device) for s in SPLITS}
         self.label_mask = shard.label_input_mask.to(data_device) if shard.label_input_mask is not None else None
-        spec = model_spec(settings.model, self.x.shape[1], shard.num_classes, aggregate_first,
+        spec = model_spec(settings, self.x.shape[1], shard.num_classes, aggregate_first,
                           label_inputs=self.label_mask is not None)
         seed = int(settings.train.seed)
         self.model: GNN = build_model(spec, seed, ctx.dtype).to(ctx.device)

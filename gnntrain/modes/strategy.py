@@ -18,18 +18,20 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from gnntrain.config.schema import ModelConfig, option_value
+from gnntrain.config.schema import option_value
 from gnntrain.models import ModelSpec
+from gnntrain.plan_types import RunSettings
 
 SPLITS = ("train", "val", "test")
 
 
-def model_spec(model: ModelConfig, in_dim: int, num_classes: int, aggregate_first: Optional[bool] = None,
+def model_spec(settings: RunSettings, in_dim: int, num_classes: int, aggregate_first: Optional[bool] = None,
                label_inputs: bool = False) -> ModelSpec:
-    """The model to build from the run's typed model settings."""
+    """The model to build from the run's typed model settings and the model's own options."""
+    model = settings.model
     return ModelSpec(name=model.name, in_dim=in_dim, hidden=model.hidden, out_dim=num_classes, layers=model.layers,
                      dropout=model.dropout, aggregate_first=aggregate_first,
-                     gin_eps_learnable=model.gin_eps_learnable,
+                     layer_options=tuple(sorted(settings.model_options.items())),
                      label_classes=num_classes if label_inputs else 0, norm=option_value(model.norm),
                      target=model.target)
 

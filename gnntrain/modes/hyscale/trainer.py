@@ -66,7 +66,7 @@ class HyScaleTrainer(RankStrategy):
         self.schedule = ShareSchedule()
         slow = [float(s) for s in self.o.slowdown]
         self.slowdown = slow[self.rank] if slow else 1.0
-        spec = model_spec(settings.model, self.features.shape[1], shard.num_classes)
+        spec = model_spec(settings, self.features.shape[1], shard.num_classes)
         self.model = build_model(spec, self.seed, self.dtype).to(self.device)
         self.params = list(self.model.parameters())
         self.optimizer = torch.optim.Adam(self.params, lr=float(settings.train.lr),
