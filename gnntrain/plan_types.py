@@ -37,6 +37,15 @@ def typed_section(schema: Type[T], section: Any) -> T:
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
 
 
+def split_section(schema: Type[T], section: Any) -> Tuple[T, Dict[str, Any]]:
+    """(the fields of ``schema`` typed, the section's other keys): a section whose schema extends
+    ``schema`` with a plug-in's own options (a model's layer arguments, a generator's parameters)."""
+    values = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
+    shared = {f.name for f in fields(schema)}
+    return (typed_section(schema, {k: v for k, v in values.items() if k in shared}),
+            {k: v for k, v in values.items() if k not in shared})
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """The run's settings that modes and rank-side code read, typed (``RunSettings.of(cfg)``)."""
@@ -50,19 +59,18 @@ class RunSettings:
     cache_dir: Optional[str] = None  # as configured; gnntrain.data.cache_folder resolves it
     # the model's own options (its layer's constructor arguments, gnntrain.models.registry.ModelFamily)
     model_options: Dict[str, Any] = field(default_factory=dict)
+    # a generated dataset's own parameters (gnntrain.data.generators.Generator.config)
+    dataset_options: Dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, cfg: Mapping[str, Any]) -> "RunSettings":
         predict = cfg.get("predict")
-        model = cfg["model"]
-        model = OmegaConf.to_container(model, resolve=True) if OmegaConf.is_config(model) else dict(model)
-        shared = {f.name for f in fields(ModelConfig)}
-        return cls(model=typed_section(ModelConfig, {k: v for k, v in model.items() if k in shared}),
-                   model_options={k: v for k, v in model.items() if k not in shared},
+        model, model_options = split_section(ModelConfig, cfg["model"])
+        dataset, dataset_options = split_section(DatasetConfig, cfg["dataset"])
+        return cls(model=model, model_options=model_options, dataset=dataset, dataset_options=dataset_options,
                    train=typed_section(TrainConfig, cfg["train"]),
                    hardware=typed_section(HardwareConfig, cfg["hardware"]),
                    partitioner=typed_section(PartitionerConfig, cfg["partitioner"]),
-                   dataset=typed_section(DatasetConfig, cfg["dataset"]),
                    predict=typed_section(PredictConfig, predict) if predict is not None else None,
                    cache_dir=cfg.get("cache_dir"))
 

@@ -21,6 +21,7 @@ def _options(group: str):
 
 def _schema_class(group: str, option: str) -> type:
     from gnntrain.config import schema
+    from gnntrain.data.generators import GENERATORS
     from gnntrain.models import MODEL_REGISTRY
     from gnntrain.modes import MODE_REGISTRY
 
@@ -34,6 +35,8 @@ def _schema_class(group: str, option: str) -> type:
         assert set(node) - {f.name for f in dataclasses.fields(schema.ModelConfig)} == set(
             MODEL_REGISTRY[option].option_parameters())
         return OmegaConf.get_type(node)
+    if group == "dataset" and option in GENERATORS:  # a generator's schema: DatasetConfig + its parameters
+        return GENERATORS[option].config
     return {"dataset": schema.DatasetConfig, "model": schema.ModelConfig, "partitioner": schema.PartitionerConfig,
             "hardware": schema.HardwareConfig}[group]
 
@@ -71,7 +74,10 @@ def test_every_yaml_names_its_schema(rel):
         assert OmegaConf.get_type(cfg.logger).__name__ == "LoggerConfig" and cfg.logger[path.stem] is not None
         return
     assert group in SCHEMA_OF_GROUP or group == "mode", f"{rel}: no known schema for group '{group}'"
-    own = group == "mode" or (group == "model" and path.stem != "custom")  # a schema of its own
+    from gnntrain.data.generators import GENERATORS
+
+    own = group == "mode" or (group == "model" and path.stem != "custom") or (  # a schema of its own
+        group == "dataset" and path.stem in GENERATORS)
     expected = f"{path.stem}_schema" if own else SCHEMA_OF_GROUP[group]
     defaults = yaml.safe_load(path.read_text()).get("defaults") or []
     assert expected in defaults, f"{rel}: defaults {defaults} do not name its schema {expected}"

@@ -175,3 +175,57 @@ def test_generate_removes_the_partial_folders_of_dead_runs_and_stops_on_sigterm(
     assert not dead.exists() and live.exists()  # a killed run's leftovers go; a running one's stay
     with pytest.raises(KeyboardInterrupt), terminate_as_interrupt():
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_new_generators_parameters_are_its_config_and_all_enter_the_content_hash():
+    """A new generated dataset is one module (a DatasetConfig subclass with its parameters, its blocks,
+    one register_generator) plus one YAML (here a ConfigStore node). Its new parameter composes as
+    dataset.<name>, is checked by type, and changes the content hash without being listed anywhere."""
+    from dataclasses import dataclass
+
+    import numpy as np
+    from hydra.core.config_store import ConfigStore
+    from hydra.errors import ConfigCompositionException
+
+    from gnntrain.config.schema import DatasetConfig
+    from gnntrain.data import load_dataset
+    from gnntrain.data.generators import GENERATORS, Generator, GraphBlocks, fractions, params_hash, register_generator
+
+    @dataclass
+    class RingConfig(DatasetConfig):
+        hops: int = 1  # each node links to the next `hops` nodes around the ring
+
+    def ring_blocks(cfg) -> GraphBlocks:
+        n, hops = int(cfg.num_nodes), int(cfg.hops)
+        src = np.repeat(np.arange(n), hops)
+        dst = (src + np.tile(np.arange(1, hops + 1), n)) % n
+        return GraphBlocks(
+            name="ring", num_nodes=n, feat_dim=int(cfg.feat_dim), num_classes=2, symmetrize=True, seed=0,
+            fractions=fractions(cfg), content_hash="ring-" + params_hash("ring", cfg), origin="generated (ring)",
+            edge_blocks=lambda: iter([(src, dst)]), feature_rows=lambda lo, hi: np.ones((hi - lo, int(cfg.feat_dim)),
+                                                                                       np.float32),
+            labels=lambda indptr, indices, features: np.arange(n) % 2)
+
+    register_generator(Generator(name="ring", config=RingConfig, blocks=ring_blocks,
+                                 directed_edges=lambda ds: 2 * int(ds.num_nodes) * int(ds.hops)))
+    store = ConfigStore.instance()
+    store.store(group="dataset", name="ring", node={"defaults": ["ring_schema"], "name": "ring",
+                                                      "source": "generated", "num_nodes": 60, "feat_dim": 4})
+    try:
+        hashes = {}
+        for hops in (1, 2):
+            cfg = compose(["dataset=ring", f"dataset.hops={hops}"])
+            data = load_dataset(cfg)
+            assert data.num_edges == 2 * 60 * hops
+            hashes[hops] = data.content_hash
+        assert hashes[1] != hashes[2]
+        # a descriptive field leaves it alone
+        assert load_dataset(compose(["dataset=ring", "dataset.description=another"])).content_hash == hashes[1]
+        with pytest.raises(ConfigCompositionException):
+            compose(["dataset=ring", "dataset.hops=many"])
+        with pytest.raises(ConfigCompositionException):
+            compose(["dataset=csbm", "dataset.hops=2"])  # not a csbm parameter
+    finally:
+        GENERATORS.remove("ring")
+        for entry in ("ring.yaml", "ring_schema.yaml"):
+            store.repo["dataset"].pop(entry, None)

@@ -132,12 +132,9 @@ def run_hydra_app(task: Callable[[Any], Any], args: List[str], prog: str, forkse
         from gnntrain.launch.forkserver import start_for_command_line
 
         start_for_command_line(args)
-    import gnntrain.models
-    import gnntrain.modes  # noqa: F401  (each mode registers its options schema on import)
-    from gnntrain.config.schema import register_configs
-    from gnntrain.launch.compose import config_error, with_profile_search_path
+    from gnntrain.launch.compose import config_error, register_schemas, with_profile_search_path
 
-    register_configs()
+    register_schemas()
     schema = schema_as_option(args)
     if schema is not None:
         error(schema)

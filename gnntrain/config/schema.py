@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from omegaconf import MISSING
 
@@ -60,12 +60,18 @@ class NormKind(str, Enum):
 # --------------------------------------------------------------------- dataset
 @dataclass
 class DatasetConfig:
-    """One schema for every dataset; ``source`` says which loader reads it.
+    """What every dataset has; ``source`` says which loader reads it. A generated dataset's schema
+    extends it with the generator's own parameters (``dataset/<name>_schema``,
+    :class:`gnntrain.data.generators.Generator`), all of which enter its content hash.
 
     ``num_nodes``/``num_edges``/``feat_dim``/``num_classes`` are the generator
     parameters for generated graphs and the published sizes (used by the plan's
     memory estimate before loading) for file-backed ones.
     """
+
+    # the fields that name or locate a dataset without shaping a generated graph: every other field of a
+    # generator's config is in its content hash
+    DESCRIPTIVE: ClassVar[Tuple[str, ...]] = ("name", "source", "path", "reader", "description")
 
     name: str = MISSING
     source: str = MISSING  # generated | dgl (Planetoid, Reddit: DGL's file layout) | ogb | files (gnntrain ingest)
@@ -76,12 +82,6 @@ class DatasetConfig:
     feat_dim: int = 1433
     num_classes: int = 7
     seed: int = 0
-    # csbm
-    avg_degree: float = 4.0
-    intra_ratio: float = 0.9  # fraction of edges that stay inside a class
-    feature_snr: float = 1.0  # distance of class means in units of the noise std
-    # rmat
-    rmat_abcd: List[float] = field(default_factory=lambda: [0.57, 0.19, 0.19, 0.05])
     symmetrize: bool = True
     # generated splits (fractions of nodes); file-backed datasets keep their own
     train_fraction: float = 0.05

@@ -172,11 +172,12 @@ def probe_gather(threads: int, device: str = "cpu") -> float:
 def _probe_config(cfg, mode: str, layers: int, cores: int, ranks: int, cost: Dict[str, Any]):
     """A tiny run of ``mode`` on this profile (``cores`` per node, ``ranks`` per node, ``cost`` as measured
     so far) for the training probes."""
-    from gnntrain.config.schema import DatasetConfig, ModelConfig
+    from gnntrain.config.schema import ModelConfig
+    from gnntrain.data.generators import get_generator
     from gnntrain.modes import MODE_REGISTRY
 
     probe = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
-    probe.dataset = OmegaConf.merge(OmegaConf.structured(DatasetConfig), PROBE_GRAPH)
+    probe.dataset = OmegaConf.merge(OmegaConf.structured(get_generator("csbm").config), PROBE_GRAPH)
     probe.model = OmegaConf.merge(OmegaConf.structured(ModelConfig), {"name": "gcn", "layers": layers, "hidden": 16})
     probe.mode = OmegaConf.merge(OmegaConf.structured(MODE_REGISTRY[mode].config_class), {"name": mode})
     probe.hardware.cores_per_node, probe.hardware.ranks_per_node, probe.hardware.nodes = cores, ranks, 1

@@ -15,6 +15,17 @@ def config_dir() -> str:
     return str(Path(__file__).resolve().parents[2] / "configs")
 
 
+def register_schemas() -> None:
+    """Store every schema Hydra composes against: the root and group schemas, and those the plug-ins
+    register when imported (each mode's options, each model's layer options, each generator's parameters)."""
+    import gnntrain.data.generators
+    import gnntrain.models
+    import gnntrain.modes  # noqa: F401
+    from gnntrain.config.schema import register_configs
+
+    register_configs()
+
+
 def with_profile_search_path(overrides: Sequence[str]) -> List[str]:
     """``overrides`` plus the search path of the hardware profiles ``gnntrain calibrate`` writes, where
     that folder exists and the overrides set no search path of their own: the one search path that
@@ -35,11 +46,7 @@ def compose(overrides: Sequence[str] = (), directory: Optional[str] = None):
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import gnntrain.models
-    import gnntrain.modes  # noqa: F401  (each mode registers its options schema on import)
-    from gnntrain.config.schema import register_configs
-
-    register_configs()
+    register_schemas()
     overrides = with_profile_search_path(overrides)
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()

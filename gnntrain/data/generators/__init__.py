@@ -15,11 +15,12 @@ import hashlib
 import importlib
 import json
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Dict, Iterator, Tuple
 
 import numpy as np
 
+from gnntrain.config.schema import DatasetConfig
 from gnntrain.errors import DatasetError
 from gnntrain.registry import Registry
 
@@ -65,7 +66,13 @@ class GraphBlocks:
 
 @dataclass(frozen=True)
 class Generator:
+    """A generated dataset. ``config`` is its parameters: :class:`DatasetConfig` plus the generator's own
+    fields, stored for Hydra as ``dataset/<name>_schema`` (what ``configs/dataset/<name>.yaml`` extends),
+    and every field of it but the descriptive ones (``DatasetConfig.DESCRIPTIVE``) is in the graph's
+    content hash (:func:`params_hash`): a new parameter cannot be left out of it."""
+
     name: str
+    config: type  # a DatasetConfig subclass (or DatasetConfig itself)
     blocks: Callable[[Any], GraphBlocks]  # the dataset section -> its graph in blocks
     directed_edges: Callable[[Any], int]  # the dataset section -> directed edges (both directions counted)
     check: Callable[[Any], None] = lambda ds: None  # raises PlanError for keys it cannot use
@@ -80,7 +87,13 @@ GENERATORS: Registry[Generator] = Registry("generator")
 
 
 def register_generator(generator: Generator) -> Generator:
-    return GENERATORS.add(generator.name, generator)
+    from hydra.core.config_store import ConfigStore
+
+    if not (isinstance(generator.config, type) and issubclass(generator.config, DatasetConfig)):
+        raise TypeError(f"generator {generator.name}: its config must be a DatasetConfig dataclass")
+    GENERATORS.add(generator.name, generator)
+    ConfigStore.instance().store(group="dataset", name=f"{generator.name}_schema", node=generator.config)
+    return generator
 
 
 def get_generator(name: str) -> Generator:
@@ -89,18 +102,20 @@ def get_generator(name: str) -> Generator:
     return GENERATORS[name]
 
 
-PARAMS = ("num_nodes", "num_edges", "feat_dim", "num_classes", "seed", "avg_degree", "intra_ratio", "feature_snr",
-          "rmat_abcd", "symmetrize", "train_fraction", "val_fraction", "test_fraction")
+def generator_params(cfg, name: str = "") -> Dict[str, Any]:
+    """Every parameter that shapes the generated graph of the dataset section ``cfg``: each field of its
+    generator's config but the descriptive ones, as plain JSON values (defaults where ``cfg`` omits one)."""
+    from omegaconf import OmegaConf
 
-
-def generator_params(cfg) -> Dict[str, Any]:
-    """Every dataset parameter that shapes a generated graph, as plain JSON values."""
-    return {k: (list(cfg[k]) if k == "rmat_abcd" else cfg[k]) for k in PARAMS}
+    config = get_generator(name or str(cfg["name"])).config
+    given = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
+    values = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(config), given), resolve=True)
+    return {f.name: values[f.name] for f in fields(config) if f.name not in DatasetConfig.DESCRIPTIVE}
 
 
 def params_hash(kind: str, cfg) -> str:
     """The content hash of a generated graph: its generator and every parameter that shapes it."""
-    payload = generator_params(cfg)
+    payload = generator_params(cfg, kind)
     return hashlib.sha1(json.dumps([kind, ALGORITHM, payload], sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -2,8 +2,11 @@
 the default dataset."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from gnntrain.config.schema import DatasetConfig
 from gnntrain.data.checks import _in_unit_interval, _number
 from gnntrain.data.generators import (
     EDGE_BLOCK,
@@ -83,6 +86,16 @@ def check(ds) -> None:
                         "set dataset.feature_snr to 0 or more")
 
 
+@dataclass
+class CsbmConfig(DatasetConfig):
+    """csbm's parameters beyond every dataset's (``dataset.<name>``)."""
+
+    avg_degree: float = 4.0  # directed edges per node (each undirected edge counted both ways)
+    intra_ratio: float = 0.9  # fraction of edges that stay inside a class
+    feature_snr: float = 1.0  # distance of class means in units of the noise std
+
+
 register_generator(Generator(
-    name="csbm", blocks=csbm_blocks, directed_edges=lambda ds: int(round(int(ds.num_nodes) * float(ds.avg_degree))),
+    name="csbm", config=CsbmConfig, blocks=csbm_blocks,
+    directed_edges=lambda ds: int(round(int(ds.num_nodes) * float(ds.avg_degree))),
     check=check, description="contextual SBM: classes, intra-class edge ratio, Gaussian features"))

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from typing import List
 
 import numpy as np
 import scipy.sparse as sp
 
+from gnntrain.config.schema import DatasetConfig
 from gnntrain.data.checks import TOLERANCE, _number
 from gnntrain.data.generators import (
     EDGE_BLOCK,
@@ -122,7 +125,14 @@ def check(ds) -> None:
                         f"(got {shown}).", "use e.g. dataset.rmat_abcd=[0.57,0.19,0.19,0.05]")
 
 
+@dataclass
+class RmatConfig(DatasetConfig):
+    """R-MAT's parameters beyond every dataset's (``dataset.<name>``)."""
+
+    rmat_abcd: List[float] = field(default_factory=lambda: [0.57, 0.19, 0.19, 0.05])  # quadrant probabilities
+
+
 register_generator(Generator(
-    name="rmat", blocks=rmat_blocks,
+    name="rmat", config=RmatConfig, blocks=rmat_blocks,
     directed_edges=lambda ds: int(ds.num_edges) * (2 if ds.symmetrize else 1),
     check=check, description="R-MAT power law, labels from a hidden linear map of own and neighbour features"))
