@@ -8,6 +8,8 @@ twice, e.g. reloaded) is a no-op.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from typing import Dict, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -18,10 +20,12 @@ class DuplicateNameError(ValueError):
 
 
 def _origin(entry: object) -> str:
+    """Where an entry was defined: a class's module and name; for a record (a dataclass such as
+    ModelFamily or Generator), where the first class or function it holds was defined."""
     target = entry if isinstance(entry, type) else type(entry)
-    build = getattr(entry, "build", None) or getattr(entry, "blocks", None)
-    if not isinstance(entry, type) and callable(build) and hasattr(build, "__module__"):
-        target = build  # a dataclass record (ModelFamily, Generator): where its function comes from
+    if not isinstance(entry, type) and dataclasses.is_dataclass(entry):
+        held = (getattr(entry, f.name) for f in dataclasses.fields(entry))
+        target = next((v for v in held if isinstance(v, type) or inspect.isfunction(v)), target)
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}"
 
 

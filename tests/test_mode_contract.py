@@ -103,15 +103,17 @@ def test_a_second_mode_under_a_taken_name_is_refused():
 
 
 def test_a_second_model_or_generator_under_a_taken_name_is_refused():
+    from gnntrain.config.schema import DatasetConfig
     from gnntrain.data.generators import GENERATORS, Generator, register_generator
     from gnntrain.models.registry import MODEL_REGISTRY, ModelFamily, register_model
     from gnntrain.registry import DuplicateNameError
 
     gcn = MODEL_REGISTRY["gcn"]
     with pytest.raises(DuplicateNameError, match="model 'gcn' is registered twice"):
-        register_model(ModelFamily(name="gcn", build=lambda d_in, d_out, options: None, normalization="gcn"))
+        register_model(ModelFamily(name="gcn", layer=lambda d_in, d_out: None, normalization="gcn"))
     assert MODEL_REGISTRY["gcn"] is gcn
     csbm = GENERATORS["csbm"]
     with pytest.raises(DuplicateNameError, match="generator 'csbm' is registered twice"):
-        register_generator(Generator(name="csbm", blocks=lambda ds: None, directed_edges=lambda ds: 0))
+        register_generator(Generator(name="csbm", config=DatasetConfig, blocks=lambda ds: None,
+                                     directed_edges=lambda ds: 0))
     assert GENERATORS["csbm"] is csbm

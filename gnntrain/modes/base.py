@@ -17,7 +17,7 @@ It takes part in three stages:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
 
 import torch
@@ -55,8 +55,10 @@ class RankShard:
 
     ``count_masks`` select the held rows whose loss/accuracy this rank
     counts (replicas of a row count it once). ``edges`` are (dst, src,
-    weight) in an index space the mode defines; ``info`` carries the mode's
-    own layout data.
+    weight) in an index space the mode defines; ``payload`` is the mode's
+    own typed layout data: a dataclass, registered with
+    :func:`~gnntrain.partition.store.store_record` where the mode trains
+    from the partition store.
     """
 
     rank: int
@@ -69,7 +71,7 @@ class RankShard:
     global_counts: Dict[str, int]
     global_ids: torch.Tensor
     edges: Sequence[torch.Tensor]
-    info: Dict[str, Any] = field(default_factory=dict)
+    payload: Any = None
     label_input_mask: Optional[torch.Tensor] = None  # rows whose label is an input (label propagation)
 
 

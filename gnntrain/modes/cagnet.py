@@ -96,7 +96,7 @@ class CagnetStrategy(FullGraphStrategy):
     """A rank of CAGNET's 1D algorithm: each aggregation is p broadcast stages (forward and backward)."""
 
     def __init__(self, shard: RankShard, ctx, settings: RunSettings, aggregate_first: Optional[bool] = None):
-        offsets = shard.info["offsets"]
+        offsets = shard.payload.offsets
         lo = int(offsets[shard.rank])
         n_own = int(offsets[shard.rank + 1]) - lo
         kernel, device = ctx.plan.kernel, ctx.device
@@ -104,7 +104,7 @@ class CagnetStrategy(FullGraphStrategy):
         forward = stage_blocks(dst, src, w, offsets, n_own, kernel, device)
         # out-edges (dst global, src local): (A_{s,i})^T maps block s's gradient rows to this block's rows;
         # the edge weight's factors swap places with the roles of the two endpoints
-        out_dst, out_src, out_w = shard.info["out_edges"]
+        out_dst, out_src, out_w = shard.payload.out_edges
         out_w = out_w[:, [1, 0]] if out_w.dim() == 2 else out_w
         backward = stage_blocks(out_src, out_dst, out_w, offsets, n_own, kernel, device)
         sizes = (offsets[1:] - offsets[:-1]).tolist()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -34,6 +34,7 @@ from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy
 from gnntrain.modes.halo import build_halo_plan, group_all_reduce, halo_exchange, local_source_index
 from gnntrain.modes.single import graph_tensors
+from gnntrain.partition.store import store_record
 from gnntrain.plan_types import MemoryEstimate, RunSettings
 from gnntrain.sizing import DTYPE_BYTES, estimate_memory, halo_rows
 
@@ -58,6 +59,19 @@ class PartitionConfig(ModeConfig):
     comm: CommKind = CommKind.sparse
     replication: int = 1  # c of the 1.5D grid; 1 = 1D
     aggregate_first: Optional[bool] = None  # (A·H)·W if true, A·(H·W) if false; null = per layer by width
+
+
+Edges = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (dst, src, weight)
+
+
+@store_record
+@dataclass
+class PartitionPayload:
+    """What a rank of the grid holds beyond its rows and edges."""
+
+    offsets: torch.Tensor  # block row i is relabelled rows [offsets[i], offsets[i+1])
+    replication: int  # c of the (p/c) x c grid
+    out_edges: Optional[Edges] = None  # comm=cagnet: the edges leaving this block (dst global, src local, w)
 
 
 @dataclass(frozen=True)
@@ -239,7 +253,7 @@ class PartitionMode(Mode):
                 count_masks={sp: (masks[sp][rows] if count else torch.zeros(hi - lo, dtype=torch.bool))
                              for sp in SPLITS},
                 global_counts=counts, global_ids=rows, edges=(d[keep] - lo, s[keep], ww[keep]),
-                info={"offsets": offsets, "c": grid.c, **self._out_edges(src_n, dst_n, w, by_src, lo, hi)},
+                payload=PartitionPayload(offsets, grid.c, self._out_edges(src_n, dst_n, w, by_src, lo, hi)),
             ))
         m = part.metrics
         summary = {"num_parts": q, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
@@ -248,14 +262,14 @@ class PartitionMode(Mode):
         return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start)
 
     @staticmethod
-    def _out_edges(src, dst, w, by_src, lo: int, hi: int) -> Dict[str, Any]:
+    def _out_edges(src, dst, w, by_src, lo: int, hi: int) -> Optional[Edges]:
         """CAGNET's backward multiplies by the transposed blocks: the edges leaving rows [lo, hi)
         as (dst global, src local, weight)."""
         if by_src is None:
-            return {}
+            return None
         s_lo, s_hi = (int(x) for x in torch.searchsorted(src[by_src], torch.tensor([lo, hi])))
         sel = by_src[s_lo:s_hi]
-        return {"out_edges": (dst[sel], src[sel] - lo, w[sel])}
+        return dst[sel], src[sel] - lo, w[sel]
 
     # ---------------------------------------------------------------- train
     def strategy(self, shard: RankShard, ctx) -> "FullGraphStrategy":
@@ -271,8 +285,9 @@ class PartitionStrategy(FullGraphStrategy):
 
     def __init__(self, shard: RankShard, ctx, settings: RunSettings, options: "PartitionConfig"):
         comm = self.comm = ctx.comm
-        self.grid = grid = Grid(shard.world_size, int(shard.info["c"]))
-        offsets = shard.info["offsets"]
+        payload: PartitionPayload = shard.payload
+        self.grid = grid = Grid(shard.world_size, int(payload.replication))
+        offsets = payload.offsets
         i, k = grid.position(shard.rank)
         blocks = grid.group_blocks(k)
         block_rank = [grid.sender(j, k) for j in range(grid.rows)]

@@ -42,7 +42,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -59,6 +59,7 @@ from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy
 from gnntrain.modes.halo import ExchangeSpec, start_exchange
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition.cover import pair_grid, rows_per_pair, split_cut_edges
+from gnntrain.partition.store import store_record
 from gnntrain.plan_types import RunSettings
 from gnntrain.seeding import Stream, derive_seed
 from gnntrain.sizing import DTYPE_BYTES, halo_rows
@@ -108,6 +109,22 @@ def label_propagation_rows(train_mask: torch.Tensor, rate: float, seed: int) -> 
     mask = torch.zeros_like(train_mask)
     mask[rows[torch.randperm(rows.numel(), generator=gen)[:take]]] = True
     return mask
+
+
+Edges = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (dst, src, weight)
+
+
+@store_record
+@dataclass
+class SuperGCNPayload:
+    """What a SuperGCN rank holds beyond its rows and local edges: the two sides of its exchanges."""
+
+    recv_counts: List[int]  # rows arriving from each rank (post rows, then pre-aggregated sums)
+    remote_edges: Edges  # the arrived rows' edges into own rows (dst local, slot in the arrivals, weight)
+    send_slots: torch.Tensor  # S_rank's rows (the outgoing slots), ...
+    send_cols: torch.Tensor  # ... its columns (own rows) ...
+    send_weights: torch.Tensor  # ... and weights (source factor, destination factor)
+    send_counts: List[int]  # rows leaving for each rank
 
 
 @register_mode
@@ -246,8 +263,7 @@ class SuperGCNMode(Mode):
                 rank=rank, world_size=p, num_global_nodes=data.num_nodes, num_classes=data.num_classes,
                 features=data.features[rows], labels=data.labels[rows],
                 count_masks={sp: masks[sp][rows] for sp in SPLITS}, global_counts=counts, global_ids=rows,
-                edges=receive["local"], info={"recv_counts": receive["counts"], "remote_edges": receive["remote"],
-                                              **send},
+                edges=receive["local"], payload=SuperGCNPayload(receive["counts"], receive["remote"], **send),
                 label_input_mask=label_rows[rows] if label_rows is not None else None,
             ))
         m = part.metrics
@@ -332,18 +348,18 @@ class SuperGCNStrategy(FullGraphStrategy):
     all-to-all while the local product runs; the remote product adds what arrived."""
 
     def __init__(self, shard: RankShard, ctx, settings: RunSettings, options: "SuperGCNConfig", bits: int):
-        comm, info = ctx.comm, shard.info
+        comm, info = ctx.comm, shard.payload  # a SuperGCNPayload
         n_own = shard.features.shape[0]
-        send_counts, recv_counts = info["send_counts"], info["recv_counts"]
+        send_counts, recv_counts = info.send_counts, info.recv_counts
         kernel, device = ctx.plan.kernel, ctx.device
         self.local = SparseAdjacency(*shard.edges, n_own, n_own, kernel=kernel, device=device)
         # the received rows' post-aggregation: on the CPU a sorted, clustered index_add into the local product
         # (C build; torch's index_add_ in the same order without it); on a GPU the remote SpMM, added after
-        self.post = (PostAggregation(*info["remote_edges"], n_own, sum(recv_counts)) if device.type == "cpu"
+        self.post = (PostAggregation(*info.remote_edges, n_own, sum(recv_counts)) if device.type == "cpu"
                      else None)
         self.remote = (None if self.post is not None else
-                       SparseAdjacency(*info["remote_edges"], n_own, sum(recv_counts), kernel=kernel, device=device))
-        self.send = SparseAdjacency(info["send_slots"], info["send_cols"], info["send_weights"], sum(send_counts),
+                       SparseAdjacency(*info.remote_edges, n_own, sum(recv_counts), kernel=kernel, device=device))
+        self.send = SparseAdjacency(info.send_slots, info.send_cols, info.send_weights, sum(send_counts),
                                     n_own, kernel=kernel, device=device)
         self.clock = clock = StageClock(device)
         self.quantizer = quantizer_for(bits, int(settings.train.seed), comm.rank, options.param_dtype.value, clock)

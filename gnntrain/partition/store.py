@@ -31,9 +31,22 @@ import torch
 from gnntrain.artifact import ArtifactError, describe_files, publish, verify_files
 from gnntrain.atomic import file_lock
 from gnntrain.partition.chunks import ChunkLayout
+from gnntrain.registry import Registry
 
 FORMAT_VERSION = 1
-RECORDS = {"ChunkLayout": ChunkLayout}  # dataclasses a part may hold (rebuilt by name, no pickle)
+# the dataclasses a part may hold, rebuilt by their name (no pickle): each mode's rank payload, ChunkLayout
+RECORDS: Registry[type] = Registry("store record")
+
+
+def store_record(cls: type) -> type:
+    """Class decorator: a dataclass that a part may hold (a mode's typed rank payload), written field by
+    field and rebuilt by its class name; a second class under a taken name is refused."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls.__name__}: only a dataclass can be a store record")
+    return RECORDS.add(cls.__name__, cls)
+
+
+store_record(ChunkLayout)
 _TORCH_DTYPES = {str(t).replace("torch.", ""): t for t in (torch.float32, torch.float64, torch.int64, torch.int32,
                                                             torch.int16, torch.int8, torch.uint8, torch.bool,
                                                             torch.float16)}

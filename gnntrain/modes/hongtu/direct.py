@@ -375,9 +375,10 @@ class DirectStrategy(FullGraphStrategy):
     def __init__(self, shard, ctx, settings, aggregate_first: Optional[bool]):
         from gnntrain.models.registry import model_family
 
-        self.figures = shard.info["figures"]
+        payload = shard.payload  # a DirectPayload
+        self.figures = payload.figures
         tables = VertexTables.for_rank(self.figures["tiers"], ctx, shard.rank)
-        self.engine = DirectEngine(shard.info["direct"], shard.info["chunks"],
+        self.engine = DirectEngine(payload.graph, payload.chunks,
                                    model_family(settings.model.name, settings.model.target), ctx.dtype, tables,
                                    ctx.comm)
         self.clock = self.engine.clock

@@ -20,6 +20,7 @@ from gnntrain.modes.base import RankShard
 from gnntrain.modes.hongtu.arena import DeviceArena, cuda_peak_reader, tensor_bytes
 from gnntrain.modes.hongtu.cost import STAGING_SLICE_BYTES, topology_bytes
 from gnntrain.modes.hongtu.indices import DeviceIndices, Index
+from gnntrain.modes.hongtu.payload import HongTuPayload
 from gnntrain.modes.hongtu.schedule import _positions, build_sweep
 from gnntrain.modes.hongtu.tiers import VertexTables
 from gnntrain.modes.hongtu.transfers import ChunkTransfers, add_rows
@@ -37,9 +38,9 @@ class HongTuEngine(ChunkTransfers):
     def __init__(self, shard: RankShard, ctx, family: "ModelFamily", dedup: str, cap: int,
                  tables: Optional[VertexTables] = None, estimated_device_bytes: int = 0,
                  keep_input_aggregation: bool = False):
-        info = shard.info
-        self.layout: ChunkLayout = info["layout"]
-        self.batches: np.ndarray = info["batches"]
+        payload: HongTuPayload = shard.payload
+        self.layout: ChunkLayout = payload.layout
+        self.batches: np.ndarray = payload.batches
         self.ctx, self.comm, self.device, self.dtype = ctx, ctx.comm, ctx.device, ctx.dtype
         self.value_bytes = DTYPE_BYTES[ctx.plan.dtype]
         self.family, self.dedup = family, dedup  # elementwise: cache the aggregation; else recompute the layer

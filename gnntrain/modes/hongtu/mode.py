@@ -19,6 +19,7 @@ from gnntrain.modes.fullgraph import SPLITS
 from gnntrain.modes.hongtu import direct as direct_path
 from gnntrain.modes.hongtu.config import DEDUP, REORGANIZE_VERSION, HongTuConfig, parse_bytes
 from gnntrain.modes.hongtu.cost import bandwidths, batch_bytes, chunk_working_bytes, cost_model
+from gnntrain.modes.hongtu.payload import DirectPayload, HongTuPayload
 from gnntrain.modes.hongtu.schedule import disk_traffic, epoch_traffic
 from gnntrain.modes.hongtu.strategy import HongTuStrategy
 from gnntrain.modes.hongtu.tiers import DISK, assign_tiers, check_free_space, disk_bytes_needed
@@ -180,7 +181,7 @@ class HongTuMode(Mode):
                           features=data.features, labels=data.labels, count_masks=dict(masks),
                           global_counts={s: int(masks[s].sum()) for s in SPLITS},
                           global_ids=torch.arange(data.num_nodes), edges=None,
-                          info={"direct": graph, "chunks": chunks, "figures": figures})
+                          payload=DirectPayload(graph, chunks, figures))
         summary = {"num_parts": 1, "edge_cut": 0, "total_volume": 0, "max_send_volume": 0,
                    "partitioner": "none (mode.direct: one rank, the graph's own order)",
                    "chunks_per_part": len(chunks), "reorganize_cache_hit": None, "num_edges": graph.num_edges}
@@ -426,7 +427,7 @@ class HongTuMode(Mode):
                 num_classes=data.num_classes, features=data.features[rows], labels=data.labels[rows],
                 count_masks={sp: masks[sp][rows] for sp in SPLITS}, global_counts=counts, global_ids=rows,
                 edges=(dst_n[e_lo:e_hi], src_n[e_lo:e_hi], w[e_lo:e_hi]),
-                info={"layout": layout, "batches": chosen["batches"], "figures": figures},
+                payload=HongTuPayload(layout, chosen["batches"], figures),
             ))
         m = part.metrics
         summary = {"num_parts": plan.world_size, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
@@ -437,7 +438,7 @@ class HongTuMode(Mode):
 
     # -------------------------------------------------------------- train
     def strategy(self, shard: RankShard, ctx):
-        if "direct" in shard.info:
+        if isinstance(shard.payload, DirectPayload):
             return direct_path.DirectStrategy(shard, ctx, self.settings, self.aggregate_first)
         return HongTuStrategy(shard, ctx, self.settings, self.dedup, self.aggregate_first)
 

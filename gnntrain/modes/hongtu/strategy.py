@@ -22,14 +22,14 @@ class HongTuStrategy(FullGraphStrategy):
     inputs_on_host = True
 
     def __init__(self, shard: RankShard, ctx, settings: RunSettings, dedup: str, aggregate_first: Optional[bool]):
-        figures = shard.info["figures"]
+        figures = shard.payload.figures
         tables = VertexTables.for_rank(figures["tiers"], ctx, shard.rank)
         self.engine = HongTuEngine(shard, ctx, model_family(settings.model.name, settings.model.target), dedup,
                                    int(figures["device_memory_cap"]), tables, int(figures["estimated_device_bytes"]),
                                    keep_input_aggregation=settings.train.cache_input_aggregation
                                    and settings.model.name != "custom")
         self.clock = self.engine.clock
-        self.figures = shard.info["figures"]
+        self.figures = shard.payload.figures
         self.held_params: Optional[List[torch.nn.Parameter]] = None
         super().__init__(shard, ctx, settings, aggregate_first=aggregate_first)
 

@@ -18,6 +18,7 @@ from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy, InputAggregate
 from gnntrain.modes.mop.layout import MoPLayout, col_splits, exchanged_elements, row_splits, stage_count
 from gnntrain.modes.mop.pipeline import _FinishToCols, _FinishToRows, _StartToCols, _StartToRows, pipeline_chunks
 from gnntrain.modes.single import graph_tensors
+from gnntrain.partition.store import store_record
 from gnntrain.plan_types import MemoryEstimate, RunSettings
 from gnntrain.sizing import EDGE_BYTES, HALO_FACTOR, estimate_memory, format_bytes
 
@@ -32,6 +33,15 @@ class MoPConfig(ModeConfig):
     # where MoA's aggregation ranks run: "same" (the profile's device) or "cpu" (CPU aggregation beside GPU update
     # ranks, MixGCN §3.2's mixture with the host standing in for its dedicated aggregation accelerator)
     aggregation_device: str = "same"
+
+
+@store_record
+@dataclass
+class MoPPayload:
+    """What a MoP rank holds beyond its row block and the whole adjacency."""
+
+    feature_columns: torch.Tensor  # its column slice of every row's input features (the aggregation side)
+    pipeline_chunks: int  # fine-grained pipeline stages (§3.1.3); 1 = none
 
 
 @register_mode
@@ -189,8 +199,7 @@ class MoPMode(Mode):
                 features=features[lo:hi], labels=data.labels[perm[lo:hi]],
                 count_masks={s: masks[s][lo:hi] for s in SPLITS}, global_counts=counts, global_ids=perm[lo:hi],
                 edges=(dst_n, src_n, w),
-                info={"features_cols": features[:, cols[rank]:cols[rank + 1]].contiguous(),
-                      "pipeline_chunks": stages},
+                payload=MoPPayload(features[:, cols[rank]:cols[rank + 1]].contiguous(), stages),
             ))
         partition = {"num_parts": m, "edge_cut": 0, "total_volume": 0, "max_send_volume": 0,
                      "layout": "feature-split aggregation / node-split update", "bandwidth": bandwidth,
@@ -235,8 +244,9 @@ class MoPStrategy(FullGraphStrategy):
         dst, src, w = shard.edges
         self.adjacency = SparseAdjacency(dst, src, w, n, n, kernel=ctx.plan.kernel, device=ctx.device)
         self.layout = MoPLayout(ctx.comm, n, aggregation_ranks)
-        self.x_cols = shard.info["features_cols"].to(device=ctx.device, dtype=ctx.dtype)
-        s = int(shard.info["pipeline_chunks"])
+        payload: MoPPayload = shard.payload
+        self.x_cols = payload.feature_columns.to(device=ctx.device, dtype=ctx.dtype)
+        s = int(payload.pipeline_chunks)
         self.chunks = pipeline_chunks(self.layout, s, dst, src, w, ctx.plan.kernel, ctx.device) if s > 1 else []
         self.clock = StageClock(ctx.device)  # MixGCN Fig. 8's split: aggregation, all-to-all (comm), update
         super().__init__(shard, ctx, settings, aggregate_first=aggregate_first)
