@@ -1,11 +1,11 @@
 """``mode=auto``: enumerate the plans this hardware allows, predict each, run the fastest that fits.
 
-Candidates are every registered mode (or ``auto.modes``) × its ``Mode.auto_variants`` (the options its
+Candidates are every registered mode (or ``auto.modes``) × its ``Capabilities.auto_variants`` (the options its
 paper varies: sparse/oblivious, replication, aggregation and bits, dedup) × the world sizes the profile
 allows (``auto.ranks_per_node``, else 1, 2, 4, ... up to ``hardware.ranks_per_node`` per node). Each is
 resolved by :func:`gnntrain.plan.build_plan` (so an impossible plan, or one whose memory does not fit
 the host, is dropped with the plan's own reason), approximate ones are dropped unless
-``auto.allow_approximate``, and the rest are ranked by ``Mode.predict``'s epoch time on the profile's
+``auto.allow_approximate``, and the rest are ranked by ``ModePlanner.predict``'s epoch time on the profile's
 calibrated costs (docs/design.md#mode-auto).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Tuple
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gnntrain.errors import PlanError
-from gnntrain.modes import MODE_REGISTRY, Mode
+from gnntrain.modes import MODE_REGISTRY, ModePlanner
 from gnntrain.modes.cost import check_profile, nearest_cost
 from gnntrain.plan import build_mode, build_plan
 from gnntrain.plan_types import RunPlan
@@ -56,11 +56,11 @@ def candidate_configs(cfg: DictConfig) -> List[Tuple[str, Dict[str, Any], int, D
     out = []
     base = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     for name in names:
-        cls = MODE_REGISTRY[name]
-        for options in cls.auto_variants:
+        spec = MODE_REGISTRY[name]
+        for options in spec.capabilities.auto_variants:
             for ranks in _world_choices(cfg):
                 cand = OmegaConf.create(base)
-                mode = OmegaConf.merge(OmegaConf.structured(cls.config_class), {"name": name, **options})
+                mode = OmegaConf.merge(OmegaConf.structured(spec.options), {"name": name, **options})
                 with open_dict(cand):
                     cand.mode = mode
                     cand.hardware.ranks_per_node = ranks
@@ -88,8 +88,8 @@ def choose_plan(cfg: DictConfig) -> RunPlan:
             continue  # another ranks_per_node giving the same world size (mode=single is always one rank)
         seen.add(key)
         label = _label(name, options, plan.world_size)
-        mode: Mode = build_mode(cand)
-        if plan.world_size < mode.min_world_size:
+        mode: ModePlanner = build_mode(cand)
+        if plan.world_size < mode.spec.capabilities.min_world_size:
             dropped.append({"candidate": label, "reason": f"{name} on {plan.world_size} rank(s) is mode=single "
                             "with extra work"})
             continue

@@ -40,11 +40,12 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def _graph_per_rank(mode_cls, world: int) -> str:
+def _graph_per_rank(capabilities, world: int) -> str:
     """What each rank holds of the graph (docs/design.md#partition-store)."""
-    if mode_cls.part_store and world > 1:
+    if capabilities.part_store and world > 1:
         return "its own part, opened from the partition store"
-    return "the whole graph" + (f": {mode_cls.whole_graph_reason}" if mode_cls.whole_graph_reason else "")
+    reason = capabilities.whole_graph_reason
+    return "the whole graph" + (f": {reason}" if reason else "")
 
 
 def resolve_reader(ds) -> str:
@@ -105,25 +106,25 @@ def _with_native_build(kernel: str, note: str) -> str:
 
 # ------------------------------------------------------------------- modes
 def build_mode(cfg):
-    """The configured mode (a :class:`gnntrain.modes.Mode`), built from its own options and the run's
-    typed settings: the one place a composed config becomes a mode."""
-    from gnntrain.modes import get_mode
+    """The configured mode's planner (:class:`gnntrain.modes.ModePlanner`), built from its own options and
+    the run's typed settings: the one place a composed config becomes a mode."""
+    from gnntrain.modes import mode_spec
 
-    return get_mode(cfg["mode"]["name"])(cfg["mode"], RunSettings.of(cfg))
+    return mode_spec(cfg["mode"]["name"]).plan(cfg["mode"], RunSettings.of(cfg))
 
 
 def plan_mode(plan: RunPlan):
-    """The mode of a resolved plan, in any process (a rank reads the plan back from plan.config)."""
-    from gnntrain.modes import get_mode
+    """The planner of a resolved plan's mode, in any process (a rank reads the plan back from plan.config)."""
+    from gnntrain.modes import mode_spec
 
-    return get_mode(plan.mode)(plan.config["mode"], plan.settings)
+    return mode_spec(plan.mode).plan(plan.config["mode"], plan.settings)
 
 
 # ------------------------------------------------------------------- build
 def build_plan(cfg: DictConfig) -> RunPlan:
     """Resolve and validate; raises PlanError with the offending option."""
     from gnntrain.data import check_dataset_config, dataset_sizes, fill_file_sizes
-    from gnntrain.modes import get_mode
+    from gnntrain.modes import mode_spec
 
     extra = unknown_keys(cfg)
     if extra:  # appended with +key=value onto a structured config: nothing would read it
@@ -180,15 +181,15 @@ def build_plan(cfg: DictConfig) -> RunPlan:
     if cfg.mode.name == "auto":
         raise PlanError("mode", "mode=auto picks among the other modes; its plan comes from "
                         "gnntrain.auto.resolve_plan.")
-    mode_cls = get_mode(cfg.mode.name)
-    mode = mode_cls(cfg.mode, RunSettings.of(cfg))
-    refusal = mode.refuses(family)
+    spec = mode_spec(cfg.mode.name)
+    mode, can = spec.plan(cfg.mode, RunSettings.of(cfg)), spec.capabilities
+    refusal = can.refuses(family)
     if refusal is not None:
         from gnntrain.models.registry import MODEL_REGISTRY
 
-        rule = f" {mode_cls.models_rule}" if mode_cls.models_rule else ""
-        hosted = [name for name, f in sorted(MODEL_REGISTRY.items()) if mode.refuses(f) is None]
-        raise PlanError("model", f"mode '{mode_cls.name}' does not support model '{m.name}': {refusal}.{rule}",
+        rule = f" {can.models_rule}" if can.models_rule else ""
+        hosted = [name for name, f in sorted(MODEL_REGISTRY.items()) if can.refuses(f) is None]
+        raise PlanError("model", f"mode '{spec.name}' does not support model '{m.name}': {refusal}.{rule}",
                         f"use one of {', '.join(hosted)}")
 
     device = option_value(hw.device)
@@ -207,7 +208,7 @@ def build_plan(cfg: DictConfig) -> RunPlan:
     requested_parts = int(cfg.partitioner.get("num_parts", 0) or 0)
     if requested_parts and requested_parts != num_parts:
         raise PlanError("partitioner.num_parts", f"{requested_parts} parts do not match the {num_parts} that "
-                        f"mode '{mode_cls.name}' needs at world size {world}.",
+                        f"mode '{spec.name}' needs at world size {world}.",
                         "drop partitioner.num_parts or change the world size")
 
     dtype = option_value(t.dtype)
@@ -244,19 +245,19 @@ def build_plan(cfg: DictConfig) -> RunPlan:
     cost = cost_profile(hw, threads)
     if cost is not None and world > ranks_per_node:  # collectives cross the link between nodes
         cost = dataclasses.replace(cost, ranks_per_link=ranks_per_node)
-    prediction = price_estimate(estimate, cost, mode_cls.name).to_dict() if cost is not None else None
+    prediction = price_estimate(estimate, cost, spec.name).to_dict() if cost is not None else None
     rank_devices = mode.rank_devices(device, world, ranks_per_node)
     rank_threads = mode.rank_threads(rank_devices, ranks_per_node, cores)
     if len(set(rank_threads)) <= 1:
         rank_threads = ()  # even: threads_per_rank says it
     backend = "nccl" if all(d.startswith("cuda") for d in rank_devices) else "gloo"  # gloo once a CPU rank joins
     return RunPlan(
-        mode=mode_cls.name, dataset=str(ds.name), model=str(m.name), partitioner=str(cfg.partitioner.name),
+        mode=spec.name, dataset=str(ds.name), model=str(m.name), partitioner=str(cfg.partitioner.name),
         hardware=str(hw.name), world_size=world, nodes=int(hw.nodes) if world > 1 else 1,
         ranks_per_node=ranks_per_node, backend=backend, device=device,
         rank_devices=rank_devices, threads_per_rank=threads, kernel=kernel, kernel_note=kernel_note, dtype=dtype,
         epochs=int(t.epochs), num_parts=num_parts, memory_per_rank=memory, comm_per_epoch=comm,
-        mode_details={**mode.details(ctx), "graph per rank": _graph_per_rank(mode_cls, world)},
+        mode_details={**mode.details(ctx), "graph per rank": _graph_per_rank(can, world)},
         warnings=tuple(warnings),
         config=_with_resolved(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
                               mode.resolved_options(ctx)), reader=reader,
@@ -265,6 +266,6 @@ def build_plan(cfg: DictConfig) -> RunPlan:
 
 
 def _with_resolved(config: Dict[str, Any], mode_options: Dict[str, Any]) -> Dict[str, Any]:
-    """The plan's config with the options the mode resolved at plan time (:meth:`Mode.resolved_options`)."""
+    """The plan's config with the options the mode resolved at plan time (:meth:`ModePlanner.resolved_options`)."""
     config["mode"].update(mode_options)
     return config

@@ -156,7 +156,7 @@ class RunPlan:
     config: Dict[str, Any] = field(repr=False)
     rank_threads: Tuple[int, ...] = ()  # per rank, where the mode does not share cores evenly (HyScale on GPUs)
     reader: str = ""  # dataset.reader resolved for Planetoid/Reddit: "dgl", "pyg (auto)", ...; "" for others
-    # predicted epoch time, memory and bytes (Mode.predict) where the hardware profile is calibrated
+    # predicted epoch time, memory and bytes (ModePlanner.predict) where the hardware profile is calibrated
     prediction: Optional[Dict[str, Any]] = None
     auto: Optional[Dict[str, Any]] = None  # mode=auto: the ranked candidates and why others were dropped
 

@@ -239,3 +239,19 @@ def _repo(tmp_path: Path, files: Dict[str, str]) -> Path:
 ])
 def test_the_tree_checker_sees_deferred_and_sys_path_imports(tmp_path, files, crossing):
     assert bool(forbidden_imports(_repo(tmp_path, files))) is crossing
+
+
+def test_a_mode_is_a_small_spec_of_typed_parts():
+    """A mode is a frozen spec (name, options, capabilities, planner, prepare, strategy), not a class of
+    thirty members; what a mode hands its ranks is a typed payload, never a string-keyed dict."""
+    import dataclasses
+
+    from gnntrain.modes import MODE_REGISTRY, ModeSpec, RankShard
+
+    public = {n for n in dir(ModeSpec) if not n.startswith("_")} | {f.name for f in dataclasses.fields(ModeSpec)}
+    assert len(public) <= 10, sorted(public)
+    assert ModeSpec.__dataclass_params__.frozen
+    assert all(isinstance(spec, ModeSpec) for spec in MODE_REGISTRY.values())
+    assert "info" not in {f.name for f in dataclasses.fields(RankShard)}
+    for path in list((PACKAGE / "modes").rglob("*.py")) + list((PACKAGE / "launch").rglob("*.py")):
+        assert ".info[" not in path.read_text(), path

@@ -1,4 +1,4 @@
-"""#22: ``gnntrain calibrate``, ``Mode.predict`` and ``mode=auto``."""
+"""#22: ``gnntrain calibrate``, ``ModePlanner.predict`` and ``mode=auto``."""
 from __future__ import annotations
 
 import time

@@ -81,10 +81,10 @@ def test_oblivious_is_a_deprecated_name_of_dense_alltoall():
 
 
 def test_auto_considers_cagnet():
-    from gnntrain.modes.partition import PartitionMode
+    from gnntrain.modes.partition import PARTITION
 
-    assert {"comm": "cagnet"} in PartitionMode.auto_variants
-    assert {"comm": "dense-alltoall"} in PartitionMode.auto_variants
+    assert {"comm": "cagnet"} in PARTITION.capabilities.auto_variants
+    assert {"comm": "dense-alltoall"} in PARTITION.capabilities.auto_variants
 
 
 class _LoggedComm:

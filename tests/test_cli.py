@@ -150,7 +150,7 @@ def test_plan_tree_has_no_python_reprs(mode, cache_dir):
 
     from gnntrain.cli.tasks import _load_and_partition
     from gnntrain.metrics.report import print_graph_report, print_plan
-    from gnntrain.modes import MODE_REGISTRY, Mode
+    from gnntrain.modes import MODE_REGISTRY, ModePlanner
     from gnntrain.plan import build_mode
 
     cfg, plan = _plan(mode, cache_dir)
@@ -165,7 +165,7 @@ def test_plan_tree_has_no_python_reprs(mode, cache_dir):
     # the partitioner only where the graph is split (one part: none ran, whatever the config names)
     parts = "the whole graph, unpartitioned" if plan.num_parts == 1 else f"{plan.num_parts} parts ({plan.partitioner})"
     assert parts in text, text
-    if MODE_REGISTRY[mode].graph_report is not Mode.graph_report:
+    if MODE_REGISTRY[mode].planner.graph_report is not ModePlanner.graph_report:
         data, part, _ = _load_and_partition(cfg, plan)
         report = build_mode(cfg).graph_report(data, part, plan)
         assert_no_python_repr(_render(print_graph_report, plan, report))

@@ -26,7 +26,7 @@ def _schema_class(group: str, option: str) -> type:
     from gnntrain.modes import MODE_REGISTRY
 
     if group == "mode":  # mode=auto is not a mode: it picks one (gnntrain/auto.py), with the base options schema
-        return schema.ModeConfig if option == "auto" else MODE_REGISTRY[option].config_class
+        return schema.ModeConfig if option == "auto" else MODE_REGISTRY[option].options
     if group == "model" and option != "custom":  # a model's schema: ModelConfig + its layer's options
         from hydra.core.config_store import ConfigStore
 

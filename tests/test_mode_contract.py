@@ -1,6 +1,6 @@
 """The contract every registered mode keeps, read from the registry (no test lists the modes by hand):
 it plans, prepares and trains on a small graph with its own default options, and where its spec says
-it is exact (``Mode.is_exact``) its float64 losses equal ``mode=single``'s within 1e-9
+it is exact (``ModePlanner.is_exact``) its float64 losses equal ``mode=single``'s within 1e-9
 (docs/design.md#exactness). A mode that a test registers on the fly is held to the same contract."""
 
 from __future__ import annotations
@@ -43,38 +43,27 @@ def test_every_registered_mode_plans_prepares_trains_and_is_exact_where_it_says(
 
 
 def test_a_mode_registered_on_the_fly_keeps_the_same_contract(train):
-    """A new mode is one module plus one YAML: here a class and a ConfigStore node. It reuses
-    single's preparation and rank strategy, so its spec says it is exact, and the contract checks
-    that it is."""
+    """A new mode is one module plus one YAML: here a spec and a ConfigStore node. It reuses single's
+    preparation and rank strategy, so its planner says it is exact, and the contract checks that it is."""
     from hydra.core.config_store import ConfigStore
 
     from gnntrain.config.schema import ModeConfig
-    from gnntrain.modes import Mode, register_mode
-    from gnntrain.modes.single import SingleMode
+    from gnntrain.modes import Capabilities, ModePlanner, ModeSpec, register_mode, single
 
     @dataclass
     class MirrorConfig(ModeConfig):
         name: str = "mirror"
 
-    class MirrorMode(Mode):
-        name = "mirror"
-        config_class = MirrorConfig
-        part_store = False
-        partitions_graph = False
-        needs_elementwise = needs_restructurable = False
-        whole_graph_reason = "it mirrors mode=single"
-
+    class MirrorPlanner(ModePlanner):
         def world_size(self, hardware_world_size: int) -> int:
             return 1  # in this process: a rank started elsewhere would not know a test's mode
 
-        def prepare(self, data, plan, part, ranks=None):
-            return SingleMode.prepare(self, data, plan, part, ranks)
-
-        def strategy(self, shard, ctx):
-            return SingleMode.strategy(self, shard, ctx)
-
     store = ConfigStore.instance()
-    register_mode(MirrorMode)
+    register_mode(ModeSpec(
+        name="mirror", options=MirrorConfig, planner=MirrorPlanner, prepare=single.prepare,
+        strategy=single.strategy,
+        capabilities=Capabilities(part_store=False, partitions_graph=False, needs_elementwise=False,
+                                  needs_restructurable=False, whole_graph_reason="it mirrors mode=single")))
     store.store(group="mode", name="mirror", node={"defaults": ["mirror_schema"]})
     try:
         assert "mirror" in MODE_REGISTRY
@@ -88,18 +77,19 @@ def test_a_mode_registered_on_the_fly_keeps_the_same_contract(train):
 def test_a_second_mode_under_a_taken_name_is_refused():
     """Two modes with one name would train whichever module imported last: refused with one line."""
     from gnntrain.config.schema import ModeConfig
-    from gnntrain.modes import Mode, register_mode
+    from gnntrain.modes import Capabilities, ModePlanner, ModeSpec, register_mode
     from gnntrain.registry import DuplicateNameError
 
-    class Impostor(Mode):
-        name = "partition"
-        config_class = ModeConfig
+    class ImpostorConfig(ModeConfig):
+        name: str = "partition"
 
-    with pytest.raises(DuplicateNameError, match=r"mode 'partition' is registered twice: by .*PartitionMode "
-                                                 r"and by .*Impostor\. Give one of them another name\."):
-        register_mode(Impostor)
-    assert MODE_REGISTRY["partition"].__name__ == "PartitionMode"
-    register_mode(MODE_REGISTRY["partition"])  # the same class again (a module imported twice): a no-op
+    impostor = ModeSpec(name="partition", options=ImpostorConfig, capabilities=Capabilities(), planner=ModePlanner,
+                        prepare=lambda *a: None, strategy=lambda *a: None)
+    with pytest.raises(DuplicateNameError, match=r"mode 'partition' is registered twice: by .*PartitionConfig "
+                                                 r"and by .*ImpostorConfig\. Give one of them another name\."):
+        register_mode(impostor)
+    assert MODE_REGISTRY["partition"].planner.__name__ == "PartitionPlanner"
+    register_mode(MODE_REGISTRY["partition"])  # the same spec again (a module imported twice): a no-op
 
 
 def test_a_second_model_or_generator_under_a_taken_name_is_refused():

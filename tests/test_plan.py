@@ -78,7 +78,7 @@ def test_a_registered_mode_plugs_into_composition_and_the_plan(monkeypatch):
     from hydra.errors import ConfigCompositionException
 
     from gnntrain.config.schema import ModeConfig
-    from gnntrain.modes import MODE_REGISTRY, Mode, register_mode
+    from gnntrain.modes import MODE_REGISTRY, Capabilities, ModePlanner, ModeSpec, register_mode
     from gnntrain.plan_types import MemoryEstimate
 
     @dataclass
@@ -86,10 +86,7 @@ def test_a_registered_mode_plugs_into_composition_and_the_plan(monkeypatch):
         name: str = "toy"
         factor: int = 2
 
-    class ToyMode(Mode):
-        name = "toy"
-        config_class = ToyConfig
-
+    class ToyPlanner(ModePlanner):
         def world_size(self, hardware_world_size):
             return 1
 
@@ -100,7 +97,8 @@ def test_a_registered_mode_plugs_into_composition_and_the_plan(monkeypatch):
             return MemoryEstimate(graph_bytes=7, feature_bytes=0, activation_bytes=0)
 
     store = ConfigStore.instance()
-    register_mode(ToyMode)  # removed again after the test
+    register_mode(ModeSpec(name="toy", options=ToyConfig, capabilities=Capabilities(), planner=ToyPlanner,
+                           prepare=lambda *a: None, strategy=lambda *a: None))  # removed again after the test
     try:
         assert "toy_schema.yaml" in store.repo["mode"]
         store.store(group="mode", name="toy", node={"defaults": ["toy_schema"], "factor": 3})

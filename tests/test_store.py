@@ -48,7 +48,7 @@ def _assert_same(a, b, where: str) -> None:
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_every_part_reads_back_as_prepared(tmp_path, mode):
-    """What a rank opens from the store is, field by field, what Mode.prepare made in memory."""
+    """What a rank opens from the store is, field by field, what the mode's prepare made in memory."""
     plan = build_plan(compose(SMALL + MODES[mode] + [f"cache_dir={tmp_path}"]))
     directory, meta, _ = ensure_store(plan)
     prepared = prepare_in_memory(plan)

@@ -102,14 +102,14 @@ def _interrupted(run_dir: Path, signal_name: str, code: int):
 def plan_task(cfg) -> None:
     _setup_logging()
     from gnntrain.metrics.report import print_plan
-    from gnntrain.modes import MODE_REGISTRY, Mode
+    from gnntrain.modes import ModePlanner, mode_spec
 
     run_dir = output_dir()
     plan = _plan_or_fail(cfg, run_dir)
     if plan is None:
         return None
     report = None
-    if MODE_REGISTRY[plan.mode].graph_report is not Mode.graph_report:
+    if mode_spec(plan.mode).planner.graph_report is not ModePlanner.graph_report:
         report = _graph_report(cfg, plan)  # figures that need the graph (loaded, partition from the cache)
     known = dict((report or {}).get("bytes per epoch") or {})
     if known:  # the partition's own volumes: the bytes the run will move, in place of "depends on the graph"
@@ -135,20 +135,14 @@ def plan_task(cfg) -> None:
 def _load_and_partition(cfg, plan):
     """The graph and the mode's own partitioning of it (the plan's parts with the configured partitioner
     where the mode partitions nothing itself)."""
-    from gnntrain.data import load_dataset
-    from gnntrain.modes import Mode
-    from gnntrain.plan import plan_mode
+    from gnntrain.launch.shards import load_and_partition
 
-    data = load_dataset(cfg)
-    mode = plan_mode(plan)
-    part, hit = mode.partition(data, plan)
-    if part is None:
-        part, hit = Mode.partition(mode, data, plan)
+    data, _, part, hit = load_and_partition(plan, printing=True)
     return data, part, hit
 
 
 def _graph_report(cfg, plan, data=None, part=None) -> Optional[dict]:
-    """The mode's figures that need the graph (:meth:`Mode.graph_report`), or None."""
+    """The mode's figures that need the graph (:meth:`ModePlanner.graph_report`), or None."""
     from gnntrain.errors import GnnTrainError
     from gnntrain.plan import plan_mode
 

@@ -179,7 +179,7 @@ def _probe_config(cfg, mode: str, layers: int, cores: int, ranks: int, cost: Dic
     probe = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
     probe.dataset = OmegaConf.merge(OmegaConf.structured(get_generator("csbm").config), PROBE_GRAPH)
     probe.model = OmegaConf.merge(OmegaConf.structured(ModelConfig), {"name": "gcn", "layers": layers, "hidden": 16})
-    probe.mode = OmegaConf.merge(OmegaConf.structured(MODE_REGISTRY[mode].config_class), {"name": mode})
+    probe.mode = OmegaConf.merge(OmegaConf.structured(MODE_REGISTRY[mode].options), {"name": mode})
     probe.hardware.cores_per_node, probe.hardware.ranks_per_node, probe.hardware.nodes = cores, ranks, 1
     probe.hardware.cost = cost
     probe.train.update(epochs=PROBE_EPOCHS, progress=False, eval_every=PROBE_EPOCHS, checkpoint_every=0,
@@ -227,14 +227,14 @@ def fit_mode_factors(cfg, scratch: Path, cost: Dict[str, Any], say: Callable[[st
     fitted = dict(copy.deepcopy(cost), calibrated="probe", mode_factor={})
     factors: Dict[str, float] = {}
     for name in sorted(MODE_REGISTRY):
-        cls = MODE_REGISTRY[name]
-        ranks = max(1, min(_probe_ranks(cfg), int(cls.min_world_size)))
+        can = MODE_REGISTRY[name].capabilities
+        ranks = max(1, min(_probe_ranks(cfg), int(can.min_world_size)))
         probe = _probe_config(cfg, name, 2, host_cores(cfg.hardware), ranks, fitted)
         probe.dataset = OmegaConf.merge(probe.dataset, MODE_PROBE_GRAPH,
                                         {"num_nodes": QUICK_MODE_PROBE["num_nodes"]} if quick else {})
         probe.model.hidden = 64
         probe.train.epochs = probe.train.eval_every = QUICK_MODE_PROBE["epochs"] if quick else MODE_PROBE_EPOCHS
-        probe.mode = OmegaConf.merge(probe.mode, dict(cls.auto_variants[0]))
+        probe.mode = OmegaConf.merge(probe.mode, dict(can.auto_variants[0]))
         ratios = []
         for rep in range(QUICK_MODE_PROBE["reps"] if quick else 2):
             measured, predicted = _train_probe(probe, scratch, f"mode-{name}-{rep}")

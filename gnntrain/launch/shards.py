@@ -1,7 +1,7 @@
 """Where each rank's shard comes from (docs/design.md#partition-store).
 
 Modes with ``part_store`` (partition, supergcn, mop, hongtu) train from the partition store:
-one process builds every part once (load the graph, ``Mode.prepare``, write), under the store's
+one process builds every part once (load the graph, the mode's ``prepare``, write), under the store's
 lock, and each rank then opens only its own part. The launcher does not keep the graph while the
 ranks train, and under torchrun or srun no rank loads the graph when the store is already there.
 ``single`` and ``hyscale`` need the whole graph in their ranks and prepare it in memory as before.
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnntrain.data import load_dataset, resolve_cache_dir, resolve_data_dir
-from gnntrain.modes import get_mode
+from gnntrain.modes import mode_spec
 from gnntrain.modes.base import Prepared, RankShard
 from gnntrain.partition import store
 
@@ -32,7 +32,7 @@ _KEYED_SECTIONS = ("dataset", "model", "mode", "partitioner", "hardware", "train
 
 
 def uses_store(plan) -> bool:
-    return bool(get_mode(plan.mode).part_store) and plan.world_size > 1
+    return bool(mode_spec(plan.mode).capabilities.part_store) and plan.world_size > 1
 
 
 def _raw_files(cfg) -> List[Tuple[str, int, int]]:
@@ -68,7 +68,7 @@ def _code_stamp(mode_name: str) -> str:
     import gnntrain.models.norm
     import gnntrain.partition
 
-    mode_file = Path(inspect.getsourcefile(get_mode(mode_name)))
+    mode_file = Path(inspect.getsourcefile(mode_spec(mode_name).planner))
     mode_files = sorted(mode_file.parent.glob("*.py")) if mode_file.name == "mode.py" else [mode_file]
     packages = [Path(gnntrain.data.__file__).parent, Path(gnntrain.partition.__file__).parent]
     files = mode_files + [f for pkg in packages for f in sorted(pkg.glob("*.py"))] + [
@@ -106,18 +106,32 @@ def _resolve_store(plan) -> Path:
     return resolve_cache_dir(plan.config_obj) / "parts" / f"{plan.dataset}-{plan.mode}-p{plan.world_size}-{key}"
 
 
-def prepare_in_memory(plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
-    """Load the graph and prepare ``ranks``' shards (all when None) in this process."""
+def load_and_partition(plan, printing: bool = False):
+    """(the graph, the mode's planner, the partitioning, whether it came from the cache): the one place
+    that loads the graph and partitions it for the plan's mode. A mode whose prepare reads no
+    partitioning gets None, unless ``printing`` (``gnntrain partition``/``plan`` print the configured
+    partitioner's metrics for every mode: the plan's parts, where the mode partitions nothing itself)."""
+    from gnntrain.modes import ModePlanner
     from gnntrain.plan import plan_mode
 
-    start = time.perf_counter()
     data = load_dataset(plan.config_obj)
     mode = plan_mode(plan)
-    part, hit = mode.partition(data, plan) if mode.partitions_graph else (None, False)
+    part, hit = None, False
+    if printing or mode.spec.capabilities.partitions_graph:
+        part, hit = mode.partition(data, plan)
+    if part is None and printing:
+        part, hit = ModePlanner.partition(mode, data, plan)
+    return data, mode, part, hit
+
+
+def prepare_in_memory(plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
+    """Load the graph, partition it and prepare ``ranks``' shards (all when None) in this process."""
+    start = time.perf_counter()
+    data, mode, part, hit = load_and_partition(plan)
     load_s = time.perf_counter() - start  # loading and partitioning (the partitioner's cache, or METIS)
-    prepared = mode.prepare(data, plan, part, ranks)
+    prepared = mode.spec.prepare(mode, data, plan, part, ranks)
     prepared.preprocess_s += load_s
-    if part is not None and mode.partitions_graph:
+    if part is not None:
         prepared.partition.setdefault("cache_hit", hit)
     # the graph as loaded (directed edges, before any model's self-loops), for summary.json
     prepared.partition.setdefault("graph_nodes", data.num_nodes)

@@ -1,52 +1,38 @@
-"""The small protocol every parallelism mode implements.
+"""The plan side of a mode (:class:`ModePlanner`) and what a mode hands its ranks (:class:`RankShard`,
+:class:`Prepared`).
 
-A mode is one module in ``gnntrain/modes/`` that defines a ``Mode`` subclass
-(decorated with :func:`register_mode`) and its options dataclass, plus one
-YAML file in ``configs/mode/``. A mode reads its own options and the run's typed
-settings (:class:`~gnntrain.plan_types.RunSettings`), never the composed config.
-It takes part in three stages:
+A mode is registered as a :class:`~gnntrain.modes.spec.ModeSpec` (gnntrain/modes/spec.py): its name,
+options dataclass, capabilities, planner class, ``prepare`` function and ``strategy`` factory. It reads
+its own options and the run's typed settings (:class:`~gnntrain.plan_types.RunSettings`), never the
+composed config, and takes part in three stages:
 
-1. **plan** (no processes yet): :meth:`Mode.world_size`, :meth:`Mode.validate`,
-   :meth:`Mode.estimate_memory` and :meth:`Mode.estimate_comm` see only sizes
-   (a :class:`~gnntrain.plan_types.PlanContext`);
-2. **prepare** (launcher process, or each rank under torchrun/srun):
-   :meth:`Mode.prepare` turns the loaded :class:`GraphData` into one
-   :class:`RankShard` of plain tensors per rank;
-3. **train** (in each rank): :meth:`Mode.strategy` builds the rank's
+1. **plan** (no processes yet): the planner's :meth:`ModePlanner.world_size`, :meth:`ModePlanner.validate`
+   and :meth:`ModePlanner.estimate` see only sizes (a :class:`~gnntrain.plan_types.PlanContext`);
+2. **prepare** (launcher process, or each rank under torchrun/srun): ``spec.prepare`` turns the loaded
+   :class:`GraphData` into one :class:`RankShard` of plain tensors (and the mode's typed payload) per rank;
+3. **train** (in each rank): ``spec.strategy`` builds the rank's
    :class:`~gnntrain.modes.strategy.RankStrategy`, which the one epoch loop runs.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from gnntrain.config.schema import ModeConfig, option_value
+from gnntrain.config.schema import option_value
 from gnntrain.errors import PlanError
 from gnntrain.modes.cost import CommEstimate, CostProfile, Estimate, Prediction, Work, local_work, price_estimate
+from gnntrain.modes.strategy import SPLITS
 from gnntrain.plan_types import MemoryEstimate, PlanContext, RunPlan, RunSettings, typed_section
-from gnntrain.registry import Registry
 from gnntrain.sizing import estimate_memory, halo_rows, model_dims
 
 if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.data.graph import GraphData
-    from gnntrain.models.registry import ModelFamily, ModelShape
-    from gnntrain.modes.strategy import RankStrategy
+    from gnntrain.models.registry import ModelShape
+    from gnntrain.modes.spec import ModeSpec
     from gnntrain.partition import Partitioning
-    from gnntrain.runtime import RankContext
-
-MODE_REGISTRY: "Registry[Type[Mode]]" = Registry("mode")
-
-
-def register_mode(cls: Type["Mode"]) -> Type["Mode"]:
-    """Class decorator: add the mode to the registry and its options schema to Hydra's
-    ConfigStore as ``mode/<name>_schema`` (what ``configs/mode/<name>.yaml`` extends)."""
-    from hydra.core.config_store import ConfigStore
-
-    MODE_REGISTRY.add(cls.name, cls)
-    ConfigStore.instance().store(group="mode", name=f"{cls.name}_schema", node=cls.config_class)
-    return cls
 
 
 @dataclass
@@ -82,32 +68,58 @@ class Prepared:
     preprocess_s: float = 0.0
 
 
-class Mode:
-    name: ClassVar[str]
-    config_class: ClassVar[Type[ModeConfig]]
-    # what a model must offer for this mode to host it (gnntrain.models.registry.ModelFamily)
-    needs_elementwise: ClassVar[bool] = True  # aggregation a weighted sum of rows (no attention)
-    needs_restructurable: ClassVar[bool] = True  # the built-in layer protocol (a user's custom layer is not)
-    models_rule: ClassVar[str] = ""  # why other models are refused, for the plan's message
-    # each rank opens only its own part from the partition store; False: the mode needs the whole
-    # graph in every rank (single holds it by definition, HyScale samples from all of it)
-    part_store: ClassVar[bool] = True
-    whole_graph_reason: ClassVar[str] = ""
+class ShardBuilder:
+    """What every mode's prepare shares: the clock, the split counts over the whole graph, one
+    :class:`RankShard` per rank from the rows it holds, and the summary's partition block."""
 
-    def __init__(self, options, settings: RunSettings):
-        self.options = typed_section(self.config_class, options)  # this mode's own section
+    def __init__(self, data: "GraphData", world_size: int, masks: Optional[Dict[str, torch.Tensor]] = None):
+        self.start = time.perf_counter()
+        self.data, self.world_size = data, world_size
+        self.masks = dict(data.masks if masks is None else masks)  # a mode may hold some rows out (SuperGCN)
+        self.counts = {s: int(self.masks[s].sum()) for s in SPLITS}
+
+    def shard(self, rank: int, rows: Optional[torch.Tensor], edges, payload: Any = None, counted: bool = True,
+              label_input_mask: Optional[torch.Tensor] = None) -> RankShard:
+        """Rank ``rank`` holding the global rows ``rows`` (None: every row, in order); ``counted``: this
+        rank counts its rows' loss and accuracy (one replica of a row does)."""
+        data, masks = self.data, self.masks
+        if rows is None:
+            features, labels, ids, held = data.features, data.labels, torch.arange(data.num_nodes), dict(masks)
+        else:
+            features, labels, ids = data.features[rows], data.labels[rows], rows
+            held = {s: masks[s][rows] if counted else torch.zeros(rows.numel(), dtype=torch.bool) for s in SPLITS}
+        return RankShard(rank=rank, world_size=self.world_size, num_global_nodes=data.num_nodes,
+                         num_classes=data.num_classes, features=features, labels=labels, count_masks=held,
+                         global_counts=self.counts, global_ids=ids, edges=edges, payload=payload,
+                         label_input_mask=label_input_mask)
+
+    def prepared(self, shards: List[RankShard], part: Optional["Partitioning"] = None, partitioner: str = "",
+                 **figures: Any) -> Prepared:
+        """The shards, with the summary's partition block: the parts and, where ``part`` is given, its
+        cut and volumes (else none: one part, or a layout without halos), then the mode's ``figures``;
+        the seconds since this builder started."""
+        m = part.metrics if part is not None else None
+        block: Dict[str, Any] = {"num_parts": figures.pop("num_parts", 1),
+                                 "edge_cut": m.edge_cut if m else 0, "total_volume": m.total_volume if m else 0,
+                                 "max_send_volume": m.max_send_volume if m else 0}
+        if partitioner:
+            block["partitioner"] = partitioner
+        block.update(figures)
+        return Prepared(shards=shards, partition=block, preprocess_s=time.perf_counter() - self.start)
+
+
+class ModePlanner:
+    """A mode at plan time, configured: its options and the run's settings, and the cost model that sees
+    only sizes (world size, parts, validation, memory, work, bytes, exactness), plus the figures that
+    need the graph (:meth:`graph_report`). ``spec`` is the registered :class:`~gnntrain.modes.spec.ModeSpec`
+    (capabilities, prepare, strategy) it was built from."""
+
+    def __init__(self, spec: "ModeSpec", options, settings: RunSettings):
+        self.spec = spec
+        self.options = typed_section(spec.options, options)  # this mode's own section
         self.settings = settings  # the run's typed settings: model, train, hardware, partitioner, dataset
 
-
     # ------------------------------------------------------------- planning
-    def refuses(self, family: "ModelFamily") -> Optional[str]:
-        """Why this mode cannot host ``family`` (one line for the plan), or None."""
-        if self.needs_elementwise and not family.elementwise:
-            return f"its aggregation is not a weighted sum of rows ({family.name} uses attention)"
-        if self.needs_restructurable and not family.restructurable:
-            return "a custom layer is hosted only by the modes that exchange what its aggregate hands them"
-        return None
-
     def world_size(self, hardware_world_size: int) -> int:
         return hardware_world_size
 
@@ -162,11 +174,6 @@ class Mode:
         return {}
 
     # ------------------------------------------------------------ cost model
-    # mode=auto's candidates: option overrides to try, and whether a choice of options trains exactly what
-    # mode=single trains (docs/design.md#cost-models)
-    auto_variants: ClassVar[Sequence[Dict[str, Any]]] = ({},)
-    min_world_size: ClassVar[int] = 2  # below it the mode is mode=single with overhead; auto skips it
-
     def is_exact(self) -> bool:
         return True
 
@@ -192,7 +199,7 @@ class Mode:
 
     def predict(self, ctx: PlanContext, cost: CostProfile) -> Prediction:
         """:meth:`estimate` priced at this host's measured ``cost`` (:func:`~gnntrain.modes.cost.price_estimate`)."""
-        return price_estimate(self.estimate(ctx), cost, self.name)
+        return price_estimate(self.estimate(ctx), cost, self.spec.name)
 
     def model_dims(self, data: "GraphData") -> List[int]:
         """The configured model's widths on ``data``: [F, hidden, ..., hidden, classes]."""
@@ -219,10 +226,7 @@ class Mode:
         print them); None when the mode has none."""
         return None
 
-    # ---------------------------------------------------------- prepare/train
-    # prepare() reads a partitioning of the graph (partition, SuperGCN, HongTu; MoP's node order)
-    partitions_graph: ClassVar[bool] = True
-
+    # ------------------------------------------------------------ partition
     def partition(self, data: "GraphData", plan: RunPlan) -> Tuple[Optional["Partitioning"], bool]:
         """(the graph's partitioning into ``plan.num_parts`` parts, whether it came from the cache), made
         once per process upstream of :meth:`prepare` (``gnntrain partition`` prints it)."""
@@ -236,14 +240,3 @@ class Mode:
                                    cache_folder(self.settings.cache_dir), csr=csr)
         return partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.num_parts,
                                cfg, data.content_hash, cache_folder(self.settings.cache_dir))
-
-    def prepare(self, data: "GraphData", plan: RunPlan, part: Optional["Partitioning"],
-                ranks: Optional[Sequence[int]] = None) -> Prepared:
-        """One :class:`RankShard` per rank in ``ranks`` (all when None) from the loaded graph and
-        :meth:`partition`'s result (None where ``partitions_graph`` is False)."""
-        raise NotImplementedError
-
-    def strategy(self, shard: RankShard, ctx: "RankContext") -> "RankStrategy":
-        """This rank's :class:`~gnntrain.modes.strategy.RankStrategy`, built from its shard; the one
-        epoch loop (:func:`gnntrain.training.train_rank`) runs it."""
-        raise NotImplementedError

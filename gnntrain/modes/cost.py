@@ -212,7 +212,7 @@ class CommEstimate:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Everything a mode predicts of a plan before it runs (:meth:`gnntrain.modes.Mode.estimate`): the
+    """Everything a mode predicts of a plan before it runs (:meth:`gnntrain.modes.ModePlanner.estimate`): the
     memory per rank, the busiest rank's epoch of work, the bytes by kind with their formula, and whether
     it trains exactly what ``mode=single`` trains. :func:`price_estimate` turns it into seconds."""
 

@@ -18,7 +18,6 @@ all p ranks is exact as long as the loss is counted by one replica only
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -28,12 +27,13 @@ import torch
 from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
 from gnntrain.models import SparseAdjacency
-from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.base import CommEstimate, ModePlanner, Prepared, RankShard, ShardBuilder
 from gnntrain.modes.cagnet import CagnetStrategy
 from gnntrain.modes.cost import Work, local_work
-from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy
+from gnntrain.modes.fullgraph import FullGraphStrategy
 from gnntrain.modes.halo import build_halo_plan, group_all_reduce, halo_exchange, local_source_index
 from gnntrain.modes.single import graph_tensors
+from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.partition.store import store_record
 from gnntrain.plan_types import MemoryEstimate, RunSettings
 from gnntrain.sizing import DTYPE_BYTES, estimate_memory, halo_rows
@@ -97,12 +97,7 @@ class Grid:
         return block * self.c + k
 
 
-@register_mode
-class PartitionMode(Mode):
-    name = "partition"
-    needs_restructurable = False  # exchanges whatever a layer hands its aggregation
-    config_class = PartitionConfig
-
+class PartitionPlanner(ModePlanner):
     @property
     def c(self) -> int:
         return int(self.options.replication)
@@ -119,9 +114,6 @@ class PartitionMode(Mode):
         """The comm kind this run uses, a deprecated name resolved (oblivious -> dense-alltoall)."""
         kind = CommKind(self.options.comm)
         return DEPRECATED.get(kind, kind)
-
-    auto_variants = ({"comm": "sparse"}, {"comm": "dense-alltoall"}, {"comm": "cagnet"},
-                     {"comm": "sparse", "replication": 2})
 
     def work(self, ctx) -> Work:
         """Sparse 1D: the base row partition's halo all-to-alls (partition volume x f, §4). Dense all-to-all:
@@ -220,62 +212,50 @@ class PartitionMode(Mode):
                 "layer order": LAYER_ORDER[self.options.aggregate_first],
                 "widths communicated": list(ctx.comm_widths)}
 
-    # ------------------------------------------------------------- prepare
-    def prepare(self, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
-        start = time.perf_counter()
-        grid = Grid(plan.world_size, self.c)
-        q = grid.rows
-        src, dst, w = graph_tensors(data, self.settings)
-        inverse = torch.from_numpy(part.inverse)
-        perm = torch.from_numpy(part.perm)
-        offsets = torch.from_numpy(part.offsets)
-        src_n, dst_n = inverse[src], inverse[dst]
-        order = torch.argsort(dst_n, stable=True)
-        src_n, dst_n, w = src_n[order], dst_n[order], w[order]
-        by_src = torch.argsort(src_n, stable=True) if self.comm == CAGNET else None  # out-edges, for A^T
-        masks = data.masks
-        counts = {s: int(masks[s].sum()) for s in SPLITS}
 
-        shards = []
-        for rank in (range(plan.world_size) if ranks is None else ranks):
-            i, k = grid.position(rank)
-            lo, hi = int(offsets[i]), int(offsets[i + 1])
-            blocks = grid.group_blocks(k)
-            col_lo, col_hi = int(offsets[blocks[0]]), int(offsets[blocks[-1] + 1])
-            e_lo, e_hi = (int(x) for x in torch.searchsorted(dst_n, torch.tensor([lo, hi])))
-            s, d, ww = src_n[e_lo:e_hi], dst_n[e_lo:e_hi], w[e_lo:e_hi]
-            keep = (s >= col_lo) & (s < col_hi)
-            rows = perm[lo:hi]
-            count = k == 0  # one replica counts each row's loss and accuracy
-            shards.append(RankShard(
-                rank=rank, world_size=plan.world_size, num_global_nodes=data.num_nodes,
-                num_classes=data.num_classes, features=data.features[rows], labels=data.labels[rows],
-                count_masks={sp: (masks[sp][rows] if count else torch.zeros(hi - lo, dtype=torch.bool))
-                             for sp in SPLITS},
-                global_counts=counts, global_ids=rows, edges=(d[keep] - lo, s[keep], ww[keep]),
-                payload=PartitionPayload(offsets, grid.c, self._out_edges(src_n, dst_n, w, by_src, lo, hi)),
-            ))
-        m = part.metrics
-        summary = {"num_parts": q, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
-                   "max_send_volume": m.max_send_volume, "partitioner": self.settings.partitioner.name,
-                   "send_imbalance": m.send_imbalance, "nnz_balance": m.nnz_balance}
-        return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start)
+def prepare(mode: PartitionPlanner, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
+    """Rank (i, k) of the grid: block row i's rows, its edges from the block columns of column group k."""
+    grid = Grid(plan.world_size, mode.c)
+    builder = ShardBuilder(data, plan.world_size)
+    src, dst, w = graph_tensors(data, mode.settings)
+    inverse = torch.from_numpy(part.inverse)
+    perm = torch.from_numpy(part.perm)
+    offsets = torch.from_numpy(part.offsets)
+    src_n, dst_n = inverse[src], inverse[dst]
+    order = torch.argsort(dst_n, stable=True)
+    src_n, dst_n, w = src_n[order], dst_n[order], w[order]
+    by_src = torch.argsort(src_n, stable=True) if mode.comm == CAGNET else None  # out-edges, for A^T
+    shards = []
+    for rank in (range(plan.world_size) if ranks is None else ranks):
+        i, k = grid.position(rank)
+        lo, hi = int(offsets[i]), int(offsets[i + 1])
+        blocks = grid.group_blocks(k)
+        col_lo, col_hi = int(offsets[blocks[0]]), int(offsets[blocks[-1] + 1])
+        e_lo, e_hi = (int(x) for x in torch.searchsorted(dst_n, torch.tensor([lo, hi])))
+        s, d, ww = src_n[e_lo:e_hi], dst_n[e_lo:e_hi], w[e_lo:e_hi]
+        keep = (s >= col_lo) & (s < col_hi)
+        payload = PartitionPayload(offsets, grid.c, _out_edges(src_n, dst_n, w, by_src, lo, hi))
+        shards.append(builder.shard(rank, perm[lo:hi], (d[keep] - lo, s[keep], ww[keep]), payload,
+                                    counted=k == 0))  # one replica counts each row's loss and accuracy
+    m = part.metrics
+    return builder.prepared(shards, part, mode.settings.partitioner.name, num_parts=grid.rows,
+                            send_imbalance=m.send_imbalance, nnz_balance=m.nnz_balance)
 
-    @staticmethod
-    def _out_edges(src, dst, w, by_src, lo: int, hi: int) -> Optional[Edges]:
-        """CAGNET's backward multiplies by the transposed blocks: the edges leaving rows [lo, hi)
-        as (dst global, src local, weight)."""
-        if by_src is None:
-            return None
-        s_lo, s_hi = (int(x) for x in torch.searchsorted(src[by_src], torch.tensor([lo, hi])))
-        sel = by_src[s_lo:s_hi]
-        return dst[sel], src[sel] - lo, w[sel]
 
-    # ---------------------------------------------------------------- train
-    def strategy(self, shard: RankShard, ctx) -> "FullGraphStrategy":
-        if self.comm == CAGNET:
-            return CagnetStrategy(shard, ctx, self.settings, aggregate_first=self.options.aggregate_first)
-        return PartitionStrategy(shard, ctx, self.settings, self.options)
+def _out_edges(src, dst, w, by_src, lo: int, hi: int) -> Optional[Edges]:
+    """CAGNET's backward multiplies by the transposed blocks: the edges leaving rows [lo, hi)
+    as (dst global, src local, weight)."""
+    if by_src is None:
+        return None
+    s_lo, s_hi = (int(x) for x in torch.searchsorted(src[by_src], torch.tensor([lo, hi])))
+    sel = by_src[s_lo:s_hi]
+    return dst[sel], src[sel] - lo, w[sel]
+
+
+def strategy(mode: PartitionPlanner, shard: RankShard, ctx) -> FullGraphStrategy:
+    if mode.comm == CAGNET:
+        return CagnetStrategy(shard, ctx, mode.settings, aggregate_first=mode.options.aggregate_first)
+    return PartitionStrategy(shard, ctx, mode.settings, mode.options)
 
 
 class PartitionStrategy(FullGraphStrategy):
@@ -324,3 +304,11 @@ class PartitionStrategy(FullGraphStrategy):
         if self.grid.c > 1:
             z = group_all_reduce(z, self.comm, self.row_group, self.grid.c, "row_allreduce")
         return z
+
+
+PARTITION = register_mode(ModeSpec(
+    name="partition", options=PartitionConfig, planner=PartitionPlanner, prepare=prepare, strategy=strategy,
+    capabilities=Capabilities(
+        needs_restructurable=False,  # exchanges whatever a layer hands its aggregation
+        auto_variants=({"comm": "sparse"}, {"comm": "dense-alltoall"}, {"comm": "cagnet"},
+                       {"comm": "sparse", "replication": 2}))))

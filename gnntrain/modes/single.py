@@ -2,18 +2,16 @@
 every exact mode must reproduce (docs/design.md#exactness)."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence
-
-import torch
 
 from gnntrain.config.schema import ModeConfig
 from gnntrain.models import SparseAdjacency, edge_weights
 from gnntrain.models.registry import model_family
-from gnntrain.modes.base import Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.base import ModePlanner, Prepared, RankShard, ShardBuilder
 from gnntrain.modes.cost import Work, local_work
-from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy, InputAggregate
+from gnntrain.modes.fullgraph import FullGraphStrategy, InputAggregate
+from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.plan_types import RunSettings
 
 
@@ -52,17 +50,7 @@ class SingleStrategy(FullGraphStrategy):
         return model(x, self.aggregation, dropout)
 
 
-@register_mode
-class SingleMode(Mode):
-    name = "single"
-    config_class = SingleConfig
-    part_store = False
-    whole_graph_reason = "one rank holds the whole graph by definition"
-    needs_elementwise = needs_restructurable = False  # hosts every model
-
-    min_world_size = 1
-    partitions_graph = False
-
+class SinglePlanner(ModePlanner):
     def world_size(self, hardware_world_size: int) -> int:
         return 1  # the reference always runs in one process
 
@@ -72,19 +60,20 @@ class SingleMode(Mode):
     def details(self, ctx) -> Dict[str, Any]:
         return {"note": "one process; hardware.ranks_per_node does not apply"}
 
-    def prepare(self, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
-        start = time.perf_counter()
-        src, dst, w = graph_tensors(data, self.settings)
-        masks = data.masks
-        shard = RankShard(
-            rank=0, world_size=1, num_global_nodes=data.num_nodes, num_classes=data.num_classes,
-            features=data.features, labels=data.labels, count_masks=dict(masks),
-            global_counts={s: int(masks[s].sum()) for s in SPLITS},
-            global_ids=torch.arange(data.num_nodes), edges=(dst, src, w),
-        )
-        return Prepared(shards=[shard], partition={"num_parts": 1, "edge_cut": 0, "total_volume": 0,
-                                                   "max_send_volume": 0},
-                        preprocess_s=time.perf_counter() - start)
 
-    def strategy(self, shard: RankShard, ctx) -> SingleStrategy:
-        return SingleStrategy(shard, ctx, self.settings)
+def prepare(mode: ModePlanner, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
+    """The whole graph in rank 0."""
+    builder = ShardBuilder(data, 1)
+    src, dst, w = graph_tensors(data, mode.settings)
+    return builder.prepared([builder.shard(0, None, (dst, src, w))])
+
+
+def strategy(mode: ModePlanner, shard: RankShard, ctx) -> SingleStrategy:
+    return SingleStrategy(shard, ctx, mode.settings)
+
+
+SINGLE = register_mode(ModeSpec(
+    name="single", options=SingleConfig, planner=SinglePlanner, prepare=prepare, strategy=strategy,
+    capabilities=Capabilities(needs_elementwise=False, needs_restructurable=False,  # hosts every model
+                              part_store=False, whole_graph_reason="one rank holds the whole graph by definition",
+                              partitions_graph=False, min_world_size=1)))

@@ -1,7 +1,7 @@
 """The rank side of a mode: a :class:`RankStrategy` that the one epoch loop
 (:class:`gnntrain.training.EpochLoop`) drives.
 
-A mode's :meth:`~gnntrain.modes.Mode.strategy` builds one per rank from its shard
+A mode's ``strategy`` (:class:`~gnntrain.modes.ModeSpec`) builds one per rank from its shard
 (torchtitan's split: the parallelism wraps the model, one trainer runs every
 parallelism). The conventions that make the exact modes equal ``mode=single``
 (docs/design.md, "Exactness") live here and in :mod:`gnntrain.modes.fullgraph`:

@@ -2,7 +2,7 @@
 checkpoints, preemption, interrupts, fault injection, evaluation cadence, metrics,
 progress, the model export and ``gnntrain predict``.
 
-A mode's :meth:`~gnntrain.modes.Mode.strategy` says how a rank trains one epoch and
+A mode's ``strategy`` (:class:`~gnntrain.modes.ModeSpec`) says how a rank trains one epoch and
 counts correct predictions (:class:`~gnntrain.modes.strategy.RankStrategy`);
 :func:`train_rank` builds it and runs it here.
 """
@@ -35,7 +35,7 @@ def train_rank(mode, shard, ctx: RankContext) -> Dict[str, Any]:
     """One rank's whole run: the mode builds its strategy from the shard (setup), the loop trains it,
     then the run's totals and the mode's own figures are gathered (collectives, on every rank)."""
     start = time.perf_counter()
-    strategy = mode.strategy(shard, ctx)
+    strategy = mode.spec.strategy(mode, shard, ctx)
     setup_s = time.perf_counter() - start
     try:
         result = EpochLoop(ctx, strategy).run()

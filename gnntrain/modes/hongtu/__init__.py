@@ -31,9 +31,9 @@ Modules: :mod:`.config` (options), :mod:`.arena` (device memory cap),
 :mod:`.cost` (cost model), :mod:`.transfers` (loads, write-backs, carried
 buffers), :mod:`.engine` (the layer-major engine), :mod:`.tiers` (host and disk
 tables), :mod:`.direct` (the direct path), :mod:`.strategy` (the rank side) and
-:mod:`.mode` (the Mode).
+:mod:`.mode` (the planner, prepare and the registered spec).
 """
 from gnntrain.modes.hongtu.config import HongTuConfig, parse_bytes
-from gnntrain.modes.hongtu.mode import HongTuMode
+from gnntrain.modes.hongtu.mode import HONGTU, HongTuPlanner
 
-__all__ = ["HongTuConfig", "HongTuMode", "parse_bytes"]
+__all__ = ["HONGTU", "HongTuConfig", "HongTuPlanner", "parse_bytes"]

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -13,9 +12,8 @@ from gnntrain.comm.accounting import NOT_TRAFFIC
 from gnntrain.data import cache_folder
 from gnntrain.errors import PlanError
 from gnntrain.models.registry import ModelFamily, model_family
-from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.base import CommEstimate, ModePlanner, Prepared, RankShard, ShardBuilder
 from gnntrain.modes.cost import Work, local_work
-from gnntrain.modes.fullgraph import SPLITS
 from gnntrain.modes.hongtu import direct as direct_path
 from gnntrain.modes.hongtu.config import DEDUP, REORGANIZE_VERSION, HongTuConfig, parse_bytes
 from gnntrain.modes.hongtu.cost import bandwidths, batch_bytes, chunk_working_bytes, cost_model
@@ -24,6 +22,7 @@ from gnntrain.modes.hongtu.schedule import disk_traffic, epoch_traffic
 from gnntrain.modes.hongtu.strategy import HongTuStrategy
 from gnntrain.modes.hongtu.tiers import DISK, assign_tiers, check_free_space, disk_bytes_needed
 from gnntrain.modes.single import graph_tensors
+from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.partition import partitioner_options
 from gnntrain.partition.cache import PartitionCache, cache_key
 from gnntrain.partition.chunks import ChunkLayout, chunk_layout, identity_batches, reorganize, transfer_volumes
@@ -31,12 +30,7 @@ from gnntrain.plan_types import MemoryEstimate
 from gnntrain.sizing import DTYPE_BYTES, estimate_memory, format_bytes, host_memory_bytes
 
 
-@register_mode
-class HongTuMode(Mode):
-    name = "hongtu"
-    config_class = HongTuConfig
-    needs_elementwise = False  # attention layers are recomputed whole (the engine's GAT path)
-
+class HongTuPlanner(ModePlanner):
     @property
     def dedup(self) -> str:
         return str(self.options.dedup)
@@ -172,29 +166,11 @@ class HongTuMode(Mode):
         return direct_path.direct_figures(data.num_nodes, chunks, dims, tiers, self.family.self_row, b, budget,
                                           str(self.disk_folder())), chunks
 
-    def _prepare_direct(self, data, plan) -> Prepared:
-        start = time.perf_counter()
-        figures, chunks = self._direct_figures(data, plan)
-        graph = direct_path.direct_graph(data, bool(self.settings.model.self_loop), self.family.normalization)
-        masks = data.masks
-        shard = RankShard(rank=0, world_size=1, num_global_nodes=data.num_nodes, num_classes=data.num_classes,
-                          features=data.features, labels=data.labels, count_masks=dict(masks),
-                          global_counts={s: int(masks[s].sum()) for s in SPLITS},
-                          global_ids=torch.arange(data.num_nodes), edges=None,
-                          payload=DirectPayload(graph, chunks, figures))
-        summary = {"num_parts": 1, "edge_cut": 0, "total_volume": 0, "max_send_volume": 0,
-                   "partitioner": "none (mode.direct: one rank, the graph's own order)",
-                   "chunks_per_part": len(chunks), "reorganize_cache_hit": None, "num_edges": graph.num_edges}
-        return Prepared(shards=[shard], partition=summary, preprocess_s=time.perf_counter() - start)
-
     def _resident_rows(self, ctx) -> int:
         """In-neighbour rows of a chunk before chunking is known: chunk rows x degree, at most N."""
         m, n = ctx.world_size, max(1, int(self.options.chunks) or 4)
         degree = (ctx.num_edges + ctx.num_nodes) / max(1, ctx.num_nodes)
         return int(min(ctx.num_nodes, ctx.num_nodes / m / n * degree))
-
-    min_world_size = 1  # one rank offloading to its device is HongTu's first use (§4)
-    auto_variants = ({"dedup": "p2p+reuse"}, {"dedup": "none"})
 
     def work(self, ctx) -> Work:
         """HongTu §4-§5 on one rank's partition of n chunks: every chunk loads its in-neighbour rows to the
@@ -404,44 +380,51 @@ class HongTuMode(Mode):
                                                     for t in figures["auto_chunks_tried"])
         return report
 
-    # ------------------------------------------------------------ prepare
-    def prepare(self, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
-        if self.direct:
-            return self._prepare_direct(data, plan)
-        start = time.perf_counter()
-        chosen = self.choose_layout(data, part, plan)
-        src_n, dst_n, w = chosen["edges"]
-        layout: ChunkLayout = chosen["layout"]
-        perm = torch.from_numpy(part.perm)
-        offsets = part.offsets
-        masks = data.masks
-        counts = {s: int(masks[s].sum()) for s in SPLITS}
-        figures = self.figures(chosen)
-        shards = []
-        for rank in (range(plan.world_size) if ranks is None else ranks):
-            lo, hi = int(offsets[rank]), int(offsets[rank + 1])
-            e_lo, e_hi = (int(x) for x in torch.searchsorted(dst_n, torch.tensor([lo, hi])))
-            rows = perm[lo:hi]
-            shards.append(RankShard(
-                rank=rank, world_size=plan.world_size, num_global_nodes=data.num_nodes,
-                num_classes=data.num_classes, features=data.features[rows], labels=data.labels[rows],
-                count_masks={sp: masks[sp][rows] for sp in SPLITS}, global_counts=counts, global_ids=rows,
-                edges=(dst_n[e_lo:e_hi], src_n[e_lo:e_hi], w[e_lo:e_hi]),
-                payload=HongTuPayload(layout, chosen["batches"], figures),
-            ))
-        m = part.metrics
-        summary = {"num_parts": plan.world_size, "edge_cut": m.edge_cut, "total_volume": m.total_volume,
-                   "max_send_volume": m.max_send_volume, "partitioner": self.settings.partitioner.name,
-                   "chunks_per_part": layout.chunks_per_part, "reorganize_cache_hit": chosen["reorganize_cache_hit"],
-                   "num_edges": int(src_n.numel())}
-        return Prepared(shards=shards, partition=summary, preprocess_s=time.perf_counter() - start)
-
-    # -------------------------------------------------------------- train
-    def strategy(self, shard: RankShard, ctx):
-        if isinstance(shard.payload, DirectPayload):
-            return direct_path.DirectStrategy(shard, ctx, self.settings, self.aggregate_first)
-        return HongTuStrategy(shard, ctx, self.settings, self.dedup, self.aggregate_first)
-
-
 def _rows_for(dedup: str, volumes: Dict[str, int]) -> int:
     return {"none": volumes["ori"], "p2p": volumes["p2p"], "reuse": volumes["reuse"], "p2p+reuse": volumes["ru"]}[dedup]
+
+
+def prepare_direct(mode: HongTuPlanner, data, plan) -> Prepared:
+    """The direct path's one rank: the graph in its own order, read in place (no edge lists)."""
+    builder = ShardBuilder(data, 1)
+    figures, chunks = mode._direct_figures(data, plan)
+    graph = direct_path.direct_graph(data, bool(mode.settings.model.self_loop), mode.family.normalization)
+    shard = builder.shard(0, None, None, DirectPayload(graph, chunks, figures))
+    return builder.prepared([shard], partitioner="none (mode.direct: one rank, the graph's own order)",
+                            chunks_per_part=len(chunks), reorganize_cache_hit=None, num_edges=graph.num_edges)
+
+
+def prepare(mode: HongTuPlanner, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
+    """Rank r: its partition's rows and in-edges, and the chunk layout every rank shares (§4-§5)."""
+    if mode.direct:
+        return prepare_direct(mode, data, plan)
+    builder = ShardBuilder(data, plan.world_size)
+    chosen = mode.choose_layout(data, part, plan)
+    src_n, dst_n, w = chosen["edges"]
+    layout: ChunkLayout = chosen["layout"]
+    perm = torch.from_numpy(part.perm)
+    offsets = part.offsets
+    figures = mode.figures(chosen)
+    shards = []
+    for rank in (range(plan.world_size) if ranks is None else ranks):
+        lo, hi = int(offsets[rank]), int(offsets[rank + 1])
+        e_lo, e_hi = (int(x) for x in torch.searchsorted(dst_n, torch.tensor([lo, hi])))
+        edges = (dst_n[e_lo:e_hi], src_n[e_lo:e_hi], w[e_lo:e_hi])
+        shards.append(builder.shard(rank, perm[lo:hi], edges, HongTuPayload(layout, chosen["batches"], figures)))
+    return builder.prepared(shards, part, mode.settings.partitioner.name, num_parts=plan.world_size,
+                            chunks_per_part=layout.chunks_per_part,
+                            reorganize_cache_hit=chosen["reorganize_cache_hit"], num_edges=int(src_n.numel()))
+
+
+def strategy(mode: HongTuPlanner, shard: RankShard, ctx):
+    if isinstance(shard.payload, DirectPayload):
+        return direct_path.DirectStrategy(shard, ctx, mode.settings, mode.aggregate_first)
+    return HongTuStrategy(shard, ctx, mode.settings, mode.dedup, mode.aggregate_first)
+
+
+HONGTU = register_mode(ModeSpec(
+    name="hongtu", options=HongTuConfig, planner=HongTuPlanner, prepare=prepare, strategy=strategy,
+    capabilities=Capabilities(
+        needs_elementwise=False,  # attention layers are recomputed whole (the engine's GAT path)
+        min_world_size=1,  # one rank offloading to its device is HongTu's first use (§4)
+        auto_variants=({"dedup": "p2p+reuse"}, {"dedup": "none"}))))

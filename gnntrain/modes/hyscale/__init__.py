@@ -47,14 +47,15 @@ Modules: :mod:`.config` (options), :mod:`.batches` (global batches and shares),
 :mod:`.sampler` (neighbour sampling), :mod:`.drm` (dynamic resource management),
 :mod:`.perf_model` (performance model), :mod:`.pipeline` (sampler pool and prefetch),
 :mod:`.threads` (host threads per trainer),
-:mod:`.trainer` (one trainer's epochs) and :mod:`.mode` (the Mode).
+:mod:`.trainer` (one trainer's epochs) and :mod:`.mode` (the planner and the registered spec).
 """
 from gnntrain.modes.hyscale.batches import global_batches, split_batch
 from gnntrain.modes.hyscale.config import HyScaleConfig
 from gnntrain.modes.hyscale.drm import DRMState, algorithm1, drm_step, floor_shares, rebalance
-from gnntrain.modes.hyscale.mode import HyScaleMode
+from gnntrain.modes.hyscale.mode import HYSCALE, HyScalePlanner
 from gnntrain.modes.hyscale.perf_model import frontier_sizes, predict_times
 from gnntrain.modes.hyscale.sampler import NeighborSampler
 
-__all__ = ["DRMState", "HyScaleConfig", "HyScaleMode", "NeighborSampler", "algorithm1", "drm_step", "floor_shares",
+__all__ = ["DRMState", "HYSCALE", "HyScaleConfig", "HyScalePlanner", "NeighborSampler", "algorithm1", "drm_step",
+           "floor_shares",
            "frontier_sizes", "global_batches", "predict_times", "rebalance", "split_batch"]

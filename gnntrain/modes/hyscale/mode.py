@@ -1,13 +1,12 @@
-"""``mode=hyscale``: planning, prepare and train (the Mode protocol)."""
+"""``mode=hyscale``: its planner (validation, performance model, threads), prepare, strategy and spec."""
 from __future__ import annotations
 
-import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from gnntrain.errors import PlanError
-from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.base import CommEstimate, ModePlanner, Prepared, RankShard, ShardBuilder
 from gnntrain.modes.cost import Work
 from gnntrain.modes.hyscale.batches import initial_shares
 from gnntrain.modes.hyscale.config import HyScaleConfig
@@ -15,18 +14,11 @@ from gnntrain.modes.hyscale.perf_model import per_seed_costs, predict_times
 from gnntrain.modes.hyscale.sampler import resolve_sampler
 from gnntrain.modes.hyscale.threads import rank_budgets, split_threads
 from gnntrain.modes.single import graph_tensors
-from gnntrain.modes.strategy import SPLITS
+from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.sizing import host_cores
 
 
-@register_mode
-class HyScaleMode(Mode):
-    name = "hyscale"
-    config_class = HyScaleConfig
-    part_store = False
-    whole_graph_reason = "every trainer samples neighbourhoods from the whole graph in host memory (HyScale §IV)"
-    models_rule = "HyScale trains the aggregate/update models on sampled blocks; GAT is not wired to blocks here."
-
+class HyScalePlanner(ModePlanner):
     @property
     def trainers(self) -> int:
         return int(self.options.cpu_trainers) + int(self.options.accel_trainers)
@@ -110,8 +102,6 @@ class HyScaleMode(Mode):
         """Training threads per trainer, for the performance model."""
         return [split["T_TC"] for split in self.thread_plan()[2]]
 
-    min_world_size = 1
-
     def is_exact(self) -> bool:
         return False  # mini-batch training on sampled neighbourhoods (HyScale-GNN §III)
 
@@ -159,27 +149,25 @@ class HyScaleMode(Mode):
                 "model seconds per seed": {k: ([float(f"{x:.4g}") for x in v] if isinstance(v, list)
                                                else float(f"{v:.4g}")) for k, v in costs.items()}}
 
-    # ------------------------------------------------------------- prepare
-    def prepare(self, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
-        start = time.perf_counter()
-        src, dst, w = graph_tensors(data, self.settings)
-        masks = data.masks
-        counts = {s: int(masks[s].sum()) for s in SPLITS}
-        shards = [RankShard(rank=r, world_size=plan.world_size, num_global_nodes=data.num_nodes,
-                            num_classes=data.num_classes, features=data.features, labels=data.labels,
-                            count_masks=dict(masks), global_counts=counts, global_ids=torch.arange(data.num_nodes),
-                            edges=(dst, src, w))
-                  for r in (range(plan.world_size) if ranks is None else ranks)]
-        return Prepared(shards=shards, partition={"num_parts": 1, "edge_cut": 0, "total_volume": 0,
-                                                  "max_send_volume": 0, "replicated": "whole graph per trainer"},
-                        preprocess_s=time.perf_counter() - start)
-
-    # ---------------------------------------------------------------- train
-    partitions_graph = False
-
-    def strategy(self, shard: RankShard, ctx):
-        from gnntrain.modes.hyscale.trainer import HyScaleTrainer  # imports the samplers: only in trainer ranks
-
-        return HyScaleTrainer(self.options, shard, ctx, self.settings)
 
 
+def prepare(mode: HyScalePlanner, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
+    """Every trainer holds the whole graph: it samples neighbourhoods from all of it (§IV)."""
+    builder = ShardBuilder(data, plan.world_size)
+    src, dst, w = graph_tensors(data, mode.settings)
+    shards = [builder.shard(r, None, (dst, src, w)) for r in (range(plan.world_size) if ranks is None else ranks)]
+    return builder.prepared(shards, replicated="whole graph per trainer")
+
+
+def strategy(mode: HyScalePlanner, shard: RankShard, ctx):
+    from gnntrain.modes.hyscale.trainer import HyScaleTrainer  # imports the samplers: only in trainer ranks
+
+    return HyScaleTrainer(mode.options, shard, ctx, mode.settings)
+
+
+HYSCALE = register_mode(ModeSpec(
+    name="hyscale", options=HyScaleConfig, planner=HyScalePlanner, prepare=prepare, strategy=strategy,
+    capabilities=Capabilities(
+        part_store=False, partitions_graph=False, min_world_size=1,
+        whole_graph_reason="every trainer samples neighbourhoods from the whole graph in host memory (HyScale §IV)",
+        models_rule="HyScale trains the aggregate/update models on sampled blocks; GAT is not wired to blocks here.")))

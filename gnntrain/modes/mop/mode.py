@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -12,12 +11,13 @@ from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
 from gnntrain.metrics.clock import StageClock
 from gnntrain.models import SparseAdjacency, hidden_activation, run_layers
-from gnntrain.modes.base import CommEstimate, Mode, Prepared, RankShard, register_mode
+from gnntrain.modes.base import CommEstimate, ModePlanner, Prepared, RankShard, ShardBuilder
 from gnntrain.modes.cost import Work, local_work
-from gnntrain.modes.fullgraph import SPLITS, FullGraphStrategy, InputAggregate
+from gnntrain.modes.fullgraph import FullGraphStrategy, InputAggregate
 from gnntrain.modes.mop.layout import MoPLayout, col_splits, exchanged_elements, row_splits, stage_count
 from gnntrain.modes.mop.pipeline import _FinishToCols, _FinishToRows, _StartToCols, _StartToRows, pipeline_chunks
 from gnntrain.modes.single import graph_tensors
+from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.partition.store import store_record
 from gnntrain.plan_types import MemoryEstimate, RunSettings
 from gnntrain.sizing import EDGE_BYTES, HALO_FACTOR, estimate_memory, format_bytes
@@ -44,13 +44,7 @@ class MoPPayload:
     pipeline_chunks: int  # fine-grained pipeline stages (§3.1.3); 1 = none
 
 
-@register_mode
-class MoPMode(Mode):
-    name = "mop"
-    config_class = MoPConfig
-    models_rule = ("MoP splits aggregation by feature columns, which only works for element-wise aggregation; "
-                   "attention (GAT) needs whole rows.")
-
+class MoPPlanner(ModePlanner):
     @property
     def aggregate_first(self) -> Optional[bool]:
         return True  # feature columns of each layer's input are split across ranks
@@ -174,41 +168,34 @@ class MoPMode(Mode):
         return partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, 1, ordering, data.content_hash,
                                cache_folder(self.settings.cache_dir))
 
-    def prepare(self, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
-        start = time.perf_counter()
-        m = plan.world_size
-        perm, bandwidth = (torch.arange(data.num_nodes), None) if part is None else \
-            (torch.from_numpy(part.perm), part.bandwidth)
-        stages = int(self.options.pipeline_chunks)
-        if stages == 0:  # Prop. 3.5, at most the rows the smallest rank owns
-            stages = min(stage_count(data.num_nodes, int(bandwidth)), data.num_nodes // m)
-        inverse = torch.empty_like(perm)
-        inverse[perm] = torch.arange(perm.numel())
-        src, dst, w = graph_tensors(data, self.settings)
-        src_n, dst_n = inverse[src], inverse[dst]
-        features = data.features[perm]
-        a = self.aggregation_ranks
-        rows, cols = row_splits(data.num_nodes, m, a), col_splits(data.feat_dim, m, a)
-        masks = {s: data.masks[s][perm] for s in SPLITS}
-        counts = {s: int(masks[s].sum()) for s in SPLITS}
-        shards = []
-        for rank in (range(m) if ranks is None else ranks):
-            lo, hi = rows[rank], rows[rank + 1]
-            shards.append(RankShard(
-                rank=rank, world_size=m, num_global_nodes=data.num_nodes, num_classes=data.num_classes,
-                features=features[lo:hi], labels=data.labels[perm[lo:hi]],
-                count_masks={s: masks[s][lo:hi] for s in SPLITS}, global_counts=counts, global_ids=perm[lo:hi],
-                edges=(dst_n, src_n, w),
-                payload=MoPPayload(features[:, cols[rank]:cols[rank + 1]].contiguous(), stages),
-            ))
-        partition = {"num_parts": m, "edge_cut": 0, "total_volume": 0, "max_send_volume": 0,
-                     "layout": "feature-split aggregation / node-split update", "bandwidth": bandwidth,
-                     "pipeline_chunks": stages}
-        return Prepared(shards=shards, partition=partition, preprocess_s=time.perf_counter() - start)
 
-    # ---------------------------------------------------------------- train
-    def strategy(self, shard: RankShard, ctx) -> "MoPStrategy":
-        return MoPStrategy(shard, ctx, self.settings, self.aggregation_ranks, self.aggregate_first)
+def prepare(mode: MoPPlanner, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
+    """Rank r: its row block (in the bandwidth-reducing order) and its column slice of every row."""
+    builder = ShardBuilder(data, plan.world_size)
+    m = plan.world_size
+    perm, bandwidth = (torch.arange(data.num_nodes), None) if part is None else \
+        (torch.from_numpy(part.perm), part.bandwidth)
+    stages = int(mode.options.pipeline_chunks)
+    if stages == 0:  # Prop. 3.5, at most the rows the smallest rank owns
+        stages = min(stage_count(data.num_nodes, int(bandwidth)), data.num_nodes // m)
+    inverse = torch.empty_like(perm)
+    inverse[perm] = torch.arange(perm.numel())
+    src, dst, w = graph_tensors(data, mode.settings)
+    src_n, dst_n = inverse[src], inverse[dst]
+    features = data.features[perm]
+    a = mode.aggregation_ranks
+    rows, cols = row_splits(data.num_nodes, m, a), col_splits(data.feat_dim, m, a)
+    shards = []
+    for rank in (range(m) if ranks is None else ranks):
+        lo, hi = rows[rank], rows[rank + 1]
+        payload = MoPPayload(features[:, cols[rank]:cols[rank + 1]].contiguous(), stages)
+        shards.append(builder.shard(rank, perm[lo:hi], (dst_n, src_n, w), payload))
+    return builder.prepared(shards, num_parts=m, layout="feature-split aggregation / node-split update",
+                            bandwidth=bandwidth, pipeline_chunks=stages)
+
+
+def strategy(mode: MoPPlanner, shard: RankShard, ctx) -> "MoPStrategy":
+    return MoPStrategy(shard, ctx, mode.settings, mode.aggregation_ranks, mode.aggregate_first)
 
 
 def _flop_balance(ctx, adj, layout, model) -> Dict[str, Any]:
@@ -312,3 +299,10 @@ class MoPStrategy(FullGraphStrategy):
 
     def finish(self, result: Dict[str, Any]) -> None:
         result["mode_report"] = _flop_balance(self.ctx, self.adjacency, self.layout, self.model)
+
+
+MOP = register_mode(ModeSpec(
+    name="mop", options=MoPConfig, planner=MoPPlanner, prepare=prepare, strategy=strategy,
+    capabilities=Capabilities(
+        models_rule="MoP splits aggregation by feature columns, which only works for element-wise aggregation; "
+                    "attention (GAT) needs whole rows.")))

@@ -1,0 +1,94 @@
+"""A mode as a frozen spec of typed parts (torchtitan's ``TrainSpec``: builders registered once).
+
+:class:`ModeSpec` is everything the rest of gnntrain knows of a mode:
+
+* ``name`` and ``options`` (the options dataclass ``configs/mode/<name>.yaml`` extends);
+* ``capabilities``: what it hosts and how it runs (:class:`Capabilities`);
+* ``planner``: the plan side, a :class:`~gnntrain.modes.base.ModePlanner` subclass (cost model and the
+  figures that need the graph), built by :meth:`ModeSpec.plan` from the options and the run's settings;
+* ``prepare(planner, data, plan, part, ranks)``: one :class:`~gnntrain.modes.base.RankShard` (with the
+  mode's typed payload) per rank;
+* ``strategy(planner, shard, ctx)``: the rank's :class:`~gnntrain.modes.strategy.RankStrategy`.
+
+A new mode is one module that calls :func:`register_mode` with its spec, plus one YAML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Tuple, Type
+
+from gnntrain.config.schema import ModeConfig
+from gnntrain.registry import Registry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gnntrain.models.registry import ModelFamily
+    from gnntrain.modes.base import ModePlanner, Prepared, RankShard
+    from gnntrain.modes.strategy import RankStrategy
+    from gnntrain.plan_types import RunSettings
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a mode hosts and how it runs, read by the plan, ``mode=auto`` and the launcher."""
+
+    needs_elementwise: bool = True  # a model's aggregation must be a weighted sum of rows (no attention)
+    needs_restructurable: bool = True  # ... and follow the built-in layer protocol (a user's custom layer does not)
+    models_rule: str = ""  # why other models are refused, for the plan's message
+    # each rank opens only its own part from the partition store; False: the mode needs the whole graph in
+    # every rank (single holds it by definition, HyScale samples from all of it), said by whole_graph_reason
+    part_store: bool = True
+    whole_graph_reason: str = ""
+    partitions_graph: bool = True  # prepare reads a partitioning of the graph (partition, SuperGCN, HongTu, MoP)
+    min_world_size: int = 2  # below it the mode is mode=single with overhead; mode=auto skips it
+    auto_variants: Tuple[Mapping[str, Any], ...] = ({},)  # mode=auto's option overrides to try
+
+    def refuses(self, family: "ModelFamily") -> Optional[str]:
+        """Why a mode with these capabilities cannot host ``family`` (one line for the plan), or None."""
+        if self.needs_elementwise and not family.elementwise:
+            return f"its aggregation is not a weighted sum of rows ({family.name} uses attention)"
+        if self.needs_restructurable and not family.restructurable:
+            return "a custom layer is hosted only by the modes that exchange what its aggregate hands them"
+        return None
+
+
+PrepareFn = Callable[["ModePlanner", Any, Any, Any, Optional[Sequence[int]]], "Prepared"]
+StrategyFn = Callable[["ModePlanner", "RankShard", Any], "RankStrategy"]
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """One registered mode (see the module docstring)."""
+
+    name: str
+    options: Type[ModeConfig]
+    capabilities: Capabilities
+    planner: Type["ModePlanner"]
+    prepare: PrepareFn
+    strategy: StrategyFn
+
+    def plan(self, options: Any, settings: "RunSettings") -> "ModePlanner":
+        """The planner for this mode's ``options`` section and the run's ``settings``."""
+        return self.planner(self, options, settings)
+
+
+MODE_REGISTRY: Registry[ModeSpec] = Registry("mode")
+
+
+def register_mode(spec: ModeSpec) -> ModeSpec:
+    """Add ``spec`` to the registry (a second mode under a taken name is refused) and its options schema
+    to Hydra's ConfigStore as ``mode/<name>_schema`` (what ``configs/mode/<name>.yaml`` extends)."""
+    from hydra.core.config_store import ConfigStore
+
+    MODE_REGISTRY.add(spec.name, spec)
+    ConfigStore.instance().store(group="mode", name=f"{spec.name}_schema", node=spec.options)
+    return spec
+
+
+def mode_spec(name: str) -> ModeSpec:
+    """The registered mode ``name``; one PlanError naming the modes there are otherwise."""
+    from gnntrain.errors import PlanError
+
+    if name not in MODE_REGISTRY:
+        raise PlanError("mode", f"unknown mode '{name}'.", f"use one of {', '.join(sorted(MODE_REGISTRY))}")
+    return MODE_REGISTRY[name]
