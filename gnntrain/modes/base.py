@@ -31,7 +31,6 @@ from gnntrain.sizing import estimate_memory, halo_rows, model_dims
 if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.data.graph import GraphData
     from gnntrain.models.registry import ModelShape
-    from gnntrain.modes.spec import ModeSpec
     from gnntrain.partition import Partitioning
 
 
@@ -114,8 +113,8 @@ class ModePlanner:
     need the graph (:meth:`graph_report`). ``spec`` is the registered :class:`~gnntrain.modes.spec.ModeSpec`
     (capabilities, prepare, strategy) it was built from."""
 
-    def __init__(self, spec: "ModeSpec", options, settings: RunSettings):
-        self.spec = spec
+    def __init__(self, spec: Any, options, settings: RunSettings):
+        self.spec = spec  # the gnntrain.modes.spec.ModeSpec it was built from (spec imports this module)
         self.options = typed_section(spec.options, options)  # this mode's own section
         self.settings = settings  # the run's typed settings: model, train, hardware, partitioner, dataset
 
