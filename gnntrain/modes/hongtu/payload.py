@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
 from gnntrain.partition.chunks import ChunkLayout
 from gnntrain.partition.store import store_record
-
-if TYPE_CHECKING:  # pragma: no cover
-    from gnntrain.modes.hongtu.direct import DirectGraph
 
 
 @store_record
@@ -29,6 +26,6 @@ class DirectPayload:
     """The direct path's one rank: the graph in its own order, its chunks and the figures (held in memory,
     never stored: one rank, no partition store)."""
 
-    graph: "DirectGraph"
+    graph: Any  # a gnntrain.modes.hongtu.direct.DirectGraph (direct imports the engine, which imports this)
     chunks: List[Tuple[int, int]]
     figures: Dict[str, Any]
