@@ -228,5 +228,5 @@ def test_plan_prints_volumes_and_cost_model(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     for needle in ("V_ori / V_p2p / V_ru", "cost model C", "V_ru/T_hd", "auto chunks tried",
-                   "estimated peak device bytes"):
+                   "estimated peak device:"):
         assert needle in out, out

@@ -149,8 +149,9 @@ def test_plan_prints_the_thread_split():
     from gnntrain.plan import build_plan
 
     plan = build_plan(compose(["mode=hyscale", "dataset=csbm", "hardware.cores_per_node=16"] + HS[1:]))
-    split = plan.mode_details["threads per trainer (sampler pool / loader / training)"]
-    assert split == ["cpu0: 8 = 2 / 1 / 5", "accel1: 8 = 2 / 1 / 5"]  # CPU-only profile: both compute on the host
+    split = plan.mode_details["threads per trainer"]
+    each = {"all": 8, "sampler pool": 2, "loader": 1, "training": 5}
+    assert split == {"cpu0": each, "accel1": each}  # CPU-only profile: both compute on the host
     assert sum(plan.threads_of(r) for r in range(plan.world_size)) <= 16
 
 

@@ -107,3 +107,39 @@ def test_a_second_model_or_generator_under_a_taken_name_is_refused():
         register_generator(Generator(name="csbm", config=DatasetConfig, blocks=lambda ds: None,
                                      directed_edges=lambda ds: 0))
     assert GENERATORS["csbm"] is csbm
+
+
+PRINTED_VARIANTS = {"hongtu": [[], ["mode.host_budget=1KiB"], ["mode.direct=true", "hardware.ranks_per_node=1"]],
+                    "partition": [[], ["mode.replication=2", "hardware.ranks_per_node=4"]]}
+
+
+@pytest.mark.parametrize("mode", sorted(MODE_REGISTRY))
+def test_a_mode_hands_the_printers_values_not_formatted_text(mode, cache_dir):
+    """Text for the terminal is the printers' job: a mode's plan details and graph figures are numbers,
+    flags, labels, and lists and mappings of them (bytes under keys that say bytes, times under "ms"),
+    never a number already written into a phrase ("3.76 MiB", "2 x 1", "1 CPU + 1 accelerator")."""
+    import re
+
+    from gnntrain.cli.tasks import _load_and_partition
+    from gnntrain.modes import ModePlanner
+    from gnntrain.plan import build_mode, build_plan
+
+    def phrases(value, where):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                yield from phrases(item, f"{where}.{key}")
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                yield from phrases(item, f"{where}[{i}]")
+        elif isinstance(value, str) and re.search(r"\d\s|\s\d", value):
+            yield f"{where} = {value!r}"
+
+    for extra in PRINTED_VARIANTS.get(mode, [[]]):
+        cfg = compose([f"mode={mode}", "dataset.num_nodes=2000", f"cache_dir={cache_dir}", *extra])
+        plan = build_plan(cfg)
+        details = {k: v for k, v in plan.mode_details.items() if k != "graph per rank"}  # the plan's own line
+        found = list(phrases(details, "details"))
+        if MODE_REGISTRY[mode].planner.graph_report is not ModePlanner.graph_report:
+            data, part, _ = _load_and_partition(cfg, plan)
+            found += phrases(build_mode(cfg).graph_report(data, part, plan) or {}, "graph report")
+        assert not found, found

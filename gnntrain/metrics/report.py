@@ -104,11 +104,14 @@ def add_entry(node: Tree, key: Any, value: Any, depth: int, width: int) -> None:
         else:
             node.add(Text(f"{key}: {k} x {len(value[0])} grid (in summary.json)"))
         return
-    unit = ""
+    unit, text = "", None
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
     for suffix in (" ms", " s"):  # "T_load ms": 0.16  ->  "T_load: 0.16 ms"
-        if key.endswith(suffix) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if key.endswith(suffix) and number:
             key, unit = key[: -len(suffix)], suffix
-    text = fmt_value(value, key) + unit
+    if key.endswith(" bytes") and number:  # "disk bytes per rank"-style keys keep the word; a trailing one goes
+        text, key = fmt_value(value, key), key[: -len(" bytes")]  # "host budget bytes": 1024 -> "host budget: 1.00 KiB"
+    text = (fmt_value(value, key) if text is None else text) + unit
     if GUIDE * depth + len(key) + 2 + len(text) <= width:
         node.add(Text(f"{key}: {text}"))
     else:  # a long note: its own line, wrapped between phrases if it must be

@@ -208,7 +208,7 @@ class PartitionPlanner(ModePlanner):
 
     def details(self, ctx) -> Dict[str, Any]:
         grid = Grid(ctx.world_size, self.c)
-        return {"grid": f"{grid.rows} x {grid.c} (block rows x replicas)", "comm": self.comm.value,
+        return {"grid": {"block rows": grid.rows, "replicas": grid.c}, "comm": self.comm.value,
                 "layer order": LAYER_ORDER[self.options.aggregate_first],
                 "widths communicated": list(ctx.comm_widths)}
 

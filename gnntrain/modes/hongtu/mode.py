@@ -207,25 +207,26 @@ class HongTuPlanner(ModePlanner):
 
     def details(self, ctx) -> Dict[str, Any]:
         if self.direct:
+            chunks = int(self.options.chunks)
             return {"path": "direct: one CPU rank, neighbour rows read in place, topology sliced from the CSR",
-                    "chunks": int(self.options.chunks) or f"auto ({direct_path.ROWS_PER_CHUNK} rows each)",
-                    "vertex tables": self._tier_text(ctx), "recompute": "update only; aggregation cached"}
+                    "chunks": chunks or "auto", "rows per chunk": None if chunks else direct_path.ROWS_PER_CHUNK,
+                    "vertex tables": self._tiers(ctx), "recompute": "update only; aggregation cached"}
         cap = self.device_cap()
         return {"chunks per partition": int(self.options.chunks) or "auto (smallest n that fits)",
                 "dedup": self.dedup, "reorganize": bool(self.options.reorganize),
-                "device memory": format_bytes(cap) if cap else "no cap (accounted only)",
-                "vertex tables": self._tier_text(ctx),
+                "device memory bytes": cap if cap else "no cap (accounted only)",
+                "vertex tables": self._tiers(ctx),
                 "recompute": ("whole layer (attention)" if not ctx.elementwise
                               else "update only; aggregation cached on host")}
 
-    def _tier_text(self, ctx) -> str:
+    def _tiers(self, ctx) -> Any:
+        """Where the vertex tables live: host memory, or the disk tier's tables, bytes and folder."""
         budget = self.host_budget(ctx)
         if budget is None:
             return "host memory (they fit)"
         tiers, needed = self.planned_tiers(ctx, budget)
-        on_disk = [name for name, tier in tiers.items() if tier == DISK]
-        return (f"host budget {format_bytes(budget)}; on disk: {', '.join(on_disk) or 'none'} "
-                f"({format_bytes(needed)} per rank in {self.disk_folder()})")
+        return {"host budget bytes": budget, "on disk": [name for name, tier in tiers.items() if tier == DISK],
+                "disk bytes per rank": needed, "folder": str(self.disk_folder())}
 
     # ------------------------------------------------------------ layout
     def _edges(self, data, part):
@@ -330,12 +331,11 @@ class HongTuPlanner(ModePlanner):
             figures = self._direct_figures(data, plan)[0]
             report: Dict[str, Any] = {"path": "direct: the SpMM reads neighbour rows in place, each chunk's "
                                               "topology a slice of the CSR",
-                                      "chunks (rows each)": f"{figures['chunks_per_part']} "
-                                                            f"({figures['rows_per_chunk']})"}
+                                      "chunks": figures["chunks_per_part"], "rows per chunk": figures["rows_per_chunk"]}
             tiers = figures["tiers"]
             if tiers["disk_dir"] is not None:
                 predicted = tiers["predicted_disk_bytes_per_epoch"]
-                report["disk tier"] = {"tables": ", ".join(n for n, t in tiers["tables"].items() if t == DISK),
+                report["disk tier"] = {"tables": [n for n, t in tiers["tables"].items() if t == DISK],
                                        "folder": tiers["disk_dir"], "file bytes per rank": tiers["disk_bytes_per_rank"],
                                        "read per epoch": predicted["disk_read"],
                                        "written per epoch": predicted["disk_write"]}
@@ -345,18 +345,19 @@ class HongTuPlanner(ModePlanner):
         v = figures["rows_per_layer"]
         report: Dict[str, Any] = {
             "chunks per partition": figures["chunks_per_part"],
-            "V_ori / V_p2p / V_ru rows per layer": f"{v['ori']} / {v['p2p']} / {v['ru']}",
+            "V_ori / V_p2p / V_ru rows per layer": {"V_ori": v["ori"], "V_p2p": v["p2p"], "V_ru": v["ru"]},
             "host->device rows per layer (this dedup)": _rows_for(self.dedup, v),
             "peer rows per layer (measured form)": v["peer_p2p_reuse" if self.dedup == "p2p+reuse" else "peer_p2p"]
             if "p2p" in self.dedup else 0,
         }
         if "rows_per_layer_identity_order" in figures:
             ident = figures["rows_per_layer_identity_order"]
-            report["identity order V_ori / V_p2p / V_ru"] = f"{ident['ori']} / {ident['p2p']} / {ident['ru']}"
+            report["identity order V_ori / V_p2p / V_ru"] = {"V_ori": ident["ori"], "V_p2p": ident["p2p"],
+                                                             "V_ru": ident["ru"]}
         c = figures["cost_model_fwd"]
-        report["cost model C (one forward pass)"] = (
-            f"{c['C_s'] * 1e3:.3f} ms = V_ru/T_hd {c['host_to_device_s'] * 1e3:.3f} + (V_ori-V_p2p)/T_dd "
-            f"{c['peer_s'] * 1e3:.3f} + (V_p2p-V_ru)/T_ru {c['reuse_s'] * 1e3:.3f}")
+        report["cost model C (one forward pass)"] = {  # C = V_ru/T_hd + (V_ori-V_p2p)/T_dd + (V_p2p-V_ru)/T_ru
+            "C ms": c["C_s"] * 1e3, "V_ru/T_hd ms": c["host_to_device_s"] * 1e3,
+            "(V_ori-V_p2p)/T_dd ms": c["peer_s"] * 1e3, "(V_p2p-V_ru)/T_ru ms": c["reuse_s"] * 1e3}
         traffic = epoch_traffic(chosen["layout"], chosen["batches"], self.dedup, self.family,
                                 list(chosen["dims"]), chosen["dtype_bytes"], self.input_kept)
         bytes_by_kind = {k: v for k, v in traffic.items() if v}
@@ -368,16 +369,16 @@ class HongTuPlanner(ModePlanner):
         if tiers["disk_dir"] is not None:
             on_disk = [name for name, tier in tiers["tables"].items() if tier == DISK]
             predicted = tiers["predicted_disk_bytes_per_epoch"]
-            report["disk tier"] = {"tables": ", ".join(on_disk), "folder": tiers["disk_dir"],
+            report["disk tier"] = {"tables": on_disk, "folder": tiers["disk_dir"],
                                    "file bytes per rank": tiers["disk_bytes_per_rank"],
                                    "read per epoch": predicted["disk_read"],
                                    "written per epoch": predicted["disk_write"]}
         cap = figures["device_memory_cap"]
-        report["estimated peak device bytes"] = (f"{format_bytes(figures['estimated_device_bytes'])} of "
-                                                 f"{format_bytes(cap) if cap else 'no cap'}")
+        report["estimated peak device bytes"] = figures["estimated_device_bytes"]
+        report["device memory cap bytes"] = cap if cap else "no cap"
         if "auto_chunks_tried" in figures:
-            report["auto chunks tried"] = ", ".join(f"n={t['chunks']}: {format_bytes(t['device_bytes'])}"
-                                                    for t in figures["auto_chunks_tried"])
+            report["auto chunks tried"] = {f"n={t['chunks']} device bytes": t["device_bytes"]
+                                           for t in figures["auto_chunks_tried"]}
         return report
 
 def _rows_for(dedup: str, volumes: Dict[str, int]) -> int:

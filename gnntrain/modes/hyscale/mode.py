@@ -135,16 +135,18 @@ class HyScalePlanner(ModePlanner):
               isinstance(v, float)}
         _, budgets, splits = self.thread_plan()
         costs = per_seed_costs(model)
-        return {"trainers": f"{o.cpu_trainers} CPU + {o.accel_trainers} accelerator", "fanouts": list(o.fanouts),
+        return {"trainers": {"CPU": int(o.cpu_trainers), "accelerator": int(o.accel_trainers)},
+                "fanouts": list(o.fanouts),
                 "global batch": int(o.batch_size), "initial shares": [round(s, 4) for s in
                                                                       initial_shares(o, self.trainers)],
                 "prefetch": bool(o.prefetch), "drm": bool(o.drm),
                 "sampler": resolve_sampler(o.sampler.value) + (" (auto)" if o.sampler.value == "auto" else ""),
                 "performance model (per iteration)": ms,
                 "predicted |V0| per trainer": model["V0_per_trainer"],
-                "threads per trainer (sampler pool / loader / training)": [
-                    f"{'accel' if r >= int(o.cpu_trainers) else 'cpu'}{r}: {b} = {sp['T_SC']} / {sp['T_Load']} / "
-                    f"{sp['T_TC']}" for r, (b, sp) in enumerate(zip(budgets, splits))],
+                "threads per trainer": {
+                    f"{'accel' if r >= int(o.cpu_trainers) else 'cpu'}{r}": {
+                        "all": b, "sampler pool": sp["T_SC"], "loader": sp["T_Load"], "training": sp["T_TC"]}
+                    for r, (b, sp) in enumerate(zip(budgets, splits))},
                 # what each rank's initial split reads (with its own measured T_samp): seconds per seed
                 "model seconds per seed": {k: ([float(f"{x:.4g}") for x in v] if isinstance(v, list)
                                                else float(f"{v:.4g}")) for k, v in costs.items()}}

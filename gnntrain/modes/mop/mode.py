@@ -20,7 +20,7 @@ from gnntrain.modes.single import graph_tensors
 from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.partition.store import store_record
 from gnntrain.plan_types import MemoryEstimate, RunSettings
-from gnntrain.sizing import EDGE_BYTES, HALO_FACTOR, estimate_memory, format_bytes
+from gnntrain.sizing import EDGE_BYTES, HALO_FACTOR, estimate_memory
 
 
 @dataclass
@@ -145,14 +145,14 @@ class MoPPlanner(ModePlanner):
 
     def details(self, ctx) -> Dict[str, Any]:
         edges = ctx.num_edges + ctx.num_nodes
-        replicated = f"{edges} edges, ~{format_bytes(edges * EDGE_BYTES)} (not divided by m)"
-        return {"adjacency replicated per rank": replicated,
+        return {"adjacency replicated per rank (not divided by m)": {"edges": edges, "bytes": edges * EDGE_BYTES},
                 "aggregation": "element-wise only (GAT is refused)",
                 "column split of widths": {d: col_splits(d, ctx.world_size, self.aggregation_ranks)
                                            for d in ctx.dims[:-1]},
-                **({"mixture of accelerators": f"ranks 0-{self.aggregation_ranks - 1} aggregate"
-                                               + (" on the host" if self.options.aggregation_device == "cpu" else "")
-                                               + f", ranks {self.aggregation_ranks}-{ctx.world_size - 1} update"}
+                **({"mixture of accelerators": {
+                    "aggregation ranks": list(range(self.aggregation_ranks)),
+                    "aggregation device": str(self.options.aggregation_device),
+                    "update ranks": list(range(self.aggregation_ranks, ctx.world_size))}}
                    if self.aggregation_ranks else {})}
 
     # ------------------------------------------------------------- prepare
