@@ -51,7 +51,9 @@ test-dgl: $(DGL_STAMP)
 	@$(DGL_VENV)/bin/python -m compileall -q gnntrain hydra_plugins >/dev/null
 	GNNTRAIN_OFFLINE=1 $(DGL_VENV)/bin/python -m pytest -q -p no:cacheprovider -m 'dgl and not slow' --durations=10
 
+# ruff format at line length 100 (pyproject.toml) and the lint rules, function budgets included
 lint: $(STAMP)
+	$(BIN)/ruff format --check gnntrain tests scripts benchmarks hydra_plugins
 	$(BIN)/ruff check gnntrain tests scripts benchmarks hydra_plugins
 
 test-all: $(STAMP) $(DGL_STAMP)

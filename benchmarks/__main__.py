@@ -3,10 +3,12 @@ tree, interleaves repetitions, and reports medians, min-max and ratios to a
 baseline measured in the same run. Results go to docs/bench/<suite>.json and
 the tables in docs/BENCHMARKS.md (regenerated from every JSON present).
 
-usage: python -m benchmarks [SUITE ...] [--quick]   (no SUITE: every suite; run from the repository root)
+usage: python -m benchmarks [SUITE ...] [--quick]   (no SUITE: every suite; run from the repository
+root)
        make bench       reference, overhead and volume (the CI-sized set, < 15 min on 2 cores)
        make bench-all   every suite (the scale suite alone is the longest: see its wall time)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,13 +34,19 @@ def load_suites() -> Dict[str, SuiteFn]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     suites = load_suites()
-    parser = argparse.ArgumentParser(prog=GENERATOR, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=GENERATOR, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("suites", nargs="*", default=None, choices=list(suites) + [[]])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
-    parser.add_argument("--render", action="store_true",
-                        help="only regenerate docs/BENCHMARKS.md from docs/bench/*.json (e.g. after a GPU check)")
-    parser.add_argument("--results", type=Path, default=OUT, help="the folder of suite results (*.json)")
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="only regenerate docs/BENCHMARKS.md from docs/bench/*.json (e.g. after a GPU check)",
+    )
+    parser.add_argument(
+        "--results", type=Path, default=OUT, help="the folder of suite results (*.json)"
+    )
     parser.add_argument("--to", type=Path, default=PAGE, help="the page to write")
     args = parser.parse_args(argv)
     os.environ.setdefault("GNNTRAIN_OFFLINE", "1")

@@ -1,7 +1,8 @@
 """gnntrain from Python: compose, plan, run, and train on a graph you hold in memory.
 
     import gnntrain.api as gt
-    result = gt.train(data, ["mode=partition", "train.epochs=100"])   # a PyG Data, a DGL graph, or arrays
+    result = gt.train(data, ["mode=partition", "train.epochs=100"])   # a PyG Data, a DGL graph, or
+    arrays
     result.summary["accuracy"], result.run_dir
     model = result.model()          # a torch.nn.Module: model(data) -> logits
 
@@ -9,6 +10,7 @@ The same entry the CLI takes: overrides are Hydra's (``key=value``, ``group=opti
 validated as ``gnntrain plan`` validates it, and the run writes what ``gnntrain run`` writes
 (plan.yaml, metrics.jsonl, summary.json, model.pt, model.yaml) into ``run_dir``.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -43,8 +45,12 @@ class RunResult:
         return load_model(self.run_dir)
 
 
-def cli(args: Sequence[str], cwd: Optional[Path] = None, timeout: Optional[float] = None,
-        env: Optional[Dict[str, str]] = None):
+def cli(
+    args: Sequence[str],
+    cwd: Optional[Path] = None,
+    timeout: Optional[float] = None,
+    env: Optional[Dict[str, str]] = None,
+):
     """``gnntrain ARGS`` in a process of its own (this interpreter's ``gnntrain`` entry point, or
     ``python -m gnntrain``), output captured: a ``subprocess.CompletedProcess``. ``env`` adds to
     this process's environment."""
@@ -54,19 +60,27 @@ def cli(args: Sequence[str], cwd: Optional[Path] = None, timeout: Optional[float
 
     exe = Path(sys.executable).parent / "gnntrain"
     command = [str(exe)] if exe.exists() else [sys.executable, "-m", "gnntrain"]
-    return subprocess.run(command + [str(a) for a in args], cwd=cwd, env={**os.environ, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        command + [str(a) for a in args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def compose(overrides: Sequence[str] = (), config_dir: Optional[str] = None):
-    """The composed, schema-checked run config for ``overrides`` (as ``gnntrain run`` composes it)."""
+    """The composed, schema-checked run config for ``overrides`` (as ``gnntrain run`` composes
+    it)."""
     from gnntrain.launch.compose import compose as compose_config
 
     return compose_config(overrides, config_dir)
 
 
 def compose_or_error(overrides: Sequence[str] = ()):
-    """:func:`compose`, with a bad override (unknown option or group, a value of the wrong type) raised as one
+    """:func:`compose`, with a bad override (unknown option or group, a value of the wrong type)
+    raised as one
     GnnTrainError line, the line ``gnntrain run`` prints for it."""
     from gnntrain.errors import GnnTrainError
     from gnntrain.launch.compose import config_error
@@ -83,14 +97,16 @@ def compose_or_error(overrides: Sequence[str] = ()):
 
 
 def plan(overrides: Sequence[str] = ()):
-    """The validated run plan (mode=auto resolved); raises a GnnTrainError naming the offending option."""
+    """The validated run plan (mode=auto resolved); raises a GnnTrainError naming the offending
+    option."""
     from gnntrain.auto import resolve_plan
 
     return resolve_plan(compose(overrides))
 
 
 def run(overrides: Sequence[str] = (), run_dir: Optional[Path] = None) -> RunResult:
-    """Plan and train; the run's files go to ``run_dir`` (default ``outputs/api/<time>-<mode>-<dataset>``)."""
+    """Plan and train; the run's files go to ``run_dir`` (default
+    ``outputs/api/<time>-<mode>-<dataset>``)."""
     from gnntrain.launch import run_training
 
     the_plan = plan(list(overrides))
@@ -111,24 +127,37 @@ def _arrays_of(graph) -> Dict[str, Any]:
     masks = ("train_mask", "val_mask", "test_mask")
     if isinstance(graph, dict):
         get = lambda *keys: next((graph[k] for k in keys if graph.get(k) is not None), None)
-        arrays = {"edge_index": get("edge_index", "edges"), "features": get("features", "x", "feat"),
-                  "labels": get("labels", "y", "label"), "masks": {m: graph[m] for m in masks
-                                                                  if graph.get(m) is not None}}
+        arrays = {
+            "edge_index": get("edge_index", "edges"),
+            "features": get("features", "x", "feat"),
+            "labels": get("labels", "y", "label"),
+            "masks": {m: graph[m] for m in masks if graph.get(m) is not None},
+        }
     else:
         try:
             found = graph_arrays(graph)
         except TypeError:
-            raise TypeError(f"train() takes a PyG Data, a DGL graph or a dict of arrays, not "
-                            f"{type(graph).__name__}") from None
-        arrays = {"edge_index": found["edge_index"], "features": found["x"], "labels": found["y"],
-                  "masks": {m: found[m] for m in masks if found[m] is not None}}
+            raise TypeError(
+                f"train() takes a PyG Data, a DGL graph or a dict of arrays, not "
+                f"{type(graph).__name__}"
+            ) from None
+        arrays = {
+            "edge_index": found["edge_index"],
+            "features": found["x"],
+            "labels": found["y"],
+            "masks": {m: found[m] for m in masks if found[m] is not None},
+        }
     missing = [k for k in ("edge_index", "features", "labels") if arrays[k] is None]
     if missing:
-        raise ValueError(f"the graph has no {', '.join(missing)} (give edge_index, features/x and labels/y)")
+        raise ValueError(
+            f"the graph has no {', '.join(missing)} (give edge_index, features/x and labels/y)"
+        )
     return arrays
 
 
-def ingest_graph(graph, out: Optional[Path] = None, cache_dir: Optional[Path] = None, **options) -> Path:
+def ingest_graph(
+    graph, out: Optional[Path] = None, cache_dir: Optional[Path] = None, **options
+) -> Path:
     """Write an in-memory graph in the on-disk format; returns its folder.
 
     Without ``out`` it goes to ``<cache_dir>/ingested/<content digest>`` and is reused when the same
@@ -139,14 +168,26 @@ def ingest_graph(graph, out: Optional[Path] = None, cache_dir: Optional[Path] = 
 
     arrays = _arrays_of(graph)
     if out is not None:
-        ingest_arrays(Path(out), arrays["edge_index"], arrays["features"], arrays["labels"], arrays["masks"],
-                      **options)
+        ingest_arrays(
+            Path(out),
+            arrays["edge_index"],
+            arrays["features"],
+            arrays["labels"],
+            arrays["masks"],
+            **options,
+        )
         return Path(out)
     root = resolve_cache_dir({"cache_dir": str(cache_dir) if cache_dir else None}) / "ingested"
     root.mkdir(parents=True, exist_ok=True)
     staging = root / f"incoming-{datetime.datetime.now().strftime('%H%M%S%f')}"
-    summary = ingest_arrays(staging, arrays["edge_index"], arrays["features"], arrays["labels"], arrays["masks"],
-                            **options)
+    summary = ingest_arrays(
+        staging,
+        arrays["edge_index"],
+        arrays["features"],
+        arrays["labels"],
+        arrays["masks"],
+        **options,
+    )
     final = root / summary["digest"]
     if final.exists():
         shutil.rmtree(staging)
@@ -155,10 +196,16 @@ def ingest_graph(graph, out: Optional[Path] = None, cache_dir: Optional[Path] = 
     return final
 
 
-def train(graph, overrides: Sequence[str] = (), run_dir: Optional[Path] = None,
-          ingest_options: Optional[Dict[str, Any]] = None) -> RunResult:
-    """Train on ``graph`` (a PyG Data, a DGL graph, or a dict with edge_index, features/x, labels/y and
-    optional train/val/test masks) with gnntrain overrides, e.g. ``["mode=partition", "model=sage"]``.
+def train(
+    graph,
+    overrides: Sequence[str] = (),
+    run_dir: Optional[Path] = None,
+    ingest_options: Optional[Dict[str, Any]] = None,
+) -> RunResult:
+    """Train on ``graph`` (a PyG Data, a DGL graph, or a dict with edge_index, features/x, labels/y
+    and
+    optional train/val/test masks) with gnntrain overrides, e.g. ``["mode=partition",
+    "model=sage"]``.
 
     The graph is ingested once (symmetrised, self-loops and repeats dropped, masks drawn 0.6/0.2/0.2
     when none are given; ``ingest_options`` changes that) and trained as ``dataset=files``."""
@@ -169,7 +216,8 @@ def train(graph, overrides: Sequence[str] = (), run_dir: Optional[Path] = None,
 
 
 def load_model(run_dir: Path):
-    """The model a run trained, as a ``torch.nn.Module``: ``model(data)`` or ``model(x, edge_index)``
+    """The model a run trained, as a ``torch.nn.Module``: ``model(data)`` or ``model(x,
+    edge_index)``
     -> logits; ``model.embeddings(data, layer=k)`` -> hidden representations."""
     from gnntrain.models.export import load_trained_model
 

@@ -3,6 +3,7 @@
 A run killed mid-write leaves either the old file or the new one, never a
 half-written one (partition cache entries, checkpoints, summary.json); and the
 file lock that serialises processes building one shared cache entry."""
+
 from __future__ import annotations
 
 import os

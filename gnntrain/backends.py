@@ -4,6 +4,7 @@ gnntrain's core is torch-native; DGL (the ``dgl`` extra: its kernel, sampler and
 classes) and PyG (dataset classes) are used where they import. Every "is it there?" question
 goes through this module, so a broken install reads the same everywhere.
 """
+
 from __future__ import annotations
 
 import functools

@@ -13,6 +13,7 @@ Every source of randomness in training derives from (seed, epoch, layer)
 (see GlobalDropout), and every rank holds identical parameters and optimizer
 state, so rank 0's state resumes every rank bit-identically on CPU.
 """
+
 from __future__ import annotations
 
 import copy
@@ -28,11 +29,20 @@ import torch
 from gnntrain.atomic import atomic_write_bytes
 from gnntrain.errors import GnnTrainError
 
-# Settings a resume may change: applied from the resumed epoch on, printed as old -> new and recorded in
-# summary.json (``resume``) and metrics.jsonl. Everything in the plan hash (dataset, model but its dropout, mode,
+# Settings a resume may change: applied from the resumed epoch on, printed as old -> new and
+# recorded in
+# summary.json (``resume``) and metrics.jsonl. Everything in the plan hash (dataset, model but its
+# dropout, mode,
 # partitioner, world size, dtype, seed) is pinned: a checkpoint of another plan is refused.
-RESUMABLE_SETTINGS = ("train.lr", "train.weight_decay", "train.epochs", "train.eval_every", "train.checkpoint_every",
-                      "train.keep_checkpoints", "model.dropout")
+RESUMABLE_SETTINGS = (
+    "train.lr",
+    "train.weight_decay",
+    "train.epochs",
+    "train.eval_every",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "model.dropout",
+)
 
 
 def current_settings(cfg) -> Dict[str, Any]:
@@ -44,7 +54,8 @@ def current_settings(cfg) -> Dict[str, Any]:
 
 
 def pinned_settings(cfg) -> Dict[str, Any]:
-    """The settings a checkpoint pins (what the plan hash covers), flat: {"model.hidden": 16, ...}, so a
+    """The settings a checkpoint pins (what the plan hash covers), flat: {"model.hidden": 16, ...},
+    so a
     refused resume names the keys that differ."""
     from collections.abc import Mapping
 
@@ -66,15 +77,19 @@ def pinned_settings(cfg) -> Dict[str, Any]:
 
 
 def resume_changes(state: Dict[str, Any], cfg) -> Dict[str, list]:
-    """{setting: [old, new]} between a checkpoint and this run (old lr and weight decay also from the optimizer
+    """{setting: [old, new]} between a checkpoint and this run (old lr and weight decay also from
+    the optimizer
     state, for checkpoints that predate the stored settings)."""
     old = dict(state.get("settings") or {})
     groups = (state.get("optimizer") or {}).get("param_groups") or [{}]
     old.setdefault("train.lr", groups[0].get("lr"))
     old.setdefault("train.weight_decay", groups[0].get("weight_decay"))
     new = current_settings(cfg)
-    return {k: [old[k], new[k]] for k in RESUMABLE_SETTINGS
-            if old.get(k) is not None and new.get(k) is not None and float(old[k]) != float(new[k])}
+    return {
+        k: [old[k], new[k]]
+        for k in RESUMABLE_SETTINGS
+        if old.get(k) is not None and new.get(k) is not None and float(old[k]) != float(new[k])
+    }
 
 
 class CheckpointError(GnnTrainError):
@@ -85,15 +100,26 @@ class Checkpointer:
     def __init__(self, directory: Path, plan_hash: str, keep: int = 0):
         self.directory = Path(directory)
         self.plan_hash = plan_hash
-        self.keep = int(keep)  # newest checkpoints kept after each save (train.keep_checkpoints); 0 = all
-        self.settings: Dict[str, Any] = {}  # the run's RESUMABLE_SETTINGS, stored so a resume can name changes
-        self.pinned: Dict[str, Any] = {}  # the run's pinned_settings, stored so a refused resume names what differs
+        self.keep = int(
+            keep
+        )  # newest checkpoints kept after each save (train.keep_checkpoints); 0 = all
+        self.settings: Dict[
+            str, Any
+        ] = {}  # the run's RESUMABLE_SETTINGS, stored so a resume can name changes
+        self.pinned: Dict[
+            str, Any
+        ] = {}  # the run's pinned_settings, stored so a refused resume names what differs
 
     def path(self, epoch: int) -> Path:
         return self.directory / f"epoch_{epoch:06d}.pt"
 
-    def snapshot(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 history: List[Dict[str, Any]]) -> Dict[str, Any]:
+    def snapshot(
+        self,
+        epoch: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        history: List[Dict[str, Any]],
+    ) -> Dict[str, Any]:
         """A detached copy of the training state after ``epoch`` completed epochs.
 
         Tensors and optimizer state are deep-copied; ``history`` is copied as a list only
@@ -102,15 +128,32 @@ class Checkpointer:
         payload = self._payload(epoch, model, optimizer, [])
         return {**copy.deepcopy(payload), "history": list(history)}
 
-    def save(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             history: List[Dict[str, Any]]) -> Path:
+    def save(
+        self,
+        epoch: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        history: List[Dict[str, Any]],
+    ) -> Path:
         return self.save_state(self._payload(epoch, model, optimizer, history))
 
-    def _payload(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 history: List[Dict[str, Any]]) -> Dict[str, Any]:
-        return {"epoch": int(epoch), "plan_hash": self.plan_hash, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "history": history, "rng": torch.get_rng_state(),
-                "settings": dict(self.settings), "pinned": dict(self.pinned)}
+    def _payload(
+        self,
+        epoch: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        history: List[Dict[str, Any]],
+    ) -> Dict[str, Any]:
+        return {
+            "epoch": int(epoch),
+            "plan_hash": self.plan_hash,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "history": history,
+            "rng": torch.get_rng_state(),
+            "settings": dict(self.settings),
+            "pinned": dict(self.pinned),
+        }
 
     def save_state(self, payload: Dict[str, Any]) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -125,11 +168,12 @@ class Checkpointer:
         return path
 
     def prune(self, keep_path: Optional[Path] = None) -> List[Path]:
-        """Remove all but the ``keep`` newest checkpoints (never ``keep_path``, the one just written)."""
+        """Remove all but the ``keep`` newest checkpoints (never ``keep_path``, the one just
+        written)."""
         if self.keep <= 0:
             return []
         removed = []
-        for old in self.candidates()[self.keep:]:
+        for old in self.candidates()[self.keep :]:
             if old == keep_path:
                 continue
             for file in (old, old.with_suffix(".pt.sha1")):
@@ -151,16 +195,31 @@ class Checkpointer:
                 continue
             if state.get("plan_hash") != self.plan_hash:
                 old, new = state.get("pinned") or {}, self.pinned
-                keys = [k for k in sorted(set(old) | set(new)) if old and new and old.get(k) != new.get(k)]
-                renamed = {k.split(".")[0] for k in keys if k.endswith(".name")}  # another mode: not its options
-                differ = [f"{k} {old.get(k)} -> {new.get(k)}" for k in keys
-                          if k.split(".")[0] not in renamed or k.endswith(".name")]
-                what = ("; ".join(differ[:6]) + ("; ..." if len(differ) > 6 else "")) if differ else \
-                    "mode, dataset, model, partitioner, world size, dtype or seed differ"
+                keys = [
+                    k
+                    for k in sorted(set(old) | set(new))
+                    if old and new and old.get(k) != new.get(k)
+                ]
+                renamed = {
+                    k.split(".")[0] for k in keys if k.endswith(".name")
+                }  # another mode: not its options
+                differ = [
+                    f"{k} {old.get(k)} -> {new.get(k)}"
+                    for k in keys
+                    if k.split(".")[0] not in renamed or k.endswith(".name")
+                ]
+                what = (
+                    ("; ".join(differ[:6]) + ("; ..." if len(differ) > 6 else ""))
+                    if differ
+                    else "mode, dataset, model, partitioner, world size, dtype or seed differ"
+                )
                 raise CheckpointError(
-                    f"checkpoint {path} was written by another plan (plan hash {state.get('plan_hash')}, this run "
-                    f"{self.plan_hash}: {what}). A resume may change only {', '.join(RESUMABLE_SETTINGS)}. "
-                    "Resume with the original values of the others, or start a new run directory.")
+                    f"checkpoint {path} was written by another plan (plan hash "
+                    f"{state.get('plan_hash')}, this run "
+                    f"{self.plan_hash}: {what}). A resume may change only "
+                    f"{', '.join(RESUMABLE_SETTINGS)}. "
+                    "Resume with the original values of the others, or start a new run directory."
+                )
             return state
         return None
 
@@ -174,12 +233,17 @@ class Checkpointer:
             warnings.warn(f"skipping checkpoint {path}: {exc}", stacklevel=2)
             return None
         if hashlib.sha1(data).hexdigest() != expected:
-            warnings.warn(f"skipping checkpoint {path}: checksum mismatch (truncated or corrupt)", stacklevel=2)
+            warnings.warn(
+                f"skipping checkpoint {path}: checksum mismatch (truncated or corrupt)",
+                stacklevel=2,
+            )
             return None
         try:
             return torch.load(io.BytesIO(data), weights_only=True)
         except Exception as exc:
-            warnings.warn(f"skipping checkpoint {path}: cannot load it ({type(exc).__name__})", stacklevel=2)
+            warnings.warn(
+                f"skipping checkpoint {path}: cannot load it ({type(exc).__name__})", stacklevel=2
+            )
             return None
 
 
@@ -214,8 +278,13 @@ class PreemptionBoundary:
         self._state: Optional[Dict[str, Any]] = None
         set_preemption_hook(self.save)
 
-    def update(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-               history: List[Dict[str, Any]]) -> None:
+    def update(
+        self,
+        epoch: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        history: List[Dict[str, Any]],
+    ) -> None:
         self._state = self.checkpointer.snapshot(epoch, model, optimizer, history)
 
     def save(self) -> Optional[Path]:
@@ -227,7 +296,8 @@ class PreemptionBoundary:
 
 
 def in_slurm_job() -> bool:
-    """True inside a SLURM job, where submitit's signal handler may ask for a preemption checkpoint."""
+    """True inside a SLURM job, where submitit's signal handler may ask for a preemption
+    checkpoint."""
     return "SLURM_JOB_ID" in os.environ
 
 
@@ -235,20 +305,27 @@ def run_checkpointer(cfg, run_dir: Optional[Path], plan_hash: str) -> Optional[C
     """The run's Checkpointer when it writes or reads any (``train.checkpoint_every``, a resume,
     or a SLURM job that may be preempted), else None."""
     directory = checkpoint_dir(cfg, run_dir)
-    if directory is None or not (int(cfg.train.checkpoint_every) or resume_requested(cfg) or in_slurm_job()):
+    if directory is None or not (
+        int(cfg.train.checkpoint_every) or resume_requested(cfg) or in_slurm_job()
+    ):
         return None
     return make_checkpointer(cfg, directory, plan_hash)
 
 
 def make_checkpointer(cfg, directory: Path, plan_hash: str) -> Checkpointer:
-    """A Checkpointer for this run's settings (retention, the settings a resume compares against)."""
-    checkpointer = Checkpointer(directory, plan_hash, keep=int(cfg.train.get("keep_checkpoints", 0) or 0))
+    """A Checkpointer for this run's settings (retention, the settings a resume compares
+    against)."""
+    checkpointer = Checkpointer(
+        directory, plan_hash, keep=int(cfg.train.get("keep_checkpoints", 0) or 0)
+    )
     checkpointer.settings = current_settings(cfg)
     checkpointer.pinned = pinned_settings(cfg)
     return checkpointer
 
 
-def preemption_boundary(checkpointer: Optional[Checkpointer], rank: int) -> Optional[PreemptionBoundary]:
+def preemption_boundary(
+    checkpointer: Optional[Checkpointer], rank: int
+) -> Optional[PreemptionBoundary]:
     """Rank 0's :class:`PreemptionBoundary` in a SLURM job; None elsewhere."""
     if checkpointer is None or rank != 0 or not in_slurm_job():
         return None

@@ -10,6 +10,7 @@ in the run directory is kept.
 
 Depends only on the standard library and rich.
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,8 +44,14 @@ class ConsoleHandler(RichHandler):
     message (a path, an error) stays on one line for grep and for log files."""
 
     def __init__(self, level: int = logging.NOTSET, console: Optional[Console] = None):
-        super().__init__(level=level, console=console or Console(stderr=True), show_time=False, show_path=False,
-                         markup=False, rich_tracebacks=False)
+        super().__init__(
+            level=level,
+            console=console or Console(stderr=True),
+            show_time=False,
+            show_path=False,
+            markup=False,
+            rich_tracebacks=False,
+        )
         self.set_name(HANDLER_NAME)
         self.addFilter(_OncePerWarning())
 
@@ -53,8 +60,12 @@ class ConsoleHandler(RichHandler):
             super().emit(record)
             return
         try:
-            self.console.print(f"{record.levelname:<8} {self.format(record)}", markup=False, highlight=False,
-                               soft_wrap=True)
+            self.console.print(
+                f"{record.levelname:<8} {self.format(record)}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
         except Exception:  # pragma: no cover - logging must never raise
             self.handleError(record)
 

@@ -5,6 +5,7 @@ The orchestration layer above the modes: it asks the chosen mode (through its
 :class:`gnntrain.modes.Mode` hooks) for its world size, checks, memory and
 communication estimates. Sizes come from :mod:`gnntrain.sizing`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,8 +27,16 @@ from gnntrain.sizing import (
     model_dims,
 )
 
-__all__ = ["MemoryEstimate", "PlanContext", "RunPlan", "build_mode", "build_plan", "plan_mode", "resolve_kernel",
-           "resolve_reader"]
+__all__ = [
+    "MemoryEstimate",
+    "PlanContext",
+    "RunPlan",
+    "build_mode",
+    "build_plan",
+    "plan_mode",
+    "resolve_kernel",
+    "resolve_reader",
+]
 
 
 def port_in_use(port: int) -> bool:
@@ -60,16 +69,25 @@ def resolve_reader(ds) -> str:
     reader = chosen_reader(ds)
     problem = dgl_problem() if reader == "dgl" else pyg_problem()
     if problem is not None and reader == "dgl":
-        raise PlanError("dataset.reader", f"dataset.reader=dgl, but DGL does not import here ({problem}).",
-                        "install the extra: pip install 'gnntrain[dgl]' (DGL 2.1 needs torch 2.0-2.2), "
-                        "or read the same files with PyG: dataset.reader=pyg")
+        raise PlanError(
+            "dataset.reader",
+            f"dataset.reader=dgl, but DGL does not import here ({problem}).",
+            "install the extra: pip install 'gnntrain[dgl]' (DGL 2.1 needs torch 2.0-2.2), "
+            "or read the same files with PyG: dataset.reader=pyg",
+        )
     if problem is not None:
-        raise PlanError("dataset.reader", f"{ds.name} is read with PyG here, which does not import ({problem}).",
-                        "pip install torch_geometric, or install the extra gnntrain[dgl] and use dataset.reader=dgl")
+        raise PlanError(
+            "dataset.reader",
+            f"{ds.name} is read with PyG here, which does not import ({problem}).",
+            "pip install torch_geometric, or install the extra gnntrain[dgl] and use "
+            "dataset.reader=dgl",
+        )
     return reader + (" (auto)" if requested == "auto" else "")
 
 
-def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float, width: int) -> Tuple[str, str]:
+def resolve_kernel(
+    cfg, device: str, dtype: str, threads: int, avg_degree: float, width: int
+) -> Tuple[str, str]:
     """(kernel, note): ``kernel=dgl|torch`` checked against this install, ``auto`` measured
     (:func:`gnntrain.models.kernels.choose_kernel`, cached per host in the cache dir)."""
     import torch
@@ -82,9 +100,12 @@ def resolve_kernel(cfg, device: str, dtype: str, threads: int, avg_degree: float
         problem = kernel_problem(kernel, device, getattr(torch, dtype))
         if problem is not None:
             others = [k for k in ("auto", "native", "torch", "dgl") if k != kernel]
-            raise PlanError("kernel", f"kernel={kernel}: {problem}.", f"use kernel={' or kernel='.join(others)}")
+            raise PlanError(
+                "kernel", f"kernel={kernel}: {problem}.", f"use kernel={' or kernel='.join(others)}"
+            )
         return kernel, _with_native_build(kernel, f"set by kernel={kernel}")
-    # the measurement belongs to the host, not to the data: GNNTRAIN_KERNEL_CACHE_DIR shares it between
+    # the measurement belongs to the host, not to the data: GNNTRAIN_KERNEL_CACHE_DIR shares it
+    # between
     # runs whose cache_dir differs (jobs with private caches, a test session)
     data_cache = resolve_cache_dir(cfg)  # checked either way: a bad cache_dir is a plan error here
     cache = os.environ.get("GNNTRAIN_KERNEL_CACHE_DIR") or data_cache
@@ -106,7 +127,8 @@ def _with_native_build(kernel: str, note: str) -> str:
 
 # ------------------------------------------------------------------- modes
 def build_mode(cfg):
-    """The configured mode's planner (:class:`gnntrain.modes.ModePlanner`), built from its own options and
+    """The configured mode's planner (:class:`gnntrain.modes.ModePlanner`), built from its own
+    options and
     the run's typed settings: the one place a composed config becomes a mode."""
     from gnntrain.modes import mode_spec
 
@@ -114,7 +136,8 @@ def build_mode(cfg):
 
 
 def plan_mode(plan: RunPlan):
-    """The planner of a resolved plan's mode, in any process (a rank reads the plan back from plan.config)."""
+    """The planner of a resolved plan's mode, in any process (a rank reads the plan back from
+    plan.config)."""
     from gnntrain.modes import mode_spec
 
     return mode_spec(plan.mode).plan(plan.config["mode"], plan.settings)
@@ -133,19 +156,33 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         key, valid = extra[0]
         close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=3)
         parent = key.rsplit(".", 1)[0] + "." if "." in key else ""
-        hint = f"did you mean {', '.join(parent + c for c in close)}?" if close else \
-            f"valid keys there: {', '.join(valid)}"
-        raise PlanError(key, "is not an option (appended with +, it would be ignored).",
-                        f"{hint} Set existing keys without '+'.")
+        hint = (
+            f"did you mean {', '.join(parent + c for c in close)}?"
+            if close
+            else f"valid keys there: {', '.join(valid)}"
+        )
+        raise PlanError(
+            key,
+            "is not an option (appended with +, it would be ignored).",
+            f"{hint} Set existing keys without '+'.",
+        )
     t, m, hw, ds = cfg.train, cfg.model, cfg.hardware, cfg.dataset
     warnings: List[str] = []
     if ds.source == "files":
         fill_file_sizes(cfg)  # the ingested graph's own sizes, before anything is sized or checked
     check_dataset_config(ds)  # sizes, ratios and fractions a generator or the estimates can use
     if int(t.epochs) < 1:
-        raise PlanError("train.epochs", f"must be at least 1 (got {t.epochs}).", "set train.epochs=N with N >= 1")
+        raise PlanError(
+            "train.epochs",
+            f"must be at least 1 (got {t.epochs}).",
+            "set train.epochs=N with N >= 1",
+        )
     if float(t.lr) <= 0:
-        raise PlanError("train.lr", f"learning rate must be > 0 (got {t.lr}).", "set train.lr to a positive value")
+        raise PlanError(
+            "train.lr",
+            f"learning rate must be > 0 (got {t.lr}).",
+            "set train.lr to a positive value",
+        )
     if float(t.weight_decay) < 0:
         raise PlanError("train.weight_decay", f"must be >= 0 (got {t.weight_decay}).")
     if int(t.eval_every) < 1:
@@ -153,34 +190,50 @@ def build_plan(cfg: DictConfig) -> RunPlan:
     if int(t.checkpoint_every) < 0:
         raise PlanError("train.checkpoint_every", f"must be >= 0 (got {t.checkpoint_every}).")
     if int(t.get("keep_checkpoints", 0)) < 0:
-        raise PlanError("train.keep_checkpoints", f"must be >= 0 (got {t.keep_checkpoints}; 0 keeps every one).")
+        raise PlanError(
+            "train.keep_checkpoints", f"must be >= 0 (got {t.keep_checkpoints}; 0 keeps every one)."
+        )
     from gnntrain.models.registry import model_family
 
-    family = model_family(m.name, m.get("target"))  # an unknown model or custom class: one PlanError
-    family.check_options(RunSettings.of(cfg).model_options)  # a value the layer refuses: one PlanError
+    family = model_family(
+        m.name, m.get("target")
+    )  # an unknown model or custom class: one PlanError
+    family.check_options(
+        RunSettings.of(cfg).model_options
+    )  # a value the layer refuses: one PlanError
     if int(m.layers) < 1 or int(m.hidden) < 1:
         raise PlanError("model.layers/model.hidden", "must both be at least 1.")
     if not 0.0 <= float(m.dropout) < 1.0:
         raise PlanError("model.dropout", f"must lie in [0, 1) (got {m.dropout}).")
     if not 0 <= int(cfg.port) <= 65535:
-        raise PlanError("port", f"{cfg.port} is outside 0..65535.", "use port=0 to pick a free port")
+        raise PlanError(
+            "port", f"{cfg.port} is outside 0..65535.", "use port=0 to pick a free port"
+        )
     if int(cfg.port) and port_in_use(int(cfg.port)):
-        raise PlanError("port", f"port {cfg.port} is already in use on this host.",
-                        "use port=0 to pick a free port, or free that port")
+        raise PlanError(
+            "port",
+            f"port {cfg.port} is already in use on this host.",
+            "use port=0 to pick a free port, or free that port",
+        )
     if float(cfg.comm_timeout_s) <= 0:
         raise PlanError("comm_timeout_s", "must be > 0 seconds.")
     if int(hw.nodes) < 1 or int(hw.ranks_per_node) < 1:
-        raise PlanError("hardware.nodes/hardware.ranks_per_node",
-                        f"world size must be at least 1 (got {hw.nodes} x {hw.ranks_per_node}).",
-                        "set hardware.ranks_per_node=N with N >= 1")
+        raise PlanError(
+            "hardware.nodes/hardware.ranks_per_node",
+            f"world size must be at least 1 (got {hw.nodes} x {hw.ranks_per_node}).",
+            "set hardware.ranks_per_node=N with N >= 1",
+        )
 
     check_profile(hw)
     from gnntrain.metrics.trackers import check_installed
 
     check_installed(cfg)
     if cfg.mode.name == "auto":
-        raise PlanError("mode", "mode=auto picks among the other modes; its plan comes from "
-                        "gnntrain.auto.resolve_plan.")
+        raise PlanError(
+            "mode",
+            "mode=auto picks among the other modes; its plan comes from "
+            "gnntrain.auto.resolve_plan.",
+        )
     spec = mode_spec(cfg.mode.name)
     mode, can = spec.plan(cfg.mode, RunSettings.of(cfg)), spec.capabilities
     refusal = can.refuses(family)
@@ -189,58 +242,94 @@ def build_plan(cfg: DictConfig) -> RunPlan:
 
         rule = f" {can.models_rule}" if can.models_rule else ""
         hosted = [name for name, f in sorted(MODEL_REGISTRY.items()) if can.refuses(f) is None]
-        raise PlanError("model", f"mode '{spec.name}' does not support model '{m.name}': {refusal}.{rule}",
-                        f"use one of {', '.join(hosted)}")
+        raise PlanError(
+            "model",
+            f"mode '{spec.name}' does not support model '{m.name}': {refusal}.{rule}",
+            f"use one of {', '.join(hosted)}",
+        )
 
     device = option_value(hw.device)
     if device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
-            raise PlanError("hardware.device", "the profile asks for CUDA but no CUDA device is available here.",
-                            "use hardware=local-cpu, or run on a CUDA host")
+            raise PlanError(
+                "hardware.device",
+                "the profile asks for CUDA but no CUDA device is available here.",
+                "use hardware=local-cpu, or run on a CUDA host",
+            )
     world = mode.world_size(int(hw.nodes) * int(hw.ranks_per_node))
     n, e, f, c = dataset_sizes(ds)
     if world > n:
-        raise PlanError("world size", f"{world} ranks for a graph of {n} nodes: every rank must own rows.",
-                        "lower hardware.ranks_per_node")
+        raise PlanError(
+            "world size",
+            f"{world} ranks for a graph of {n} nodes: every rank must own rows.",
+            "lower hardware.ranks_per_node",
+        )
     num_parts = mode.num_parts(world)
     requested_parts = int(cfg.partitioner.get("num_parts", 0) or 0)
     if requested_parts and requested_parts != num_parts:
-        raise PlanError("partitioner.num_parts", f"{requested_parts} parts do not match the {num_parts} that "
-                        f"mode '{spec.name}' needs at world size {world}.",
-                        "drop partitioner.num_parts or change the world size")
+        raise PlanError(
+            "partitioner.num_parts",
+            f"{requested_parts} parts do not match the {num_parts} that "
+            f"mode '{spec.name}' needs at world size {world}.",
+            "drop partitioner.num_parts or change the world size",
+        )
 
     dtype = option_value(t.dtype)
     dims = model_dims(f, int(m.hidden), c, int(m.layers))
-    shape = mode.model_shape(dims, DTYPE_BYTES[dtype])  # the one model-shape table (widths, params, MACs)
+    shape = mode.model_shape(
+        dims, DTYPE_BYTES[dtype]
+    )  # the one model-shape table (widths, params, MACs)
     widths, grads, params = list(shape.widths), list(shape.grad_widths), shape.param_bytes
-    ctx = PlanContext(world_size=world, num_nodes=n, num_edges=e, feat_dim=f, num_classes=c,
-                      dtype_bytes=DTYPE_BYTES[dtype], dims=tuple(dims), comm_widths=tuple(widths),
-                      param_bytes=params, model=m.name, grad_widths=tuple(grads), update_macs=shape.update_macs,
-                      elementwise=family.elementwise, settings=mode.settings,
-                      train_nodes=int(round(n * float(ds.train_fraction))) if ds.source == "generated" else 0)
+    ctx = PlanContext(
+        world_size=world,
+        num_nodes=n,
+        num_edges=e,
+        feat_dim=f,
+        num_classes=c,
+        dtype_bytes=DTYPE_BYTES[dtype],
+        dims=tuple(dims),
+        comm_widths=tuple(widths),
+        param_bytes=params,
+        model=m.name,
+        grad_widths=tuple(grads),
+        update_macs=shape.update_macs,
+        elementwise=family.elementwise,
+        settings=mode.settings,
+        train_nodes=int(round(n * float(ds.train_fraction))) if ds.source == "generated" else 0,
+    )
     warnings += mode.validate(ctx)
 
     ranks_per_node = min(world, int(hw.ranks_per_node))
     cores = host_cores(hw)
     threads = max(1, cores // ranks_per_node)
     if world > cores * float(hw.oversubscribe) and int(hw.nodes) == 1:
-        warnings.append(f"{world} ranks on {cores} cores exceeds the oversubscription limit "
-                        f"(x{hw.oversubscribe}); expect slow collectives")
+        warnings.append(
+            f"{world} ranks on {cores} cores exceeds the oversubscription limit "
+            f"(x{hw.oversubscribe}); expect slow collectives"
+        )
     kernel, kernel_note = resolve_kernel(cfg, device, dtype, threads, e / max(n, 1), max(widths))
     reader = resolve_reader(ds)
-    estimate = mode.estimate(ctx)  # memory, work, bytes and exactness: the one estimate the plan prints and prices
+    estimate = mode.estimate(
+        ctx
+    )  # memory, work, bytes and exactness: the one estimate the plan prints and prices
     memory = estimate.memory
     host_mem = host_memory_bytes(hw)
     if memory.total_bytes * ranks_per_node > host_mem:
-        raise PlanError("dataset/hardware", f"estimated {format_bytes(memory.total_bytes * ranks_per_node)} per "
-                        f"node for {ds.name} does not fit the profile's {format_bytes(host_mem)} host memory.",
-                        "use more nodes, a smaller dataset, or a profile with more memory")
+        raise PlanError(
+            "dataset/hardware",
+            f"estimated {format_bytes(memory.total_bytes * ranks_per_node)} per "
+            f"node for {ds.name} does not fit the profile's {format_bytes(host_mem)} host memory.",
+            "use more nodes, a smaller dataset, or a profile with more memory",
+        )
     comm = None
     if estimate.comm is not None:
-        comm = {"per_epoch_bytes": estimate.comm.per_epoch_bytes, "by_kind": dict(estimate.comm.by_kind),
-                "formula": estimate.comm.formula}
+        comm = {
+            "per_epoch_bytes": estimate.comm.per_epoch_bytes,
+            "by_kind": dict(estimate.comm.by_kind),
+            "formula": estimate.comm.formula,
+        }
 
     cost = cost_profile(hw, threads)
     if cost is not None and world > ranks_per_node:  # collectives cross the link between nodes
@@ -250,22 +339,42 @@ def build_plan(cfg: DictConfig) -> RunPlan:
     rank_threads = mode.rank_threads(rank_devices, ranks_per_node, cores)
     if len(set(rank_threads)) <= 1:
         rank_threads = ()  # even: threads_per_rank says it
-    backend = "nccl" if all(d.startswith("cuda") for d in rank_devices) else "gloo"  # gloo once a CPU rank joins
+    backend = (
+        "nccl" if all(d.startswith("cuda") for d in rank_devices) else "gloo"
+    )  # gloo once a CPU rank joins
     return RunPlan(
-        mode=spec.name, dataset=str(ds.name), model=str(m.name), partitioner=str(cfg.partitioner.name),
-        hardware=str(hw.name), world_size=world, nodes=int(hw.nodes) if world > 1 else 1,
-        ranks_per_node=ranks_per_node, backend=backend, device=device,
-        rank_devices=rank_devices, threads_per_rank=threads, kernel=kernel, kernel_note=kernel_note, dtype=dtype,
-        epochs=int(t.epochs), num_parts=num_parts, memory_per_rank=memory, comm_per_epoch=comm,
+        mode=spec.name,
+        dataset=str(ds.name),
+        model=str(m.name),
+        partitioner=str(cfg.partitioner.name),
+        hardware=str(hw.name),
+        world_size=world,
+        nodes=int(hw.nodes) if world > 1 else 1,
+        ranks_per_node=ranks_per_node,
+        backend=backend,
+        device=device,
+        rank_devices=rank_devices,
+        threads_per_rank=threads,
+        kernel=kernel,
+        kernel_note=kernel_note,
+        dtype=dtype,
+        epochs=int(t.epochs),
+        num_parts=num_parts,
+        memory_per_rank=memory,
+        comm_per_epoch=comm,
         mode_details={**mode.details(ctx), "graph per rank": _graph_per_rank(can, world)},
         warnings=tuple(warnings),
-        config=_with_resolved(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-                              mode.resolved_options(ctx)), reader=reader,
-        rank_threads=tuple(rank_threads), prediction=prediction,
+        config=_with_resolved(
+            OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), mode.resolved_options(ctx)
+        ),
+        reader=reader,
+        rank_threads=tuple(rank_threads),
+        prediction=prediction,
     )
 
 
 def _with_resolved(config: Dict[str, Any], mode_options: Dict[str, Any]) -> Dict[str, Any]:
-    """The plan's config with the options the mode resolved at plan time (:meth:`ModePlanner.resolved_options`)."""
+    """The plan's config with the options the mode resolved at plan time
+    (:meth:`ModePlanner.resolved_options`)."""
     config["mode"].update(mode_options)
     return config

@@ -3,9 +3,11 @@
 :class:`RunSettings` is the typed view of the composed config that the modes read (the model,
 training, hardware, partitioner, dataset and predict sections as their schema dataclasses), so no
 mode handles the composed config itself. :class:`PlanContext` adds the sizes known before any data
-is loaded; :class:`RunPlan` is the resolved, validated plan (built by :func:`gnntrain.plan.build_plan`).
+is loaded; :class:`RunPlan` is the resolved, validated plan (built by
+:func:`gnntrain.plan.build_plan`).
 This module imports only the config schema: every layer above may read these types.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,17 +35,28 @@ T = TypeVar("T")
 def typed_section(schema: Type[T], section: Any) -> T:
     """One config section (a DictConfig or a plain dict, as a rank's ``plan.config`` holds it) as an
     instance of its schema dataclass: enums as members, lists as lists."""
-    values = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
+    values = (
+        OmegaConf.to_container(section, resolve=True)
+        if OmegaConf.is_config(section)
+        else dict(section)
+    )
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
 
 
 def split_section(schema: Type[T], section: Any) -> Tuple[T, Dict[str, Any]]:
     """(the fields of ``schema`` typed, the section's other keys): a section whose schema extends
-    ``schema`` with a plug-in's own options (a model's layer arguments, a generator's parameters)."""
-    values = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
+    ``schema`` with a plug-in's own options (a model's layer arguments, a generator's
+    parameters)."""
+    values = (
+        OmegaConf.to_container(section, resolve=True)
+        if OmegaConf.is_config(section)
+        else dict(section)
+    )
     shared = {f.name for f in fields(schema)}
-    return (typed_section(schema, {k: v for k, v in values.items() if k in shared}),
-            {k: v for k, v in values.items() if k not in shared})
+    return (
+        typed_section(schema, {k: v for k, v in values.items() if k in shared}),
+        {k: v for k, v in values.items() if k not in shared},
+    )
 
 
 @dataclass(frozen=True)
@@ -57,7 +70,8 @@ class RunSettings:
     dataset: DatasetConfig
     predict: Optional[PredictConfig] = None
     cache_dir: Optional[str] = None  # as configured; gnntrain.data.cache_folder resolves it
-    # the model's own options (its layer's constructor arguments, gnntrain.models.registry.ModelFamily)
+    # the model's own options (its layer's constructor arguments,
+    # gnntrain.models.registry.ModelFamily)
     model_options: Dict[str, Any] = field(default_factory=dict)
     # a generated dataset's own parameters (gnntrain.data.generators.Generator.config)
     dataset_options: Dict[str, Any] = field(default_factory=dict)
@@ -67,12 +81,17 @@ class RunSettings:
         predict = cfg.get("predict")
         model, model_options = split_section(ModelConfig, cfg["model"])
         dataset, dataset_options = split_section(DatasetConfig, cfg["dataset"])
-        return cls(model=model, model_options=model_options, dataset=dataset, dataset_options=dataset_options,
-                   train=typed_section(TrainConfig, cfg["train"]),
-                   hardware=typed_section(HardwareConfig, cfg["hardware"]),
-                   partitioner=typed_section(PartitionerConfig, cfg["partitioner"]),
-                   predict=typed_section(PredictConfig, predict) if predict is not None else None,
-                   cache_dir=cfg.get("cache_dir"))
+        return cls(
+            model=model,
+            model_options=model_options,
+            dataset=dataset,
+            dataset_options=dataset_options,
+            train=typed_section(TrainConfig, cfg["train"]),
+            hardware=typed_section(HardwareConfig, cfg["hardware"]),
+            partitioner=typed_section(PartitionerConfig, cfg["partitioner"]),
+            predict=typed_section(PredictConfig, predict) if predict is not None else None,
+            cache_dir=cfg.get("cache_dir"),
+        )
 
     @property
     def device(self) -> str:
@@ -115,12 +134,20 @@ class PlanContext:
     comm_widths: Tuple[int, ...]  # width each layer hands to its aggregation (what a halo carries)
     param_bytes: int
     model: str
-    train_nodes: int = 0  # expected training nodes when the config implies it (generated graphs), else 0
-    # comm_widths of the layers whose communicated tensor has a gradient, i.e. that move data backward too:
-    # every layer but a first one that aggregates the input features, which need none (grad_widths())
+    train_nodes: int = (
+        0  # expected training nodes when the config implies it (generated graphs), else 0
+    )
+    # comm_widths of the layers whose communicated tensor has a gradient, i.e. that move data
+    # backward too:
+    # every layer but a first one that aggregates the input features, which need none
+    # (grad_widths())
     grad_widths: Tuple[int, ...] = ()
-    update_macs: Tuple[int, ...] = ()  # multiply-adds of each layer's dense update per row (the model's shape)
-    elementwise: bool = True  # the model aggregates weighted sums of rows (False: attention, with per-edge work)
+    update_macs: Tuple[
+        int, ...
+    ] = ()  # multiply-adds of each layer's dense update per row (the model's shape)
+    elementwise: bool = (
+        True  # the model aggregates weighted sums of rows (False: attention, with per-edge work)
+    )
     settings: Optional[RunSettings] = field(default=None, repr=False, compare=False)
 
     @property
@@ -154,11 +181,18 @@ class RunPlan:
     mode_details: Dict[str, Any]
     warnings: Tuple[str, ...]
     config: Dict[str, Any] = field(repr=False)
-    rank_threads: Tuple[int, ...] = ()  # per rank, where the mode does not share cores evenly (HyScale on GPUs)
-    reader: str = ""  # dataset.reader resolved for Planetoid/Reddit: "dgl", "pyg (auto)", ...; "" for others
-    # predicted epoch time, memory and bytes (ModePlanner.predict) where the hardware profile is calibrated
+    rank_threads: Tuple[
+        int, ...
+    ] = ()  # per rank, where the mode does not share cores evenly (HyScale on GPUs)
+    reader: str = (
+        ""  # dataset.reader resolved for Planetoid/Reddit: "dgl", "pyg (auto)", ...; "" for others
+    )
+    # predicted epoch time, memory and bytes (ModePlanner.predict) where the hardware profile is
+    # calibrated
     prediction: Optional[Dict[str, Any]] = None
-    auto: Optional[Dict[str, Any]] = None  # mode=auto: the ranked candidates and why others were dropped
+    auto: Optional[Dict[str, Any]] = (
+        None  # mode=auto: the ranked candidates and why others were dropped
+    )
 
     @cached_property
     def config_obj(self) -> DictConfig:
@@ -179,7 +213,8 @@ class RunPlan:
     @property
     def plan_hash(self) -> str:
         keys = {k: self.config[k] for k in ("dataset", "model", "mode", "partitioner")}
-        # dropout may change on a resume (gnntrain.checkpoint.RESUMABLE_SETTINGS); the rest of the model is pinned
+        # dropout may change on a resume (gnntrain.checkpoint.RESUMABLE_SETTINGS); the rest of the
+        # model is pinned
         keys["model"] = {k: v for k, v in keys["model"].items() if k != "dropout"}
         keys.update(world_size=self.world_size, dtype=self.dtype, seed=self.config["train"]["seed"])
         return hashlib.sha1(json.dumps(keys, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -1,4 +1,5 @@
-"""Name → entry tables for the pluggable parts (modes, models, generators): one rule for all of them.
+"""Name → entry tables for the pluggable parts (modes, models, generators): one rule for all of
+them.
 
 A name is registered once. A second, different entry under a taken name is refused with one line
 naming both, instead of silently replacing the first (two plugins picking the same name would

@@ -1,5 +1,6 @@
 """What a rank gets besides its shard: the plan, its communicator, device,
 and (on rank 0) the metrics recorder."""
+
 from __future__ import annotations
 
 import resource

@@ -4,6 +4,7 @@ Each purpose has its own :class:`Stream` id, and a stream's seed is numpy's
 ``SeedSequence`` of (seed, stream, keys...): independent streams, reproducible
 from the config alone (a resumed run or another rank re-derives the same seed).
 """
+
 from __future__ import annotations
 
 from enum import IntEnum
@@ -27,7 +28,9 @@ def _entropy(seed: int, stream: Stream, keys: Tuple[int, ...]) -> list:
 
 def derive_seed(seed: int, stream: Stream, *keys: int) -> int:
     """A 31-bit seed (fits ``torch.manual_seed`` and DGL's int32) for one stream and key."""
-    return int(np.random.SeedSequence(_entropy(seed, stream, keys)).generate_state(1, np.uint32)[0] >> 1)
+    return int(
+        np.random.SeedSequence(_entropy(seed, stream, keys)).generate_state(1, np.uint32)[0] >> 1
+    )
 
 
 def derive_words(seed: int, stream: Stream, *keys: int, count: int = 2) -> np.ndarray:

@@ -3,6 +3,7 @@
 The lowest layer above the config schema and the plan's types (:mod:`gnntrain.plan_types`).
 Modes, models and the plan builder read it.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,11 +50,15 @@ def model_dims(in_dim: int, hidden: int, out_dim: int, layers: int) -> List[int]
     return [int(in_dim)] + [int(hidden)] * (int(layers) - 1) + [int(out_dim)]
 
 
-def aggregates_first(linear: bool, d_in: int, d_out: int, preference: Optional[bool] = None) -> bool:
+def aggregates_first(
+    linear: bool, d_in: int, d_out: int, preference: Optional[bool] = None
+) -> bool:
     """Whether a layer aggregates its input (width d_in) before its weights apply.
 
-    A ``linear`` layer (GCN, SAGE: aggregation and weights commute) may swap the order; ``preference``
-    None is DGL's rule (aggregate unless the layer narrows). Other layers always aggregate their input.
+    A ``linear`` layer (GCN, SAGE: aggregation and weights commute) may swap the order;
+    ``preference``
+    None is DGL's rule (aggregate unless the layer narrows). Other layers always aggregate their
+    input.
     """
     if not linear:
         return True
@@ -66,22 +71,31 @@ EDGE_BYTES = 48  # src, dst, float64 weight factors and the kernel's index struc
 
 # Calibrated against measured per-rank peaks (VmHWM): `python -m benchmarks memory`, csbm 1M nodes,
 # average degree 20, f=128, 3-layer GCN hidden 128, float32 (docs/BENCHMARKS.md, "memory").
-PROCESS_BYTES = 450 * 2**20  # a rank with an 8 MiB part of Cora peaks at 454 MiB: the process itself
+PROCESS_BYTES = (
+    450 * 2**20
+)  # a rank with an 8 MiB part of Cora peaks at 454 MiB: the process itself
 ACTIVATION_FACTOR = 1.4  # bytes kept per (row x layer width) in training, relative to one copy
 HALO_FACTOR = 0.77  # received source rows held per layer, relative to one copy of them
 
 
 def halo_rows(ctx: PlanContext, rows: int, num_parts: int) -> int:
-    """Source rows a rank receives per layer, before the partition is known: every remote in-neighbour
-    distinct, at most all the rows it does not own (what a random-like graph such as csbm reaches)."""
+    """Source rows a rank receives per layer, before the partition is known: every remote
+    in-neighbour
+    distinct, at most all the rows it does not own (what a random-like graph such as csbm
+    reaches)."""
     if num_parts <= 1:
         return 0
     return int(min(ctx.num_nodes - rows, rows * ctx.num_edges / max(1, ctx.num_nodes)))
 
 
-def estimate_memory(ctx: PlanContext, num_parts: int, gather_all: bool = False,
-                    replicated_graph: bool = False, activation_factor: float = ACTIVATION_FACTOR,
-                    receives_halo: bool = True) -> MemoryEstimate:
+def estimate_memory(
+    ctx: PlanContext,
+    num_parts: int,
+    gather_all: bool = False,
+    replicated_graph: bool = False,
+    activation_factor: float = ACTIVATION_FACTOR,
+    receives_halo: bool = True,
+) -> MemoryEstimate:
     """Per-rank bytes for a rank holding 1/num_parts of the rows.
 
     process: PROCESS_BYTES; graph: its in-edges (+ self-loops) x 48 B, or every edge when
@@ -95,10 +109,16 @@ def estimate_memory(ctx: PlanContext, num_parts: int, gather_all: bool = False,
     all_edges = ctx.num_edges + ctx.num_nodes
     edges = all_edges if replicated_graph else -(-all_edges // num_parts)
     features = rows * ctx.feat_dim * ctx.dtype_bytes
-    received = ctx.num_nodes if gather_all else halo_rows(ctx, rows, num_parts) if receives_halo else 0
+    received = (
+        ctx.num_nodes if gather_all else halo_rows(ctx, rows, num_parts) if receives_halo else 0
+    )
     act = 0.0
     for (d_in, d_out), w in zip(zip(ctx.dims[:-1], ctx.dims[1:]), ctx.comm_widths):
         act += activation_factor * rows * (d_in + w + d_out) * ctx.dtype_bytes
         act += HALO_FACTOR * received * w * ctx.dtype_bytes
-    return MemoryEstimate(graph_bytes=int(edges * EDGE_BYTES), feature_bytes=int(features),
-                          activation_bytes=int(act), process_bytes=PROCESS_BYTES)
+    return MemoryEstimate(
+        graph_bytes=int(edges * EDGE_BYTES),
+        feature_bytes=int(features),
+        activation_bytes=int(act),
+        process_bytes=PROCESS_BYTES,
+    )

@@ -2,10 +2,13 @@
 
     python scripts/run_path.py [--root DIR] [overrides ...]
 
-Runs ``gnntrain run`` in this process (a one-rank plan, so the whole path is here: plan, load, partition,
+Runs ``gnntrain run`` in this process (a one-rank plan, so the whole path is here: plan, load,
+partition,
 prepare, strategy, first epoch) under ``sys.setprofile`` and records every Python function of the
-``gnntrain`` package that is called before the first ``train_epoch`` starts: distinct functions, distinct
-modules, and calls. Comprehensions and lambdas are not counted as functions. ``--root`` names another
+``gnntrain`` package that is called before the first ``train_epoch`` starts: distinct functions,
+distinct
+modules, and calls. Comprehensions and lambdas are not counted as functions. ``--root`` names
+another
 checkout whose ``gnntrain`` is imported instead (an older commit, to compare: ``git worktree add``).
 """
 
@@ -35,7 +38,13 @@ def trace(overrides, package: Path):
             return
         if code.co_name == "train_epoch" and "/modes/" in code.co_filename:
             raise FirstEpoch
-        module = Path(code.co_filename).relative_to(package.parent).with_suffix("").as_posix().replace("/", ".")
+        module = (
+            Path(code.co_filename)
+            .relative_to(package.parent)
+            .with_suffix("")
+            .as_posix()
+            .replace("/", ".")
+        )
         calls[(module.removesuffix(".__init__"), code.co_qualname)] += 1
 
     from gnntrain.cli import main
@@ -62,12 +71,16 @@ def main() -> None:
     package = Path(gnntrain.__file__).resolve().parent
     run_dir = tempfile.mkdtemp(prefix="gnntrain-run-path-")
     overrides = overrides or ["mode=single"]
-    calls = trace([*overrides, "train.epochs=1", "train.progress=false", f"hydra.run.dir={run_dir}"], package)
+    calls = trace(
+        [*overrides, "train.epochs=1", "train.progress=false", f"hydra.run.dir={run_dir}"], package
+    )
     modules = sorted({module for module, _ in calls})
     if args.json:
         print(json.dumps({f"{m}:{f}": n for (m, f), n in sorted(calls.items())}, indent=1))
-    print(f"{package}: {' '.join(overrides)}: {len(calls)} functions in {len(modules)} modules, "
-          f"{sum(calls.values())} calls before the first epoch")
+    print(
+        f"{package}: {' '.join(overrides)}: {len(calls)} functions in {len(modules)} modules, "
+        f"{sum(calls.values())} calls before the first epoch"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Shared fixtures: compose configs with Hydra's compose API and train in-process."""
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,12 @@ CORA = ["dataset=cora", f"data_dir={SHARED_DGL}"]
 
 os.environ.setdefault("GNNTRAIN_OFFLINE", "1")
 os.environ.setdefault("OUTDATED_IGNORE", "1")
-# kernel=auto measures each shape once per session (in-process runs and CLI runs alike), not once per
+# kernel=auto measures each shape once per session (in-process runs and CLI runs alike), not once
+# per
 # test's fresh cache_dir; tests of the measurement itself pass their own folder to choose_kernel
-os.environ.setdefault("GNNTRAIN_KERNEL_CACHE_DIR", tempfile.mkdtemp(prefix="gnntrain-test-kernels-"))
+os.environ.setdefault(
+    "GNNTRAIN_KERNEL_CACHE_DIR", tempfile.mkdtemp(prefix="gnntrain-test-kernels-")
+)
 from gnntrain.data.loaders import silence_ogb_version_check  # noqa: E402
 
 silence_ogb_version_check()  # OGB's import would otherwise ask PyPI for a newer version
@@ -36,7 +40,9 @@ def pytest_collection_modifyitems(config, items):
     problem = dgl_problem()
     if problem is None:
         return
-    skip = pytest.mark.skip(reason=f"involves DGL, which does not import here ({problem}); make test-dgl runs it")
+    skip = pytest.mark.skip(
+        reason=f"involves DGL, which does not import here ({problem}); make test-dgl runs it"
+    )
     for item in items:
         if item.get_closest_marker("dgl"):
             item.add_marker(skip)
@@ -72,20 +78,25 @@ def train(tmp_path, cache_dir):
     return _train
 
 
-def run_cli(args: List[str], cwd: Path, timeout: Optional[float] = 240, env_extra: Dict[str, str] = None
-            ) -> subprocess.CompletedProcess:
+def run_cli(
+    args: List[str], cwd: Path, timeout: Optional[float] = 240, env_extra: Dict[str, str] = None
+) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.update(env_extra or {})
     exe = Path(sys.executable).parent / "gnntrain"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "gnntrain"]
-    return subprocess.run(cmd + list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        cmd + list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def read_summary(run_dir: Path) -> Dict:
     return json.loads((Path(run_dir) / "summary.json").read_text())
 
 
-requires_shared = pytest.mark.skipif(not SHARED_DGL.exists(), reason=f"{SHARED_DGL} (../shared) is not present")
+requires_shared = pytest.mark.skipif(
+    not SHARED_DGL.exists(), reason=f"{SHARED_DGL} (../shared) is not present"
+)
 
 
 # ------------------------------------------------------------- exactness
@@ -116,8 +127,10 @@ def assert_exact(losses, reference, tol: float = 1e-9) -> None:
 
 # ------------------------------------------------------- autograd-order fakes
 class LoggedPending:
-    """An exchange in flight (the shape of ``Communicator.all_to_all_start``'s result) whose ``wait``
-    is logged in ``events`` as "wait <label>": the autograd-order tests of the overlapped backwards."""
+    """An exchange in flight (the shape of ``Communicator.all_to_all_start``'s result) whose
+    ``wait``
+    is logged in ``events`` as "wait <label>": the autograd-order tests of the overlapped
+    backwards."""
 
     def __init__(self, events: List[str], x, label: str):
         self.events, self.x, self.label = events, x, label
@@ -128,7 +141,8 @@ class LoggedPending:
 
 
 def logged_scale(events: List[str], label: str, factor: float):
-    """``x -> factor * x`` as an autograd node whose backward is logged in ``events`` as ``label``."""
+    """``x -> factor * x`` as an autograd node whose backward is logged in ``events`` as
+    ``label``."""
     import torch
 
     class Scale(torch.autograd.Function):

@@ -6,6 +6,7 @@ it and the tests never import each other.
 
 Every import statement counts, deferred (inside functions) and ``TYPE_CHECKING`` ones too.
 """
+
 from __future__ import annotations
 
 import ast
@@ -21,15 +22,28 @@ MAX_MODULE_LINES = 500
 
 # lower index = lower layer; a module may import its own layer or lower ones only
 LAYERS: List[Set[str]] = [
-    {"gnntrain", "gnntrain.errors", "gnntrain.registry", "gnntrain.atomic", "gnntrain.artifact", "gnntrain.seeding",
-     "gnntrain.logs",
-     "gnntrain.config",
-     "gnntrain.interrupts",
-     "gnntrain.backends"},
+    {
+        "gnntrain",
+        "gnntrain.errors",
+        "gnntrain.registry",
+        "gnntrain.atomic",
+        "gnntrain.artifact",
+        "gnntrain.seeding",
+        "gnntrain.logs",
+        "gnntrain.config",
+        "gnntrain.interrupts",
+        "gnntrain.backends",
+    },
     {"gnntrain.plan_types"},
     {"gnntrain.sizing"},
-    {"gnntrain.data", "gnntrain.partition", "gnntrain.comm", "gnntrain.models", "gnntrain.metrics",
-     "gnntrain.checkpoint"},
+    {
+        "gnntrain.data",
+        "gnntrain.partition",
+        "gnntrain.comm",
+        "gnntrain.models",
+        "gnntrain.metrics",
+        "gnntrain.checkpoint",
+    },
     {"gnntrain.runtime"},
     {"gnntrain.modes"},
     {"gnntrain.training"},
@@ -83,7 +97,7 @@ def find_cycle(graph: Dict[str, Set[str]]) -> List[str]:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if not state.get(nxt):
                 found = visit(nxt)
                 if found:
@@ -115,29 +129,62 @@ def test_import_graph_has_no_cycle():
 
 
 def test_imports_follow_the_layer_chain():
-    upward = [f"{m} (layer {layer_of(m)}) imports {d} (layer {layer_of(d)})"
-              for m, deps in sorted(import_graph().items()) for d in sorted(deps) if layer_of(d) > layer_of(m)]
+    upward = [
+        f"{m} (layer {layer_of(m)}) imports {d} (layer {layer_of(d)})"
+        for m, deps in sorted(import_graph().items())
+        for d in sorted(deps)
+        if layer_of(d) > layer_of(m)
+    ]
     assert not upward, "imports against the layer chain:\n" + "\n".join(upward)
 
 
 def test_no_module_over_500_lines():
-    long = {str(p.relative_to(REPO)): n for folder in (PACKAGE, BENCHMARKS, REPO / "scripts")
-            for p in folder.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    long = {
+        str(p.relative_to(REPO)): n
+        for folder in (PACKAGE, BENCHMARKS, REPO / "scripts")
+        for p in folder.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 
-@pytest.mark.parametrize("source, cycle", [
-    ({"gnntrain/a.py": "from gnntrain.b import x\n", "gnntrain/b.py": "def f():\n    from gnntrain.a import y\n"},
-     True),
-    ({"gnntrain/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import gnntrain.b\n",
-      "gnntrain/b.py": "import gnntrain.a\n"}, True),
-    ({"gnntrain/a.py": "from gnntrain.b import x\n", "gnntrain/b.py": "x = 1\n"}, False),
-    # through both packages, closed by a deferred import
-    ({"benchmarks/h.py": "from gnntrain.a import x\n", "gnntrain/a.py": "def f():\n    import benchmarks.h\n"}, True),
-    ({"benchmarks/s/k.py": "from ..h import x\n", "benchmarks/h.py": "def f():\n    from benchmarks.s import k\n"},
-     True),
-    ({"benchmarks/h.py": "from gnntrain.a import x\n", "gnntrain/a.py": "x = 1\n"}, False),
-])
+@pytest.mark.parametrize(
+    "source, cycle",
+    [
+        (
+            {
+                "gnntrain/a.py": "from gnntrain.b import x\n",
+                "gnntrain/b.py": "def f():\n    from gnntrain.a import y\n",
+            },
+            True,
+        ),
+        (
+            {
+                "gnntrain/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import "
+                "gnntrain.b\n",
+                "gnntrain/b.py": "import gnntrain.a\n",
+            },
+            True,
+        ),
+        ({"gnntrain/a.py": "from gnntrain.b import x\n", "gnntrain/b.py": "x = 1\n"}, False),
+        # through both packages, closed by a deferred import
+        (
+            {
+                "benchmarks/h.py": "from gnntrain.a import x\n",
+                "gnntrain/a.py": "def f():\n    import benchmarks.h\n",
+            },
+            True,
+        ),
+        (
+            {
+                "benchmarks/s/k.py": "from ..h import x\n",
+                "benchmarks/h.py": "def f():\n    from benchmarks.s import k\n",
+            },
+            True,
+        ),
+        ({"benchmarks/h.py": "from gnntrain.a import x\n", "gnntrain/a.py": "x = 1\n"}, False),
+    ],
+)
 def test_the_checker_sees_deferred_and_type_checking_imports(tmp_path, source, cycle):
     for package in ("gnntrain", "benchmarks", "benchmarks/s"):
         (tmp_path / package).mkdir()
@@ -149,13 +196,20 @@ def test_the_checker_sees_deferred_and_type_checking_imports(tmp_path, source, c
 
 def imported_modules(path: Path) -> Set[str]:
     """Every absolute module name that ``path`` imports: import statements anywhere (deferred ones
-    included), ``importlib.import_module("...")`` / ``__import__("...")`` with a literal name, and the
+    included), ``importlib.import_module("...")`` / ``__import__("...")`` with a literal name, and
+    the
     same in code strings handed to a child interpreter (``python -c "..."``), parsed where they are
     literal Python."""
     names: Set[str] = set()
     trees = [ast.parse(path.read_text(), filename=str(path))]
-    for node in ast.walk(trees[0]):  # code run in a child interpreter (python -c "...") is Python too
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "import" in node.value:
+    for node in ast.walk(
+        trees[0]
+    ):  # code run in a child interpreter (python -c "...") is Python too
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and "import" in node.value
+        ):
             try:
                 trees.append(ast.parse(node.value.replace("{{", "{").replace("}}", "}")))
             except SyntaxError:
@@ -167,16 +221,26 @@ def imported_modules(path: Path) -> Set[str]:
             elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
                 names.add(node.module)
                 names.update(f"{node.module}.{a.name}" for a in node.names)
-            elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-                  and isinstance(node.args[0].value, str)
-                  and ((isinstance(node.func, ast.Name) and node.func.id in ("__import__", "import_module"))
-                       or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"))):
+            elif (
+                isinstance(node, ast.Call)
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+                and (
+                    (
+                        isinstance(node.func, ast.Name)
+                        and node.func.id in ("__import__", "import_module")
+                    )
+                    or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+                )
+            ):
                 names.add(node.args[0].value)
     return names
 
 
 def importable_names(tree: Path) -> Set[str]:
-    """The top-level names under which code in ``tree`` can be imported: the tree itself, and, for an
+    """The top-level names under which code in ``tree`` can be imported: the tree itself, and, for
+    an
     importer that put one of its folders on ``sys.path``, every module and package inside it."""
     names = {tree.name}
     for path in tree.rglob("*.py"):
@@ -189,8 +253,12 @@ def importable_names(tree: Path) -> Set[str]:
 
 
 # importer -> the trees it must never import; tests reach benchmarks and scripts as processes only
-NO_IMPORT = {"tests": ("benchmarks", "scripts"), "benchmarks": ("tests",), "scripts": ("tests",),
-             "gnntrain": ("tests", "benchmarks", "scripts")}
+NO_IMPORT = {
+    "tests": ("benchmarks", "scripts"),
+    "benchmarks": ("tests",),
+    "scripts": ("tests",),
+    "gnntrain": ("tests", "benchmarks", "scripts"),
+}
 
 
 def forbidden_imports(repo: Path) -> List[str]:
@@ -199,56 +267,107 @@ def forbidden_imports(repo: Path) -> List[str]:
     for importer, trees in NO_IMPORT.items():
         banned = {name: tree for tree in trees for name in importable_names(repo / tree)}
         for path in sorted((repo / importer).rglob("*.py")):
-            if path.resolve() == Path(__file__).resolve():  # this checker: its fixtures are code strings
+            if (
+                path.resolve() == Path(__file__).resolve()
+            ):  # this checker: its fixtures are code strings
                 continue
             for module in sorted(imported_modules(path)):
                 if module.split(".")[0] in banned:
-                    found.append(f"{path.relative_to(repo)} imports {module} (from {banned[module.split('.')[0]]}/)")
+                    found.append(
+                        f"{path.relative_to(repo)} imports {module} (from "
+                        f"{banned[module.split('.')[0]]}/)"
+                    )
     return found
 
 
 def test_tests_and_benchmarks_do_not_import_each_other():
-    """Benchmarks and scripts reach gnntrain through gnntrain.api (compose, cli), never through the tests'
-    conftest; tests run a benchmark or script as a process, never import it; gnntrain imports none of them."""
+    """Benchmarks and scripts reach gnntrain through gnntrain.api (compose, cli), never through the
+    tests'
+    conftest; tests run a benchmark or script as a process, never import it; gnntrain imports none
+    of them."""
     found = forbidden_imports(REPO)
     assert not found, "imports across trees that must stay apart:\n" + "\n".join(found)
 
 
 def _repo(tmp_path: Path, files: Dict[str, str]) -> Path:
-    for name, text in {"tests/conftest.py": "ROOT = 1\n", "benchmarks/__init__.py": "",
-                       "benchmarks/harness.py": "def render():\n    pass\n", "benchmarks/suites/__init__.py": "",
-                       "benchmarks/suites/kernels.py": "", "scripts/gpu_check.py": "", "gnntrain/__init__.py": "",
-                       **files}.items():
+    for name, text in {
+        "tests/conftest.py": "ROOT = 1\n",
+        "benchmarks/__init__.py": "",
+        "benchmarks/harness.py": "def render():\n    pass\n",
+        "benchmarks/suites/__init__.py": "",
+        "benchmarks/suites/kernels.py": "",
+        "scripts/gpu_check.py": "",
+        "gnntrain/__init__.py": "",
+        **files,
+    }.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     return tmp_path
 
 
-@pytest.mark.parametrize("files, crossing", [
-    ({"benchmarks/suites/kernels.py": "def f():\n    import tests.conftest\n"}, True),
-    ({"benchmarks/harness.py": "def f():\n    from conftest import ROOT\n"}, True),  # tests/ put on sys.path
-    ({"scripts/gpu_check.py": "import importlib\nimportlib.import_module('tests.conftest')\n"}, True),
-    ({"tests/test_x.py": "from benchmarks.harness import render\n"}, True),
-    ({"tests/test_x.py": "import sys\nsys.path.insert(0, 'benchmarks')\nfrom harness import render\n"}, True),
-    ({"tests/test_x.py": "def f():\n    import kernels\n"}, True),  # benchmarks/suites on sys.path
-    ({"tests/test_x.py": "CODE = 'from gpu_check import main'\n"}, True),  # run as python -c CODE
-    ({"gnntrain/x.py": "def f():\n    from benchmarks import harness\n"}, True),
-    ({"tests/test_x.py": "import subprocess, sys\nsubprocess.run([sys.executable, '-m', 'benchmarks'])\n"}, False),
-    ({"benchmarks/harness.py": "from gnntrain.api import compose\n", "tests/test_x.py": "from conftest import ROOT\n"},
-     False),
-])
+@pytest.mark.parametrize(
+    "files, crossing",
+    [
+        ({"benchmarks/suites/kernels.py": "def f():\n    import tests.conftest\n"}, True),
+        (
+            {"benchmarks/harness.py": "def f():\n    from conftest import ROOT\n"},
+            True,
+        ),  # tests/ put on sys.path
+        (
+            {
+                "scripts/gpu_check.py": "import "
+                "importlib\nimportlib.import_module('tests.conftest')\n"
+            },
+            True,
+        ),
+        ({"tests/test_x.py": "from benchmarks.harness import render\n"}, True),
+        (
+            {
+                "tests/test_x.py": "import sys\nsys.path.insert(0, 'benchmarks')\nfrom harness "
+                "import render\n"
+            },
+            True,
+        ),
+        (
+            {"tests/test_x.py": "def f():\n    import kernels\n"},
+            True,
+        ),  # benchmarks/suites on sys.path
+        (
+            {"tests/test_x.py": "CODE = 'from gpu_check import main'\n"},
+            True,
+        ),  # run as python -c CODE
+        ({"gnntrain/x.py": "def f():\n    from benchmarks import harness\n"}, True),
+        (
+            {
+                "tests/test_x.py": "import subprocess, sys\nsubprocess.run([sys.executable, '-m', "
+                "'benchmarks'])\n"
+            },
+            False,
+        ),
+        (
+            {
+                "benchmarks/harness.py": "from gnntrain.api import compose\n",
+                "tests/test_x.py": "from conftest import ROOT\n",
+            },
+            False,
+        ),
+    ],
+)
 def test_the_tree_checker_sees_deferred_and_sys_path_imports(tmp_path, files, crossing):
     assert bool(forbidden_imports(_repo(tmp_path, files))) is crossing
 
 
 def test_a_mode_is_a_small_spec_of_typed_parts():
-    """A mode is a frozen spec (name, options, capabilities, planner, prepare, strategy), not a class of
+    """A mode is a frozen spec (name, options, capabilities, planner, prepare, strategy), not a
+    class of
     thirty members; what a mode hands its ranks is a typed payload, never a string-keyed dict."""
     import dataclasses
 
     from gnntrain.modes import MODE_REGISTRY, ModeSpec, RankShard
 
-    public = {n for n in dir(ModeSpec) if not n.startswith("_")} | {f.name for f in dataclasses.fields(ModeSpec)}
+    public = {n for n in dir(ModeSpec) if not n.startswith("_")} | {
+        f.name for f in dataclasses.fields(ModeSpec)
+    }
     assert len(public) <= 10, sorted(public)
     assert ModeSpec.__dataclass_params__.frozen
     assert all(isinstance(spec, ModeSpec) for spec in MODE_REGISTRY.values())

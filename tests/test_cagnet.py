@@ -1,7 +1,10 @@
-"""``mode=partition mode.comm=cagnet``: CAGNET's 1D algorithm (p broadcast stages forward and backward,
+"""``mode=partition mode.comm=cagnet``: CAGNET's 1D algorithm (p broadcast stages forward and
+backward,
 gnntrain/modes/cagnet.py; docs/design.md#partition) is exact, moves the closed-form bytes the plan
-predicts, overlaps each stage's broadcast with the previous stage's SpMM, and is refused on the 1.5D grid.
+predicts, overlaps each stage's broadcast with the previous stage's SpMM, and is refused on the 1.5D
+grid.
 ``oblivious`` is the deprecated name of ``dense-alltoall``."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,8 +32,13 @@ def test_cagnet_equals_single(train, model, p):
 
 def test_cagnet_directed_graph_is_exact(train):
     """A directed R-MAT graph: the backward multiplies by A^T's blocks (the out-edges), not A's."""
-    graph = ["dataset=rmat", "dataset.symmetrize=false", "dataset.num_nodes=600", "dataset.num_edges=3000",
-             "dataset.feat_dim=16"]
+    graph = [
+        "dataset=rmat",
+        "dataset.symmetrize=false",
+        "dataset.num_nodes=600",
+        "dataset.num_edges=3000",
+        "dataset.feat_dim=16",
+    ]
     ref = single_losses(train, graph + EXACT + ["model=sage"])
     s = train(graph + EXACT + ["model=sage", "mode.comm=cagnet", "hardware.ranks_per_node=3"])
     assert_exact(s["losses"], ref)
@@ -38,15 +46,30 @@ def test_cagnet_directed_graph_is_exact(train):
 
 @pytest.mark.parametrize("order", ["default", "aggregate-first"])
 def test_cagnet_bytes_equal_closed_form_and_the_plan(train, order):
-    """Per epoch, bcast_fwd = (p - 1) N sum_l f_l b, where l ranges over every layer's aggregation and f_l is
-    the width that layer aggregates (GCN 128 -> 16 -> 7 transforms first when that narrows: 16 and 7;
-    with aggregate_first=true: 128 and 16); bcast_bwd = (p - 1) N sum_l f_l b over the layers whose aggregated
-    tensor has a gradient (every layer but a first one that aggregates the input features). Computed from
-    the config here, compared with the plan's estimate (printed before the run) and the measured ledger."""
+    """Per epoch, bcast_fwd = (p - 1) N sum_l f_l b, where l ranges over every layer's aggregation
+    and f_l is
+    the width that layer aggregates (GCN 128 -> 16 -> 7 transforms first when that narrows: 16 and
+    7;
+    with aggregate_first=true: 128 and 16); bcast_bwd = (p - 1) N sum_l f_l b over the layers whose
+    aggregated
+    tensor has a gradient (every layer but a first one that aggregates the input features). Computed
+    from
+    the config here, compared with the plan's estimate (printed before the run) and the measured
+    ledger."""
     p, b = 3, 8
     extra = ["mode.aggregate_first=true"] if order == "aggregate-first" else []
-    overrides = SMALL + ["train.dtype=float64", "model.dropout=0", "train.epochs=2", "model=gcn",
-                         "mode.comm=cagnet", f"hardware.ranks_per_node={p}"] + extra
+    overrides = (
+        SMALL
+        + [
+            "train.dtype=float64",
+            "model.dropout=0",
+            "train.epochs=2",
+            "model=gcn",
+            "mode.comm=cagnet",
+            f"hardware.ranks_per_node={p}",
+        ]
+        + extra
+    )
     plan = build_plan(compose(overrides))
     ds, model = plan.config["dataset"], plan.config["model"]
     dims = [ds["feat_dim"]] + [model["hidden"]] * (model["layers"] - 1) + [ds["num_classes"]]
@@ -67,7 +90,9 @@ def test_cagnet_bytes_equal_closed_form_and_the_plan(train, order):
 
 def test_cagnet_is_refused_on_the_15d_grid():
     with pytest.raises(PlanError) as info:
-        build_plan(compose(SMALL + ["mode.comm=cagnet", "hardware.ranks_per_node=4", "mode.replication=2"]))
+        build_plan(
+            compose(SMALL + ["mode.comm=cagnet", "hardware.ranks_per_node=4", "mode.replication=2"])
+        )
     assert info.value.option == "mode.comm" and "1D" in info.value.rule
 
 
@@ -116,12 +141,23 @@ class _LoggedBlock:
 
 
 def test_next_broadcast_starts_before_this_stages_spmm():
-    """Stage s+1's broadcast is in flight while stage s's SpMM runs; every stage's block is used once."""
+    """Stage s+1's broadcast is in flight while stage s's SpMM runs; every stage's block is used
+    once."""
     from gnntrain.modes.cagnet import BroadcastStages
 
     events = []
     blocks = [_LoggedBlock(s, events) for s in range(3)]
     stages = BroadcastStages(_LoggedComm(1, 3, events), [2, 2, 2], blocks, blocks)
     out = stages.run(torch.full((2, 1), 2.0), blocks, "bcast_fwd")
-    assert events == ["start 0", "start 1", "wait 0", "spmm 0", "start 2", "wait 1", "spmm 1", "wait 2", "spmm 2"]
+    assert events == [
+        "start 0",
+        "start 1",
+        "wait 0",
+        "spmm 0",
+        "start 2",
+        "wait 1",
+        "spmm 1",
+        "wait 2",
+        "spmm 2",
+    ]
     assert out.flatten().tolist() == [1.0 + 2.0 + 3.0] * 2

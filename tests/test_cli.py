@@ -1,5 +1,6 @@
 """The CLI end to end through a subprocess: output files, summary fields,
 progress and table, help, and the commands besides run."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,10 @@ def test_help_does_not_import_torch_or_dgl():
     import subprocess
     import sys
 
-    code = "import sys; import gnntrain.cli; sys.exit(int('torch' in sys.modules or 'dgl' in sys.modules))"
+    code = (
+        "import sys; import gnntrain.cli; "
+        "sys.exit(int('torch' in sys.modules or 'dgl' in sys.modules))"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
@@ -32,14 +36,18 @@ def test_rank_paths_do_not_import_dgl():
     import subprocess
     import sys
 
-    code = ("import sys; from gnntrain.modes import partition, single, fullgraph; "
-            "from gnntrain.launch import launcher; sys.exit(int('dgl' in sys.modules))")
+    code = (
+        "import sys; from gnntrain.modes import partition, single, fullgraph; "
+        "from gnntrain.launch import launcher; sys.exit(int('dgl' in sys.modules))"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
 def test_default_run_end_to_end(tmp_path):
-    proc = run_cli(["run", f"hydra.run.dir={tmp_path}/run", "train.epochs=5", f"cache_dir={tmp_path}/cache"],
-                   cwd=tmp_path)
+    proc = run_cli(
+        ["run", f"hydra.run.dir={tmp_path}/run", "train.epochs=5", f"cache_dir={tmp_path}/cache"],
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run = tmp_path / "run"
     for name in ("plan.yaml", "metrics.jsonl", "summary.json"):
@@ -47,7 +55,11 @@ def test_default_run_end_to_end(tmp_path):
     summary = read_summary(run)
     for key in SUMMARY_FIELDS:
         assert key in summary, key
-    assert summary["status"] == "completed" and summary["world_size"] == 2 and len(summary["losses"]) == 5
+    assert (
+        summary["status"] == "completed"
+        and summary["world_size"] == 2
+        and len(summary["losses"]) == 5
+    )
     assert set(summary["accuracy"]) == {"train", "val", "test"}
     assert summary["comm_bytes"]["per_epoch"] > 0 and summary["comm_bytes"]["max_rank_send"] > 0
     assert summary["peak_memory_bytes"]["host_max_rank"] > 0
@@ -61,16 +73,34 @@ def test_default_run_end_to_end(tmp_path):
 
 @requires_shared
 def test_single_on_cora_through_cli(tmp_path):
-    proc = run_cli(["run", "mode=single", f"hydra.run.dir={tmp_path}/run", "train.epochs=3",
-                    f"cache_dir={tmp_path}/cache"] + CORA, cwd=tmp_path)
+    proc = run_cli(
+        [
+            "run",
+            "mode=single",
+            f"hydra.run.dir={tmp_path}/run",
+            "train.epochs=3",
+            f"cache_dir={tmp_path}/cache",
+        ]
+        + CORA,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     s = read_summary(tmp_path / "run")
     assert s["dataset"] == "cora" and s["world_size"] == 1 and s["comm_bytes"]["per_epoch"] == 0
 
 
 def test_run_with_missing_dataset_fails_cleanly(tmp_path):
-    proc = run_cli(["run", "dataset=citeseer", f"data_dir={tmp_path}/nothing", f"hydra.run.dir={tmp_path}/run",
-                    f"cache_dir={tmp_path}/cache"], cwd=tmp_path, env_extra={"GNNTRAIN_OFFLINE": "1"})
+    proc = run_cli(
+        [
+            "run",
+            "dataset=citeseer",
+            f"data_dir={tmp_path}/nothing",
+            f"hydra.run.dir={tmp_path}/run",
+            f"cache_dir={tmp_path}/cache",
+        ],
+        cwd=tmp_path,
+        env_extra={"GNNTRAIN_OFFLINE": "1"},
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "citeseer" in out and "Traceback" not in out
     s = read_summary(tmp_path / "run")
@@ -80,12 +110,26 @@ def test_run_with_missing_dataset_fails_cleanly(tmp_path):
 def test_datasets_command_lists_all(tmp_path):
     proc = run_cli(["datasets"], cwd=tmp_path)
     assert proc.returncode == 0
-    for name in ("csbm", "rmat", "cora", "citeseer", "pubmed", "reddit", "ogbn-arxiv", "ogbn-products"):
+    for name in (
+        "csbm",
+        "rmat",
+        "cora",
+        "citeseer",
+        "pubmed",
+        "reddit",
+        "ogbn-arxiv",
+        "ogbn-products",
+    ):
         assert name in proc.stdout
 
 
 def test_partition_command_reports_metrics_and_cache(tmp_path):
-    args = ["partition", f"hydra.run.dir={tmp_path}/p", f"cache_dir={tmp_path}/cache", "hardware.ranks_per_node=4"]
+    args = [
+        "partition",
+        f"hydra.run.dir={tmp_path}/p",
+        f"cache_dir={tmp_path}/cache",
+        "hardware.ranks_per_node=4",
+    ]
     first = run_cli(args, cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "total communication volume" in first.stdout and "built and cached" in first.stdout
@@ -116,7 +160,10 @@ def _render(fn, *args, width: int = 80, **kwargs) -> str:
 
     from gnntrain.metrics import report
 
-    saved, report.console = report.console, Console(file=io.StringIO(), width=width, color_system=None)
+    saved, report.console = (
+        report.console,
+        Console(file=io.StringIO(), width=width, color_system=None),
+    )
     try:
         fn(*args, **kwargs)
         return report.console.file.getvalue()
@@ -155,7 +202,8 @@ def test_plan_tree_has_no_python_reprs(mode, cache_dir):
 
     cfg, plan = _plan(mode, cache_dir)
     text = _render(print_plan, plan) + _render(print_plan, plan, brief=True)
-    # a mode's formula is its own notation (it may write a list as [8, 6]); everything else holds no list repr
+    # a mode's formula is its own notation (it may write a list as [8, 6]); everything else holds no
+    # list repr
     assert_no_python_repr(text, lists=False)
     if plan.comm_per_epoch is not None:
         assert "formula" in text
@@ -163,7 +211,11 @@ def test_plan_tree_has_no_python_reprs(mode, cache_dir):
     assert_no_python_repr(_render(print_plan, plan))
     assert "MiB" in text or "KiB" in text
     # the partitioner only where the graph is split (one part: none ran, whatever the config names)
-    parts = "the whole graph, unpartitioned" if plan.num_parts == 1 else f"{plan.num_parts} parts ({plan.partitioner})"
+    parts = (
+        "the whole graph, unpartitioned"
+        if plan.num_parts == 1
+        else f"{plan.num_parts} parts ({plan.partitioner})"
+    )
     assert parts in text, text
     if MODE_REGISTRY[mode].planner.graph_report is not ModePlanner.graph_report:
         data, part, _ = _load_and_partition(cfg, plan)
@@ -184,21 +236,29 @@ def test_plan_tree_follows_the_width_and_breaks_between_phrases(mode, width, cac
     text = "\n".join(lines)
     assert f"{plan.threads_per_rank} thread" in text and "per rank" in text
     # launch facts stay whole phrases on one line each
-    assert re.search(rf"backend {plan.backend}, device [^\n]*?, \d+ threads? per rank\n", text), text
+    assert re.search(rf"backend {plan.backend}, device [^\n]*?, \d+ threads? per rank\n", text), (
+        text
+    )
     for line, nxt in zip(lines, lines[1:]):
         continued = re.match(r"^[│ ]*[^│ ├└]", nxt)  # not a new node: the line above wrapped
         if continued:  # ... and never between a number and the word it counts ("50000 / nodes")
-            assert not (re.search(r"(^|\s)\d+(\.\d+)?\s*$", line) and re.match(r"^[│ ]*[A-Za-z]", nxt)), \
-                f"{line!r} / {nxt!r}"
+            assert not (
+                re.search(r"(^|\s)\d+(\.\d+)?\s*$", line) and re.match(r"^[│ ]*[A-Za-z]", nxt)
+            ), f"{line!r} / {nxt!r}"
 
 
 def test_plan_cli_output_is_clean(tmp_path):
-    proc = run_cli(["plan", f"hydra.run.dir={tmp_path}", f"cache_dir={tmp_path}/cache"], cwd=tmp_path,
-                   timeout=120, env_extra={"COLUMNS": "80"})
+    proc = run_cli(
+        ["plan", f"hydra.run.dir={tmp_path}", f"cache_dir={tmp_path}/cache"],
+        cwd=tmp_path,
+        timeout=120,
+        env_extra={"COLUMNS": "80"},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert_no_python_repr(proc.stdout, lists=False)
     assert "widths communicated: 16, 7" in proc.stdout  # a list in the mode's details, joined
-    # the graph is partitioned for the report, so the plan states the bytes (the total the report adds up)
+    # the graph is partitioned for the report, so the plan states the bytes (the total the report
+    # adds up)
     assert "depends on the graph" not in proc.stdout
     total = int(re.search(r"total: (\d+)", proc.stdout).group(1))
     from gnntrain.sizing import format_bytes
@@ -208,10 +268,15 @@ def test_plan_cli_output_is_clean(tmp_path):
 
 def test_run_output_is_clean(tmp_path):
     """`gnntrain run` (the default job): the brief plan, progress, the table; no debug line, no
-    placeholder, no repr, no Hydra-formatted log line; the partition store's build and reuse logged on stderr."""
+    placeholder, no repr, no Hydra-formatted log line; the partition store's build and reuse logged
+    on stderr."""
     args = ["run", "train.epochs=3", f"cache_dir={tmp_path}/cache"]
-    first = run_cli(args + [f"hydra.run.dir={tmp_path}/a"], cwd=tmp_path, env_extra={"COLUMNS": "80"})
-    second = run_cli(args + [f"hydra.run.dir={tmp_path}/b"], cwd=tmp_path, env_extra={"COLUMNS": "80"})
+    first = run_cli(
+        args + [f"hydra.run.dir={tmp_path}/a"], cwd=tmp_path, env_extra={"COLUMNS": "80"}
+    )
+    second = run_cli(
+        args + [f"hydra.run.dir={tmp_path}/b"], cwd=tmp_path, env_extra={"COLUMNS": "80"}
+    )
     for proc in (first, second):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         out = proc.stdout + proc.stderr
@@ -219,15 +284,19 @@ def test_run_output_is_clean(tmp_path):
         assert_no_python_repr(out)
         assert "][INFO]" not in out and "Traceback" not in out
         assert "accuracy train/val/test" in proc.stdout
-        assert "epoch 3/3  loss" in proc.stdout  # piped: plain progress lines, not a bar drawn at the end
+        assert (
+            "epoch 3/3  loss" in proc.stdout
+        )  # piped: plain progress lines, not a bar drawn at the end
     # the second run reuses the partition store the first one built: said once, on stderr
     assert "partition store built" in first.stderr and "partition store hit" in second.stderr
     assert "partition store" not in second.stdout
 
 
 def test_progress_without_a_terminal_is_a_line_every_few_seconds(tmp_path):
-    """Piped to a log file: a plain line at most every line_every_s (5 s) of wall time, never more than
-    10 s apart while epochs finish, with the running median epoch time and an ETA; the last epoch always."""
+    """Piped to a log file: a plain line at most every line_every_s (5 s) of wall time, never more
+    than
+    10 s apart while epochs finish, with the running median epoch time and an ETA; the last epoch
+    always."""
     from types import SimpleNamespace
 
     from rich.console import Console
@@ -241,7 +310,9 @@ def test_progress_without_a_terminal_is_a_line_every_few_seconds(tmp_path):
     recorder.start(40)
     for epoch in range(40):
         now[0] += 3.0 if epoch != 7 else 30.0  # one slow epoch: the median stays put
-        recorder.epoch({"epoch": epoch, "loss": 1.0 / (epoch + 1), "epoch_time_s": 3.0 if epoch != 7 else 30.0})
+        recorder.epoch(
+            {"epoch": epoch, "loss": 1.0 / (epoch + 1), "epoch_time_s": 3.0 if epoch != 7 else 30.0}
+        )
     lines = [line for line in out.file.getvalue().splitlines() if line.startswith("epoch ")]
     assert lines[0].startswith("epoch 1/40") and lines[-1].startswith("epoch 40/40")
     assert 10 <= len(lines) <= 21  # every second 3 s epoch: 6 s apart, never more than 10 s
@@ -254,10 +325,22 @@ def test_summary_table_shows_a_dash_for_missing_accuracy():
 
     from gnntrain.metrics.recorder import summary_table
 
-    base = {"status": "completed", "mode": "hyscale", "dataset": "csbm", "model": "gcn", "world_size": 2,
-            "dtype": "float32", "losses": [1.0], "epoch_time_median_s": 0.01}
-    for accuracy, expect in (({"train": 0.5, "val": float("nan"), "test": 0.25}, "0.5000 / — / 0.2500"),
-                             ({"test": 0.25}, "— / — / 0.2500"), ({}, None), (None, None)):
+    base = {
+        "status": "completed",
+        "mode": "hyscale",
+        "dataset": "csbm",
+        "model": "gcn",
+        "world_size": 2,
+        "dtype": "float32",
+        "losses": [1.0],
+        "epoch_time_median_s": 0.01,
+    }
+    for accuracy, expect in (
+        ({"train": 0.5, "val": float("nan"), "test": 0.25}, "0.5000 / — / 0.2500"),
+        ({"test": 0.25}, "— / — / 0.2500"),
+        ({}, None),
+        (None, None),
+    ):
         out = Console(file=io.StringIO(), width=80)
         out.print(summary_table(dict(base, accuracy=accuracy)))
         text = out.file.getvalue()
@@ -268,17 +351,24 @@ def test_summary_table_shows_a_dash_for_missing_accuracy():
             assert expect in text
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["plan", "train.epochs=0"], "train.epochs"),
-    (["plan", "dataset.feat_dim=-5"], "dataset.feat_dim"),
-    (["run", "dataset.feat_dim=-5"], "dataset.feat_dim"),
-    (["plan", "dataset=rmat", "dataset.rmat_abcd=[0.5,0.5,0.5,0.1]"], "dataset.rmat_abcd"),
-    (["run", "dataset.train_fraction=0.7", "dataset.val_fraction=0.5"], "fractions"),
-    (["plan", "dataset.intra_ratio=1.5"], "dataset.intra_ratio"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["plan", "train.epochs=0"], "train.epochs"),
+        (["plan", "dataset.feat_dim=-5"], "dataset.feat_dim"),
+        (["run", "dataset.feat_dim=-5"], "dataset.feat_dim"),
+        (["plan", "dataset=rmat", "dataset.rmat_abcd=[0.5,0.5,0.5,0.1]"], "dataset.rmat_abcd"),
+        (["run", "dataset.train_fraction=0.7", "dataset.val_fraction=0.5"], "fractions"),
+        (["plan", "dataset.intra_ratio=1.5"], "dataset.intra_ratio"),
+    ],
+)
 def test_errors_go_to_stderr_as_one_line(tmp_path, args, needle):
-    proc = run_cli(args + [f"hydra.run.dir={tmp_path}", f"cache_dir={tmp_path}/cache"], cwd=tmp_path,
-                   timeout=120, env_extra={"COLUMNS": "80"})
+    proc = run_cli(
+        args + [f"hydra.run.dir={tmp_path}", f"cache_dir={tmp_path}/cache"],
+        cwd=tmp_path,
+        timeout=120,
+        env_extra={"COLUMNS": "80"},
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "error" not in proc.stdout.lower() and "Traceback" not in proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -293,26 +383,51 @@ def test_datasets_and_report_follow_the_terminal_width(tmp_path):
         assert proc.returncode == 0, proc.stderr
         lines = proc.stdout.splitlines()
         assert max(cell_len(line.rstrip()) for line in lines) <= columns
-        for name in ("csbm", "rmat", "cora", "citeseer", "pubmed", "reddit", "ogbn-arxiv", "ogbn-products"):
+        for name in (
+            "csbm",
+            "rmat",
+            "cora",
+            "citeseer",
+            "pubmed",
+            "reddit",
+            "ogbn-arxiv",
+            "ogbn-products",
+        ):
             assert re.search(rf"│ {re.escape(name)}\s", proc.stdout), name  # never folded or cut
         assert "…" not in proc.stdout
     assert "where it comes from" in proc.stdout  # wide enough: the one-row-per-column table
 
     run = tmp_path / "runs" / "15-37-02-partition-csbm"  # a run folder's name as Hydra makes it
     run.mkdir(parents=True)
-    (run / "summary.json").write_text(json.dumps({
-        "status": "completed", "mode": "partition", "dataset": "csbm", "world_size": 2, "losses": [1.0],
-        "accuracy": {"test": float("nan")}, "epoch_time_median_s": 0.01, "comm_bytes": {"per_epoch": 2048},
-        "peak_memory_bytes": {"host_max_rank": 2**29}}))
+    (run / "summary.json").write_text(
+        json.dumps(
+            {
+                "status": "completed",
+                "mode": "partition",
+                "dataset": "csbm",
+                "world_size": 2,
+                "losses": [1.0],
+                "accuracy": {"test": float("nan")},
+                "epoch_time_median_s": 0.01,
+                "comm_bytes": {"per_epoch": 2048},
+                "peak_memory_bytes": {"host_max_rank": 2**29},
+            }
+        )
+    )
     for columns in (80, 60, 200):
-        proc = run_cli(["report", str(tmp_path / "runs")], cwd=tmp_path, env_extra={"COLUMNS": str(columns)})
+        proc = run_cli(
+            ["report", str(tmp_path / "runs")], cwd=tmp_path, env_extra={"COLUMNS": str(columns)}
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert max(cell_len(line.rstrip()) for line in proc.stdout.splitlines()) <= columns
         assert "…" not in proc.stdout and "nan" not in proc.stdout and "2.00 KiB" in proc.stdout
         # the run's name and what it was are read on one line, never folded over several
         if columns < 200:
-            assert re.search(r"^ ?1  15-37-02-partition-csbm(: |\n   )partition on csbm, 2 ranks, completed$",
-                             proc.stdout, re.M), proc.stdout
+            assert re.search(
+                r"^ ?1  15-37-02-partition-csbm(: |\n   )partition on csbm, 2 ranks, completed$",
+                proc.stdout,
+                re.M,
+            ), proc.stdout
 
 
 def test_logging_setup_rank_levels_warnings_and_hydra_handler(capsys):
@@ -337,7 +452,9 @@ def test_logging_setup_rank_levels_warnings_and_hydra_handler(capsys):
         logging.getLogger("gnntrain.test").info("an info line from rank 0")
         with warnings.catch_warnings():
             warnings.simplefilter("always")
-            warnings.warn("a routed warning", stacklevel=2)  # setup_logging routed warnings through the handler
+            warnings.warn(
+                "a routed warning", stacklevel=2
+            )  # setup_logging routed warnings through the handler
         captured = capsys.readouterr()
         assert "an info line from rank 0" in captured.err and "rank 1" not in captured.err
         assert "WARNING" in captured.err and "a routed warning" in captured.err
@@ -355,20 +472,37 @@ def test_logging_setup_rank_levels_warnings_and_hydra_handler(capsys):
     assert process_rank({"RANK": "0", "WORLD_SIZE": "1"}) == 0 and process_rank({}) == 0
 
 
-@pytest.mark.parametrize("args,line", [
-    (["plan", "+train.epoch=5"], "error: invalid plan: train.epoch: is not an option (appended with +, it would be "
-                                 "ignored). Fix: did you mean train.epochs? Set existing keys without '+'."),
-    (["plan", "+model._target_=my.Model"], "error: invalid plan: model._target_: is not an option (appended with +, "
-                                           "it would be ignored). Fix: did you mean model.target? Set existing keys "
-                                           "without '+'."),
-    (["plan", "dataset=dataset_schema"], "error: dataset=dataset_schema: dataset_schema is the schema of the dataset "
-                                         "group, not a dataset. Use one of: citeseer, cora, csbm, files, ogbn-arxiv, "
-                                         "ogbn-products, pubmed, reddit, rmat."),
-    (["run", "mode=single_schema"], "error: mode=single_schema: single_schema is the schema of the mode group, not a "
-                                    "mode. Use one of: auto, hongtu, hyscale, mop, partition, single, supergcn."),
-])
+@pytest.mark.parametrize(
+    "args,line",
+    [
+        (
+            ["plan", "+train.epoch=5"],
+            "error: invalid plan: train.epoch: is not an option (appended with +, it would be "
+            "ignored). Fix: did you mean train.epochs? Set existing keys without '+'.",
+        ),
+        (
+            ["plan", "+model._target_=my.Model"],
+            "error: invalid plan: model._target_: is not an option (appended with +, "
+            "it would be ignored). Fix: did you mean model.target? Set existing keys "
+            "without '+'.",
+        ),
+        (
+            ["plan", "dataset=dataset_schema"],
+            "error: dataset=dataset_schema: dataset_schema is the schema of the dataset "
+            "group, not a dataset. Use one of: citeseer, cora, csbm, files, ogbn-arxiv, "
+            "ogbn-products, pubmed, reddit, rmat.",
+        ),
+        (
+            ["run", "mode=single_schema"],
+            "error: mode=single_schema: single_schema is the schema of the mode group, not a "
+            "mode. Use one of: auto, hongtu, hyscale, mop, partition, single, supergcn.",
+        ),
+    ],
+)
 def test_appended_keys_and_schema_names_are_one_line(tmp_path, args, line):
-    proc = run_cli(args + [f"hydra.run.dir={tmp_path}/r"], cwd=tmp_path, env_extra={"COLUMNS": "300"})
+    proc = run_cli(
+        args + [f"hydra.run.dir={tmp_path}/r"], cwd=tmp_path, env_extra={"COLUMNS": "300"}
+    )
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert line in proc.stderr.splitlines(), proc.stderr
 
@@ -376,43 +510,92 @@ def test_appended_keys_and_schema_names_are_one_line(tmp_path, args, line):
 def _broken_profile(tmp_path) -> str:
     folder = tmp_path / "conf" / "hardware"
     folder.mkdir(parents=True)
-    (folder / "broken.yaml").write_text("defaults:\n  - hardware_schema\nname: broken\n  cores_per_node: [1, 2\n")
+    (folder / "broken.yaml").write_text(
+        "defaults:\n  - hardware_schema\nname: broken\n  cores_per_node: [1, 2\n"
+    )
     return f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
 
 
-@pytest.mark.parametrize("case,args,line", [
-    ("yaml", ["plan", "hardware=broken"], "error: {tmp}/conf/hardware/broken.yaml:4:17: YAML syntax error: mapping "
-     "values are not allowed here. Fix that line of the file (indentation, an unclosed bracket or quote, a ':' "
-     "inside an unquoted value)."),
-    ("run dir", ["run", "hydra.run.dir={tmp}/a-file/run"], "error: cannot create the run folder {tmp}/a-file/run: a "
-     "folder on its path is a file. Set hydra.run.dir=DIR (hydra.sweep.dir=DIR with -m) to a writable folder, or "
-     "run from one."),
-    ("cache dir", ["plan", "cache_dir={tmp}/a-file"], "error: invalid plan: cache_dir: {tmp}/a-file is a file, not a "
-     "folder. Fix: set cache_dir=DIR (or GNNTRAIN_CACHE_DIR) to a writable folder."),
-    ("no key", ["plan", "train.epoch=5"], "error: train.epoch: not an option. Did you mean train.epochs?"),
-    ("no option", ["plan", "hardware=local_cpu"], "error: hardware=local_cpu: no such hardware. Did you mean "
-     "hardware=local-cpu? Use one of: a100x4, cpu-cluster, gpu-1, gpu-cluster, local-cpu."),
-    ("type", ["plan", "train.dtype=float16"], "error: train.dtype: Invalid value 'float16', expected one of "
-     "[float32, float64]"),
-    ("grammar", ["plan", "train.lr=["], "error: train.lr=[: no viable alternative at input '[' See "
-     "https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details"),
-    ("cluster here", ["run", "hardware=cpu-cluster", "dataset.num_nodes=300"], "error: hardware.nodes: the plan spans "
-     "4 nodes (8 ranks, hardware=cpu-cluster), but no cluster launcher started this run, so all ranks would start on "
-     "this machine. Fix: submit it with -m hydra/launcher=slurm, start it on every node with torchrun (README: "
-     "torchrun), or run here with hardware=local-cpu."),
-    ("degree", ["plan", "dataset.num_nodes=100", "dataset.avg_degree=100000"], "error: invalid plan: "
-     "dataset.avg_degree: 100000.0 is more than a simple graph on num_nodes=100 nodes allows (at most 99: each node "
-     "links to every other once). Fix: lower dataset.avg_degree or raise dataset.num_nodes"),
-])
+@pytest.mark.parametrize(
+    "case,args,line",
+    [
+        (
+            "yaml",
+            ["plan", "hardware=broken"],
+            "error: {tmp}/conf/hardware/broken.yaml:4:17: YAML syntax error: mapping "
+            "values are not allowed here. Fix that line of the file (indentation, an unclosed "
+            "bracket or quote, a ':' "
+            "inside an unquoted value).",
+        ),
+        (
+            "run dir",
+            ["run", "hydra.run.dir={tmp}/a-file/run"],
+            "error: cannot create the run folder {tmp}/a-file/run: a "
+            "folder on its path is a file. Set hydra.run.dir=DIR (hydra.sweep.dir=DIR with -m) to "
+            "a writable folder, or "
+            "run from one.",
+        ),
+        (
+            "cache dir",
+            ["plan", "cache_dir={tmp}/a-file"],
+            "error: invalid plan: cache_dir: {tmp}/a-file is a file, not a "
+            "folder. Fix: set cache_dir=DIR (or GNNTRAIN_CACHE_DIR) to a writable folder.",
+        ),
+        (
+            "no key",
+            ["plan", "train.epoch=5"],
+            "error: train.epoch: not an option. Did you mean train.epochs?",
+        ),
+        (
+            "no option",
+            ["plan", "hardware=local_cpu"],
+            "error: hardware=local_cpu: no such hardware. Did you mean "
+            "hardware=local-cpu? Use one of: a100x4, cpu-cluster, gpu-1, gpu-cluster, local-cpu.",
+        ),
+        (
+            "type",
+            ["plan", "train.dtype=float16"],
+            "error: train.dtype: Invalid value 'float16', expected one of [float32, float64]",
+        ),
+        (
+            "grammar",
+            ["plan", "train.lr=["],
+            "error: train.lr=[: no viable alternative at input '[' See "
+            "https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details",
+        ),
+        (
+            "cluster here",
+            ["run", "hardware=cpu-cluster", "dataset.num_nodes=300"],
+            "error: hardware.nodes: the plan spans "
+            "4 nodes (8 ranks, hardware=cpu-cluster), but no cluster launcher started this run, so "
+            "all ranks would start on "
+            "this machine. Fix: submit it with -m hydra/launcher=slurm, start it on every node "
+            "with torchrun (README: "
+            "torchrun), or run here with hardware=local-cpu.",
+        ),
+        (
+            "degree",
+            ["plan", "dataset.num_nodes=100", "dataset.avg_degree=100000"],
+            "error: invalid plan: "
+            "dataset.avg_degree: 100000.0 is more than a simple graph on num_nodes=100 nodes "
+            "allows (at most 99: each node "
+            "links to every other once). Fix: lower dataset.avg_degree or raise dataset.num_nodes",
+        ),
+    ],
+)
 def test_config_and_path_errors_are_one_line(tmp_path, case, args, line):
-    """A YAML syntax error, an unusable run or cache folder, a key or group option that does not exist
+    """A YAML syntax error, an unusable run or cache folder, a key or group option that does not
+    exist
     (each used to be a Hydra traceback or a multi-line listing), a cluster profile run without a
-    cluster launcher (it started 8 local ranks), a degree no graph of that size has (the kernel probe
+    cluster launcher (it started 8 local ranks), a degree no graph of that size has (the kernel
+    probe
     tried to allocate 26 GB)."""
     (tmp_path / "a-file").write_text("")
     args = [a.format(tmp=tmp_path) for a in args]
     extra = [_broken_profile(tmp_path)] if case == "yaml" else []
-    extra += [] if any(a.startswith("hydra.run.dir") for a in args) else [f"hydra.run.dir={tmp_path}/r"]
+    extra += (
+        [] if any(a.startswith("hydra.run.dir") for a in args) else [f"hydra.run.dir={tmp_path}/r"]
+    )
     extra += [] if any(a.startswith("cache_dir") for a in args) else [f"cache_dir={tmp_path}/cache"]
     proc = run_cli(args + extra, cwd=tmp_path, env_extra={"COLUMNS": "400"}, timeout=120)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
@@ -423,19 +606,30 @@ def test_config_and_path_errors_are_one_line(tmp_path, case, args, line):
 def test_help_lists_no_schemas(tmp_path):
     proc = run_cli(["run", "--help"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    groups = [line for line in proc.stdout.splitlines() if line.startswith(("dataset: ", "mode: ", "hardware: "))]
+    groups = [
+        line
+        for line in proc.stdout.splitlines()
+        if line.startswith(("dataset: ", "mode: ", "hardware: "))
+    ]
     assert len(groups) == 3 and "_schema" not in "".join(groups), groups
     assert "mode: auto, hongtu, hyscale, mop, partition, single, supergcn" in groups
 
 
-def test_one_command_table_gives_the_usage_the_dispatch_and_the_unknown_command_line(capsys, monkeypatch):
+def test_one_command_table_gives_the_usage_the_dispatch_and_the_unknown_command_line(
+    capsys, monkeypatch
+):
     import gnntrain.cli as cli
 
     text = cli.usage()
     assert all(f"\n  {c.name} {c.synopsis.splitlines()[0]}" in text for c in cli.COMMANDS)
     assert cli.main(["rnu"]) == 2
     err = capsys.readouterr().err
-    assert "unknown command 'rnu'. Did you mean 'run'?" in err and ", ".join(c.name for c in cli.COMMANDS) in err
+    assert (
+        "unknown command 'rnu'. Did you mean 'run'?" in err
+        and ", ".join(c.name for c in cli.COMMANDS) in err
+    )
     called = []  # a command is dispatched through its table entry
-    monkeypatch.setitem(cli.BY_NAME, "report", cli.Command("report", "", "", lambda args: called.append(args) or 7))
+    monkeypatch.setitem(
+        cli.BY_NAME, "report", cli.Command("report", "", "", lambda args: called.append(args) or 7)
+    )
     assert cli.main(["report", "a", "b"]) == 7 and called == [["a", "b"]]

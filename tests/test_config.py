@@ -1,5 +1,6 @@
 """Configs compose, every shipped YAML validates against the schema, and bad
 keys or values fail at composition with Hydra's own message."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,20 +26,31 @@ def _schema_class(group: str, option: str) -> type:
     from gnntrain.models import MODEL_REGISTRY
     from gnntrain.modes import MODE_REGISTRY
 
-    if group == "mode":  # mode=auto is not a mode: it picks one (gnntrain/auto.py), with the base options schema
+    if (
+        group == "mode"
+    ):  # mode=auto is not a mode: it picks one (gnntrain/auto.py), with the base options schema
         return schema.ModeConfig if option == "auto" else MODE_REGISTRY[option].options
-    if group == "model" and option != "custom":  # a model's schema: ModelConfig + its layer's options
+    if (
+        group == "model" and option != "custom"
+    ):  # a model's schema: ModelConfig + its layer's options
         from hydra.core.config_store import ConfigStore
 
         node = ConfigStore.instance().load(f"model/{option}_schema.yaml").node
         assert issubclass(OmegaConf.get_type(node), schema.ModelConfig)
         assert set(node) - {f.name for f in dataclasses.fields(schema.ModelConfig)} == set(
-            MODEL_REGISTRY[option].option_parameters())
+            MODEL_REGISTRY[option].option_parameters()
+        )
         return OmegaConf.get_type(node)
-    if group == "dataset" and option in GENERATORS:  # a generator's schema: DatasetConfig + its parameters
+    if (
+        group == "dataset" and option in GENERATORS
+    ):  # a generator's schema: DatasetConfig + its parameters
         return GENERATORS[option].config
-    return {"dataset": schema.DatasetConfig, "model": schema.ModelConfig, "partitioner": schema.PartitionerConfig,
-            "hardware": schema.HardwareConfig}[group]
+    return {
+        "dataset": schema.DatasetConfig,
+        "model": schema.ModelConfig,
+        "partitioner": schema.PartitionerConfig,
+        "hardware": schema.HardwareConfig,
+    }[group]
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in _options(g)])
@@ -54,9 +66,14 @@ def test_every_shipped_yaml_composes_against_its_schema(group, option):
 
 # the schema each YAML must name in its defaults list (mode/<name>.yaml: <name>_schema). A group
 # directory missing here fails the test below: give it a schema, then add it.
-SCHEMA_OF_GROUP = {".": "run_schema", "dataset": "dataset_schema", "model": "model_schema",
-                   "partitioner": "partitioner_schema", "hardware": "hardware_schema",
-                   "hydra/launcher": "submitit_slurm"}
+SCHEMA_OF_GROUP = {
+    ".": "run_schema",
+    "dataset": "dataset_schema",
+    "model": "model_schema",
+    "partitioner": "partitioner_schema",
+    "hardware": "hardware_schema",
+    "hydra/launcher": "submitit_slurm",
+}
 ALL_YAMLS = sorted(p.relative_to(CONFIG_DIR).as_posix() for p in Path(CONFIG_DIR).rglob("*.yaml"))
 
 
@@ -68,41 +85,62 @@ def test_every_yaml_names_its_schema(rel):
 
     path = Path(CONFIG_DIR) / rel
     group = path.parent.relative_to(CONFIG_DIR).as_posix()
-    if group == "logger":  # several at once (logger=[csv,tensorboard]) merge into one node that the root schema
+    if (
+        group == "logger"
+    ):  # several at once (logger=[csv,tensorboard]) merge into one node that the root schema
         # types (LoggerConfig); a schema named by each option would reset the others' blocks to null
         cfg = compose([f"logger={path.stem}"])
-        assert OmegaConf.get_type(cfg.logger).__name__ == "LoggerConfig" and cfg.logger[path.stem] is not None
+        assert (
+            OmegaConf.get_type(cfg.logger).__name__ == "LoggerConfig"
+            and cfg.logger[path.stem] is not None
+        )
         return
-    assert group in SCHEMA_OF_GROUP or group == "mode", f"{rel}: no known schema for group '{group}'"
+    assert group in SCHEMA_OF_GROUP or group == "mode", (
+        f"{rel}: no known schema for group '{group}'"
+    )
     from gnntrain.data.generators import GENERATORS
 
-    own = group == "mode" or (group == "model" and path.stem != "custom") or (  # a schema of its own
-        group == "dataset" and path.stem in GENERATORS)
+    own = (
+        group == "mode"
+        or (group == "model" and path.stem != "custom")
+        or (  # a schema of its own
+            group == "dataset" and path.stem in GENERATORS
+        )
+    )
     expected = f"{path.stem}_schema" if own else SCHEMA_OF_GROUP[group]
     defaults = yaml.safe_load(path.read_text()).get("defaults") or []
     assert expected in defaults, f"{rel}: defaults {defaults} do not name its schema {expected}"
     compose([])  # registers gnntrain's schemas and the launcher plugins' in the ConfigStore
     prefix = "" if group == "." else f"{group}/"
-    assert ConfigStore.instance().load(f"{prefix}{expected}.yaml") is not None, f"{expected} is not registered"
+    assert ConfigStore.instance().load(f"{prefix}{expected}.yaml") is not None, (
+        f"{expected} is not registered"
+    )
 
 
 def test_default_config_is_gcn_on_csbm_with_two_ranks():
     cfg = compose([])
-    assert (cfg.dataset.name, cfg.model.name, cfg.mode.name, cfg.hardware.ranks_per_node) == ("csbm", "gcn",
-                                                                                               "partition", 2)
+    assert (cfg.dataset.name, cfg.model.name, cfg.mode.name, cfg.hardware.ranks_per_node) == (
+        "csbm",
+        "gcn",
+        "partition",
+        2,
+    )
 
 
-@pytest.mark.parametrize("override,fragment", [
-    ("train.epochz=3", "epochz"),
-    ("mode.bogus=1", "bogus"),
-    ("train.epochs=many", "epochs"),
-    ("mode.comm=broadcast", "comm"),
-    ("mode=supergcn mode.aggregation=both", "aggregation"),
-    ("mode=supergcn mode.param_dtype=int8", "param_dtype"),
-    ("train.dtype=float16", "dtype"),
-    ("mode=nosuchmode", "nosuchmode"),
-    ("dataset=nosuchdata", "nosuchdata"),
-])
+@pytest.mark.parametrize(
+    "override,fragment",
+    [
+        ("train.epochz=3", "epochz"),
+        ("mode.bogus=1", "bogus"),
+        ("train.epochs=many", "epochs"),
+        ("mode.comm=broadcast", "comm"),
+        ("mode=supergcn mode.aggregation=both", "aggregation"),
+        ("mode=supergcn mode.param_dtype=int8", "param_dtype"),
+        ("train.dtype=float16", "dtype"),
+        ("mode=nosuchmode", "nosuchmode"),
+        ("dataset=nosuchdata", "nosuchdata"),
+    ],
+)
 def test_bad_keys_and_values_fail_at_composition(override, fragment):
     with pytest.raises((ConfigCompositionException, ValidationError, ConfigKeyError)) as info:
         compose(override.split())
@@ -131,19 +169,27 @@ def test_modes_read_typed_options_at_plan_time_and_in_the_ranks():
 
 
 def test_tests_the_api_and_the_cli_compose_with_the_same_search_path(tmp_path, monkeypatch):
-    """One composition function: a profile in the user's folder (where ``gnntrain calibrate`` writes)
-    composes in the tests' ``compose``, in ``gnntrain.api.compose`` and in ``gnntrain plan`` alike."""
+    """One composition function: a profile in the user's folder (where ``gnntrain calibrate``
+    writes)
+    composes in the tests' ``compose``, in ``gnntrain.api.compose`` and in ``gnntrain plan``
+    alike."""
     from conftest import compose, run_cli
 
     from gnntrain import api
 
     profiles = tmp_path / "user" / "hardware"
     profiles.mkdir(parents=True)
-    (profiles / "mybox.yaml").write_text("defaults:\n  - local-cpu\n  - _self_\nname: mybox\nranks_per_node: 3\n")
+    (profiles / "mybox.yaml").write_text(
+        "defaults:\n  - local-cpu\n  - _self_\nname: mybox\nranks_per_node: 3\n"
+    )
     monkeypatch.setenv("GNNTRAIN_USER_CONFIG_DIR", str(tmp_path / "user"))
     for cfg in (compose(["hardware=mybox"]), api.compose(["hardware=mybox"])):
         assert (cfg.hardware.name, cfg.hardware.ranks_per_node) == ("mybox", 3)
-    proc = run_cli(["plan", "hardware=mybox", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, timeout=120,
-                   env_extra={"GNNTRAIN_USER_CONFIG_DIR": str(tmp_path / "user")})
+    proc = run_cli(
+        ["plan", "hardware=mybox", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+        timeout=120,
+        env_extra={"GNNTRAIN_USER_CONFIG_DIR": str(tmp_path / "user")},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "world_size: 3" in (tmp_path / "run" / "plan.yaml").read_text()

@@ -7,6 +7,7 @@ CUDA cannot run here, so each check stands a fake in where the CUDA call would b
 hook that records when the device is settled, a ``meta`` device for the topology, a made-up
 allocator peak for the arena. The real CUDA run is the GPU check's (issue 21).
 """
+
 from __future__ import annotations
 
 import gc
@@ -70,7 +71,9 @@ def test_communication_and_quantization_timers_settle(fake_sync, monkeypatch):
     comm = Communicator(0, 1)
     comm.to_device(torch.ones(4, 2), torch.device("cpu"))
     assert len(fake_sync.calls) == 2
-    waited = PendingExchange(torch.ones(2), SimpleNamespace(wait=lambda: None), comm.ledger, "halo_fwd")
+    waited = PendingExchange(
+        torch.ones(2), SimpleNamespace(wait=lambda: None), comm.ledger, "halo_fwd"
+    )
     waited.wait()
     assert len(fake_sync.calls) == 4
     quantizer = quantizer_for(8, seed=0, rank=0, clock=StageClock())
@@ -83,19 +86,24 @@ def _adjacency(n: int, seed: int):
     from gnntrain.models import SparseAdjacency
 
     gen = torch.Generator().manual_seed(seed)
-    dst, src = torch.randint(0, n, (3 * n,), generator=gen), torch.randint(0, n, (3 * n,), generator=gen)
+    dst, src = (
+        torch.randint(0, n, (3 * n,), generator=gen),
+        torch.randint(0, n, (3 * n,), generator=gen),
+    )
     return SparseAdjacency(dst, src, torch.rand(3 * n, generator=gen, dtype=torch.float64), n, n)
 
 
 def test_hongtu_keeps_only_the_current_chunks_topology_on_the_device():
     """Before, every chunk's CSR pair stayed on the GPU (about 88 B/edge of the whole partition);
     now loading chunk c's releases the previous chunk's, and what travels is one host-built CSR (no
-    edge lists: building the CSR on the device had peaked the H100's allocator over HongTu's budget)."""
+    edge lists: building the CSR on the device had peaked the H100's allocator over HongTu's
+    budget)."""
     from gnntrain.modes.hongtu.engine import HongTuEngine
 
     chunks = {c: (_adjacency(20, c), _adjacency(20, 100 + c), None, None) for c in range(4)}
-    engine = SimpleNamespace(topology=chunks, device=torch.device("meta"), device_topology=None,
-                             dtype=torch.float32)
+    engine = SimpleNamespace(
+        topology=chunks, device=torch.device("meta"), device_topology=None, dtype=torch.float32
+    )
     seen = []
     for c in range(4):
         for which in (0, 1):
@@ -119,13 +127,16 @@ def test_arena_cap_binds_the_allocators_peak():
     arena.hold("chunk", 100)  # the ledger (100 B) and the allocator (500 B) both fit
     assert arena.allocator_max == 500
     real["peak"] = 1500  # what the ledger does not count (temporaries, the CSR build) still counts
-    with pytest.raises(DeviceMemoryExceeded, match="allocator's peak 1.46 KiB exceeds mode.device_memory"):
+    with pytest.raises(
+        DeviceMemoryExceeded, match="allocator's peak 1.46 KiB exceeds mode.device_memory"
+    ):
         arena.hold("chunk", 200)
     assert DeviceArena(cap=1000).allocator_max == 0  # a CPU arena has no allocator to read
 
 
 def test_stager_loads_the_same_rows():
-    """The staged path (reusable buffers, rotated) on the CPU: every load equals ``host[index]`` and stays
+    """The staged path (reusable buffers, rotated) on the CPU: every load equals ``host[index]`` and
+    stays
     so after later loads refill the buffers; a load that handed out its buffer, or a buffer grown or
     reused wrongly, would change an earlier result."""
     from gnntrain.modes.staging import HostToDeviceStager
@@ -134,8 +145,14 @@ def test_stager_loads_the_same_rows():
     plain = HostToDeviceStager(torch.device("cpu"))
     assert plain.stream is None and not plain.cuda and not plain.staged
     stager = HostToDeviceStager(torch.device("cpu"), staged=True)
-    indices = [torch.tensor([7, 1, 1, 4]), slice(2, 6), torch.arange(90, 30, -1), torch.tensor([0]),
-               slice(50, 100), torch.tensor([99, 98])]
+    indices = [
+        torch.tensor([7, 1, 1, 4]),
+        slice(2, 6),
+        torch.arange(90, 30, -1),
+        torch.tensor([0]),
+        slice(50, 100),
+        torch.tensor([99, 98]),
+    ]
     loaded = [stager.load(host, index) for index in indices]
     for index, rows in zip(indices, loaded):
         assert torch.equal(rows, host[index]) and torch.equal(plain.load(host, index), host[index])
@@ -143,8 +160,10 @@ def test_stager_loads_the_same_rows():
 
 
 def test_stager_gathers_ahead_of_its_copies():
-    """HyScale's pipeline gathers on one thread and copies on another: with three buffers, three gathers
-    in flight before their copies still land the rows each gathered (a fourth would refill the first)."""
+    """HyScale's pipeline gathers on one thread and copies on another: with three buffers, three
+    gathers
+    in flight before their copies still land the rows each gathered (a fourth would refill the
+    first)."""
     from gnntrain.modes.staging import HostToDeviceStager
 
     host = torch.arange(600, dtype=torch.float32).reshape(150, 4)
@@ -154,7 +173,9 @@ def test_stager_gathers_ahead_of_its_copies():
     assert [s.slot for s in staged] == [0, 1, 2]
     for index, rows in zip(indices, staged):
         assert torch.equal(stager.copy(rows), host[index])
-    fourth = stager.gather(host, torch.arange(140, 150))  # the bound: it refills the first gather's buffer
+    fourth = stager.gather(
+        host, torch.arange(140, 150)
+    )  # the bound: it refills the first gather's buffer
     assert fourth.slot == 0 and torch.equal(staged[0].rows[:10], host[140:150])
 
 
@@ -162,12 +183,25 @@ def test_hyscale_cpu_trainer_gets_the_cores_the_accelerators_do_not_need():
     from gnntrain.plan import build_mode
 
     mode = build_mode(compose(["mode=hyscale", "mode.cpu_trainers=1", "mode.accel_trainers=2"]))
-    # each GPU trainer reserves an even share (16 // 3 = 5) for its sampler pool, loader and feeding thread
+    # each GPU trainer reserves an even share (16 // 3 = 5) for its sampler pool, loader and feeding
+    # thread
     assert mode.rank_threads(("cpu", "cuda:0", "cuda:1"), 3, 16) == (6, 5, 5)
     assert mode.rank_threads(("cpu", "cpu", "cpu"), 3, 16) == (5, 5, 5)  # CPU-only: even shares
-    pinned = build_mode(compose(["mode=hyscale", "mode.cpu_trainers=1", "mode.accel_trainers=2",
-                                 "mode.sampler_threads=4"]))
-    assert pinned.rank_threads(("cpu", "cuda:0", "cuda:1"), 3, 16) == (4, 6, 6)  # 4 samplers + loader + feeder
+    pinned = build_mode(
+        compose(
+            [
+                "mode=hyscale",
+                "mode.cpu_trainers=1",
+                "mode.accel_trainers=2",
+                "mode.sampler_threads=4",
+            ]
+        )
+    )
+    assert pinned.rank_threads(("cpu", "cuda:0", "cuda:1"), 3, 16) == (
+        4,
+        6,
+        6,
+    )  # 4 samplers + loader + feeder
     from gnntrain.plan import build_plan
 
     plan = build_plan(compose(["mode=hyscale", "dataset=csbm", "dataset.num_nodes=300"]))

@@ -1,7 +1,11 @@
-"""HongTu's direct path (gnntrain/modes/hongtu/direct.py, mode.direct=true): one CPU rank whose SpMM reads
-neighbour rows in place, chunk topology sliced from the CSR. It equals single in float64 with every table
-in memory or on the disk tier, counts the disk bytes the plan predicts, never builds the COO edge lists of
+"""HongTu's direct path (gnntrain/modes/hongtu/direct.py, mode.direct=true): one CPU rank whose SpMM
+reads
+neighbour rows in place, chunk topology sliced from the CSR. It equals single in float64 with every
+table
+in memory or on the disk tier, counts the disk bytes the plan predicts, never builds the COO edge
+lists of
 an ingested graph, and refuses the plans it cannot run."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,14 +30,24 @@ def run_direct(train, tmp_path: Path, graph, *extra, disk: bool = True):
     tiers = report["tiers"]
     if disk:
         assert set(tiers["tables"].values()) == {DISK}, tiers
-        measured, predicted = tiers["measured_disk_bytes_per_epoch"], tiers["predicted_disk_bytes_per_epoch"]
-        assert measured == predicted and measured["disk_read"] > 0 and measured["disk_write"] > 0, tiers
-        assert not folder.exists() or not any(folder.rglob("*")), list(folder.rglob("*"))  # scratch removed
+        measured, predicted = (
+            tiers["measured_disk_bytes_per_epoch"],
+            tiers["predicted_disk_bytes_per_epoch"],
+        )
+        assert measured == predicted and measured["disk_read"] > 0 and measured["disk_write"] > 0, (
+            tiers
+        )
+        assert not folder.exists() or not any(folder.rglob("*")), list(
+            folder.rglob("*")
+        )  # scratch removed
     return summary
 
 
-@pytest.mark.parametrize("graph,disk", [(SMALL, True), pytest.param(CORA, True, marks=requires_shared),
-                                        (SMALL, False)], ids=["csbm-disk", "cora-disk", "csbm-host"])
+@pytest.mark.parametrize(
+    "graph,disk",
+    [(SMALL, True), pytest.param(CORA, True, marks=requires_shared), (SMALL, False)],
+    ids=["csbm-disk", "cora-disk", "csbm-host"],
+)
 def test_direct_equals_single(train, tmp_path, graph, disk):
     graph = graph + ["model.layers=3"]
     summary = run_direct(train, tmp_path, graph, "mode.chunks=3", disk=disk)
@@ -47,11 +61,19 @@ def test_direct_with_self_rows_and_sum(train, tmp_path, model):
     assert_exact(summary["losses"], single_losses(train, graph + EXACT))
 
 
-@pytest.mark.parametrize("generator", [["dataset=csbm", "dataset.num_nodes=300"],
-                                       ["dataset=rmat", "dataset.num_nodes=256", "dataset.symmetrize=false"]],
-                         ids=["symmetric", "directed"])
-def test_direct_on_an_ingested_graph_never_builds_edge_lists(train, tmp_path, monkeypatch, generator):
-    """dataset=files: the CSR is read where it lies (its transpose built where the graph is directed); the
+@pytest.mark.parametrize(
+    "generator",
+    [
+        ["dataset=csbm", "dataset.num_nodes=300"],
+        ["dataset=rmat", "dataset.num_nodes=256", "dataset.symmetrize=false"],
+    ],
+    ids=["symmetric", "directed"],
+)
+def test_direct_on_an_ingested_graph_never_builds_edge_lists(
+    train, tmp_path, monkeypatch, generator
+):
+    """dataset=files: the CSR is read where it lies (its transpose built where the graph is
+    directed); the
     COO lists single needs are never made."""
     from gnntrain.data.graph import CsrGraphData
     from gnntrain.data.ingest.generated import write_generated
@@ -70,17 +92,29 @@ def test_direct_on_an_ingested_graph_never_builds_edge_lists(train, tmp_path, mo
     assert_exact(summary["losses"], reference)
 
 
-@pytest.mark.parametrize("overrides,problem", [
-    (["hardware.ranks_per_node=2"], "the plan has 2 ranks"),
-    (["hardware.ranks_per_node=1", "model=gat"], "model=gat is not a built-in elementwise aggregation")])
+@pytest.mark.parametrize(
+    "overrides,problem",
+    [
+        (["hardware.ranks_per_node=2"], "the plan has 2 ranks"),
+        (
+            ["hardware.ranks_per_node=1", "model=gat"],
+            "model=gat is not a built-in elementwise aggregation",
+        ),
+    ],
+)
 def test_direct_refuses_what_it_cannot_run(cache_dir, overrides, problem):
     with pytest.raises(PlanError) as info:
-        build_plan(compose(SMALL + [f"cache_dir={cache_dir}", "mode=hongtu", "mode.direct=true"] + overrides))
+        build_plan(
+            compose(
+                SMALL + [f"cache_dir={cache_dir}", "mode=hongtu", "mode.direct=true"] + overrides
+            )
+        )
     assert info.value.option == "mode.direct" and problem in str(info.value)
 
 
 def test_direct_draws_single_dropout_masks_per_chunk(train, tmp_path):
-    """Dropout on: each chunk draws its rows' masks from the row hash (no N x d mask), equal to single's."""
+    """Dropout on: each chunk draws its rows' masks from the row hash (no N x d mask), equal to
+    single's."""
     graph = SMALL + ["model.layers=3"]
     dropout = ["model.dropout=0.5"]
     summary = run_direct(train, tmp_path, graph, "mode.chunks=3", *dropout, disk=False)

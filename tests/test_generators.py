@@ -1,5 +1,6 @@
 """Generated datasets: deterministic, the right sizes, no dense N x N, and
 learnable (a GCN clearly beats an MLP on csbm)."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,19 +13,34 @@ from gnntrain.data import load_dataset
 def test_csbm_is_deterministic_and_sized():
     a = load_dataset(compose(["dataset=csbm", "dataset.num_nodes=500", "dataset.feat_dim=8"]))
     b = load_dataset(compose(["dataset=csbm", "dataset.num_nodes=500", "dataset.feat_dim=8"]))
-    c = load_dataset(compose(["dataset=csbm", "dataset.num_nodes=500", "dataset.feat_dim=8", "dataset.seed=1"]))
+    c = load_dataset(
+        compose(["dataset=csbm", "dataset.num_nodes=500", "dataset.feat_dim=8", "dataset.seed=1"])
+    )
     assert a.num_nodes == 500 and a.features.shape == (500, 8) and a.num_classes == 7
-    assert torch.equal(a.src, b.src) and torch.equal(a.features, b.features) and a.content_hash == b.content_hash
+    assert (
+        torch.equal(a.src, b.src)
+        and torch.equal(a.features, b.features)
+        and a.content_hash == b.content_hash
+    )
     assert a.content_hash != c.content_hash and not torch.equal(a.src, c.src)
     # symmetric, no self-loops, no duplicates
     key = set(zip(a.src.tolist(), a.dst.tolist()))
-    assert len(key) == a.num_edges and all((v, u) in key for u, v in key) and all(u != v for u, v in key)
+    assert (
+        len(key) == a.num_edges
+        and all((v, u) in key for u, v in key)
+        and all(u != v for u, v in key)
+    )
     assert abs(a.num_edges / a.num_nodes - 4.0) < 0.5  # avg_degree 4
     assert (a.train_mask & a.test_mask).sum() == 0
 
 
 def test_rmat_is_deterministic_power_law():
-    cfg = ["dataset=rmat", "dataset.num_nodes=4096", "dataset.num_edges=40000", "dataset.feat_dim=8"]
+    cfg = [
+        "dataset=rmat",
+        "dataset.num_nodes=4096",
+        "dataset.num_edges=40000",
+        "dataset.feat_dim=8",
+    ]
     a, b = load_dataset(compose(cfg)), load_dataset(compose(cfg))
     assert torch.equal(a.src, b.src) and torch.equal(a.labels, b.labels)
     deg = torch.bincount(a.dst, minlength=a.num_nodes).float()
@@ -39,15 +55,24 @@ def _accuracy(data, aggregate_hops: int) -> float:
     from gnntrain.models import ModelSpec, SparseAdjacency, build_model, edge_weights
 
     src, dst = data.edges(True)
-    adj = SparseAdjacency(dst, src, edge_weights("gcn", src, dst, data.num_nodes), data.num_nodes, data.num_nodes,
-                          kernel="torch")
+    adj = SparseAdjacency(
+        dst,
+        src,
+        edge_weights("gcn", src, dst, data.num_nodes),
+        data.num_nodes,
+        data.num_nodes,
+        kernel="torch",
+    )
     agg = adj.spmm if aggregate_hops else (lambda h: h)
-    model = build_model(ModelSpec("gcn", data.feat_dim, 16, data.num_classes, 2, 0.5), 0, torch.float32)
+    model = build_model(
+        ModelSpec("gcn", data.feat_dim, 16, data.num_classes, 2, 0.5), 0, torch.float32
+    )
     opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
     for _ in range(100):
         model.train()
-        loss = torch.nn.functional.cross_entropy(model(data.features, agg)[data.train_mask],
-                                                 data.labels[data.train_mask])
+        loss = torch.nn.functional.cross_entropy(
+            model(data.features, agg)[data.train_mask], data.labels[data.train_mask]
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -63,7 +88,9 @@ def test_csbm_is_learnable_and_graph_matters():
 
 
 def test_rmat_labels_need_the_graph():
-    data = load_dataset(compose(["dataset=rmat", "dataset.num_nodes=4096", "dataset.num_edges=40000"]))
+    data = load_dataset(
+        compose(["dataset=rmat", "dataset.num_nodes=4096", "dataset.num_edges=40000"])
+    )
     gcn, mlp = _accuracy(data, 1), _accuracy(data, 0)
     assert gcn > mlp + 0.05, (gcn, mlp)
 
@@ -71,8 +98,17 @@ def test_rmat_labels_need_the_graph():
 @requires_shared
 def test_cora_has_dgl_standard_shape(cache_dir):
     data = load_dataset(compose(CORA + [f"cache_dir={cache_dir}"]))
-    assert (data.num_nodes, data.num_edges, data.feat_dim, data.num_classes) == (2708, 10556, 1433, 7)
-    assert [int(m.sum()) for m in (data.train_mask, data.val_mask, data.test_mask)] == [140, 500, 1000]
+    assert (data.num_nodes, data.num_edges, data.feat_dim, data.num_classes) == (
+        2708,
+        10556,
+        1433,
+        7,
+    )
+    assert [int(m.sum()) for m in (data.train_mask, data.val_mask, data.test_mask)] == [
+        140,
+        500,
+        1000,
+    ]
     src, dst = data.edges(True)
     assert src.numel() == 10556 + 2708 and bool((src == dst).sum() == 2708)
 
@@ -85,28 +121,50 @@ def test_cora_as_a_dgl_graph(cache_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dataset,extra", [("rmat", "dataset.num_edges=10000000"),
-                                           ("csbm", "dataset.avg_degree=20")])
+@pytest.mark.parametrize(
+    "dataset,extra", [("rmat", "dataset.num_edges=10000000"), ("csbm", "dataset.avg_degree=20")]
+)
 def test_one_million_nodes_twenty_million_edges_under_a_minute(dataset, extra):
     """Scale check (slow; the small determinism/size tests above cover the same code)."""
     import time
 
     start = time.perf_counter()
-    data = load_dataset(compose([f"dataset={dataset}", "dataset.num_nodes=1000000", extra, "dataset.feat_dim=16"]))
+    data = load_dataset(
+        compose([f"dataset={dataset}", "dataset.num_nodes=1000000", extra, "dataset.feat_dim=16"])
+    )
     assert time.perf_counter() - start < 60
     assert data.num_nodes == 1_000_000 and data.num_edges > 18_000_000
 
 
-# ------------------------------------------------------------ gnntrain generate: the same graph, on disk
-SMALL = {"csbm": ["dataset=csbm", "dataset.num_nodes=3000", "dataset.feat_dim=6", "dataset.avg_degree=6"],
-         "rmat": ["dataset=rmat", "dataset.num_nodes=2000", "dataset.num_edges=9000", "dataset.feat_dim=6"],
-         "rmat-directed": ["dataset=rmat", "dataset.num_nodes=2000", "dataset.num_edges=9000", "dataset.feat_dim=6",
-                           "dataset.symmetrize=false"]}
+# ------------------------------------------------------------ gnntrain generate: the same graph, on
+# disk
+SMALL = {
+    "csbm": [
+        "dataset=csbm",
+        "dataset.num_nodes=3000",
+        "dataset.feat_dim=6",
+        "dataset.avg_degree=6",
+    ],
+    "rmat": [
+        "dataset=rmat",
+        "dataset.num_nodes=2000",
+        "dataset.num_edges=9000",
+        "dataset.feat_dim=6",
+    ],
+    "rmat-directed": [
+        "dataset=rmat",
+        "dataset.num_nodes=2000",
+        "dataset.num_edges=9000",
+        "dataset.feat_dim=6",
+        "dataset.symmetrize=false",
+    ],
+}
 
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    """Blocks of 1000 edge draws and 512 rows, so a small graph takes every multi-block path (both sides patched
+    """Blocks of 1000 edge draws and 512 rows, so a small graph takes every multi-block path (both
+    sides patched
     alike: the block size shapes the graph)."""
     import gnntrain.data.generators as generators
     import gnntrain.data.generators.csbm as csbm
@@ -130,8 +188,17 @@ def test_generate_writes_the_graph_of_the_dataset_block_by_block(graph, small_bl
     on_disk, in_memory = load_graph_dir(tmp_path / graph), load_dataset(cfg)
     for name in ("src", "dst", "features", "labels", "train_mask", "val_mask", "test_mask"):
         assert torch.equal(getattr(on_disk, name), getattr(in_memory, name)), name
-    assert summary["digest"] == open_graph_dir(tmp_path / graph).digest == hash_tensors(
-        in_memory.src, in_memory.dst, in_memory.features, in_memory.labels, *in_memory.masks.values())
+    assert (
+        summary["digest"]
+        == open_graph_dir(tmp_path / graph).digest
+        == hash_tensors(
+            in_memory.src,
+            in_memory.dst,
+            in_memory.features,
+            in_memory.labels,
+            *in_memory.masks.values(),
+        )
+    )
     assert summary["generated"]["content_hash"] == in_memory.content_hash
     assert summary["edges_read"] > 1000 and summary["num_edges"] == in_memory.num_edges
 
@@ -146,19 +213,27 @@ def test_cli_generate_then_plan_and_its_errors(tmp_path, monkeypatch, capsys):
     assert res.returncode == 0, res.stderr
     assert "generated g" in res.stdout and "dataset=files dataset.path=" in res.stdout
     assert "generate: drawing edges" in res.stderr
-    plan = run_cli(["plan", "dataset=files", "dataset.path=g", "mode=single", "hydra.run.dir=plan"], cwd=tmp_path)
+    plan = run_cli(
+        ["plan", "dataset=files", "dataset.path=g", "mode=single", "hydra.run.dir=plan"],
+        cwd=tmp_path,
+    )
     assert plan.returncode == 0, plan.stderr
     monkeypatch.chdir(tmp_path)  # the refusals in this process: one line each, nothing left behind
-    for argv, words in ((args, "already exists"), (["generate", "--out", "c", "dataset=cora"], "not a generated graph"),
-                        (["generate", "--out", "c", "dataset=csbm", "model=gat"], "only dataset=NAME"),
-                        (["generate", "--out", "c", "dataset=csbm", "dataset.avg_degree=-1"], "dataset.avg_degree"),
-                        (["generate", "--out", "c", "dataset=csbm", "dataset.num_nodse=5"], "num_nodse"),
-                        (["generate", "--out", "c", "dataset=nosuch"], "nosuch")):
+    for argv, words in (
+        (args, "already exists"),
+        (["generate", "--out", "c", "dataset=cora"], "not a generated graph"),
+        (["generate", "--out", "c", "dataset=csbm", "model=gat"], "only dataset=NAME"),
+        (["generate", "--out", "c", "dataset=csbm", "dataset.avg_degree=-1"], "dataset.avg_degree"),
+        (["generate", "--out", "c", "dataset=csbm", "dataset.num_nodse=5"], "num_nodse"),
+        (["generate", "--out", "c", "dataset=nosuch"], "nosuch"),
+    ):
         capsys.readouterr()
         assert main(argv) == 1
         err = capsys.readouterr().err
         assert words in err and "Traceback" not in err, err
-    assert not (tmp_path / "c").exists() and not any(p.name.startswith(".c.partial") for p in tmp_path.iterdir())
+    assert not (tmp_path / "c").exists() and not any(
+        p.name.startswith(".c.partial") for p in tmp_path.iterdir()
+    )
 
 
 def test_generate_removes_the_partial_folders_of_dead_runs_and_stops_on_sigterm(tmp_path):
@@ -178,9 +253,11 @@ def test_generate_removes_the_partial_folders_of_dead_runs_and_stops_on_sigterm(
 
 
 def test_a_new_generators_parameters_are_its_config_and_all_enter_the_content_hash():
-    """A new generated dataset is one module (a DatasetConfig subclass with its parameters, its blocks,
+    """A new generated dataset is one module (a DatasetConfig subclass with its parameters, its
+    blocks,
     one register_generator) plus one YAML (here a ConfigStore node). Its new parameter composes as
-    dataset.<name>, is checked by type, and changes the content hash without being listed anywhere."""
+    dataset.<name>, is checked by type, and changes the content hash without being listed
+    anywhere."""
     from dataclasses import dataclass
 
     import numpy as np
@@ -189,7 +266,14 @@ def test_a_new_generators_parameters_are_its_config_and_all_enter_the_content_ha
 
     from gnntrain.config.schema import DatasetConfig
     from gnntrain.data import load_dataset
-    from gnntrain.data.generators import GENERATORS, Generator, GraphBlocks, fractions, params_hash, register_generator
+    from gnntrain.data.generators import (
+        GENERATORS,
+        Generator,
+        GraphBlocks,
+        fractions,
+        params_hash,
+        register_generator,
+    )
 
     @dataclass
     class RingConfig(DatasetConfig):
@@ -200,17 +284,40 @@ def test_a_new_generators_parameters_are_its_config_and_all_enter_the_content_ha
         src = np.repeat(np.arange(n), hops)
         dst = (src + np.tile(np.arange(1, hops + 1), n)) % n
         return GraphBlocks(
-            name="ring", num_nodes=n, feat_dim=int(cfg.feat_dim), num_classes=2, symmetrize=True, seed=0,
-            fractions=fractions(cfg), content_hash="ring-" + params_hash("ring", cfg), origin="generated (ring)",
-            edge_blocks=lambda: iter([(src, dst)]), feature_rows=lambda lo, hi: np.ones((hi - lo, int(cfg.feat_dim)),
-                                                                                       np.float32),
-            labels=lambda indptr, indices, features: np.arange(n) % 2)
+            name="ring",
+            num_nodes=n,
+            feat_dim=int(cfg.feat_dim),
+            num_classes=2,
+            symmetrize=True,
+            seed=0,
+            fractions=fractions(cfg),
+            content_hash="ring-" + params_hash("ring", cfg),
+            origin="generated (ring)",
+            edge_blocks=lambda: iter([(src, dst)]),
+            feature_rows=lambda lo, hi: np.ones((hi - lo, int(cfg.feat_dim)), np.float32),
+            labels=lambda indptr, indices, features: np.arange(n) % 2,
+        )
 
-    register_generator(Generator(name="ring", config=RingConfig, blocks=ring_blocks,
-                                 directed_edges=lambda ds: 2 * int(ds.num_nodes) * int(ds.hops)))
+    register_generator(
+        Generator(
+            name="ring",
+            config=RingConfig,
+            blocks=ring_blocks,
+            directed_edges=lambda ds: 2 * int(ds.num_nodes) * int(ds.hops),
+        )
+    )
     store = ConfigStore.instance()
-    store.store(group="dataset", name="ring", node={"defaults": ["ring_schema"], "name": "ring",
-                                                      "source": "generated", "num_nodes": 60, "feat_dim": 4})
+    store.store(
+        group="dataset",
+        name="ring",
+        node={
+            "defaults": ["ring_schema"],
+            "name": "ring",
+            "source": "generated",
+            "num_nodes": 60,
+            "feat_dim": 4,
+        },
+    )
     try:
         hashes = {}
         for hops in (1, 2):
@@ -220,7 +327,10 @@ def test_a_new_generators_parameters_are_its_config_and_all_enter_the_content_ha
             hashes[hops] = data.content_hash
         assert hashes[1] != hashes[2]
         # a descriptive field leaves it alone
-        assert load_dataset(compose(["dataset=ring", "dataset.description=another"])).content_hash == hashes[1]
+        assert (
+            load_dataset(compose(["dataset=ring", "dataset.description=another"])).content_hash
+            == hashes[1]
+        )
         with pytest.raises(ConfigCompositionException):
             compose(["dataset=ring", "dataset.hops=many"])
         with pytest.raises(ConfigCompositionException):

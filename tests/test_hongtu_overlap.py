@@ -1,11 +1,15 @@
-"""HongTu's chunk loop overlaps transfers with compute (HongTu §4.2; issue 58): checked on a CPU host with the
+"""HongTu's chunk loop overlaps transfers with compute (HongTu §4.2; issue 58): checked on a CPU
+host with the
 deferred paths that CUDA takes (docs/design.md#hongtu, "Overlapped transfers").
 
-- write-backs are queued, never copied synchronously, and a step's land only after the next step's loads
+- write-backs are queued, never copied synchronously, and a step's land only after the next step's
+loads
   and compute were issued, in issue order (so the sums are the same bits);
-- index tensors go to the device once per run where they fit, else one step ahead, from one pack per step;
+- index tensors go to the device once per run where they fit, else one step ahead, from one pack per
+step;
 - the device timeline measures overlap from intervals, never by settling the device.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -61,25 +65,48 @@ def deferred(monkeypatch):
     return _LoggedQueue
 
 
-@pytest.mark.parametrize("model,dedup,chunks", [("gcn", "p2p+reuse", 4), ("sage", "none", 3), ("gcn", "reuse", 1),
-                                               ("sage", "reuse", 4)])
+@pytest.mark.parametrize(
+    "model,dedup,chunks",
+    [("gcn", "p2p+reuse", 4), ("sage", "none", 3), ("gcn", "reuse", 1), ("sage", "reuse", 4)],
+)
 def test_deferred_write_backs_keep_hongtu_exact(train, deferred, model, dedup, chunks):
-    """Every write-back goes through the queue and lands later, yet losses equal single's to 1e-9 (one rank
+    """Every write-back goes through the queue and lands later, yet losses equal single's to 1e-9
+    (one rank
     in this process: the patched queue does not reach rank processes)."""
     graph = SMALL + [f"model={model}"]
-    run = train(graph + EXACT + ["mode=hongtu", f"mode.dedup={dedup}", f"mode.chunks={chunks}",
-                                 "hardware.ranks_per_node=1"])
+    run = train(
+        graph
+        + EXACT
+        + [
+            "mode=hongtu",
+            f"mode.dedup={dedup}",
+            f"mode.chunks={chunks}",
+            "hardware.ranks_per_node=1",
+        ]
+    )
     assert_exact(run["losses"], single_losses(train, graph + EXACT))
     queues = deferred.made
     assert queues and all(q.issued == q.settled > 0 for q in queues)  # every queued copy landed
 
 
 def test_a_step_lands_only_after_the_next_steps_loads(train, deferred):
-    """Between a step's write-backs and their landing the next step's loads were issued: the loop never waits
-    for a chunk's copies before starting the next chunk (only a layer's last chunk lands at once: the next
+    """Between a step's write-backs and their landing the next step's loads were issued: the loop
+    never waits
+    for a chunk's copies before starting the next chunk (only a layer's last chunk lands at once:
+    the next
     layer reads it)."""
-    train(SMALL + EXACT + ["model=gcn", "mode=hongtu", "mode.chunks=4", "mode.dedup=none", "train.epochs=1",
-                           "hardware.ranks_per_node=1"])
+    train(
+        SMALL
+        + EXACT
+        + [
+            "model=gcn",
+            "mode=hongtu",
+            "mode.chunks=4",
+            "mode.dedup=none",
+            "train.epochs=1",
+            "hardware.ranks_per_node=1",
+        ]
+    )
     unlanded, overlapped, landings = [], 0, 0
     log = deferred.log
     for i, (kind, count) in enumerate(log):
@@ -88,7 +115,7 @@ def test_a_step_lands_only_after_the_next_steps_loads(train, deferred):
         elif kind == "landed":
             landed, unlanded = unlanded[:count], unlanded[count:]
             landings += 1
-            overlapped += any(kind2 == "load" for kind2, _ in log[max(landed) + 1:i])
+            overlapped += any(kind2 == "load" for kind2, _ in log[max(landed) + 1 : i])
     # forward: 3 layers x 4 chunks, 3 of each layer's 4 landings overlap; backward flushes likewise
     assert landings >= 12 and overlapped >= 9 and overlapped < landings
 
@@ -98,7 +125,9 @@ def test_write_back_queue_lands_in_issue_order_and_keeps_in_flight_steps():
     queue = staging.DeviceToHostQueue(torch.device("cpu"), staged=True)
     queue.write(host, slice(0, 2), torch.ones(2, 2))
     rows = torch.tensor([1, 3])
-    queue.write(host, rows, torch.full((2, 2), 2.0), lambda landed: host.index_add_(0, rows, landed))
+    queue.write(
+        host, rows, torch.full((2, 2), 2.0), lambda landed: host.index_add_(0, rows, landed)
+    )
     queue.close_group()
     done = []
     queue.then(lambda: done.append("released"))
@@ -106,9 +135,15 @@ def test_write_back_queue_lands_in_issue_order_and_keeps_in_flight_steps():
     queue.close_group()
     assert host.sum() == 0 and queue.settled == 0  # nothing lands before the queue settles
     queue.settle(keep=1)
-    assert host[:4].tolist() == [[1, 1], [3, 3], [0, 0], [2, 2]] and host[4:].sum() == 0 and not done
+    assert (
+        host[:4].tolist() == [[1, 1], [3, 3], [0, 0], [2, 2]] and host[4:].sum() == 0 and not done
+    )
     queue.settle(keep=0)
-    assert host[4:].tolist() == [[5, 5], [5, 5]] and done == ["released"] and queue.issued == queue.settled == 3
+    assert (
+        host[4:].tolist() == [[5, 5], [5, 5]]
+        and done == ["released"]
+        and queue.issued == queue.settled == 3
+    )
     immediate = staging.DeviceToHostQueue(torch.device("cpu"))
     immediate.write(host, slice(0, 1), torch.full((1, 2), 7.0))
     assert host[0].tolist() == [7, 7]  # a CPU device writes at once
@@ -124,8 +159,10 @@ def _layout(n: int = 60, chunks: int = 3, seed: int = 0) -> ChunkLayout:
 def test_index_packs_upload_once_per_run_where_they_fit_else_one_step_ahead():
     layout = _layout()
     order = np.arange(layout.chunks_per_part).reshape(-1, 1)
-    sweeps = {"fwd": build_sweep(layout, order, 0, "reuse").steps,
-              "bwd": build_sweep(layout, order[::-1], 0, "reuse").steps}
+    sweeps = {
+        "fwd": build_sweep(layout, order, 0, "reuse").steps,
+        "bwd": build_sweep(layout, order[::-1], 0, "reuse").steps,
+    }
     v_pos = {c: torch.tensor([0, 2, 3]) for c in range(layout.offsets.size - 1)}
     meta = torch.device("meta")
     once = DeviceIndices(meta, sweeps, v_pos, p2p=False, headroom=None)
@@ -133,8 +170,11 @@ def test_index_packs_upload_once_per_run_where_they_fit_else_one_step_ahead():
         for name, steps in sweeps.items():
             for t in range(len(steps)):
                 idx = once.step(name, t)
-                assert all(v is None or isinstance(v, slice) or v.device.type == "meta"
-                           for k, v in idx.values.items() if k not in ("load_rows", "flush_rows"))
+                assert all(
+                    v is None or isinstance(v, slice) or v.device.type == "meta"
+                    for k, v in idx.values.items()
+                    if k not in ("load_rows", "flush_rows")
+                )
     assert once.resident and once.uploads == 1 and once.bytes_held() == once.total_bytes
     tight = DeviceIndices(meta, sweeps, v_pos, p2p=False, headroom=once.total_bytes - 1)
     steps = len(sweeps["fwd"])
@@ -172,7 +212,8 @@ def test_timeline_measures_overlap_from_intervals():
 
 
 def test_a_flush_into_untouched_rows_of_a_zeroed_table_is_a_plain_write():
-    """The ⊕-add of a gradient flush becomes a write (no host-side add) for rows not yet written since the table
+    """The ⊕-add of a gradient flush becomes a write (no host-side add) for rows not yet written
+    since the table
     was zeroed; rows written before, and any table added to by index, keep the add."""
     from types import SimpleNamespace
 
@@ -200,7 +241,9 @@ def test_write_backs_in_flight_stay_within_the_limit():
     engine = SimpleNamespace(d2h=queue, in_flight_limit=None)
     host = torch.zeros(8, 4)
     queue.write(host, slice(0, 4), torch.ones(4, 4))
-    queue.in_flight_bytes = lambda: 64  # the CPU stand-in keeps no device rows: say 64 bytes are in flight
+    queue.in_flight_bytes = lambda: (
+        64
+    )  # the CPU stand-in keeps no device rows: say 64 bytes are in flight
     HongTuEngine._bound_write_backs(engine)
     assert queue.settled == 0  # no budget: they stay in flight
     engine.in_flight_limit = 32

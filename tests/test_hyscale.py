@@ -4,6 +4,7 @@ batch; prefetch changes no batch and no weight; every branch of the DRM
 decision; DRM moves work off a slowed trainer and respects the floor;
 mini-batch SAGE on Cora matches full-graph single; bad plans are refused; the
 plan prints the performance model and the summary sets it against the run."""
+
 from __future__ import annotations
 
 import json
@@ -99,28 +100,37 @@ def _sampler_checks() -> None:
     last = blocks[-1]
     own = deg[seeds]
     assert torch.equal(torch.bincount(last.dst, minlength=last.num_dst), own.clamp(max=3))
-    # SAGE's weight is 1/deg per in-edge, so w x deg/sampled sums to 1 over each seed's sampled edges,
+    # SAGE's weight is 1/deg per in-edge, so w x deg/sampled sums to 1 over each seed's sampled
+    # edges,
     # which is the full neighbourhood's sum
-    sampled_sum = torch.zeros(last.num_dst, dtype=last.weight.dtype).index_add_(0, last.dst,
-                                                                                edge_weight_values(last.weight))
-    full_sum = torch.zeros(data.num_nodes, dtype=w.dtype).index_add_(0, dst, edge_weight_values(w))[seeds]
+    sampled_sum = torch.zeros(last.num_dst, dtype=last.weight.dtype).index_add_(
+        0, last.dst, edge_weight_values(last.weight)
+    )
+    full_sum = torch.zeros(data.num_nodes, dtype=w.dtype).index_add_(0, dst, edge_weight_values(w))[
+        seeds
+    ]
     assert torch.allclose(sampled_sum, full_sum.to(sampled_sum.dtype))
     full = NeighborSampler(dst, src, w, data.num_nodes, [-1])
     _, (block,) = full.sample(seeds, 0)
     assert block.dst.numel() == int(own.sum())
     in_seeds = torch.isin(dst, seeds)
-    assert torch.isclose(edge_weight_values(block.weight).sum(), edge_weight_values(w[in_seeds]).sum())
+    assert torch.isclose(
+        edge_weight_values(block.weight).sum(), edge_weight_values(w[in_seeds]).sum()
+    )
 
 
 # ------------------------------------------------------- torch-native sampler
 def _csbm_graph(nodes=400, degree=8):
-    data = load_dataset(compose(["dataset=csbm", f"dataset.num_nodes={nodes}", f"dataset.avg_degree={degree}"]))
+    data = load_dataset(
+        compose(["dataset=csbm", f"dataset.num_nodes={nodes}", f"dataset.avg_degree={degree}"])
+    )
     src, dst, w = graph_tensors(data, RunSettings.of(compose(["dataset=csbm", "model=sage"])))
     return data, src, dst, w
 
 
 def test_torch_sampler_blocks_follow_the_rules():
-    """The torch sampler keeps DGL's block conventions: at most ``fanout`` in-edges per dst, dst rows
+    """The torch sampler keeps DGL's block conventions: at most ``fanout`` in-edges per dst, dst
+    rows
     first among the src rows, w x deg/sampled summing to the full neighbourhood, fanout -1 = every
     edge; the same seed draws the same blocks (from any thread), another seed others."""
     import threading
@@ -136,8 +146,11 @@ def test_torch_sampler_blocks_follow_the_rules():
     thread.start()
     thread.join()
     assert torch.equal(nodes, other[0][0])
-    assert all(torch.equal(getattr(a, f), getattr(b, f)) for a, b in zip(blocks, other[0][1])
-               for f in ("dst", "src", "weight"))
+    assert all(
+        torch.equal(getattr(a, f), getattr(b, f))
+        for a, b in zip(blocks, other[0][1])
+        for f in ("dst", "src", "weight")
+    )
     assert not all(torch.equal(a.src, b.src) for a, b in zip(blocks, sampler.sample(seeds, 12)[1]))
     deg = torch.bincount(dst, minlength=data.num_nodes)
     for block, fanout in zip(blocks, [4, 3]):
@@ -145,9 +158,12 @@ def test_torch_sampler_blocks_follow_the_rules():
         assert block.num_src >= block.num_dst and int(block.src.max()) < block.num_src
     last = blocks[-1]
     assert torch.equal(torch.bincount(last.dst, minlength=last.num_dst), deg[seeds].clamp(max=3))
-    sampled_sum = torch.zeros(last.num_dst, dtype=last.weight.dtype).index_add_(0, last.dst,
-                                                                                edge_weight_values(last.weight))
-    full_sum = torch.zeros(data.num_nodes, dtype=w.dtype).index_add_(0, dst, edge_weight_values(w))[seeds]
+    sampled_sum = torch.zeros(last.num_dst, dtype=last.weight.dtype).index_add_(
+        0, last.dst, edge_weight_values(last.weight)
+    )
+    full_sum = torch.zeros(data.num_nodes, dtype=w.dtype).index_add_(0, dst, edge_weight_values(w))[
+        seeds
+    ]
     assert torch.allclose(sampled_sum, full_sum.to(sampled_sum.dtype))
     _, (block,) = TorchNeighborSampler(dst, src, w, data.num_nodes, [-1]).sample(seeds, 0)
     assert block.dst.numel() == int(deg[seeds].sum())
@@ -166,8 +182,11 @@ def _inclusion(sampler, seeds, draws, fanout_edges):
 
 
 @pytest.mark.dgl
-def test_torch_and_dgl_samplers_draw_each_neighbour_with_probability_fanout_over_degree(monkeypatch):
-    """Uniform without replacement: a node of degree d keeps each in-edge with probability min(1, f/d).
+def test_torch_and_dgl_samplers_draw_each_neighbour_with_probability_fanout_over_degree(
+    monkeypatch,
+):
+    """Uniform without replacement: a node of degree d keeps each in-edge with probability min(1,
+    f/d).
     Both samplers, 600 draws each, every edge within 5 standard deviations of that."""
     from gnntrain.modes.hyscale import sampler as sampler_module
     from gnntrain.modes.hyscale.sampler import TorchNeighborSampler
@@ -179,8 +198,10 @@ def test_torch_and_dgl_samplers_draw_each_neighbour_with_probability_fanout_over
     edges = [(d, s_) for d, s_ in zip(dst.tolist(), src.tolist()) if d in set(seeds.tolist())]
     monkeypatch.setattr(sampler_module, "_SAMPLING_THREAD", None)
     try:
-        for sampler in (TorchNeighborSampler(dst, src, w, data.num_nodes, [fanout]),
-                        NeighborSampler(dst, src, w, data.num_nodes, [fanout])):
+        for sampler in (
+            TorchNeighborSampler(dst, src, w, data.num_nodes, [fanout]),
+            NeighborSampler(dst, src, w, data.num_nodes, [fanout]),
+        ):
             freq = _inclusion(sampler, seeds, draws, edges)
             for (d, _), f in freq.items():
                 p = min(1.0, fanout / int(deg[d]))
@@ -195,8 +216,17 @@ def test_torch_and_dgl_samplers_draw_each_neighbour_with_probability_fanout_over
 def test_torch_sampler_with_every_neighbour_trains_as_dgls(train):
     """fanouts -1 (every in-edge, exact aggregation), no dropout: the two samplers give the same
     float64 losses; the blocks differ only in the order of their rows."""
-    base = HS + ["dataset=csbm", "dataset.num_nodes=600", "mode.fanouts=[-1,-1]", "mode.batch_size=64",
-                 "mode.drm=false", "train.dtype=float64", "model.dropout=0", "train.epochs=2", "kernel=torch"]
+    base = HS + [
+        "dataset=csbm",
+        "dataset.num_nodes=600",
+        "mode.fanouts=[-1,-1]",
+        "mode.batch_size=64",
+        "mode.drm=false",
+        "train.dtype=float64",
+        "model.dropout=0",
+        "train.epochs=2",
+        "kernel=torch",
+    ]
     runs = {kind: train(base + [f"mode.sampler={kind}"]) for kind in ("dgl", "torch")}
     assert all(r["status"] == "completed" for r in runs.values())
     assert_exact(runs["torch"]["losses"], runs["dgl"]["losses"])
@@ -209,9 +239,23 @@ def test_weighted_step_equals_union_batch_step(train, tmp_path, model):
     """Shares 30/70 of a 100-seed global batch (Cora: 140 train nodes → steps of 100 and
     40 seeds), fanouts -1: the weights after the epoch equal single-process Adam steps on
     each union batch. float64; 1e-9 relative leaves room for summation order only."""
-    overrides = CORA + HS + [f"model={model}", "mode.fanouts=[-1,-1]", "mode.shares=[0.3,0.7]",
-                             "mode.batch_size=100", "mode.drm=false", "train.dtype=float64", "model.dropout=0",
-                             "train.epochs=1", "train.seed=5", "train.checkpoint_every=1", "kernel=torch"]
+    overrides = (
+        CORA
+        + HS
+        + [
+            f"model={model}",
+            "mode.fanouts=[-1,-1]",
+            "mode.shares=[0.3,0.7]",
+            "mode.batch_size=100",
+            "mode.drm=false",
+            "train.dtype=float64",
+            "model.dropout=0",
+            "train.epochs=1",
+            "train.seed=5",
+            "train.checkpoint_every=1",
+            "kernel=torch",
+        ]
+    )
     s = train(overrides)
     assert s["status"] == "completed"
     assert s["mode_report"]["batch_per_iteration"] == [[30, 70], [12, 28]]  # uneven on purpose
@@ -222,8 +266,12 @@ def test_weighted_step_equals_union_batch_step(train, tmp_path, model):
     src, dst, w = graph_tensors(data, RunSettings.of(cfg))
     adj = SparseAdjacency(dst, src, w, data.num_nodes, data.num_nodes, kernel="torch")
     x = data.features.to(torch.float64)
-    ref = build_model(model_spec(RunSettings.of(cfg), x.shape[1], data.num_classes), 5, torch.float64)
-    opt = torch.optim.Adam(ref.parameters(), lr=float(cfg.train.lr), weight_decay=float(cfg.train.weight_decay))
+    ref = build_model(
+        model_spec(RunSettings.of(cfg), x.shape[1], data.num_classes), 5, torch.float64
+    )
+    opt = torch.optim.Adam(
+        ref.parameters(), lr=float(cfg.train.lr), weight_decay=float(cfg.train.weight_decay)
+    )
     ce = 0.0
     for union in global_batches(data.train_mask.nonzero().flatten(), 100, 5, 0):
         opt.zero_grad()
@@ -241,16 +289,29 @@ def test_weighted_step_equals_union_batch_step(train, tmp_path, model):
 def test_prefetch_draws_the_same_batches_and_weights(train, tmp_path):
     """Random fanouts and dropout on: prefetch on and off give bit-identical batches,
     losses and final weights (same seeds; only the threads differ)."""
-    base = ["dataset=csbm"] + HS + ["mode.fanouts=[4,3]", "mode.batch_size=40", "mode.drm=false",
-                                    "model=sage", "train.epochs=3", "train.checkpoint_every=3",
-                                    "mode.shares=[0.4,0.6]"]
+    base = (
+        ["dataset=csbm"]
+        + HS
+        + [
+            "mode.fanouts=[4,3]",
+            "mode.batch_size=40",
+            "mode.drm=false",
+            "model=sage",
+            "train.epochs=3",
+            "train.checkpoint_every=3",
+            "mode.shares=[0.4,0.6]",
+        ]
+    )
     runs = []
     for prefetch in ("true", "false"):
         s = train(base + [f"mode.prefetch={prefetch}"])
         assert s["status"] == "completed"
         run_dir = _latest_run(tmp_path)
-        its = [it for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-               for it in json.loads(line)["hyscale"]["iterations"]]
+        its = [
+            it
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+            for it in json.loads(line)["hyscale"]["iterations"]
+        ]
         runs.append((s, _weights(run_dir, s), [(it["batch"], it["input_rows"]) for it in its]))
     (on, w_on, b_on), (off, w_off, b_off) = runs
     assert b_on == b_off and len(b_on) == 3 * 4  # 135 train nodes / 40 per global batch
@@ -267,32 +328,49 @@ def _stages(**times):
     return {**dict.fromkeys(ALL, 0.5), **{f"T_{k}": v for k, v in times.items()}}
 
 
-@pytest.mark.parametrize("stages,threads,expected", [
-    (_stages(SA=9), ONE, ("T_SA", "balance_work", "sample")),
-    (_stages(Accel=9), ONE, ("T_Accel", "balance_work", "train")),
-    (_stages(Load=9, TC=0.1), {**ONE, "T_TC": 4}, ("T_Load", "balance_thread", "T_TC")),
-    (_stages(Load=9, TC=0.1), ONE, ("T_Load", "none", None)),  # no CPU task can give a thread
-    (_stages(SC=9, SA=0.1), ONE, ("T_SC", "balance_work", "sample")),
-    (_stages(SC=9, Accel=0.1, SA=0.2), ONE, ("T_SC", "balance_work", "sample")),
-    (_stages(SC=9, TC=0.1), {**ONE, "T_TC": 2}, ("T_SC", "balance_thread", "T_TC")),
-    (_stages(SC=9, TC=0.1), ONE, ("T_SC", "balance_work", "sample")),  # fallback: no thread to move
-    (_stages(TC=9, Accel=0.1), ONE, ("T_TC", "balance_work", "train")),
-    (_stages(TC=9, SA=0.1, Accel=0.2), ONE, ("T_TC", "balance_work", "train")),
-    (_stages(TC=9, SC=0.1), {**ONE, "T_SC": 3}, ("T_TC", "balance_thread", "T_SC")),
-    (_stages(TC=9, Load=0.1), ONE, ("T_TC", "balance_work", "train")),  # fallback
-])
+@pytest.mark.parametrize(
+    "stages,threads,expected",
+    [
+        (_stages(SA=9), ONE, ("T_SA", "balance_work", "sample")),
+        (_stages(Accel=9), ONE, ("T_Accel", "balance_work", "train")),
+        (_stages(Load=9, TC=0.1), {**ONE, "T_TC": 4}, ("T_Load", "balance_thread", "T_TC")),
+        (_stages(Load=9, TC=0.1), ONE, ("T_Load", "none", None)),  # no CPU task can give a thread
+        (_stages(SC=9, SA=0.1), ONE, ("T_SC", "balance_work", "sample")),
+        (_stages(SC=9, Accel=0.1, SA=0.2), ONE, ("T_SC", "balance_work", "sample")),
+        (_stages(SC=9, TC=0.1), {**ONE, "T_TC": 2}, ("T_SC", "balance_thread", "T_TC")),
+        (
+            _stages(SC=9, TC=0.1),
+            ONE,
+            ("T_SC", "balance_work", "sample"),
+        ),  # fallback: no thread to move
+        (_stages(TC=9, Accel=0.1), ONE, ("T_TC", "balance_work", "train")),
+        (_stages(TC=9, SA=0.1, Accel=0.2), ONE, ("T_TC", "balance_work", "train")),
+        (_stages(TC=9, SC=0.1), {**ONE, "T_SC": 3}, ("T_TC", "balance_thread", "T_SC")),
+        (_stages(TC=9, Load=0.1), ONE, ("T_TC", "balance_work", "train")),  # fallback
+    ],
+)
 def test_algorithm1_every_branch(stages, threads, expected):
     assert algorithm1(stages, threads) == expected
 
 
 def test_algorithm1_with_one_side_only():
-    assert algorithm1({"T_SC": 0.1, "T_Load": 0.2, "T_TC": 3.0}, ONE) == ("T_TC", "balance_work", "train")
-    assert algorithm1({"T_SA": 0.1, "T_Load": 0.2, "T_Accel": 3.0}, ONE) == ("T_Accel", "balance_work", "train")
+    assert algorithm1({"T_SC": 0.1, "T_Load": 0.2, "T_TC": 3.0}, ONE) == (
+        "T_TC",
+        "balance_work",
+        "train",
+    )
+    assert algorithm1({"T_SA": 0.1, "T_Load": 0.2, "T_Accel": 3.0}, ONE) == (
+        "T_Accel",
+        "balance_work",
+        "train",
+    )
 
 
 def test_rebalance_is_proportional_damped_and_floored():
     # trainer 1 processes 3x the seeds per second: shares 1/4, 3/4
-    shares, rates = rebalance((0.5, 0.5), (0.0, 0.0), (50, 50), (1.0, 1 / 3), ema=0.5, min_share=0.05)
+    shares, rates = rebalance(
+        (0.5, 0.5), (0.0, 0.0), (50, 50), (1.0, 1 / 3), ema=0.5, min_share=0.05
+    )
     assert np.allclose(shares, (0.25, 0.75)) and np.allclose(rates, (50, 150))
     # EMA: a new measurement moves the rates halfway
     shares, rates = rebalance(shares, rates, (25, 75), (1.0, 0.5), ema=0.5, min_share=0.05)
@@ -311,15 +389,25 @@ def test_drm_step_converges_on_synthetic_trainers():
     cost = (4e-3, 1e-3)
     for _ in range(20):
         batch = split_batch(1000, state.shares)
-        times = [{"sample": 1e-4, "load": 1e-4, "transfer": 0.0 if r == 0 else 1e-4, "train": b * c}
-                 for r, (b, c) in enumerate(zip(batch, cost))]
+        times = [
+            {"sample": 1e-4, "load": 1e-4, "transfer": 0.0 if r == 0 else 1e-4, "train": b * c}
+            for r, (b, c) in enumerate(zip(batch, cost))
+        ]
         state = drm_step(state, times, batch, [False, True], ema=0.5, min_share=0.05)
         assert min(state.shares) >= 0.05 and np.isclose(sum(state.shares), 1.0)
     assert np.allclose(state.shares, (0.2, 0.8), atol=0.01)
     # balance_thread moves one thread and leaves the shares alone
-    moved = drm_step(DRMState(shares=(0.5, 0.5), threads={"T_SC": 1, "T_Load": 1, "T_TC": 3}),
-                     [{"sample": 0.1, "load": 9.0, "transfer": 0.0, "train": 0.05},
-                      {"sample": 0.2, "load": 0.1, "transfer": 0.2, "train": 0.2}], [50, 50], [False, True], 0.5, 0.05)
+    moved = drm_step(
+        DRMState(shares=(0.5, 0.5), threads={"T_SC": 1, "T_Load": 1, "T_TC": 3}),
+        [
+            {"sample": 0.1, "load": 9.0, "transfer": 0.0, "train": 0.05},
+            {"sample": 0.2, "load": 0.1, "transfer": 0.2, "train": 0.2},
+        ],
+        [50, 50],
+        [False, True],
+        0.5,
+        0.05,
+    )
     assert moved.shares == (0.5, 0.5) and moved.threads == {"T_SC": 1, "T_Load": 2, "T_TC": 2}
 
 
@@ -336,9 +424,20 @@ def test_drm_moves_work_off_a_slowed_trainer(train):
     """The CPU trainer is made 8x slower (mode.slowdown): its share falls from 0.5 to
     the floor region within 20 iterations (the ideal 1/9 is below the 0.15 floor) and
     never below the floor. 0.25 leaves room for timing noise on a shared 2-core host."""
-    s = train(CORA + HS + ["model=sage", "mode.fanouts=[10,10]", "mode.batch_size=32", "mode.slowdown=[8,1]",
-                           "mode.drm_min_share=0.15", "train.epochs=6", "mode.prefetch=false",
-                           "mode.shares=[0.5,0.5]"])  # even on purpose (the model's split would start low)
+    s = train(
+        CORA
+        + HS
+        + [
+            "model=sage",
+            "mode.fanouts=[10,10]",
+            "mode.batch_size=32",
+            "mode.slowdown=[8,1]",
+            "mode.drm_min_share=0.15",
+            "train.epochs=6",
+            "mode.prefetch=false",
+            "mode.shares=[0.5,0.5]",
+        ]
+    )  # even on purpose (the model's split would start low)
     shares = [sh[0] for sh in s["mode_report"]["shares_per_iteration"]]
     assert len(shares) == 6 * 5
     assert min(shares) >= 0.15 - 1e-9
@@ -355,21 +454,42 @@ def test_cora_sage_minibatch_matches_full_graph_single(train):
     81.2%). Prefetch is off: it changes no batch and no weight (the prefetch test), and
     its threads only slow a 2-core host."""
     common = CORA + ["model=sage"]
-    single = [train(common + ["mode=single", "train.epochs=200", "train.eval_every=200", f"train.seed={seed}"]
-                    )["accuracy"]["test"] for seed in range(3)]
-    hybrid = [train(common + HS + ["mode.batch_size=64", "mode.prefetch=false", "train.epochs=50",
-                                   "train.eval_every=50", f"train.seed={seed}"])["accuracy"]["test"]
-              for seed in range(3)]
+    single = [
+        train(
+            common
+            + ["mode=single", "train.epochs=200", "train.eval_every=200", f"train.seed={seed}"]
+        )["accuracy"]["test"]
+        for seed in range(3)
+    ]
+    hybrid = [
+        train(
+            common
+            + HS
+            + [
+                "mode.batch_size=64",
+                "mode.prefetch=false",
+                "train.epochs=50",
+                "train.eval_every=50",
+                f"train.seed={seed}",
+            ]
+        )["accuracy"]["test"]
+        for seed in range(3)
+    ]
     assert abs(np.mean(hybrid) - np.mean(single)) < 0.015, (single, hybrid)
 
 
 # ------------------------------------------------- summary and accounting
 def test_summary_reports_shares_stages_and_predictions(train, tmp_path):
-    s = train(["dataset=csbm"] + HS + ["mode.batch_size=64", "train.epochs=2", "mode.fanouts=[5,5]"])
+    s = train(
+        ["dataset=csbm"] + HS + ["mode.batch_size=64", "train.epochs=2", "mode.fanouts=[5,5]"]
+    )
     report = s["mode_report"]
     assert report["trainers"] == ["cpu:cpu", "accel:cpu"]
-    assert len(report["shares_per_iteration"]) == report["iterations"] == 2 * 3  # 135 train nodes / 64
-    # the report rounds each share to 5 places, so their sum is 1 within 2 half-units of the 5th place
+    assert (
+        len(report["shares_per_iteration"]) == report["iterations"] == 2 * 3
+    )  # 135 train nodes / 64
+    # the report rounds each share to 5 places, so their sum is 1 within 2 half-units of the 5th
+    # place
     assert all(len(sh) == 2 and abs(sum(sh) - 1) <= 1e-5 for sh in report["shares_per_iteration"])
     for stage in ("sample", "load", "transfer", "train", "sync"):
         assert len(report["stage_time_median_s"][stage]) == 2
@@ -383,7 +503,10 @@ def test_summary_reports_shares_stages_and_predictions(train, tmp_path):
     assert by_kind["allreduce"] == 2 * param_bytes * 3 and by_kind["h2d"] > 0
     record = json.loads((_latest_run(tmp_path) / "metrics.jsonl").read_text().splitlines()[0])
     it = record["hyscale"]["iterations"][0]
-    assert set(it["stage_s"]) == {"sample", "load", "transfer", "train", "sync"} and len(it["shares"]) == 2
+    assert (
+        set(it["stage_s"]) == {"sample", "load", "transfer", "train", "sync"}
+        and len(it["shares"]) == 2
+    )
 
 
 def test_plan_cli_prints_the_performance_model(tmp_path):
@@ -396,17 +519,20 @@ def test_plan_cli_prints_the_performance_model(tmp_path):
 
 
 # ------------------------------------------------------------ bad input
-@pytest.mark.parametrize("overrides,option", [
-    (["mode.cpu_trainers=0", "mode.accel_trainers=0"], "mode.cpu_trainers"),
-    (["mode.fanouts=[10]"], "mode.fanouts"),
-    (["mode.fanouts=[10,5,5]"], "mode.fanouts"),
-    (["mode.fanouts=[0,5]"], "mode.fanouts"),
-    (["mode.batch_size=1"], "mode.batch_size"),
-    (["mode.shares=[1.0]"], "mode.shares"),
-    (["mode.slowdown=[0.5,1]"], "mode.slowdown"),
-    (["mode.drm_min_share=0.6"], "mode.drm_min_share"),
-    (["mode.drm_ema=0"], "mode.drm_ema"),
-])
+@pytest.mark.parametrize(
+    "overrides,option",
+    [
+        (["mode.cpu_trainers=0", "mode.accel_trainers=0"], "mode.cpu_trainers"),
+        (["mode.fanouts=[10]"], "mode.fanouts"),
+        (["mode.fanouts=[10,5,5]"], "mode.fanouts"),
+        (["mode.fanouts=[0,5]"], "mode.fanouts"),
+        (["mode.batch_size=1"], "mode.batch_size"),
+        (["mode.shares=[1.0]"], "mode.shares"),
+        (["mode.slowdown=[0.5,1]"], "mode.slowdown"),
+        (["mode.drm_min_share=0.6"], "mode.drm_min_share"),
+        (["mode.drm_ema=0"], "mode.drm_ema"),
+    ],
+)
 def test_bad_plans_are_refused(overrides, option):
     with pytest.raises(PlanError) as info:
         build_plan(compose(["mode=hyscale"] + overrides))
@@ -414,7 +540,8 @@ def test_bad_plans_are_refused(overrides, option):
 
 
 def test_fanout_fix_suggests_only_valid_settings():
-    """No fanouts at all: the fix gives a fanout list for the model's layers, never model.layers=0."""
+    """No fanouts at all: the fix gives a fanout list for the model's layers, never
+    model.layers=0."""
     with pytest.raises(PlanError) as info:
         build_plan(compose(["mode=hyscale", "mode.fanouts=[]", "model.layers=3"]))
     assert "model.layers=0" not in info.value.fix and "mode.fanouts=[10,10,10]" in info.value.fix
@@ -427,12 +554,17 @@ def test_accelerator_trainers_need_cuda_on_a_cuda_profile():
         build_plan(compose(["mode=hyscale", "hardware=gpu-1"]))
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["mode.cpu_trainers=0", "mode.accel_trainers=0"], "at least one trainer"),
-    (["mode.fanouts=[10]"], "one fanout per layer"),
-    (["mode.batch_size=1"], "mode.batch_size"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["mode.cpu_trainers=0", "mode.accel_trainers=0"], "at least one trainer"),
+        (["mode.fanouts=[10]"], "one fanout per layer"),
+        (["mode.batch_size=1"], "mode.batch_size"),
+    ],
+)
 def test_plan_cli_refuses_with_one_message(tmp_path, args, needle):
-    proc = run_cli(["plan", f"hydra.run.dir={tmp_path}", "mode=hyscale"] + args, cwd=tmp_path, timeout=120)
+    proc = run_cli(
+        ["plan", f"hydra.run.dir={tmp_path}", "mode=hyscale"] + args, cwd=tmp_path, timeout=120
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and needle in out and "Traceback" not in out, out

@@ -3,6 +3,7 @@
 serial loop whatever its thread count; the initial shares are the performance model's; a DRM
 thread move resizes the pool and the training threads; the plan never hands out more threads
 than the host has cores."""
+
 from __future__ import annotations
 
 import threading
@@ -60,15 +61,28 @@ def test_pool_draws_the_same_batches_as_a_serial_loop():
             assert all(torch.equal(a, b) for a, b in zip(got, serial[k])), k
     finally:
         pool.close()
-    assert len(threads_seen) > 1 and all(name.startswith("hyscale-sampler") for name in threads_seen)
+    assert len(threads_seen) > 1 and all(
+        name.startswith("hyscale-sampler") for name in threads_seen
+    )
 
 
 def test_initial_shares_are_the_performance_models(train):
-    """No mode.shares: the split comes from the §V model (the emulated 50x slower CPU trainer's training
+    """No mode.shares: the split comes from the §V model (the emulated 50x slower CPU trainer's
+    training
     cost per seed) with T_samp measured at start; the report holds the model's inputs and the split
     equals model_shares over them; the first batch uses it."""
-    s = train(["dataset=csbm"] + HS + ["mode.fanouts=[4,3]", "mode.batch_size=64", "mode.drm=false",
-                                        "mode.slowdown=[50,1]", "model=sage", "train.epochs=1"])
+    s = train(
+        ["dataset=csbm"]
+        + HS
+        + [
+            "mode.fanouts=[4,3]",
+            "mode.batch_size=64",
+            "mode.drm=false",
+            "mode.slowdown=[50,1]",
+            "model=sage",
+            "train.epochs=1",
+        ]
+    )
     report = s["mode_report"]
     assert report["initial_shares_source"] == "performance model"
     expected = model_shares(report["model_per_seed_s"], report["model_T_samp_per_seed_s"], 0.05)
@@ -87,11 +101,16 @@ class _Rank:
 
 def test_balance_thread_resizes_the_pool_and_the_training_threads():
     """A CPU trainer whose training dominates while its sampler idles: Algorithm 1 moves a sampler
-    thread to training, and applying the move shrinks the pool and raises this thread's intra-op count."""
+    thread to training, and applying the move shrinks the pool and raises this thread's intra-op
+    count."""
     state = DRMState(shares=(1.0,), threads={"T_SC": 3, "T_Load": 1, "T_TC": 2})
     times = [{"sample": 0.01, "load": 0.02, "transfer": 0.0, "train": 0.5}]
     moved = drm_step(state, times, [100], [False], 0.5, 0.05)
-    assert moved.action == "balance_thread(T_SC)" and moved.threads == {"T_SC": 2, "T_Load": 1, "T_TC": 3}
+    assert moved.action == "balance_thread(T_SC)" and moved.threads == {
+        "T_SC": 2,
+        "T_Load": 1,
+        "T_TC": 3,
+    }
     pool = SamplerPool(lambda k: k, workers=3, threads=3, depth=1, end=4)
     before = torch.get_num_threads()
     try:
@@ -148,7 +167,9 @@ def test_plan_never_gives_more_threads_than_cores(cores, cpu, acc, sampler_threa
 def test_plan_prints_the_thread_split():
     from gnntrain.plan import build_plan
 
-    plan = build_plan(compose(["mode=hyscale", "dataset=csbm", "hardware.cores_per_node=16"] + HS[1:]))
+    plan = build_plan(
+        compose(["mode=hyscale", "dataset=csbm", "hardware.cores_per_node=16"] + HS[1:])
+    )
     split = plan.mode_details["threads per trainer"]
     each = {"all": 8, "sampler pool": 2, "loader": 1, "training": 5}
     assert split == {"cpu0": each, "accel1": each}  # CPU-only profile: both compute on the host
@@ -157,15 +178,30 @@ def test_plan_prints_the_thread_split():
 
 def test_a_run_keeps_the_reserve_where_the_machine_has_the_cores():
     assert on_this_host([4, 12], cores=16) == [4, 12]  # the plan's reserve, not an even 8 / 8
-    assert on_this_host([8, 8], cores=2) == [1, 1]  # a profile bigger than this machine: its even share
+    assert on_this_host([8, 8], cores=2) == [
+        1,
+        1,
+    ]  # a profile bigger than this machine: its even share
 
 
 def test_the_models_stage_costs_are_measured_at_start(train):
-    """§V's costs come from probes on each rank (its gather, copy, forward+backward with mode.slowdown, one
-    gradient all-reduce), not from the hardware profile's rates: a trainer slowed 20x costs about 20x more per
+    """§V's costs come from probes on each rank (its gather, copy, forward+backward with
+    mode.slowdown, one
+    gradient all-reduce), not from the hardware profile's rates: a trainer slowed 20x costs about
+    20x more per
     seed to train, and the profile's guess is kept beside them."""
-    s = train(["dataset=csbm"] + HS + ["mode.fanouts=[4,3]", "mode.batch_size=64", "mode.drm=false",
-                                        "mode.slowdown=[20,1]", "model=sage", "train.epochs=1"])
+    s = train(
+        ["dataset=csbm"]
+        + HS
+        + [
+            "mode.fanouts=[4,3]",
+            "mode.batch_size=64",
+            "mode.drm=false",
+            "mode.slowdown=[20,1]",
+            "model=sage",
+            "train.epochs=1",
+        ]
+    )
     costs = s["mode_report"]["model_per_seed_s"]
     assert costs["train"][0] > 5 * costs["train"][1] > 0 and costs["sync_s"] > 0
     assert all(x > 0 for x in costs["load"])
@@ -179,6 +215,10 @@ def test_the_models_epoch_is_serial_without_prefetch_and_pipelined_with_it():
     samp = [1.0, 1.0]
     piped = model_iteration_s(costs, samp, [0.5, 0.5], 4)  # 2 seeds each
     serial = model_iteration_s(costs, samp, [0.5, 0.5], 4, pipelined=False)
-    assert piped["T_exec_s"] == max(piped["T_samp_s"], piped["T_load_s"], piped["T_trans_s"], piped["T_prop_s"])
+    assert piped["T_exec_s"] == max(
+        piped["T_samp_s"], piped["T_load_s"], piped["T_trans_s"], piped["T_prop_s"]
+    )
     assert piped["T_prop_s"] == 2 * 2.0 + 3.0
-    assert serial["T_exec_s"] == 2 * (1.0 + 2.0 + 0.0 + 0.5) + 3.0  # trainer 0's stages in turn, then the sync
+    assert (
+        serial["T_exec_s"] == 2 * (1.0 + 2.0 + 0.0 + 0.5) + 3.0
+    )  # trainer 0's stages in turn, then the sync

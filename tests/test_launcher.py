@@ -1,6 +1,7 @@
 """Rank identity from torchrun / SLURM environments, and the local launcher's
 failure handling: a rank that raises, is killed or stalls ends the job
 promptly with a message naming it, and summary.json says failed."""
+
 from __future__ import annotations
 
 import os
@@ -19,29 +20,51 @@ from gnntrain.launch.launcher import expand_nodelist, external_identity
 
 def test_no_external_launcher():
     assert external_identity({}) is None
-    assert external_identity({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is None  # one task: spawn locally
+    assert (
+        external_identity({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is None
+    )  # one task: spawn locally
 
 
 def test_torchrun_environment():
-    ident = external_identity({"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "node7",
-                               "MASTER_PORT": "29555"})
+    ident = external_identity(
+        {
+            "RANK": "2",
+            "WORLD_SIZE": "4",
+            "LOCAL_RANK": "0",
+            "MASTER_ADDR": "node7",
+            "MASTER_PORT": "29555",
+        }
+    )
     assert (ident.rank, ident.world_size, ident.master_addr, ident.master_port, ident.source) == (
-        2, 4, "node7", 29555, "torchrun")
+        2,
+        4,
+        "node7",
+        29555,
+        "torchrun",
+    )
 
 
 def test_slurm_environment_derives_master_and_port():
-    env = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "1234",
-           "SLURM_JOB_NODELIST": "gpu[07-08]"}
+    env = {
+        "SLURM_PROCID": "3",
+        "SLURM_NTASKS": "4",
+        "SLURM_LOCALID": "1",
+        "SLURM_JOB_ID": "1234",
+        "SLURM_JOB_NODELIST": "gpu[07-08]",
+    }
     ident = external_identity(env)
     assert (ident.rank, ident.world_size, ident.local_rank, ident.source) == (3, 4, 1, "slurm")
     assert ident.master_addr == "gpu07" and ident.master_port == 20000 + 1234
 
 
-@pytest.mark.parametrize("nodelist,hosts", [
-    ("gpu[07-09,12]", ["gpu07", "gpu08", "gpu09", "gpu12"]),
-    ("a1,b[1-2]", ["a1", "b1", "b2"]),
-    ("single", ["single"]),
-])
+@pytest.mark.parametrize(
+    "nodelist,hosts",
+    [
+        ("gpu[07-09,12]", ["gpu07", "gpu08", "gpu09", "gpu12"]),
+        ("a1,b[1-2]", ["a1", "b1", "b2"]),
+        ("single", ["single"]),
+    ],
+)
 def test_nodelist_expansion(nodelist, hosts):
     assert expand_nodelist(nodelist) == hosts
 
@@ -60,8 +83,11 @@ def _run_ranks(mark: str) -> dict:
             command = " ".join(p.cmdline())
             if p.environ().get(RUN_MARK) != mark:
                 continue
-            forked = "forkserver" in command and p.parent() is not None and \
-                "forkserver" in " ".join(p.parent().cmdline())
+            forked = (
+                "forkserver" in command
+                and p.parent() is not None
+                and "forkserver" in " ".join(p.parent().cmdline())
+            )
             if "spawn_main" not in command and not forked:
                 continue
             if p.status() != psutil.STATUS_ZOMBIE:
@@ -78,18 +104,26 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
-@pytest.mark.parametrize("action,needle", [("raise", "injected fault"), ("kill", "SIGKILL"),
-                                           ("hang", "Timed out")])  # the stall ends by the collective timeout
+@pytest.mark.parametrize(
+    "action,needle", [("raise", "injected fault"), ("kill", "SIGKILL"), ("hang", "Timed out")]
+)  # the stall ends by the collective timeout
 def test_failing_rank_ends_the_job(tmp_path, action, needle):
     mark = uuid.uuid4().hex
     # the fault comes late (epoch 20 of 24), so the scan below sees the ranks alive before one fails
     env = {**os.environ, "GNNTRAIN_INJECT_FAULT": f"1:20:{action}", RUN_MARK: mark}
     exe = Path(sys.executable).parent / "gnntrain"
     cmd = ([str(exe)] if exe.exists() else [sys.executable, "-m", "gnntrain"]) + [
-        # kernel=torch: no DGL import inside the ranks, so a short collective timeout only catches the fault
-        "run", f"hydra.run.dir={tmp_path}/run", f"cache_dir={tmp_path}/cache", "train.epochs=24",
-        "comm_timeout_s=5", "kernel=torch"]
-    # output to files, not pipes: a leftover process holding a pipe would stall the read, not fail the check
+        # kernel=torch: no DGL import inside the ranks, so a short collective timeout only catches
+        # the fault
+        "run",
+        f"hydra.run.dir={tmp_path}/run",
+        f"cache_dir={tmp_path}/cache",
+        "train.epochs=24",
+        "comm_timeout_s=5",
+        "kernel=torch",
+    ]
+    # output to files, not pipes: a leftover process holding a pipe would stall the read, not fail
+    # the check
     seen = {}
     start = time.perf_counter()
     with open(tmp_path / "out.txt", "w") as out_f:
@@ -111,10 +145,13 @@ def test_failing_rank_ends_the_job(tmp_path, action, needle):
         except psutil.NoSuchProcess:
             pass
     assert proc.returncode == 1, out
-    # rank processes were seen running, so the leftover check looks at real processes (a scan of /proc
+    # rank processes were seen running, so the leftover check looks at real processes (a scan of
+    # /proc
     # on a loaded 2-core machine can take longer than a short-lived rank lives, so one is enough)
     assert seen, f"rank processes seen while running: {sorted(seen)}\n{out}"
-    assert not leftovers, f"rank processes alive after the launcher exited: {sorted(leftovers)}\n{out}"
+    assert not leftovers, (
+        f"rank processes alive after the launcher exited: {sorted(leftovers)}\n{out}"
+    )
     assert needle in out and "rank" in out
     assert elapsed < 30, f"took {elapsed:.0f}s"
     summary = read_summary(tmp_path / "run")
@@ -131,8 +168,19 @@ def test_run_on_the_torchrun_path_as_the_readme_writes_it(tmp_path):
     from pathlib import Path
 
     torchrun = Path(sys.executable).parent / "torchrun"
-    cmd = [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "gnntrain", "run", "hardware.ranks_per_node=2",
-           f"hydra.run.dir={tmp_path}/run", f"cache_dir={tmp_path}/cache", "train.epochs=3", "train.progress=false"]
+    cmd = [
+        str(torchrun),
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "gnntrain",
+        "run",
+        "hardware.ranks_per_node=2",
+        f"hydra.run.dir={tmp_path}/run",
+        f"cache_dir={tmp_path}/cache",
+        "train.epochs=3",
+        "train.progress=false",
+    ]
     env = dict(os.environ, PATH="/usr/bin:/bin")  # the venv's bin is not on PATH
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -168,7 +216,8 @@ def test_spawned_rank_peak_memory_is_its_own():
 
 
 def test_threads_never_exceed_the_cores_a_rank_has(monkeypatch):
-    """A profile's cores_per_node (32 on cpu-cluster) planned 16 threads per rank on a 2-core machine;
+    """A profile's cores_per_node (32 on cpu-cluster) planned 16 threads per rank on a 2-core
+    machine;
     a rank takes its share of the cores it may run on instead."""
     import os
 
@@ -179,13 +228,17 @@ def test_threads_never_exceed_the_cores_a_rank_has(monkeypatch):
         monkeypatch.delenv(key, raising=False)
     assert threads_here(16, world_size=2) == 1 and threads_here(16, world_size=1) == 2
     assert threads_here(1, world_size=1) == 1  # never more than planned
-    assert local_ranks(8, {"LOCAL_WORLD_SIZE": "2"}) == 2 and local_ranks(8, {"SLURM_PROCID": "3"}) == 1
+    assert (
+        local_ranks(8, {"LOCAL_WORLD_SIZE": "2"}) == 2
+        and local_ranks(8, {"SLURM_PROCID": "3"}) == 1
+    )
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # torchrun, one rank on this host
     assert threads_here(16, world_size=8) == 2
 
 
 def test_ranks_started_with_different_overrides_stop_with_one_line(tmp_path):
-    """Two ranks as an external launcher starts them (RANK/WORLD_SIZE/MASTER_*), one command line each,
+    """Two ranks as an external launcher starts them (RANK/WORLD_SIZE/MASTER_*), one command line
+    each,
     one of them with another hidden width: both stop at the start-up exchange, naming the key."""
     import os
     import subprocess
@@ -198,15 +251,41 @@ def test_ranks_started_with_different_overrides_stop_with_one_line(tmp_path):
     exe = Path(sys.executable).parent / "gnntrain"
     procs = []
     for rank, hidden in ((0, 16), (1, 32)):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        procs.append(subprocess.Popen([str(exe), "run", f"hydra.run.dir={tmp_path}/r{rank}", f"cache_dir={tmp_path}/c",
-                                       "dataset.num_nodes=300", "kernel=torch", f"model.hidden={hidden}",
-                                       "train.progress=false", "comm_timeout_s=60"],
-                                      cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE="2",
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    str(exe),
+                    "run",
+                    f"hydra.run.dir={tmp_path}/r{rank}",
+                    f"cache_dir={tmp_path}/c",
+                    "dataset.num_nodes=300",
+                    "kernel=torch",
+                    f"model.hidden={hidden}",
+                    "train.progress=false",
+                    "comm_timeout_s=60",
+                ],
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outs = [p.communicate(timeout=120) for p in procs]
     for proc, (out, err) in zip(procs, outs):
         assert proc.returncode == 1, out + err
-        assert "the ranks planned different runs: model.hidden 16 (rank 0) vs 32 (rank 1) (rank 1 differs from " \
-               "rank 0)" in err, err
+        assert (
+            "the ranks planned different runs: model.hidden 16 (rank 0) vs 32 (rank 1) (rank 1 "
+            "differs from "
+            "rank 0)" in err
+        ), err
         assert "Traceback" not in err

@@ -4,6 +4,7 @@ Each test writes a tiny dataset in the exact on-disk layout DGL or OGB expects
 under a temporary ``data_dir`` and loads it through the public entry point
 ``gnntrain.data.load_dataset``, so the real library parsers do the reading.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,14 +32,26 @@ EdgeSet = Set[Tuple[int, int]]
 
 # --------------------------------------------------------------------------- helpers
 
+
 def _load(name: str, data_dir: Path, cache_dir: Path, reader: str = "auto"):
-    return load_dataset(compose([f"dataset={name}", f"data_dir={data_dir}", f"cache_dir={cache_dir}",
-                                 f"dataset.reader={reader}"]))
+    return load_dataset(
+        compose(
+            [
+                f"dataset={name}",
+                f"data_dir={data_dir}",
+                f"cache_dir={cache_dir}",
+                f"dataset.reader={reader}",
+            ]
+        )
+    )
 
 
-# each reader builds its own link farm: (reader, the farm root under the cache, Reddit's farm folder)
-FARMS = [pytest.param(("dgl", "dgl", DGL_SOURCES["reddit"].folder()), marks=pytest.mark.dgl, id="dgl"),
-         pytest.param(("pyg", "pyg", "Reddit"), id="pyg")]
+# each reader builds its own link farm: (reader, the farm root under the cache, Reddit's farm
+# folder)
+FARMS = [
+    pytest.param(("dgl", "dgl", DGL_SOURCES["reddit"].folder()), marks=pytest.mark.dgl, id="dgl"),
+    pytest.param(("pyg", "pyg", "Reddit"), id="pyg"),
+]
 
 
 def _edge_set(data) -> EdgeSet:
@@ -51,14 +64,18 @@ def _symmetric(pairs) -> EdgeSet:
 
 
 def _snapshot(root: Path) -> Dict[str, Tuple[int, int]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+    }
 
 
 @pytest.fixture
 def read_only():
-    """read_only(dir): make ``dir`` read-only; on teardown check nothing in it changed, then restore.
+    """read_only(dir): make ``dir`` read-only; on teardown check nothing in it changed, then
+    restore.
 
-    chmod does not stop root, so the snapshot comparison is what enforces "data_dir is never written".
+    chmod does not stop root, so the snapshot comparison is what enforces "data_dir is never
+    written".
     """
     held = []
 
@@ -80,7 +97,9 @@ def read_only():
 
 # --------------------------------------------------------------------------- raw-file writers
 
-PUBMED = dict(n_train=6, n_unlabelled=4, n_test=20, dim=8, classes=3)  # DGL always takes 500 val nodes
+PUBMED = dict(
+    n_train=6, n_unlabelled=4, n_test=20, dim=8, classes=3
+)  # DGL always takes 500 val nodes
 
 
 def write_planetoid(data_dir: Path, name: str, seed: int = 0) -> Dict[str, object]:
@@ -103,9 +122,13 @@ def write_planetoid(data_dir: Path, name: str, seed: int = 0) -> Dict[str, objec
     graph[3].append(3)  # a self-loop, which the loader must drop
     graph[4].append(5)  # a duplicate of 4 -> 5
     objects = {
-        "x": feats[: p["n_train"]], "y": onehot[: p["n_train"]],
-        "allx": feats[:n_allx], "ally": onehot[:n_allx],
-        "tx": feats[n_allx:], "ty": onehot[n_allx:], "graph": graph,
+        "x": feats[: p["n_train"]],
+        "y": onehot[: p["n_train"]],
+        "allx": feats[:n_allx],
+        "ally": onehot[:n_allx],
+        "tx": feats[n_allx:],
+        "ty": onehot[n_allx:],
+        "graph": graph,
     }
     folder = data_dir / DGL_SOURCES[name].folder()
     folder.mkdir(parents=True)
@@ -113,9 +136,17 @@ def write_planetoid(data_dir: Path, name: str, seed: int = 0) -> Dict[str, objec
         with open(folder / f"ind.{name}.{part}", "wb") as f:
             pickle.dump(obj, f, protocol=2)
     (folder / f"ind.{name}.test.index").write_text("".join(f"{i}\n" for i in test_index))
-    return {"n": n, "train": p["n_train"], "val": 500, "test": p["n_test"], "dim": p["dim"],
-            "classes": p["classes"], "edges": _symmetric(pairs), "test_nodes": set(test_index.tolist()),
-            "train_labels": onehot[: p["n_train"]].argmax(1)}
+    return {
+        "n": n,
+        "train": p["n_train"],
+        "val": 500,
+        "test": p["n_test"],
+        "dim": p["dim"],
+        "classes": p["classes"],
+        "edges": _symmetric(pairs),
+        "test_nodes": set(test_index.tolist()),
+        "train_labels": onehot[: p["n_train"]].argmax(1),
+    }
 
 
 REDDIT = dict(n=40, dim=5)
@@ -132,13 +163,25 @@ def write_reddit(data_dir: Path, feature_offset: float = 0.0) -> Dict[str, objec
     feature[:, 0] = np.arange(n)
     label = rng.integers(0, 41, size=n)
     node_types = np.array([1] * 24 + [2] * 6 + [3] * 10)
-    pairs = [(i, (i + 1) % n) for i in range(n)] + [(i, (i + 3) % n) for i in range(0, n, 4)] + [(7, 7)]
+    pairs = (
+        [(i, (i + 1) % n) for i in range(n)] + [(i, (i + 3) % n) for i in range(0, n, 4)] + [(7, 7)]
+    )
     row, col = np.array(pairs).T
     folder = data_dir / DGL_SOURCES["reddit"].folder()
     folder.mkdir(parents=True)
     np.savez(folder / "reddit_data.npz", feature=feature, label=label, node_types=node_types)
-    sp.save_npz(folder / "reddit_graph.npz", sp.coo_matrix((np.ones(len(pairs)), (row, col)), shape=(n, n)))
-    return {"n": n, "dim": dim, "train": 24, "val": 6, "test": 10, "edges": _symmetric(pairs), "label": label}
+    sp.save_npz(
+        folder / "reddit_graph.npz", sp.coo_matrix((np.ones(len(pairs)), (row, col)), shape=(n, n))
+    )
+    return {
+        "n": n,
+        "dim": dim,
+        "train": 24,
+        "val": 6,
+        "test": 10,
+        "edges": _symmetric(pairs),
+        "label": label,
+    }
 
 
 ARXIV = dict(n=50, dim=4, train=30, valid=12, test=8)
@@ -163,20 +206,29 @@ def write_ogbn_arxiv(data_dir: Path) -> Dict[str, object]:
     _write_csv_gz(root / "raw" / "num-edge-list.csv.gz", [len(pairs)])
     _write_csv_gz(root / "raw" / "node-feat.csv.gz", rng.standard_normal((n, dim)).round(4))
     _write_csv_gz(root / "raw" / "node-label.csv.gz", label)
-    _write_csv_gz(root / "raw" / "node_year.csv.gz", rng.integers(2000, 2020, size=n))  # arxiv's extra node file
+    _write_csv_gz(
+        root / "raw" / "node_year.csv.gz", rng.integers(2000, 2020, size=n)
+    )  # arxiv's extra node file
     order = rng.permutation(n)
     cut = np.cumsum([ARXIV["train"], ARXIV["valid"]])
     for split, idx in zip(("train", "valid", "test"), np.split(order, cut)):
         _write_csv_gz(root / "split" / "time" / f"{split}.csv.gz", idx)
     (root / "RELEASE_v1.txt").write_text("synthetic ogbn-arxiv for tests\n")
-    return {"n": n, "dim": dim, "edges": _symmetric(pairs), "label": label,
-            "split": dict(zip(("train", "val", "test"), np.split(order, cut)))}
+    return {
+        "n": n,
+        "dim": dim,
+        "edges": _symmetric(pairs),
+        "label": label,
+        "split": dict(zip(("train", "val", "test"), np.split(order, cut))),
+    }
 
 
 # --------------------------------------------------------------------------- tests
 
+
 def test_pubmed_planetoid_layout(tmp_path, read_only):
-    """Planetoid files for pubmed load with DGL's sizes and splits, clean symmetric edges, data_dir untouched."""
+    """Planetoid files for pubmed load with DGL's sizes and splits, clean symmetric edges, data_dir
+    untouched."""
     data_dir, cache = tmp_path / "data", tmp_path / "cache"
     want = write_planetoid(data_dir, "pubmed")
     read_only(data_dir)
@@ -196,7 +248,8 @@ def test_pubmed_planetoid_layout(tmp_path, read_only):
 
 
 def test_reddit_layout(tmp_path, read_only):
-    """reddit_data.npz + reddit_graph.npz load with the node_types splits; edges survive DGL's reordering."""
+    """reddit_data.npz + reddit_graph.npz load with the node_types splits; edges survive DGL's
+    reordering."""
     data_dir, cache = tmp_path / "data", tmp_path / "cache"
     want = write_reddit(data_dir)
     read_only(data_dir)
@@ -205,7 +258,10 @@ def test_reddit_layout(tmp_path, read_only):
     assert data.num_nodes == want["n"] and data.feat_dim == want["dim"]
     assert data.num_classes == 41
     assert {k: int(m.sum()) for k, m in data.masks.items()} == {
-        "train": want["train"], "val": want["val"], "test": want["test"]}
+        "train": want["train"],
+        "val": want["val"],
+        "test": want["test"],
+    }
     orig = data.features[:, 0].round().to(torch.int64)  # new id -> original id
     assert sorted(orig.tolist()) == list(range(want["n"]))
     assert data.labels.tolist() == want["label"][orig.numpy()].tolist()
@@ -214,7 +270,8 @@ def test_reddit_layout(tmp_path, read_only):
 
 
 def test_ogbn_arxiv_layout(tmp_path, read_only):
-    """OGB's ogbn_arxiv layout loads with its 40 classes, the split/time indices and symmetrised edges."""
+    """OGB's ogbn_arxiv layout loads with its 40 classes, the split/time indices and symmetrised
+    edges."""
     data_dir, cache = tmp_path / "data", tmp_path / "cache"
     want = write_ogbn_arxiv(data_dir)
     read_only(data_dir)
@@ -229,12 +286,17 @@ def test_ogbn_arxiv_layout(tmp_path, read_only):
     assert data.num_edges == len(want["edges"])
 
 
-@pytest.mark.parametrize("name, layout", [
-    ("citeseer", f"{DGL_SOURCES['citeseer'].folder()}/{{ind.citeseer.x"),
-    ("ogbn-products", "ogbn_products/{RELEASE_v1.txt, raw/edge.csv.gz"),
-], ids=["citeseer", "ogbn-products"])
+@pytest.mark.parametrize(
+    "name, layout",
+    [
+        ("citeseer", f"{DGL_SOURCES['citeseer'].folder()}/{{ind.citeseer.x"),
+        ("ogbn-products", "ogbn_products/{RELEASE_v1.txt, raw/edge.csv.gz"),
+    ],
+    ids=["citeseer", "ogbn-products"],
+)
 def test_missing_files_offline(tmp_path, monkeypatch, name, layout):
-    """Offline with no files: a prompt DatasetError naming the dataset, the searched folder and the layout."""
+    """Offline with no files: a prompt DatasetError naming the dataset, the searched folder and the
+    layout."""
     monkeypatch.setenv("GNNTRAIN_OFFLINE", "1")
     with contextlib.suppress(ImportError):  # keep the reader's import cost out of the timing
         import dgl.data  # noqa: F401
@@ -255,7 +317,8 @@ def test_missing_files_offline(tmp_path, monkeypatch, name, layout):
 
 
 def test_corrupt_reddit_file(tmp_path):
-    """A truncated reddit_data.npz is reported as a DatasetError naming the dataset, not a raw traceback."""
+    """A truncated reddit_data.npz is reported as a DatasetError naming the dataset, not a raw
+    traceback."""
     data_dir = tmp_path / "data"
     write_reddit(data_dir)
     npz = data_dir / DGL_SOURCES["reddit"].folder() / "reddit_data.npz"
@@ -272,13 +335,16 @@ def test_content_hash_tracks_content(tmp_path):
     write_reddit(a)
     write_reddit(b, feature_offset=1.0)
     first = _load("reddit", a, tmp_path / "cache1").content_hash
-    assert _load("reddit", a, tmp_path / "cache1").content_hash == first  # from DGL's processed cache
+    assert (
+        _load("reddit", a, tmp_path / "cache1").content_hash == first
+    )  # from DGL's processed cache
     assert _load("reddit", a, tmp_path / "cache2").content_hash == first  # processed afresh
     assert _load("reddit", b, tmp_path / "cache3").content_hash != first
 
 
 def test_cache_follows_data_dir(tmp_path):
-    """One cache_dir, then another data_dir or edited raw files: the new data is loaded, not the stale cache."""
+    """One cache_dir, then another data_dir or edited raw files: the new data is loaded, not the
+    stale cache."""
     a, b, cache = tmp_path / "a", tmp_path / "b", tmp_path / "cache"
     write_reddit(a)
     write_reddit(b, feature_offset=1.0)
@@ -299,20 +365,30 @@ def test_cache_follows_data_dir(tmp_path):
 
 # ------------------------------------------------- shared caches, many processes
 def test_a_data_dir_that_does_not_exist_is_an_error_naming_it(tmp_path):
-    """Never a silent substitute: with data_dir missing, no processed copy of an earlier run stands in."""
+    """Never a silent substitute: with data_dir missing, no processed copy of an earlier run stands
+    in."""
     data_dir = tmp_path / "a"
     write_reddit(data_dir)
     _load("reddit", data_dir, tmp_path / "cache")  # leaves a processed copy in the cache
     missing = tmp_path / "nonexistent"
     with pytest.raises(DatasetError) as err:
-        load_dataset(compose(["dataset=reddit", f"data_dir={missing}", f"cache_dir={tmp_path / 'cache'}",
-                              "allow_download=true"]))
+        load_dataset(
+            compose(
+                [
+                    "dataset=reddit",
+                    f"data_dir={missing}",
+                    f"cache_dir={tmp_path / 'cache'}",
+                    "allow_download=true",
+                ]
+            )
+        )
     assert f"data_dir={missing} does not exist" in str(err.value)
 
 
 @pytest.mark.parametrize("farm", FARMS)
 def test_same_files_in_two_folders_share_one_processed_cache(tmp_path, farm):
-    """The farm is keyed by the raw files' content: a copy elsewhere reuses it, other content does not."""
+    """The farm is keyed by the raw files' content: a copy elsewhere reuses it, other content does
+    not."""
     reader, root, _ = farm
     a, b, c, cache = tmp_path / "a", tmp_path / "b", tmp_path / "c", tmp_path / "cache"
     write_reddit(a)
@@ -335,15 +411,27 @@ def test_concurrent_loads_of_one_new_dataset_share_one_farm(tmp_path):
 
     if not SHARED_DGL.exists():
         pytest.skip(f"{SHARED_DGL} is not present")
-    script = ("import sys; from conftest import compose; from gnntrain.data import load_dataset; "
-              f"d = load_dataset(compose(['dataset=cora', 'data_dir={SHARED_DGL}', 'cache_dir=' + sys.argv[1]])); "
-              "print(d.content_hash)")
+    script = (
+        "import sys; from conftest import compose; from gnntrain.data import load_dataset; "
+        f"d = load_dataset(compose(['dataset=cora', 'data_dir={SHARED_DGL}', 'cache_dir=' + "
+        "sys.argv[1]])); "
+        "print(d.content_hash)"
+    )
     tests_dir = Path(__file__).resolve().parent
-    # one race per run (three took 24 s of CI): test_loading_waits_for_the_farm_lock checks the lock itself
+    # one race per run (three took 24 s of CI): test_loading_waits_for_the_farm_lock checks the lock
+    # itself
     for attempt in range(1):
         cache = tmp_path / f"cache{attempt}"
-        procs = [subprocess.Popen([sys.executable, "-c", script, str(cache)], cwd=tests_dir, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, str(cache)],
+                cwd=tests_dir,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for _ in range(2)
+        ]
         outs = [p.communicate(timeout=180) for p in procs]
         assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
         assert outs[0][0] == outs[1][0]
@@ -361,7 +449,9 @@ def test_loading_waits_for_the_farm_lock(tmp_path, farm):
     write_reddit(data_dir)
     done = threading.Event()
     with file_lock(cache / root / f".{folder}.lock"):
-        worker = threading.Thread(target=lambda: (_load("reddit", data_dir, cache, reader), done.set()))
+        worker = threading.Thread(
+            target=lambda: (_load("reddit", data_dir, cache, reader), done.set())
+        )
         worker.start()
         assert not done.wait(timeout=2.0), "the load ran while another holder had the farm lock"
     worker.join(timeout=120)
@@ -372,12 +462,24 @@ def test_loading_waits_for_the_farm_lock(tmp_path, farm):
 def _assert_same_graph(a, b) -> None:
     for field in ("src", "dst", "features", "labels", "train_mask", "val_mask", "test_mask"):
         assert torch.equal(getattr(a, field), getattr(b, field)), field
-    assert (a.num_nodes, a.num_classes, a.content_hash) == (b.num_nodes, b.num_classes, b.content_hash)
+    assert (a.num_nodes, a.num_classes, a.content_hash) == (
+        b.num_nodes,
+        b.num_classes,
+        b.content_hash,
+    )
 
 
 def _load_with(name: str, data_dir: Path, cache_dir: Path, reader: str):
-    return load_dataset(compose([f"dataset={name}", f"data_dir={data_dir}", f"cache_dir={cache_dir}",
-                                 f"dataset.reader={reader}"]))
+    return load_dataset(
+        compose(
+            [
+                f"dataset={name}",
+                f"data_dir={data_dir}",
+                f"cache_dir={cache_dir}",
+                f"dataset.reader={reader}",
+            ]
+        )
+    )
 
 
 @pytest.mark.dgl
@@ -417,8 +519,10 @@ def test_dgl_and_pyg_readers_agree_on_generated_files(tmp_path, name):
     reorders Reddit's nodes by reverse Cuthill-McKee; the PyG path applies the same order)."""
     data_dir = tmp_path / "data"
     write_planetoid(data_dir, name) if name == "pubmed" else write_reddit(data_dir)
-    _assert_same_graph(_load_with(name, data_dir, tmp_path / "cache", "dgl"),
-                       _load_with(name, data_dir, tmp_path / "cache", "pyg"))
+    _assert_same_graph(
+        _load_with(name, data_dir, tmp_path / "cache", "dgl"),
+        _load_with(name, data_dir, tmp_path / "cache", "pyg"),
+    )
 
 
 @pytest.mark.dgl
@@ -427,18 +531,25 @@ def test_dgl_folder_name_is_computed_as_dgl_does(monkeypatch):
     import hashlib
 
     from dgl.data.utils import _get_dgl_url
+
     for repo in (None, "https://mirror.example/dgl"):
         if repo:
             monkeypatch.setenv("DGL_REPO", repo)
         for source in DGL_SOURCES.values():
-            want = source.folder_name + "_" + hashlib.sha1(_get_dgl_url(source.url_path).encode()).hexdigest()[:8]
+            want = (
+                source.folder_name
+                + "_"
+                + hashlib.sha1(_get_dgl_url(source.url_path).encode()).hexdigest()[:8]
+            )
             assert source.folder() == want
 
 
 # ------------------------------------------------- where the files are not
 def _cora_error(tmp_path, data_dir) -> str:
     with pytest.raises(DatasetError) as err:
-        load_dataset(compose(["dataset=cora", f"data_dir={data_dir}", f"cache_dir={tmp_path / 'cache'}"]))
+        load_dataset(
+            compose(["dataset=cora", f"data_dir={data_dir}", f"cache_dir={tmp_path / 'cache'}"])
+        )
     return str(err.value)
 
 
@@ -449,8 +560,11 @@ def test_a_data_dir_one_level_too_high_names_the_right_one(tmp_path):
     from conftest import SHARED_DGL
 
     message = _cora_error(tmp_path, SHARED_DGL.parent)
-    assert f"data_dir={SHARED_DGL.parent} has no {DGL_SOURCES['cora'].folder()}/, but {SHARED_DGL} does: " \
-           f"set data_dir={SHARED_DGL}" in message
+    assert (
+        f"data_dir={SHARED_DGL.parent} has no {DGL_SOURCES['cora'].folder()}/, but {SHARED_DGL} "
+        "does: "
+        f"set data_dir={SHARED_DGL}" in message
+    )
     assert "download" not in message
 
 
@@ -463,7 +577,9 @@ def test_a_missing_raw_file_is_named(tmp_path):
     shutil.copytree(SHARED_DGL / folder, copy)
     (copy / "ind.cora_v2.tx").unlink()
     message = _cora_error(tmp_path, tmp_path / "data")
-    assert message.startswith(f"dataset 'cora': {copy} is missing 1 of ")  # DGL's or PyG's, by dataset.reader
+    assert message.startswith(
+        f"dataset 'cora': {copy} is missing 1 of "
+    )  # DGL's or PyG's, by dataset.reader
     assert "'s files: ind.cora_v2.tx. Restore them" in message
     assert "download" not in message
 
@@ -471,7 +587,9 @@ def test_a_missing_raw_file_is_named(tmp_path):
 def test_a_data_dir_that_is_a_file_says_so(tmp_path):
     not_a_folder = tmp_path / "cora.zip"
     not_a_folder.write_bytes(b"PK")
-    assert f"data_dir={not_a_folder} is a file, not a folder." in _cora_error(tmp_path, not_a_folder)
+    assert f"data_dir={not_a_folder} is a file, not a folder." in _cora_error(
+        tmp_path, not_a_folder
+    )
 
 
 def test_without_a_network_no_download_is_tried(tmp_path, monkeypatch):
@@ -480,8 +598,13 @@ def test_without_a_network_no_download_is_tried(tmp_path, monkeypatch):
     from gnntrain.data import farm
 
     monkeypatch.delenv("GNNTRAIN_OFFLINE", raising=False)
-    monkeypatch.setattr(farm, "network_problem", lambda library: "data.dgl.ai cannot be reached (test)")
+    monkeypatch.setattr(
+        farm, "network_problem", lambda library: "data.dgl.ai cannot be reached (test)"
+    )
     message = _cora_error(tmp_path, tmp_path)
-    assert f"raw files not found (data_dir={tmp_path} holds no {DGL_SOURCES['cora'].folder()}/), and no download " \
-           f"was tried: data.dgl.ai cannot be reached (test)." in message
+    assert (
+        f"raw files not found (data_dir={tmp_path} holds no {DGL_SOURCES['cora'].folder()}/), and "
+        "no download "
+        f"was tried: data.dgl.ai cannot be reached (test)." in message
+    )
     assert not (tmp_path / "cache" / "dgl" / "downloaded").exists()

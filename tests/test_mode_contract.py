@@ -1,4 +1,5 @@
-"""The contract every registered mode keeps, read from the registry (no test lists the modes by hand):
+"""The contract every registered mode keeps, read from the registry (no test lists the modes by
+hand):
 it plans, prepares and trains on a small graph with its own default options, and where its spec says
 it is exact (``ModePlanner.is_exact``) its float64 losses equal ``mode=single``'s within 1e-9
 (docs/design.md#exactness). A mode that a test registers on the fly is held to the same contract."""
@@ -43,8 +44,10 @@ def test_every_registered_mode_plans_prepares_trains_and_is_exact_where_it_says(
 
 
 def test_a_mode_registered_on_the_fly_keeps_the_same_contract(train):
-    """A new mode is one module plus one YAML: here a spec and a ConfigStore node. It reuses single's
-    preparation and rank strategy, so its planner says it is exact, and the contract checks that it is."""
+    """A new mode is one module plus one YAML: here a spec and a ConfigStore node. It reuses
+    single's
+    preparation and rank strategy, so its planner says it is exact, and the contract checks that it
+    is."""
     from hydra.core.config_store import ConfigStore
 
     from gnntrain.config.schema import ModeConfig
@@ -59,11 +62,22 @@ def test_a_mode_registered_on_the_fly_keeps_the_same_contract(train):
             return 1  # in this process: a rank started elsewhere would not know a test's mode
 
     store = ConfigStore.instance()
-    register_mode(ModeSpec(
-        name="mirror", options=MirrorConfig, planner=MirrorPlanner, prepare=single.prepare,
-        strategy=single.strategy,
-        capabilities=Capabilities(part_store=False, partitions_graph=False, needs_elementwise=False,
-                                  needs_restructurable=False, whole_graph_reason="it mirrors mode=single")))
+    register_mode(
+        ModeSpec(
+            name="mirror",
+            options=MirrorConfig,
+            planner=MirrorPlanner,
+            prepare=single.prepare,
+            strategy=single.strategy,
+            capabilities=Capabilities(
+                part_store=False,
+                partitions_graph=False,
+                needs_elementwise=False,
+                needs_restructurable=False,
+                whole_graph_reason="it mirrors mode=single",
+            ),
+        )
+    )
     store.store(group="mode", name="mirror", node={"defaults": ["mirror_schema"]})
     try:
         assert "mirror" in MODE_REGISTRY
@@ -83,13 +97,24 @@ def test_a_second_mode_under_a_taken_name_is_refused():
     class ImpostorConfig(ModeConfig):
         name: str = "partition"
 
-    impostor = ModeSpec(name="partition", options=ImpostorConfig, capabilities=Capabilities(), planner=ModePlanner,
-                        prepare=lambda *a: None, strategy=lambda *a: None)
-    with pytest.raises(DuplicateNameError, match=r"mode 'partition' is registered twice: by .*PartitionConfig "
-                                                 r"and by .*ImpostorConfig\. Give one of them another name\."):
+    impostor = ModeSpec(
+        name="partition",
+        options=ImpostorConfig,
+        capabilities=Capabilities(),
+        planner=ModePlanner,
+        prepare=lambda *a: None,
+        strategy=lambda *a: None,
+    )
+    with pytest.raises(
+        DuplicateNameError,
+        match=r"mode 'partition' is registered twice: by .*PartitionConfig "
+        r"and by .*ImpostorConfig\. Give one of them another name\.",
+    ):
         register_mode(impostor)
     assert MODE_REGISTRY["partition"].planner.__name__ == "PartitionPlanner"
-    register_mode(MODE_REGISTRY["partition"])  # the same spec again (a module imported twice): a no-op
+    register_mode(
+        MODE_REGISTRY["partition"]
+    )  # the same spec again (a module imported twice): a no-op
 
 
 def test_a_second_model_or_generator_under_a_taken_name_is_refused():
@@ -104,19 +129,29 @@ def test_a_second_model_or_generator_under_a_taken_name_is_refused():
     assert MODEL_REGISTRY["gcn"] is gcn
     csbm = GENERATORS["csbm"]
     with pytest.raises(DuplicateNameError, match="generator 'csbm' is registered twice"):
-        register_generator(Generator(name="csbm", config=DatasetConfig, blocks=lambda ds: None,
-                                     directed_edges=lambda ds: 0))
+        register_generator(
+            Generator(
+                name="csbm",
+                config=DatasetConfig,
+                blocks=lambda ds: None,
+                directed_edges=lambda ds: 0,
+            )
+        )
     assert GENERATORS["csbm"] is csbm
 
 
-PRINTED_VARIANTS = {"hongtu": [[], ["mode.host_budget=1KiB"], ["mode.direct=true", "hardware.ranks_per_node=1"]],
-                    "partition": [[], ["mode.replication=2", "hardware.ranks_per_node=4"]]}
+PRINTED_VARIANTS = {
+    "hongtu": [[], ["mode.host_budget=1KiB"], ["mode.direct=true", "hardware.ranks_per_node=1"]],
+    "partition": [[], ["mode.replication=2", "hardware.ranks_per_node=4"]],
+}
 
 
 @pytest.mark.parametrize("mode", sorted(MODE_REGISTRY))
 def test_a_mode_hands_the_printers_values_not_formatted_text(mode, cache_dir):
-    """Text for the terminal is the printers' job: a mode's plan details and graph figures are numbers,
-    flags, labels, and lists and mappings of them (bytes under keys that say bytes, times under "ms"),
+    """Text for the terminal is the printers' job: a mode's plan details and graph figures are
+    numbers,
+    flags, labels, and lists and mappings of them (bytes under keys that say bytes, times under
+    "ms"),
     never a number already written into a phrase ("3.76 MiB", "2 x 1", "1 CPU + 1 accelerator")."""
     import re
 
@@ -137,7 +172,9 @@ def test_a_mode_hands_the_printers_values_not_formatted_text(mode, cache_dir):
     for extra in PRINTED_VARIANTS.get(mode, [[]]):
         cfg = compose([f"mode={mode}", "dataset.num_nodes=2000", f"cache_dir={cache_dir}", *extra])
         plan = build_plan(cfg)
-        details = {k: v for k, v in plan.mode_details.items() if k != "graph per rank"}  # the plan's own line
+        details = {
+            k: v for k, v in plan.mode_details.items() if k != "graph per rank"
+        }  # the plan's own line
         found = list(phrases(details, "details"))
         if MODE_REGISTRY[mode].planner.graph_report is not ModePlanner.graph_report:
             data, part, _ = _load_and_partition(cfg, plan)

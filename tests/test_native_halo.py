@@ -1,6 +1,9 @@
-"""SuperGCN's halo operators in the native C build (gnntrain/models/_native_halo.c): quantise + pack, unpack +
-dequantise and the sorted post-aggregation scatter give the torch formulas' bits, at any thread count, and
+"""SuperGCN's halo operators in the native C build (gnntrain/models/_native_halo.c): quantise +
+pack, unpack +
+dequantise and the sorted post-aggregation scatter give the torch formulas' bits, at any thread
+count, and
 torch's formulas serve where the C build does not load."""
+
 import pytest
 import torch
 
@@ -15,7 +18,9 @@ WIDTHS = (1, 7, 64, 130)
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """The tensor's bit patterns (NaN and signed zeros compare as bits)."""
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t.view(
+        {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    )
 
 
 def _threads(n: int, fn, *args):
@@ -28,9 +33,13 @@ def _threads(n: int, fn, *args):
 
 
 def _rows(dtype, width: int, seed: int = 0) -> torch.Tensor:
-    """Rows over 12 decades (float16's range overflows at the top: infinite scales), constant rows, zeros."""
+    """Rows over 12 decades (float16's range overflows at the top: infinite scales), constant rows,
+    zeros."""
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(203, width, dtype=dtype, generator=gen) * torch.logspace(-6, 6, 203, dtype=dtype)[:, None]
+    x = (
+        torch.randn(203, width, dtype=dtype, generator=gen)
+        * torch.logspace(-6, 6, 203, dtype=dtype)[:, None]
+    )
     x[5] = 0.0
     x[6] = 3.25
     x[7] = -1e-3
@@ -39,22 +48,29 @@ def _rows(dtype, width: int, seed: int = 0) -> torch.Tensor:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_c_quantiser_and_dequantiser_have_the_torch_bits(dtype):
-    """For the same noise lanes: the same packed codes and (scale, zero) bits at bits 1, 2, 4, 8, widths 1, 7,
+    """For the same noise lanes: the same packed codes and (scale, zero) bits at bits 1, 2, 4, 8,
+    widths 1, 7,
     64, 130 and every parameter dtype; the same decoded rows; 1 and 2 threads alike."""
     for width in WIDTHS:
         x = _rows(dtype, width, seed=width)
-        lanes = quantize._noise_lanes(tuple(x.shape), torch.Generator().manual_seed(width), x.device)
+        lanes = quantize._noise_lanes(
+            tuple(x.shape), torch.Generator().manual_seed(width), x.device
+        )
         noise = lanes.clone().bitwise_and_((1 << quantize.NOISE_BITS) - 1)
         for param_dtype in PARAMS:
             for bits in BITS:
                 want_codes, want_params = quantize.quantize_torch(x, bits, noise, param_dtype)
                 want_rows = quantize.dequantize_torch(want_codes, want_params, bits, width, dtype)
                 for threads in (1, 2):
-                    codes, params = _threads(threads, _native_halo.quantize_pack, x, bits, lanes, param_dtype)
+                    codes, params = _threads(
+                        threads, _native_halo.quantize_pack, x, bits, lanes, param_dtype
+                    )
                     case = (width, param_dtype, bits, threads)
                     assert params.dtype == param_dtype and torch.equal(codes, want_codes), case
                     assert torch.equal(_bits(params), _bits(want_params)), case
-                    rows = _threads(threads, _native_halo.unpack_dequantize, codes, params, bits, width, dtype)
+                    rows = _threads(
+                        threads, _native_halo.unpack_dequantize, codes, params, bits, width, dtype
+                    )
                     assert torch.equal(_bits(rows), _bits(want_rows)), case
 
 
@@ -69,7 +85,9 @@ def test_c_quantiser_reads_strided_rows():
 
 @pytest.fixture
 def native_off(monkeypatch):
-    """GNNTRAIN_NATIVE=numba for the test: the C build is refused; caches forgotten before and after."""
+    """GNNTRAIN_NATIVE=numba for the test: the C build is refused; caches forgotten before and
+    after."""
+
     def clear():
         for cached in (_native_c.load, _native._c_loops, _native._c_problem):
             cached.cache_clear()
@@ -88,7 +106,9 @@ def test_quantize_rows_runs_c_on_the_cpu_and_torch_without_it(monkeypatch, nativ
     calls = []
     for name in ("quantize_pack", "unpack_dequantize"):
         real = getattr(_native_halo, name)
-        monkeypatch.setattr(_native_halo, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+        monkeypatch.setattr(
+            _native_halo, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a)
+        )
     torch_side = quantize.quantize_rows(x, 2, torch.Generator().manual_seed(9))
     torch_rows = quantize.dequantize_rows(*torch_side, 2, 64, torch.float32)
     assert calls == []
@@ -109,15 +129,21 @@ def _remote(n: int, m: int, edges: int, scaled: bool, seed: int):
     dst = torch.randint(0, n // 2, (edges,), generator=gen) * 2
     src = torch.randint(0, m, (edges,), generator=gen)
     dst, src = torch.cat([dst, dst[:50]]), torch.cat([src, src[:50]])  # duplicates
-    factor = torch.rand(n, dtype=torch.float64, generator=gen) if scaled else torch.ones(n, dtype=torch.float64)
+    factor = (
+        torch.rand(n, dtype=torch.float64, generator=gen)
+        if scaled
+        else torch.ones(n, dtype=torch.float64)
+    )
     return dst, src, torch.stack([torch.ones(dst.numel(), dtype=torch.float64), factor[dst]], dim=1)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("scaled", [True, False])
 def test_c_scatter_has_the_sorted_index_add_bits(dtype, scaled):
-    """base + d ⊙ (A · received) and its backward: the C pass, torch's index_add_ in the same sorted order
-    and the native SpMM added after (what the mode ran before) give the same bits, with duplicate edges and
+    """base + d ⊙ (A · received) and its backward: the C pass, torch's index_add_ in the same sorted
+    order
+    and the native SpMM added after (what the mode ran before) give the same bits, with duplicate
+    edges and
     rows that receive nothing, at 1 and 2 threads and widths across the register block."""
     n, m = 400, 250
     dst, src, weight = _remote(n, m, 3000, scaled, seed=1)
@@ -139,7 +165,9 @@ def test_c_scatter_has_the_sorted_index_add_bits(dtype, scaled):
             out = _threads(threads, op, base, received)
             _threads(threads, out.backward, grad)
             assert torch.equal(_bits(out), _bits(want)), (width, threads)
-            assert torch.equal(_bits(received.grad), _bits(want_grad)) and torch.equal(base.grad, grad)
+            assert torch.equal(_bits(received.grad), _bits(want_grad)) and torch.equal(
+                base.grad, grad
+            )
         assert torch.equal(out[1::2], base[1::2])  # rows that receive nothing keep the local sum
 
 
@@ -149,7 +177,9 @@ def test_scatter_falls_back_to_torch_without_the_c_build(native_off):
     base, received = torch.randn(100, 16), torch.randn(60, 16)
     assert not _native_halo.available(base, received)
     got = op(base, received)
-    assert torch.equal(got, scatter(op.forward_csr, op.scale(torch.float32), base, received, native=False))
+    assert torch.equal(
+        got, scatter(op.forward_csr, op.scale(torch.float32), base, received, native=False)
+    )
 
 
 def test_post_aggregation_refuses_unfactored_weights():

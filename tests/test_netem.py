@@ -3,6 +3,7 @@ bridge, each link shaped by tc, one torchrun agent per host.
 
 Needs root, iproute2 and tc (skipped with the reason otherwise).
 """
+
 from __future__ import annotations
 
 import os
@@ -59,26 +60,53 @@ def cluster(state_dir):
 
 
 def _mbit_s(cluster, script: Path) -> float:
-    server = subprocess.Popen(["ip", "netns", "exec", cluster.namespace(1), sys.executable, str(script), "server",
-                               cluster.address(1)], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            cluster.namespace(1),
+            sys.executable,
+            str(script),
+            "server",
+            cluster.address(1),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout.readline().strip() == "ready"
-        subprocess.run(["ip", "netns", "exec", cluster.namespace(0), sys.executable, str(script), "client",
-                        cluster.address(1)], check=True, timeout=60)
+        subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                cluster.namespace(0),
+                sys.executable,
+                str(script),
+                "client",
+                cluster.address(1),
+            ],
+            check=True,
+            timeout=60,
+        )
         return float(server.stdout.readline())
     finally:
         server.wait(timeout=30)
 
 
 def test_every_link_is_shaped_to_its_bandwidth(cluster, tmp_path):
-    """100 Mbit/s links carry a TCP stream at (a little under) 100 Mbit/s, not at loopback speed, and
+    """100 Mbit/s links carry a TCP stream at (a little under) 100 Mbit/s, not at loopback speed,
+    and
     both directions of each link have the token bucket."""
     script = tmp_path / "throughput.py"
     script.write_text(THROUGHPUT)
     rate = _mbit_s(cluster, script)
     assert 60 < rate < 115, f"{rate:.0f} Mbit/s across a 100 Mbit/s link"
     for ns, dev in [(cluster.namespace(0), netem.INTERFACE), (cluster.switch, "p1")]:
-        shown = subprocess.run(["tc", "-n", ns, "qdisc", "show", "dev", dev], capture_output=True, text=True).stdout
+        shown = subprocess.run(
+            ["tc", "-n", ns, "qdisc", "show", "dev", dev], capture_output=True, text=True
+        ).stdout
         assert "tbf" in shown and "rate 100Mbit" in shown, shown
 
 
@@ -103,13 +131,30 @@ def test_partition_across_emulated_hosts_equals_single(cluster, tmp_path):
     from gnntrain.launch import run_training
     from gnntrain.plan import build_plan
 
-    overrides = ["dataset=cora", f"data_dir={SHARED_DGL}", "train.dtype=float64", "model.dropout=0",
-                 "train.epochs=3", "kernel=torch", "train.progress=false", "comm_timeout_s=60"]
-    result = netem.run_job(cluster, overrides + ["mode=partition"], tmp_path / "runs", port=29620,
-                           timeout_s=240, env={"GNNTRAIN_CACHE_DIR": str(tmp_path / "cache")})
+    overrides = [
+        "dataset=cora",
+        f"data_dir={SHARED_DGL}",
+        "train.dtype=float64",
+        "model.dropout=0",
+        "train.epochs=3",
+        "kernel=torch",
+        "train.progress=false",
+        "comm_timeout_s=60",
+    ]
+    result = netem.run_job(
+        cluster,
+        overrides + ["mode=partition"],
+        tmp_path / "runs",
+        port=29620,
+        timeout_s=240,
+        env={"GNNTRAIN_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert result.ok, result.outputs
     summary = result.summary()
-    assert summary["world_size"] == 2 and summary["rank_hosts"] == [cluster.address(0), cluster.address(1)]
+    assert summary["world_size"] == 2 and summary["rank_hosts"] == [
+        cluster.address(0),
+        cluster.address(1),
+    ]
     assert summary["network"] == f"emulated '{NAME}': 2 hosts, 100 Mbit/s per link"
     single = run_training(build_plan(compose(overrides + ["mode=single"])), tmp_path / "single")
     assert_exact(summary["losses"], single["losses"])
@@ -124,16 +169,21 @@ def test_profiles_name_their_links():
         netem._profile_link("nope", CONFIGS)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["up", "--hosts", "2"], "give exactly one of --gbit and --profile"),
-    (["show", "--name", "no-such-cluster"], "no emulated network 'no-such-cluster'. Fix: gnntrain netem up"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["up", "--hosts", "2"], "give exactly one of --gbit and --profile"),
+        (
+            ["show", "--name", "no-such-cluster"],
+            "no emulated network 'no-such-cluster'. Fix: gnntrain netem up",
+        ),
+    ],
+)
 def test_cli_errors_name_the_fix(args, message, state_dir, capsys):
     from gnntrain.cli import main
 
     assert main(["netem", *args]) == 2
     assert message in capsys.readouterr().err
-
 
 
 def test_dilation_is_cluster_cores_over_usable_cores():
@@ -165,12 +215,15 @@ def test_cpu_caps_are_written_for_either_cgroup_version(tmp_path, v2):
     assert netem._cpu_controller(tmp_path / "nothing-here") is None
 
 
-BUSY = "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < 1.5: pass\n" \
-       "print(time.process_time() / (time.perf_counter() - t))"
+BUSY = (
+    "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < 1.5: pass\n"
+    "print(time.process_time() / (time.perf_counter() - t))"
+)
 
 
 def test_a_dilated_cluster_caps_each_host_and_slows_its_links(state_dir):
-    """4 hosts with a core each on a smaller machine: every link shaped to bandwidth / dilation, each
+    """4 hosts with a core each on a smaller machine: every link shaped to bandwidth / dilation,
+    each
     host's processes held to 1 / dilation of a core, and down removes the cpu groups."""
     reason = netem.unavailable_reason()
     if reason:
@@ -186,13 +239,32 @@ def test_a_dilated_cluster_caps_each_host_and_slows_its_links(state_dir):
         dilation = netem.dilation_for(4, 1, cores)
         assert cluster.dilation == pytest.approx(dilation) and "time-dilated" in cluster.describe()
         assert netem.load(NAME) == cluster
-        shown = subprocess.run(["tc", "-n", cluster.namespace(2), "qdisc", "show", "dev", netem.INTERFACE],
-                               capture_output=True, text=True).stdout
+        shown = subprocess.run(
+            ["tc", "-n", cluster.namespace(2), "qdisc", "show", "dev", netem.INTERFACE],
+            capture_output=True,
+            text=True,
+        ).stdout
         assert f"rate {100 / dilation:.3g}Mbit".replace(".", "") in shown.replace(".", ""), shown
         procs = cluster.cgroup(1) / "cgroup.procs"
-        share = subprocess.run(["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), "ip", "netns", "exec",
-                                cluster.namespace(1), sys.executable, "-c", BUSY],
-                               capture_output=True, text=True, timeout=60, check=True).stdout
+        share = subprocess.run(
+            [
+                "sh",
+                "-c",
+                'echo $$ > "$0" && exec "$@"',
+                str(procs),
+                "ip",
+                "netns",
+                "exec",
+                cluster.namespace(1),
+                sys.executable,
+                "-c",
+                BUSY,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
         assert float(share) < 1.15 / dilation, f"a capped host used {float(share):.2f} of a core"
     finally:
         netem.destroy(NAME)

@@ -1,5 +1,6 @@
 """Partitioners, their volume metrics against brute force, the relabelling,
 HongTu's chunks, and the partition cache (hit, miss, corruption)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,16 @@ from gnntrain.partition.cache import PartitionCache
 
 
 def _pcfg(name="metis", **kw):
-    base = {"name": name, "seed": 0, "vertex_weights": "nnz", "reorder": None, "imbalance_eps": 0.05,
-            "max_volume_growth": 0.05, "refine_rounds": 50, "num_parts": 0}
+    base = {
+        "name": name,
+        "seed": 0,
+        "vertex_weights": "nnz",
+        "reorder": None,
+        "imbalance_eps": 0.05,
+        "max_volume_growth": 0.05,
+        "refine_rounds": 50,
+        "num_parts": 0,
+    }
     base.update(kw)
     return OmegaConf.create(base)
 
@@ -59,7 +68,8 @@ PARTITIONERS_UNDER_TEST = ["metis", "random", "range", "volume"]
 @pytest.mark.parametrize("name", PARTITIONERS_UNDER_TEST)
 def test_partitioners_relabel_into_contiguous_parts(name, tmp_path):
     src, dst = _random_graph(200, 1200, 1)
-    # another partitioner's entry for the same graph and k is already cached: it must not serve this one
+    # another partitioner's entry for the same graph and k is already cached: it must not serve this
+    # one
     other = next(n for n in PARTITIONERS_UNDER_TEST if n != name)
     _, other_hit = partition_graph(src, dst, 200, 4, _pcfg(other), "g", tmp_path)
     part, hit = partition_graph(src, dst, 200, 4, _pcfg(name), "g", tmp_path)
@@ -87,8 +97,16 @@ def test_rcm_reorders_within_parts_and_lowers_bandwidth():
 
 
 def test_volume_lowers_max_send_on_power_law_graph():
-    data = load_dataset(compose(["dataset=rmat", "dataset.num_nodes=20000", "dataset.num_edges=160000",
-                                 "dataset.feat_dim=4"]))
+    data = load_dataset(
+        compose(
+            [
+                "dataset=rmat",
+                "dataset.num_nodes=20000",
+                "dataset.num_edges=160000",
+                "dataset.feat_dim=4",
+            ]
+        )
+    )
     src, dst = data.src.numpy(), data.dst.numpy()
     metis, _ = partition_graph(src, dst, data.num_nodes, 8, _pcfg("metis"), data.content_hash)
     volume, _ = partition_graph(src, dst, data.num_nodes, 8, _pcfg("volume"), data.content_hash)
@@ -121,8 +139,11 @@ def test_cache_hit_miss_and_corruption(tmp_path):
     entries = sorted(PartitionCache(tmp_path).root.glob("*.npz"))
     assert len(entries) == 2 and not list(PartitionCache(tmp_path).root.glob("*.tmp"))
     # truncate one entry: detected, warned about, rebuilt
-    target = PartitionCache(tmp_path).path(__import__("gnntrain.partition.cache", fromlist=["x"]).cache_key(
-        "h1", {"name": "metis", "seed": 0, "vertex_weights": "nnz", "reorder": None}, 2))
+    target = PartitionCache(tmp_path).path(
+        __import__("gnntrain.partition.cache", fromlist=["x"]).cache_key(
+            "h1", {"name": "metis", "seed": 0, "vertex_weights": "nnz", "reorder": None}, 2
+        )
+    )
     data = target.read_bytes()
     target.write_bytes(data[: len(data) // 2])
     with pytest.warns(UserWarning, match="unreadable|checksum"):
@@ -143,14 +164,21 @@ def test_cache_hit_miss_and_corruption(tmp_path):
 def test_cache_never_unpickles(tmp_path):
     """Entries are read with allow_pickle=False: an object array is refused, not executed."""
     cache = PartitionCache(tmp_path)
-    np.savez(cache.path("k"), parts=np.array([object()], dtype=object), perm=np.zeros(1), inverse=np.zeros(1),
-             offsets=np.zeros(2), meta=np.zeros(1, dtype=np.uint8))
+    np.savez(
+        cache.path("k"),
+        parts=np.array([object()], dtype=object),
+        perm=np.zeros(1),
+        inverse=np.zeros(1),
+        offsets=np.zeros(2),
+        meta=np.zeros(1, dtype=np.uint8),
+    )
     with pytest.warns(UserWarning):
         assert cache.load("k") is None
 
 
 def test_part_counts_stay_equal_to_dense_counts_through_moves():
-    """The volume partitioner's sparse per-(node, part) counts against a dense matrix recomputed from
+    """The volume partitioner's sparse per-(node, part) counts against a dense matrix recomputed
+    from
     scratch after every move (including pairs that a move creates)."""
     import scipy.sparse as sp
 
@@ -175,13 +203,16 @@ def test_part_counts_stay_equal_to_dense_counts_through_moves():
         assert all((counts.row(v) == dense[v]).all() for v in range(n))
         assert (counts.get(np.arange(n), t) == dense[:, t]).all()
         remote = (dense > 0) & (np.arange(k)[None, :] != parts[:, None])
-        assert (d == remote.sum(1)).all() and (send == np.bincount(parts, weights=d, minlength=k)).all()
+        assert (d == remote.sum(1)).all() and (
+            send == np.bincount(parts, weights=d, minlength=k)
+        ).all()
         assert (send - delta).sum() >= 0
     assert counts.new_keys.size > 0  # moves created pairs that were absent at the start
 
 
 def test_volume_partitioner_memory_grows_with_edges_not_parts():
-    """k = 512 parts of a 30k-node graph: a dense n x k count matrix would be 117 MiB; the sparse counts
+    """k = 512 parts of a 30k-node graph: a dense n x k count matrix would be 117 MiB; the sparse
+    counts
     keep the refinement's allocations well below that (tracemalloc sees numpy's buffers)."""
     import tracemalloc
 
@@ -198,27 +229,43 @@ def test_volume_partitioner_memory_grows_with_edges_not_parts():
 
 
 def test_metis_volume_objective():
-    """partitioner.objective=vol asks METIS for minimum total communication volume (k-way); it is part
+    """partitioner.objective=vol asks METIS for minimum total communication volume (k-way); it is
+    part
     of the cache key only when it is not the default, and an unknown objective is refused."""
     from gnntrain.errors import PlanError
     from gnntrain.partition import partitioner_options
 
-    data = load_dataset(compose(["dataset=rmat", "dataset.num_nodes=20000", "dataset.num_edges=160000",
-                                 "dataset.feat_dim=4"]))
+    data = load_dataset(
+        compose(
+            [
+                "dataset=rmat",
+                "dataset.num_nodes=20000",
+                "dataset.num_edges=160000",
+                "dataset.feat_dim=4",
+            ]
+        )
+    )
     src, dst = data.src.numpy(), data.dst.numpy()
-    cut, _ = partition_graph(src, dst, data.num_nodes, 8, _pcfg("metis", objective="cut"), data.content_hash)
-    vol, _ = partition_graph(src, dst, data.num_nodes, 8, _pcfg("metis", objective="vol"), data.content_hash)
+    cut, _ = partition_graph(
+        src, dst, data.num_nodes, 8, _pcfg("metis", objective="cut"), data.content_hash
+    )
+    vol, _ = partition_graph(
+        src, dst, data.num_nodes, 8, _pcfg("metis", objective="vol"), data.content_hash
+    )
     assert (cut.parts != vol.parts).any()
     assert vol.metrics.total_volume < cut.metrics.total_volume
     assert "objective" not in partitioner_options(_pcfg("metis", objective="cut"))
     assert partitioner_options(_pcfg("volume", objective="vol"))["objective"] == "vol"
     with pytest.raises(PlanError, match="objective"):
-        partition_graph(src, dst, data.num_nodes, 4, _pcfg("metis", objective="edges"), data.content_hash)
+        partition_graph(
+            src, dst, data.num_nodes, 4, _pcfg("metis", objective="edges"), data.content_hash
+        )
 
 
 def test_row_weight_balances_dense_work_on_a_graph_with_many_bare_rows(tmp_path):
     """nnz weights alone put the rows without in-edges (half of a sparse R-MAT graph) into one part,
-    whose dense update then sets the pace; a row weight of the update's nnz-equivalents spreads them.
+    whose dense update then sets the pace; a row weight of the update's nnz-equivalents spreads
+    them.
     The cache key changes only when row_weight is set."""
     from gnntrain.data.generators.rmat import rmat_edges
     from gnntrain.errors import PlanError
@@ -233,7 +280,10 @@ def test_row_weight_balances_dense_work_on_a_graph_with_many_bare_rows(tmp_path)
     assert (degree == 0).mean() > 0.3
 
     def balance(parts):  # max/mean per part: (rows, nnz, rows x 23 + nnz)
-        rows, nnz = np.bincount(parts, minlength=4), np.bincount(parts, weights=degree + 1, minlength=4)
+        rows, nnz = (
+            np.bincount(parts, minlength=4),
+            np.bincount(parts, weights=degree + 1, minlength=4),
+        )
         return [float(x.max() / x.mean()) for x in (rows, nnz, rows * 23 + nnz)]
 
     plain, weighted = (balance(metis_parts(src, dst, n, 4, 0, "nnz", "cut", rw)) for rw in (0, 23))

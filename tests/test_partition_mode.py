@@ -1,5 +1,6 @@
 """Partition mode's measured bytes equal the closed forms of
 docs/design.md#partition, computed independently from the partition here."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,18 +23,32 @@ def _nnz_cols_total(src, dst, parts, k):
 
 @pytest.mark.parametrize("model,p", [("gcn", 2), ("sage", 3), ("gcn", 4)])
 def test_halo_bytes_equal_closed_form(train, cache_dir, model, p):
-    overrides = ["train.dtype=float64", "model.dropout=0", "train.epochs=2", f"model={model}",
-                 f"hardware.ranks_per_node={p}", "mode.comm=sparse"]
+    overrides = [
+        "train.dtype=float64",
+        "model.dropout=0",
+        "train.epochs=2",
+        f"model={model}",
+        f"hardware.ranks_per_node={p}",
+        "mode.comm=sparse",
+    ]
     summary = train(overrides)
     cfg = compose([f"cache_dir={cache_dir}"] + overrides)
     data = load_dataset(cfg)
-    part, hit = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, p, cfg.partitioner,
-                                data.content_hash, cache_dir)
+    part, hit = partition_graph(
+        data.src.numpy(),
+        data.dst.numpy(),
+        data.num_nodes,
+        p,
+        cfg.partitioner,
+        data.content_hash,
+        cache_dir,
+    )
     assert hit, "the run should have cached this partitioning"
     halo_rows = _nnz_cols_total(data.src.numpy(), data.dst.numpy(), part.parts, p)
     assert halo_rows == part.metrics.total_volume
     dims = [data.feat_dim, cfg.model.hidden, data.num_classes]
-    # GCN and SAGE aggregate first unless the layer narrows (then H.W, a gradient path, is aggregated);
+    # GCN and SAGE aggregate first unless the layer narrows (then H.W, a gradient path, is
+    # aggregated);
     # aggregating the input features themselves needs no gradient
     first = [d_in <= d_out for d_in, d_out in zip(dims[:-1], dims[1:])]
     widths = [d_in if f else d_out for f, d_in, d_out in zip(first, dims[:-1], dims[1:])]
@@ -60,8 +75,15 @@ def _param_shapes(model, dims):
 
 
 def test_oblivious_bytes_equal_allgather_form(train):
-    summary = train(["train.dtype=float64", "model.dropout=0", "train.epochs=2", "hardware.ranks_per_node=3",
-                     "mode.comm=oblivious"])
+    summary = train(
+        [
+            "train.dtype=float64",
+            "model.dropout=0",
+            "train.epochs=2",
+            "hardware.ranks_per_node=3",
+            "mode.comm=oblivious",
+        ]
+    )
     n, widths = 2708, [16, 7]  # csbm default: 128 -> 16 -> 7, GCN transforms first on both layers
     assert summary["comm_bytes"]["by_kind"]["allgather"] == (3 - 1) * n * sum(widths) * 8
     assert summary["comm_bytes"]["per_epoch"] == sum(summary["comm_bytes"]["by_kind"].values())
@@ -84,6 +106,8 @@ def test_sub_groups_get_the_run_comm_timeout(monkeypatch):
     from gnntrain.comm import Communicator
 
     seen = {}
-    monkeypatch.setattr(dist, "new_group", lambda ranks, timeout=None: seen.update(ranks=ranks, timeout=timeout))
+    monkeypatch.setattr(
+        dist, "new_group", lambda ranks, timeout=None: seen.update(ranks=ranks, timeout=timeout)
+    )
     Communicator(0, 4, timeout_s=5.0).new_group([0, 1])
     assert seen == {"ranks": [0, 1], "timeout": timedelta(seconds=5.0)}

@@ -1,5 +1,6 @@
 """The run plan resolves sizes and estimates, and rejects impossible plans
 with one message naming the option -- through the API and the CLI."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,11 +23,18 @@ def test_default_plan_fields():
 
 
 def test_oblivious_comm_estimate_matches_closed_form(train):
-    """Oblivious 1D all-gathers every layer's exchanged rows from the p - 1 other ranks: (p - 1) N sum_l w_l
+    """Oblivious 1D all-gathers every layer's exchanged rows from the p - 1 other ranks: (p - 1) N
+    sum_l w_l
     elements, where GCN transforms before it aggregates whenever that narrows the rows, so w_l =
-    min(d_in, d_out) (128 -> 16 -> 7: 16 and 7). The widths come from the config here, not from the plan,
+    min(d_in, d_out) (128 -> 16 -> 7: 16 and 7). The widths come from the config here, not from the
+    plan,
     and a run measures the same bytes."""
-    overrides = ["mode.comm=oblivious", "hardware.ranks_per_node=3", "train.dtype=float64", "train.epochs=1"]
+    overrides = [
+        "mode.comm=oblivious",
+        "hardware.ranks_per_node=3",
+        "train.dtype=float64",
+        "train.epochs=1",
+    ]
     plan = build_plan(compose(overrides))
     ds, model = plan.config["dataset"], plan.config["model"]
     dims = [ds["feat_dim"]] + [model["hidden"]] * (model["layers"] - 1) + [ds["num_classes"]]
@@ -43,21 +51,33 @@ def test_single_always_runs_one_process():
     assert plan.world_size == 1 and plan.num_parts == 1
 
 
-@pytest.mark.parametrize("overrides,option", [
-    (["train.epochs=-1"], "train.epochs"),
-    (["train.epochs=0"], "train.epochs"),
-    (["train.lr=0"], "train.lr"),
-    (["hardware.ranks_per_node=0"], "hardware"),
-    (["hardware.ranks_per_node=3", "mode.replication=2"], "mode.replication"),  # p % c
-    (["hardware.ranks_per_node=6", "mode.replication=2"], "mode.replication"),  # c^2 does not divide p
-    (["hardware.ranks_per_node=8", "dataset.num_nodes=5"], "world size"),  # more ranks than nodes
-    (["partitioner.num_parts=3"], "partitioner.num_parts"),  # world size != partition count
-    (["port=70000"], "port"),
-    (["mode=hyscale", "mode.batch_size=1"], "mode.batch_size"),  # fewer seeds than trainers
-    (["hardware=gpu-1"], "hardware.device"),  # CUDA profile on a host without CUDA
-    (["dataset=reddit", "hardware.host_memory_gb=0.5"], "dataset/hardware"),  # does not fit memory
-    (["model.dropout=1.0"], "model.dropout"),
-])
+@pytest.mark.parametrize(
+    "overrides,option",
+    [
+        (["train.epochs=-1"], "train.epochs"),
+        (["train.epochs=0"], "train.epochs"),
+        (["train.lr=0"], "train.lr"),
+        (["hardware.ranks_per_node=0"], "hardware"),
+        (["hardware.ranks_per_node=3", "mode.replication=2"], "mode.replication"),  # p % c
+        (
+            ["hardware.ranks_per_node=6", "mode.replication=2"],
+            "mode.replication",
+        ),  # c^2 does not divide p
+        (
+            ["hardware.ranks_per_node=8", "dataset.num_nodes=5"],
+            "world size",
+        ),  # more ranks than nodes
+        (["partitioner.num_parts=3"], "partitioner.num_parts"),  # world size != partition count
+        (["port=70000"], "port"),
+        (["mode=hyscale", "mode.batch_size=1"], "mode.batch_size"),  # fewer seeds than trainers
+        (["hardware=gpu-1"], "hardware.device"),  # CUDA profile on a host without CUDA
+        (
+            ["dataset=reddit", "hardware.host_memory_gb=0.5"],
+            "dataset/hardware",
+        ),  # does not fit memory
+        (["model.dropout=1.0"], "model.dropout"),
+    ],
+)
 def test_invalid_plans_name_the_option(overrides, option):
     import torch
 
@@ -97,8 +117,16 @@ def test_a_registered_mode_plugs_into_composition_and_the_plan(monkeypatch):
             return MemoryEstimate(graph_bytes=7, feature_bytes=0, activation_bytes=0)
 
     store = ConfigStore.instance()
-    register_mode(ModeSpec(name="toy", options=ToyConfig, capabilities=Capabilities(), planner=ToyPlanner,
-                           prepare=lambda *a: None, strategy=lambda *a: None))  # removed again after the test
+    register_mode(
+        ModeSpec(
+            name="toy",
+            options=ToyConfig,
+            capabilities=Capabilities(),
+            planner=ToyPlanner,
+            prepare=lambda *a: None,
+            strategy=lambda *a: None,
+        )
+    )  # removed again after the test
     try:
         assert "toy_schema.yaml" in store.repo["mode"]
         store.store(group="mode", name="toy", node={"defaults": ["toy_schema"], "factor": 3})
@@ -123,13 +151,19 @@ def test_port_in_use_is_refused():
             build_plan(compose([f"port={port}"]))
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["train.epochs=-3"], "train.epochs"),
-    (["hardware.ranks_per_node=6", "mode.replication=2"], "c^2"),
-    (["dataset.num_nodes=3", "dataset.avg_degree=2", "hardware.ranks_per_node=4"], "world size"),
-    (["mode=hongtu", "mode.device_memory=1KiB"], "mode.device_memory"),
-    (["mode=supergcn", "mode.bits=3"], "mode.bits"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["train.epochs=-3"], "train.epochs"),
+        (["hardware.ranks_per_node=6", "mode.replication=2"], "c^2"),
+        (
+            ["dataset.num_nodes=3", "dataset.avg_degree=2", "hardware.ranks_per_node=4"],
+            "world size",
+        ),
+        (["mode=hongtu", "mode.device_memory=1KiB"], "mode.device_memory"),
+        (["mode=supergcn", "mode.bits=3"], "mode.bits"),
+    ],
+)
 def test_plan_cli_rejects_with_one_message(tmp_path, args, needle):
     proc = run_cli(["plan", f"hydra.run.dir={tmp_path}"] + args, cwd=tmp_path, timeout=120)
     out = proc.stdout + proc.stderr
@@ -138,16 +172,21 @@ def test_plan_cli_rejects_with_one_message(tmp_path, args, needle):
 
 
 def test_plan_cli_writes_plan_yaml(tmp_path):
-    proc = run_cli(["plan", f"hydra.run.dir={tmp_path}", "mode.comm=oblivious"], cwd=tmp_path, timeout=120)
+    proc = run_cli(
+        ["plan", f"hydra.run.dir={tmp_path}", "mode.comm=oblivious"], cwd=tmp_path, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = (tmp_path / "plan.yaml").read_text()
     assert "world_size: 2" in text and "memory_per_rank" in text and "allgather" in text
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["mode=nosuchmode"], "nosuchmode"),
-    (["train.epochz=1"], "epochz"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["mode=nosuchmode"], "nosuchmode"),
+        (["train.epochz=1"], "epochz"),
+    ],
+)
 def test_cli_composition_errors_are_one_message(tmp_path, args, needle):
     proc = run_cli(["plan", f"hydra.run.dir={tmp_path}"] + args, cwd=tmp_path, timeout=120)
     out = proc.stdout + proc.stderr
@@ -155,32 +194,45 @@ def test_cli_composition_errors_are_one_message(tmp_path, args, needle):
 
 
 def test_oversubscription_warns_but_plans():
-    plan = build_plan(compose(["hardware.cores_per_node=1", "hardware.ranks_per_node=4", "hardware.oversubscribe=2"]))
+    plan = build_plan(
+        compose(
+            ["hardware.cores_per_node=1", "hardware.ranks_per_node=4", "hardware.oversubscribe=2"]
+        )
+    )
     assert plan.world_size == 4 and any("oversubscription" in w for w in plan.warnings)
     assert plan.threads_per_rank == 1
 
 
-@pytest.mark.parametrize("overrides,option", [
-    (["dataset.feat_dim=-5"], "dataset.feat_dim"),
-    (["dataset.feat_dim=0"], "dataset.feat_dim"),
-    (["dataset.num_nodes=0"], "dataset.num_nodes"),
-    (["dataset.num_classes=1"], "dataset.num_classes"),
-    (["dataset=rmat", "dataset.num_edges=0"], "dataset.num_edges"),
-    (["dataset.avg_degree=0"], "dataset.avg_degree"),
-    (["dataset.avg_degree=-1.5"], "dataset.avg_degree"),
-    (["dataset.avg_degree=nan"], "dataset.avg_degree"),
-    (["dataset.intra_ratio=1.2"], "dataset.intra_ratio"),
-    (["dataset.intra_ratio=-0.1"], "dataset.intra_ratio"),
-    (["dataset.feature_snr=-1"], "dataset.feature_snr"),
-    (["dataset.seed=-1"], "dataset.seed"),
-    (["dataset.val_fraction=1.5"], "dataset.val_fraction"),
-    (["dataset.train_fraction=-0.1"], "dataset.train_fraction"),
-    (["dataset.train_fraction=0.5", "dataset.val_fraction=0.3", "dataset.test_fraction=0.3"], "dataset.train_fraction"),
-    (["dataset=rmat", "dataset.rmat_abcd=[0.5,0.5,0.5,0.1]"], "dataset.rmat_abcd"),
-    (["dataset=rmat", "dataset.rmat_abcd=[0.5,0.5]"], "dataset.rmat_abcd"),
-    (["dataset=rmat", "dataset.rmat_abcd=[1.2,-0.2,0,0]"], "dataset.rmat_abcd"),
-    (["dataset=cora", "dataset.feat_dim=-1"], "dataset.feat_dim"),  # published sizes size the plan too
-])
+@pytest.mark.parametrize(
+    "overrides,option",
+    [
+        (["dataset.feat_dim=-5"], "dataset.feat_dim"),
+        (["dataset.feat_dim=0"], "dataset.feat_dim"),
+        (["dataset.num_nodes=0"], "dataset.num_nodes"),
+        (["dataset.num_classes=1"], "dataset.num_classes"),
+        (["dataset=rmat", "dataset.num_edges=0"], "dataset.num_edges"),
+        (["dataset.avg_degree=0"], "dataset.avg_degree"),
+        (["dataset.avg_degree=-1.5"], "dataset.avg_degree"),
+        (["dataset.avg_degree=nan"], "dataset.avg_degree"),
+        (["dataset.intra_ratio=1.2"], "dataset.intra_ratio"),
+        (["dataset.intra_ratio=-0.1"], "dataset.intra_ratio"),
+        (["dataset.feature_snr=-1"], "dataset.feature_snr"),
+        (["dataset.seed=-1"], "dataset.seed"),
+        (["dataset.val_fraction=1.5"], "dataset.val_fraction"),
+        (["dataset.train_fraction=-0.1"], "dataset.train_fraction"),
+        (
+            ["dataset.train_fraction=0.5", "dataset.val_fraction=0.3", "dataset.test_fraction=0.3"],
+            "dataset.train_fraction",
+        ),
+        (["dataset=rmat", "dataset.rmat_abcd=[0.5,0.5,0.5,0.1]"], "dataset.rmat_abcd"),
+        (["dataset=rmat", "dataset.rmat_abcd=[0.5,0.5]"], "dataset.rmat_abcd"),
+        (["dataset=rmat", "dataset.rmat_abcd=[1.2,-0.2,0,0]"], "dataset.rmat_abcd"),
+        (
+            ["dataset=cora", "dataset.feat_dim=-1"],
+            "dataset.feat_dim",
+        ),  # published sizes size the plan too
+    ],
+)
 def test_bad_dataset_values_are_plan_errors(overrides, option):
     from gnntrain.data import check_dataset_config
 
@@ -194,11 +246,20 @@ def test_bad_dataset_values_are_plan_errors(overrides, option):
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("overrides", [
-    [], ["dataset=rmat"], ["dataset=cora"], ["dataset.intra_ratio=0"], ["dataset.intra_ratio=1"],
-    ["dataset.feature_snr=0"], ["dataset.train_fraction=0.4", "dataset.val_fraction=0.2", "dataset.test_fraction=0.4"],
-    ["dataset=rmat", "dataset.rmat_abcd=[0.25,0.25,0.25,0.25]"], ["dataset=rmat", "dataset.rmat_abcd=[1,0,0,0]"],
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["dataset=rmat"],
+        ["dataset=cora"],
+        ["dataset.intra_ratio=0"],
+        ["dataset.intra_ratio=1"],
+        ["dataset.feature_snr=0"],
+        ["dataset.train_fraction=0.4", "dataset.val_fraction=0.2", "dataset.test_fraction=0.4"],
+        ["dataset=rmat", "dataset.rmat_abcd=[0.25,0.25,0.25,0.25]"],
+        ["dataset=rmat", "dataset.rmat_abcd=[1,0,0,0]"],
+    ],
+)
 def test_good_dataset_values_pass_the_checks(overrides):
     from gnntrain.data import check_dataset_config
 
@@ -206,29 +267,51 @@ def test_good_dataset_values_pass_the_checks(overrides):
 
 
 @pytest.mark.parametrize("model", ["gcn", "sage", "gin"])
-@pytest.mark.parametrize("layout", [["mode=partition", "mode.comm=oblivious", "hardware.ranks_per_node=2"],
-                                    ["mode=partition", "mode.comm=oblivious", "hardware.ranks_per_node=4",
-                                     "mode.replication=2"],
-                                    ["mode=mop", "hardware.ranks_per_node=3"]],
-                         ids=["oblivious-p2", "oblivious-1.5d-p4c2", "mop-m3"])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        ["mode=partition", "mode.comm=oblivious", "hardware.ranks_per_node=2"],
+        [
+            "mode=partition",
+            "mode.comm=oblivious",
+            "hardware.ranks_per_node=4",
+            "mode.replication=2",
+        ],
+        ["mode=mop", "hardware.ranks_per_node=3"],
+    ],
+    ids=["oblivious-p2", "oblivious-1.5d-p4c2", "mop-m3"],
+)
 def test_plan_comm_estimate_equals_measured_bytes(train, model, layout):
     """Every closed-form estimate equals what the run measures, kind by kind: backward traffic only
     for the layers whose communicated tensor has a gradient (not SAGE's or GIN's first layer, which
     aggregate the raw features), and no d_0-wide backward for MoP's GIN."""
-    overrides = ["dataset=csbm", "train.epochs=1", "kernel=torch", f"model={model}", "model.layers=3"] + layout
+    overrides = [
+        "dataset=csbm",
+        "train.epochs=1",
+        "kernel=torch",
+        f"model={model}",
+        "model.layers=3",
+    ] + layout
     plan = build_plan(compose(overrides))
     measured = train(overrides)["comm_bytes"]
     assert measured["by_kind"] == plan.comm_per_epoch["by_kind"]
     assert measured["per_epoch"] == plan.comm_per_epoch["per_epoch_bytes"]
 
 
-GRAPH_FIGURES = ["dataset=rmat", "dataset.num_nodes=3000", "dataset.num_edges=24000", "kernel=torch",
-                 "model.layers=3"]
+GRAPH_FIGURES = [
+    "dataset=rmat",
+    "dataset.num_nodes=3000",
+    "dataset.num_edges=24000",
+    "kernel=torch",
+    "model.layers=3",
+]
 
 
 def assert_graph_figures_equal_measured(train, cache_dir, overrides, epochs: int = 1):
-    """The bytes per epoch a mode's ``graph_report`` states once the graph is partitioned (`gnntrain plan`
-    / `partition` print them) equal what the run measures, in total and kind by kind. ``epochs`` 2 where the
+    """The bytes per epoch a mode's ``graph_report`` states once the graph is partitioned (`gnntrain
+    plan`
+    / `partition` print them) equal what the run measures, in total and kind by kind. ``epochs`` 2
+    where the
     figures describe the steady epochs after a first that computes a kept A·x (HongTu)."""
     from gnntrain.data import load_dataset
     from gnntrain.partition import partition_graph
@@ -238,8 +321,15 @@ def assert_graph_figures_equal_measured(train, cache_dir, overrides, epochs: int
     cfg = compose(overrides)
     plan = build_plan(cfg)
     data = load_dataset(cfg)
-    part, _ = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.num_parts, cfg.partitioner,
-                              data.content_hash, cache_dir)
+    part, _ = partition_graph(
+        data.src.numpy(),
+        data.dst.numpy(),
+        data.num_nodes,
+        plan.num_parts,
+        cfg.partitioner,
+        data.content_hash,
+        cache_dir,
+    )
     report = dict(build_mode(cfg).graph_report(data, part, plan)["bytes per epoch"])
     measured = train(overrides)["comm_bytes"]
     assert measured["per_epoch"] == report.pop("total")
@@ -249,49 +339,106 @@ def assert_graph_figures_equal_measured(train, cache_dir, overrides, epochs: int
 @pytest.mark.parametrize("model,p", [("gcn", 2), ("sage", 3), ("gin", 4)])
 def test_sparse_partition_graph_figures_equal_measured_bytes(train, cache_dir, model, p):
     """Sparse partition: total volume x the widths, backward only where a gradient exists."""
-    assert_graph_figures_equal_measured(train, cache_dir, [f"model={model}", "mode=partition",
-                                                           f"hardware.ranks_per_node={p}"])
+    assert_graph_figures_equal_measured(
+        train, cache_dir, [f"model={model}", "mode=partition", f"hardware.ranks_per_node={p}"]
+    )
 
 
-SUPERGCN_BYTES = [("gcn", "hybrid", 32, "true", 0.0), ("sage", "pre", 2, "true", 0.0), ("gin", "post", 4, "false", 0.0),
-                  ("sage", "hybrid", 32, "true", 0.25)]
+SUPERGCN_BYTES = [
+    ("gcn", "hybrid", 32, "true", 0.0),
+    ("sage", "pre", 2, "true", 0.0),
+    ("gin", "post", 4, "false", 0.0),
+    ("sage", "hybrid", 32, "true", 0.25),
+]
 
 
 @pytest.mark.parametrize("model,aggregation,bits,quantize_backward,lp", SUPERGCN_BYTES)
-def test_supergcn_graph_figures_equal_measured_bytes(train, cache_dir, model, aggregation, bits, quantize_backward,
-                                                     lp):
-    """SuperGCN: codes, scale/zero points, backward only where the sent partial sums have a gradient (all
+def test_supergcn_graph_figures_equal_measured_bytes(
+    train, cache_dir, model, aggregation, bits, quantize_backward, lp
+):
+    """SuperGCN: codes, scale/zero points, backward only where the sent partial sums have a gradient
+    (all
     layers with label propagation)."""
-    assert_graph_figures_equal_measured(train, cache_dir, [
-        f"model={model}", "mode=supergcn", f"mode.aggregation={aggregation}", f"mode.bits={bits}",
-        f"mode.quantize_backward={quantize_backward}", f"mode.label_propagation={lp}", "hardware.ranks_per_node=3"])
+    assert_graph_figures_equal_measured(
+        train,
+        cache_dir,
+        [
+            f"model={model}",
+            "mode=supergcn",
+            f"mode.aggregation={aggregation}",
+            f"mode.bits={bits}",
+            f"mode.quantize_backward={quantize_backward}",
+            f"mode.label_propagation={lp}",
+            "hardware.ranks_per_node=3",
+        ],
+    )
 
 
-HONGTU_BYTES = [("gcn", "p2p+reuse", 2), ("sage", "none", 3), ("gin", "p2p", 2), ("gat", "reuse", 3),
-                ("gat", "p2p+reuse", 2), ("sage", "p2p+reuse", 1), ("sage", "p2p+reuse", 4)]
+HONGTU_BYTES = [
+    ("gcn", "p2p+reuse", 2),
+    ("sage", "none", 3),
+    ("gin", "p2p", 2),
+    ("gat", "reuse", 3),
+    ("gat", "p2p+reuse", 2),
+    ("sage", "p2p+reuse", 1),
+    ("sage", "p2p+reuse", 4),
+]
 
 
-@pytest.mark.parametrize("model,dedup,p", HONGTU_BYTES, ids=[f"{m}-{d}-p{p}" for m, d, p in HONGTU_BYTES])
+@pytest.mark.parametrize(
+    "model,dedup,p", HONGTU_BYTES, ids=[f"{m}-{d}-p{p}" for m, d, p in HONGTU_BYTES]
+)
 def test_hongtu_graph_figures_equal_measured_bytes(train, cache_dir, model, dedup, p):
-    """HongTu, once chunked: h2d, d2h, peer and the avoided reused, read off every rank's sweeps (the
-    forward arrivals, the outputs and cached aggregations written back, the backward's reloads or GAT's
+    """HongTu, once chunked: h2d, d2h, peer and the avoided reused, read off every rank's sweeps
+    (the
+    forward arrivals, the outputs and cached aggregations written back, the backward's reloads or
+    GAT's
     re-gather, and the gradient rows handed on and flushed)."""
-    assert_graph_figures_equal_measured(train, cache_dir, [f"model={model}", "mode=hongtu", "mode.chunks=3",
-                                                           f"mode.dedup={dedup}", f"hardware.ranks_per_node={p}"],
-                                        epochs=2)
+    assert_graph_figures_equal_measured(
+        train,
+        cache_dir,
+        [
+            f"model={model}",
+            "mode=hongtu",
+            "mode.chunks=3",
+            f"mode.dedup={dedup}",
+            f"hardware.ranks_per_node={p}",
+        ],
+        epochs=2,
+    )
 
 
-@pytest.mark.parametrize("mode", [["mode=partition"], ["mode=supergcn", "mode.aggregation=hybrid"],
-                                  ["mode=hongtu", "mode.chunks=3"]], ids=["partition", "supergcn", "hongtu"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        ["mode=partition"],
+        ["mode=supergcn", "mode.aggregation=hybrid"],
+        ["mode=hongtu", "mode.chunks=3"],
+    ],
+    ids=["partition", "supergcn", "hongtu"],
+)
 def test_plan_prints_the_bytes_the_run_moves(train, cache_dir, tmp_path, mode):
-    """`gnntrain plan` partitions the graph (or reads the partition cache) and states the bytes per epoch
-    the run will move, kind by kind, in plan.yaml and on the console: no "depends on the graph" beside a
+    """`gnntrain plan` partitions the graph (or reads the partition cache) and states the bytes per
+    epoch
+    the run will move, kind by kind, in plan.yaml and on the console: no "depends on the graph"
+    beside a
     byte count."""
     # two epochs: HongTu's figures are its steady epochs', after a first that computes the kept A·x
-    overrides = [f"cache_dir={cache_dir}", "dataset=rmat", "dataset.num_nodes=2000", "dataset.num_edges=16000",
-                 f"train.epochs={2 if 'mode=hongtu' in mode else 1}", "kernel=torch", "hardware.ranks_per_node=2",
-                 *mode]
-    proc = run_cli(["plan", *overrides, f"hydra.run.dir={tmp_path}"], cwd=tmp_path, env_extra={"COLUMNS": "200"})
+    overrides = [
+        f"cache_dir={cache_dir}",
+        "dataset=rmat",
+        "dataset.num_nodes=2000",
+        "dataset.num_edges=16000",
+        f"train.epochs={2 if 'mode=hongtu' in mode else 1}",
+        "kernel=torch",
+        "hardware.ranks_per_node=2",
+        *mode,
+    ]
+    proc = run_cli(
+        ["plan", *overrides, f"hydra.run.dir={tmp_path}"],
+        cwd=tmp_path,
+        env_extra={"COLUMNS": "200"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "depends on the graph" not in proc.stdout
     planned = yaml.safe_load((tmp_path / "plan.yaml").read_text())["comm_per_epoch"]
@@ -300,15 +447,22 @@ def test_plan_prints_the_bytes_the_run_moves(train, cache_dir, tmp_path, mode):
     assert planned["by_kind"] == {k: v for k, v in measured["by_kind"].items() if v}
 
 
-HOSTED = {"single": {"gcn", "sage", "gin", "gat", "gcn_rw"}, "partition": {"gcn", "sage", "gin", "gcn_rw"},
-          "supergcn": {"gcn", "sage", "gin", "gcn_rw"}, "mop": {"gcn", "sage", "gin", "gcn_rw"},
-          "hongtu": {"gcn", "sage", "gin", "gat", "gcn_rw"}, "hyscale": {"gcn", "sage", "gin", "gcn_rw"}}
+HOSTED = {
+    "single": {"gcn", "sage", "gin", "gat", "gcn_rw"},
+    "partition": {"gcn", "sage", "gin", "gcn_rw"},
+    "supergcn": {"gcn", "sage", "gin", "gcn_rw"},
+    "mop": {"gcn", "sage", "gin", "gcn_rw"},
+    "hongtu": {"gcn", "sage", "gin", "gat", "gcn_rw"},
+    "hyscale": {"gcn", "sage", "gin", "gcn_rw"},
+}
 
 
 @pytest.mark.parametrize("mode", sorted(HOSTED))
 def test_modes_host_the_models_their_needs_allow_and_refuse_the_rest_in_one_line(mode):
-    """No mode names a model: each states what a model's family must offer (elementwise aggregation, the
-    built-in layer protocol) and the registry's families decide; a refusal is one line naming the mode,
+    """No mode names a model: each states what a model's family must offer (elementwise aggregation,
+    the
+    built-in layer protocol) and the registry's families decide; a refusal is one line naming the
+    mode,
     the model, why, and the models the mode does host."""
     from gnntrain.models import MODEL_REGISTRY
 
@@ -327,8 +481,10 @@ def test_modes_host_the_models_their_needs_allow_and_refuse_the_rest_in_one_line
 
 
 def test_a_model_option_is_its_layers_constructor_argument(train):
-    """GIN's ε: ``model.eps_learnable`` is GINLayer's constructor argument, typed and defaulted by its
-    signature (nothing in the shared ModelConfig); composition checks it, and it reaches the layers."""
+    """GIN's ε: ``model.eps_learnable`` is GINLayer's constructor argument, typed and defaulted by
+    its
+    signature (nothing in the shared ModelConfig); composition checks it, and it reaches the
+    layers."""
     from hydra.errors import ConfigCompositionException
 
     from gnntrain.config.schema import ModelConfig
@@ -343,10 +499,19 @@ def test_a_model_option_is_its_layers_constructor_argument(train):
         compose(["model=gcn", "model.eps_learnable=false"])  # not a GCN option
     runs = {}
     for learnable in ("true", "false"):
-        run = ["dataset=csbm", "mode=single", "model=gin", "train.epochs=2", f"model.eps_learnable={learnable}"]
-        assert build_plan(compose(run)).settings.model_options == {"eps_learnable": learnable == "true"}
+        run = [
+            "dataset=csbm",
+            "mode=single",
+            "model=gin",
+            "train.epochs=2",
+            f"model.eps_learnable={learnable}",
+        ]
+        assert build_plan(compose(run)).settings.model_options == {
+            "eps_learnable": learnable == "true"
+        }
         runs[learnable] = train(run)
-    # GIN-0 (ε fixed) trains one parameter fewer per layer, so the two runs differ from the second epoch
+    # GIN-0 (ε fixed) trains one parameter fewer per layer, so the two runs differ from the second
+    # epoch
     assert runs["true"]["losses"][0] == runs["false"]["losses"][0]
     assert runs["true"]["losses"][1] != runs["false"]["losses"][1]
     layer = MODEL_REGISTRY["gin"].build(4, 3, None, {"eps_learnable": False})

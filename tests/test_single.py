@@ -1,11 +1,19 @@
 """mode=single reproduces DGL's GCN example on Cora, and the distributed
 layout keeps its accuracy."""
+
 from __future__ import annotations
 
 from conftest import CORA, requires_shared
 
-DGL_EXAMPLE = ["model=gcn", "model.layers=2", "model.hidden=16", "model.dropout=0.5", "train.lr=0.01",
-               "train.weight_decay=5e-4", "train.epochs=200"]
+DGL_EXAMPLE = [
+    "model=gcn",
+    "model.layers=2",
+    "model.hidden=16",
+    "model.dropout=0.5",
+    "train.lr=0.01",
+    "train.weight_decay=5e-4",
+    "train.epochs=200",
+]
 
 
 @requires_shared
@@ -26,14 +34,20 @@ def test_single_short_run_passes_078(train):
 def test_two_rank_accuracy_matches_single(train):
     """float32, same seed: 2-rank partition mode lands within 0.5 pp of single."""
     single = train(CORA + DGL_EXAMPLE + ["mode=single", "train.eval_every=200"])
-    dist = train(CORA + DGL_EXAMPLE + ["mode=partition", "hardware.ranks_per_node=2", "train.eval_every=200"])
-    assert abs(single["accuracy"]["test"] - dist["accuracy"]["test"]) <= 0.005, (single["accuracy"],
-                                                                               dist["accuracy"])
+    dist = train(
+        CORA + DGL_EXAMPLE + ["mode=partition", "hardware.ranks_per_node=2", "train.eval_every=200"]
+    )
+    assert abs(single["accuracy"]["test"] - dist["accuracy"]["test"]) <= 0.005, (
+        single["accuracy"],
+        dist["accuracy"],
+    )
 
 
 def test_the_inputs_are_aggregated_once_per_run_and_the_model_is_unchanged(train, monkeypatch):
-    """Dropout never touches the inputs, so single computes A·x of the first layer once (InputAggregate); every
-    hidden layer still aggregates each epoch, and the trained model equals the one that recomputes it."""
+    """Dropout never touches the inputs, so single computes A·x of the first layer once
+    (InputAggregate); every
+    hidden layer still aggregates each epoch, and the trained model equals the one that recomputes
+    it."""
     from gnntrain.models import kernels
     from gnntrain.modes.single import InputAggregate
 
@@ -45,14 +59,28 @@ def test_the_inputs_are_aggregated_once_per_run_and_the_model_is_unchanged(train
         return spmm(self, h)
 
     monkeypatch.setattr(kernels.SparseAdjacency, "spmm", counted)
-    run = ["dataset=csbm", "dataset.num_nodes=400", "dataset.feat_dim=8", "model=sage", "model.hidden=16",
-           "model.layers=3", "train.epochs=3", "train.eval_every=3", "mode=single", "train.dtype=float64",
-           "kernel=native"]
+    run = [
+        "dataset=csbm",
+        "dataset.num_nodes=400",
+        "dataset.feat_dim=8",
+        "model=sage",
+        "model.hidden=16",
+        "model.layers=3",
+        "train.epochs=3",
+        "train.eval_every=3",
+        "mode=single",
+        "train.dtype=float64",
+        "kernel=native",
+    ]
     cached = train(run)
     inputs = [w for w in widths if w == (8, False)]
-    assert len(inputs) == 1 and len([w for w in widths if w == (16, True)]) == 3, widths  # layer 2, per epoch
+    assert len(inputs) == 1 and len([w for w in widths if w == (16, True)]) == 3, (
+        widths
+    )  # layer 2, per epoch
     widths.clear()
-    switched_off = train(run + ["train.cache_input_aggregation=false"])  # like for like with the plain loops
+    switched_off = train(
+        run + ["train.cache_input_aggregation=false"]
+    )  # like for like with the plain loops
     assert len([w for w in widths if w == (8, False)]) == 3 + 1  # every epoch and the evaluation
     assert cached["losses"] == switched_off["losses"]
     monkeypatch.setattr(InputAggregate, "__call__", lambda self, h: self.adjacency.spmm(h))

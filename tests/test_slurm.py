@@ -1,6 +1,7 @@
 """SLURM integration on a real one-node cluster started by scripts/slurm-local.sh:
 a 2-job sweep through hydra/launcher=slurm, and a plain sbatch template with
 2 tasks. Skips only when apt-get cannot install slurm-wlm/munge (never in CI)."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,12 @@ pytestmark = pytest.mark.slurm
 def slurm_env():
     if os.geteuid() != 0:
         pytest.skip("the local SLURM cluster needs root")
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "slurm-local.sh"), "start"], capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "slurm-local.sh"), "start"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if proc.returncode == 3 and not os.environ.get("CI"):
         pytest.skip(f"apt-get cannot install slurm-wlm/munge here: {proc.stderr.strip()[-300:]}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -31,11 +36,16 @@ def slurm_env():
 
 
 def _job_state(env, job_id: str, settle_s: float = 60) -> str:
-    """The job's final state from scontrol (a job may still be finishing when its result is back)."""
+    """The job's final state from scontrol (a job may still be finishing when its result is
+    back)."""
     deadline = time.monotonic() + settle_s
     while True:
-        out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
-                             env={**os.environ, **env}).stdout
+        out = subprocess.run(
+            ["scontrol", "show", "job", job_id],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+        ).stdout
         match = re.search(r"JobState=(\w+)", out)
         state = match.group(1) if match else out
         if state not in ("RUNNING", "COMPLETING", "PENDING") or time.monotonic() > deadline:
@@ -46,26 +56,49 @@ def _job_state(env, job_id: str, settle_s: float = 60) -> str:
 def _queue(env) -> dict:
     """Job id -> state of every job squeue lists, finished ones included (MinJobAge=300 keeps them);
     array tasks one a line, as <array id>_<index>."""
-    out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i %T"], capture_output=True, text=True,
-                         env={**os.environ, **env}, check=True).stdout
+    out = subprocess.run(
+        ["squeue", "-h", "-r", "-t", "all", "-o", "%i %T"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        check=True,
+    ).stdout
     return dict(line.split() for line in out.splitlines() if line.strip())
 
 
 def test_sweep_through_submitit_slurm(slurm_env, tmp_path):
     sweep = tmp_path / "sweep"
-    proc = run_cli(["run", "-m", "hydra/launcher=slurm", "mode=single,partition", "train.epochs=3",
-                    "train.progress=false", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path}/cache",
-                    "hardware.timeout_min=10"], cwd=tmp_path, timeout=600, env_extra=slurm_env)
+    proc = run_cli(
+        [
+            "run",
+            "-m",
+            "hydra/launcher=slurm",
+            "mode=single,partition",
+            "train.epochs=3",
+            "train.progress=false",
+            f"hydra.sweep.dir={sweep}",
+            f"cache_dir={tmp_path}/cache",
+            "hardware.timeout_min=10",
+        ],
+        cwd=tmp_path,
+        timeout=600,
+        env_extra=slurm_env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # submitit sends a sweep as one job array: one array task per sweep job (e.g. 4_0, 4_1)
-    job_ids = sorted(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", p.name))
+    job_ids = sorted(
+        p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", p.name)
+    )
     assert len(job_ids) == 2
     # the queue's own view, right after the sweep returned: the array holds exactly these tasks, and
-    # within seconds none is still pending or running (a job must not linger once its result is back)
+    # within seconds none is still pending or running (a job must not linger once its result is
+    # back)
     array_ids = {job_id.split("_")[0] for job_id in job_ids}
     deadline = time.monotonic() + 15
     while True:
-        ours = {job: state for job, state in _queue(slurm_env).items() if job.split("_")[0] in array_ids}
+        ours = {
+            job: state for job, state in _queue(slurm_env).items() if job.split("_")[0] in array_ids
+        }
         if set(ours.values()) <= {"COMPLETED", "COMPLETING"} or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -77,18 +110,37 @@ def test_sweep_through_submitit_slurm(slurm_env, tmp_path):
     for job_id in job_ids:
         assert _job_state(slurm_env, job_id) == "COMPLETED"
     queue = _queue(slurm_env)  # squeue agrees once the states have settled
-    assert {job_id: queue.get(job_id) for job_id in job_ids} == dict.fromkeys(job_ids, "COMPLETED"), queue
+    assert {job_id: queue.get(job_id) for job_id in job_ids} == dict.fromkeys(
+        job_ids, "COMPLETED"
+    ), queue
 
 
 def test_sbatch_template_with_two_tasks(slurm_env, tmp_path):
     run_dir = tmp_path / "run"
-    env = {**os.environ, **slurm_env, "GNNTRAIN": str(Path(sys.executable).parent / "gnntrain"),
-           "RUN_DIR": str(run_dir)}
-    # not `sbatch --wait`: it polls at 2, 8, then 32 s intervals, up to half a minute after the job ends
-    proc = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/slurm-%j.out",
-                           str(ROOT / "scripts" / "sbatch" / "gnntrain.sbatch"), "train.epochs=3",
-                           "train.progress=false", f"cache_dir={tmp_path}/cache"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    env = {
+        **os.environ,
+        **slurm_env,
+        "GNNTRAIN": str(Path(sys.executable).parent / "gnntrain"),
+        "RUN_DIR": str(run_dir),
+    }
+    # not `sbatch --wait`: it polls at 2, 8, then 32 s intervals, up to half a minute after the job
+    # ends
+    proc = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            f"--output={tmp_path}/slurm-%j.out",
+            str(ROOT / "scripts" / "sbatch" / "gnntrain.sbatch"),
+            "train.epochs=3",
+            "train.progress=false",
+            f"cache_dir={tmp_path}/cache",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job_id = re.search(r"(\d+)", proc.stdout).group(1)
     state = _job_state(slurm_env, job_id, settle_s=600)
@@ -101,10 +153,16 @@ def test_sbatch_template_with_two_tasks(slurm_env, tmp_path):
 def test_unreachable_controller_is_one_line(tmp_path):
     """No controller at SLURM_CONF: submitit's error surfaces as one line naming the launcher."""
     conf = tmp_path / "slurm.conf"
-    conf.write_text("ClusterName=nowhere\nSlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\n"
-                    "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=p Nodes=localhost Default=YES\n")
-    proc = run_cli(["run", "-m", "hydra/launcher=slurm", "train.epochs=1", f"hydra.sweep.dir={tmp_path}/s"],
-                   cwd=tmp_path, timeout=300, env_extra={"SLURM_CONF": str(conf)})
+    conf.write_text(
+        "ClusterName=nowhere\nSlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\n"
+        "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=p Nodes=localhost Default=YES\n"
+    )
+    proc = run_cli(
+        ["run", "-m", "hydra/launcher=slurm", "train.epochs=1", f"hydra.sweep.dir={tmp_path}/s"],
+        cwd=tmp_path,
+        timeout=300,
+        env_extra={"SLURM_CONF": str(conf)},
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "hydra/launcher=slurm" in out and "Traceback" not in out
     assert len([line for line in out.splitlines() if "error" in line.lower()]) == 1
@@ -120,24 +178,52 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
     was copied, see test_checkpoint.py.)"""
     sweep = tmp_path / "sweep"
     epochs, stall = 80, 40
-    cmd = [str(Path(sys.executable).parent / "gnntrain"), "run", "-m", "hydra/launcher=slurm", "mode=single",
-           "hardware.ranks_per_node=1", f"train.epochs={epochs}", "train.eval_every=500", "dataset.num_nodes=300",
-           "train.progress=false", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path}/cache", "kernel=torch"]
+    cmd = [
+        str(Path(sys.executable).parent / "gnntrain"),
+        "run",
+        "-m",
+        "hydra/launcher=slurm",
+        "mode=single",
+        "hardware.ranks_per_node=1",
+        f"train.epochs={epochs}",
+        "train.eval_every=500",
+        "dataset.num_nodes=300",
+        "train.progress=false",
+        f"hydra.sweep.dir={sweep}",
+        f"cache_dir={tmp_path}/cache",
+        "kernel=torch",
+    ]
     env = {**os.environ, **slurm_env}
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env={**env, "GNNTRAIN_INJECT_FAULT": f"0:{stall}:hang"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env={**env, "GNNTRAIN_INJECT_FAULT": f"0:{stall}:hang"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     metrics = sweep / "0-single-csbm" / "metrics.jsonl"
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= stall):
+    while time.monotonic() < deadline and not (
+        metrics.exists() and metrics.read_text().count("\n") >= stall
+    ):
         time.sleep(0.2)
-    assert metrics.exists() and metrics.read_text().count("\n") == stall, "the job never reached the stall"
-    job_id = next(p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name))
+    assert metrics.exists() and metrics.read_text().count("\n") == stall, (
+        "the job never reached the stall"
+    )
+    job_id = next(
+        p.name for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name)
+    )
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, env=env)
-    # SLURM holds a requeued job until a begin time ~2 minutes out. Bring it forward, but not to "now":
-    # a restart in the same second as the requeue can race the old step's cleanup ("credential revoked").
+    # SLURM holds a requeued job until a begin time ~2 minutes out. Bring it forward, but not to
+    # "now":
+    # a restart in the same second as the requeue can race the old step's cleanup ("credential
+    # revoked").
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
-        show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, env=env).stdout
+        show = subprocess.run(
+            ["scontrol", "show", "job", job_id], capture_output=True, text=True, env=env
+        ).stdout
         if "Restarts=0" not in show and "JobState=PENDING" in show:
             time.sleep(2)
             subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now+5"], env=env)
@@ -149,9 +235,13 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
     assert summary["status"] == "completed" and len(summary["losses"]) == epochs
     saved = sorted(p.name for p in (sweep / "0-single-csbm" / "checkpoints").glob("epoch_*.pt"))
     assert saved == [f"epoch_{stall:06d}.pt"], saved
-    logs = "".join(p.read_text(errors="replace") for p in (sweep / ".submitit" / job_id).glob("*.out"))
+    logs = "".join(
+        p.read_text(errors="replace") for p in (sweep / ".submitit" / job_id).glob("*.out")
+    )
     assert f"resumed after epoch {stall}" in logs
-    show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, env=env).stdout
+    show = subprocess.run(
+        ["scontrol", "show", "job", job_id], capture_output=True, text=True, env=env
+    ).stdout
     assert re.search(r"Restarts=[1-9]", show), show
 
 
@@ -163,7 +253,9 @@ def two_node_slurm():
     if os.geteuid() != 0:
         pytest.skip("the local SLURM cluster needs root")
     script = str(ROOT / "scripts" / "slurm-local.sh")
-    proc = subprocess.run(["bash", script, "start-two-node"], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        ["bash", script, "start-two-node"], capture_output=True, text=True, timeout=900
+    )
     if proc.returncode == 3 and not os.environ.get("CI"):
         pytest.skip(f"apt-get cannot install slurm-wlm/munge here: {proc.stderr.strip()[-300:]}")
     if proc.returncode == 4:
@@ -183,15 +275,32 @@ def test_two_node_job_runs_one_rank_per_node(two_node_slurm, tmp_path):
 
     sweep = tmp_path / "sweep"
     graph = ["dataset=csbm", "dataset.num_nodes=600"] + EXACT
-    proc = run_cli(["run", "-m", "hydra/launcher=slurm", "mode=partition", *graph, "hardware.nodes=2",
-                    "hardware.ranks_per_node=1", "train.progress=false", f"hydra.sweep.dir={sweep}",
-                    f"cache_dir={tmp_path}/cache", "hardware.timeout_min=10"], cwd=tmp_path, timeout=600,
-                   env_extra=two_node_slurm)
+    proc = run_cli(
+        [
+            "run",
+            "-m",
+            "hydra/launcher=slurm",
+            "mode=partition",
+            *graph,
+            "hardware.nodes=2",
+            "hardware.ranks_per_node=1",
+            "train.progress=false",
+            f"hydra.sweep.dir={sweep}",
+            f"cache_dir={tmp_path}/cache",
+            "hardware.timeout_min=10",
+        ],
+        cwd=tmp_path,
+        timeout=600,
+        env_extra=two_node_slurm,
+    )
     logs = "".join(p.read_text(errors="replace") for p in (sweep / ".submitit").rglob("*_log.*"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + logs[-3000:]
     summary = read_summary(sweep / "0-partition-csbm")
     assert summary["status"] == "completed" and summary["world_size"] == 2
-    assert summary["rank_hosts"] == ["10.78.0.1", "10.78.0.2"]  # rank 0 on gtnode1, rank 1 on gtnode2
+    assert summary["rank_hosts"] == [
+        "10.78.0.1",
+        "10.78.0.2",
+    ]  # rank 0 on gtnode1, rank 1 on gtnode2
     assert "hostname=gtnode1" in logs and "hostname=gtnode2" in logs
     single = run_training(build_plan(compose(graph + ["mode=single"])), tmp_path / "single")
     assert_exact(summary["losses"], single["losses"])

@@ -2,6 +2,7 @@
 post and hybrid; the hybrid cover is minimum; the quantizer is unbiased,
 bounded and packs losslessly; measured bytes equal the closed form; label
 propagation never reads validation/test labels; bad options are refused."""
+
 from __future__ import annotations
 
 import itertools
@@ -10,10 +11,25 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from conftest import CORA, EXACT, GRAPHS, assert_exact, compose, requires_shared, run_cli, single_losses
+from conftest import (
+    CORA,
+    EXACT,
+    GRAPHS,
+    assert_exact,
+    compose,
+    requires_shared,
+    run_cli,
+    single_losses,
+)
 from scipy.sparse.csgraph import maximum_bipartite_matching
 
-from gnntrain.comm.quantize import dequantize_rows, pack_codes, packed_row_bytes, quantize_rows, unpack_codes
+from gnntrain.comm.quantize import (
+    dequantize_rows,
+    pack_codes,
+    packed_row_bytes,
+    quantize_rows,
+    unpack_codes,
+)
 from gnntrain.data import load_dataset
 from gnntrain.errors import PlanError
 from gnntrain.partition import partition_graph
@@ -28,8 +44,15 @@ from gnntrain.plan import build_plan
 @pytest.mark.parametrize("p", [2, 4])
 def test_bits32_equals_single(train, graph, model, aggregation, p):
     base = GRAPHS[graph] + EXACT + [f"model={model}"]
-    s = train(base + ["mode=supergcn", "mode.bits=32", f"mode.aggregation={aggregation}",
-                      f"hardware.ranks_per_node={p}"])
+    s = train(
+        base
+        + [
+            "mode=supergcn",
+            "mode.bits=32",
+            f"mode.aggregation={aggregation}",
+            f"hardware.ranks_per_node={p}",
+        ]
+    )
     assert s["status"] == "completed" and s["world_size"] == p
     assert_exact(s["losses"], single_losses(train, base))
     assert "quant_params" not in s["comm_bytes"]["by_kind"]
@@ -52,8 +75,11 @@ def test_dgl_kernel_is_exact(train):
 def test_label_propagation_is_exact_across_world_sizes(train):
     """Label propagation changes the model; with bits=32 the distributed run
     equals the one-process run with the same label-propagation nodes."""
-    base = ["dataset=csbm"] + EXACT + ["model=sage", "mode=supergcn", "mode.bits=32",
-                                       "mode.label_propagation=0.3"]
+    base = (
+        ["dataset=csbm"]
+        + EXACT
+        + ["model=sage", "mode=supergcn", "mode.bits=32", "mode.label_propagation=0.3"]
+    )
     one = train(base + ["hardware.ranks_per_node=1"])
     for p in (2, 4):
         s = train(base + [f"hardware.ranks_per_node={p}"])
@@ -94,7 +120,9 @@ def test_cover_is_minimum_on_random_bipartite_graphs():
         cover_u, cover_v = min_vertex_cover(u, v, nu, nv)
         assert all(cover_u[a] or cover_v[b] for a, b in zip(u, v)), "not a cover"
         size = int(cover_u.sum() + cover_v.sum())
-        matching = maximum_bipartite_matching(sp.csr_matrix((np.ones(m), (u, v)), shape=(nu, nv)), "column")
+        matching = maximum_bipartite_matching(
+            sp.csr_matrix((np.ones(m), (u, v)), shape=(nu, nv)), "column"
+        )
         assert size == int((matching >= 0).sum()) == _brute_force_cover(u, v, nu, nv)
         assert size <= min(len(set(u.tolist())), len(set(v.tolist())))
 
@@ -110,10 +138,26 @@ def test_pair_split_covers_every_cut_edge():
         u, v = src[e] - offsets[j], dst[e] - offsets[i]
         post = np.isin(u, s.post_rows)
         assert np.array_equal(post, s.is_post_edge)
-        assert np.isin(v[~post], s.pre_rows).all()  # every other edge has its destination's partial sum
-        assert s.rows == int((maximum_bipartite_matching(
-            sp.csr_matrix((np.ones(e.size), (np.unique(u, return_inverse=True)[1],
-                                             np.unique(v, return_inverse=True)[1]))), "column") >= 0).sum())
+        assert np.isin(
+            v[~post], s.pre_rows
+        ).all()  # every other edge has its destination's partial sum
+        assert s.rows == int(
+            (
+                maximum_bipartite_matching(
+                    sp.csr_matrix(
+                        (
+                            np.ones(e.size),
+                            (
+                                np.unique(u, return_inverse=True)[1],
+                                np.unique(v, return_inverse=True)[1],
+                            ),
+                        )
+                    ),
+                    "column",
+                )
+                >= 0
+            ).sum()
+        )
     table = rows_per_pair(src, dst, offsets)
     for j in range(k):
         for i in range(k):
@@ -121,13 +165,30 @@ def test_pair_split_covers_every_cut_edge():
 
 
 def test_hybrid_beats_pre_on_a_power_law_graph():
-    """100k-node R-MAT, METIS p=8: hybrid ships >= 1.3x fewer rows than pre-only (measured 1.63x)."""
-    cfg = compose(["dataset=rmat", "dataset.num_nodes=100000", "dataset.num_edges=1000000", "dataset.feat_dim=4",
-                   "partitioner=metis"])
+    """100k-node R-MAT, METIS p=8: hybrid ships >= 1.3x fewer rows than pre-only (measured
+    1.63x)."""
+    cfg = compose(
+        [
+            "dataset=rmat",
+            "dataset.num_nodes=100000",
+            "dataset.num_edges=1000000",
+            "dataset.feat_dim=4",
+            "partitioner=metis",
+        ]
+    )
     data = load_dataset(cfg)
-    part, _ = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, 8, cfg.partitioner,
-                              data.content_hash, None)
-    table = rows_per_pair(part.inverse[data.src.numpy()], part.inverse[data.dst.numpy()], part.offsets)
+    part, _ = partition_graph(
+        data.src.numpy(),
+        data.dst.numpy(),
+        data.num_nodes,
+        8,
+        cfg.partitioner,
+        data.content_hash,
+        None,
+    )
+    table = rows_per_pair(
+        part.inverse[data.src.numpy()], part.inverse[data.dst.numpy()], part.offsets
+    )
     pre, post, hybrid = (int(np.sum(table[a])) for a in ("pre", "post", "hybrid"))
     assert pre == part.metrics.total_volume == post  # symmetric graph: NnzCols both ways
     assert pre / hybrid >= 1.3, (pre, hybrid)
@@ -137,7 +198,10 @@ def test_hybrid_beats_pre_on_a_power_law_graph():
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_quantizer_error_is_bounded_by_the_scale(bits):
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(200, 37, dtype=torch.float64) * torch.logspace(-6, 3, 200, dtype=torch.float64)[:, None]
+    x = (
+        torch.randn(200, 37, dtype=torch.float64)
+        * torch.logspace(-6, 3, 200, dtype=torch.float64)[:, None]
+    )
     packed, params = quantize_rows(x, bits, gen)
     assert packed.shape == (200, packed_row_bytes(37, bits)) and packed.dtype == torch.uint8
     y = dequantize_rows(packed, params, bits, 37, torch.float64)
@@ -162,14 +226,16 @@ def test_quantizer_is_unbiased():
         total += dequantize_rows(packed, params, 2, 5, torch.float64)
     scale = params[:, 0].to(torch.float64)[:, None]
     err = (total / draws - x).abs()
-    assert bool((err <= 5 * scale / (2 * draws ** 0.5)).all()), float((err / scale).max())
+    assert bool((err <= 5 * scale / (2 * draws**0.5)).all()), float((err / scale).max())
     # for contrast, deterministic rounding would be biased by up to S/2
     assert float(err.max()) < float(scale.max()) / 10
 
 
 def test_constant_rows_are_exact():
     gen = torch.Generator().manual_seed(2)
-    rows = torch.tensor([0.0, 2.5, -1.0, 0.15625, -3.0e-7], dtype=torch.float32)  # bfloat16-representable
+    rows = torch.tensor(
+        [0.0, 2.5, -1.0, 0.15625, -3.0e-7], dtype=torch.float32
+    )  # bfloat16-representable
     rows = rows.to(torch.bfloat16).to(torch.float32)
     x = rows[:, None].expand(5, 9).contiguous()
     for bits in (2, 4, 8):
@@ -197,8 +263,15 @@ def test_packing_round_trips(bits, width):
 def _pair_rows(cfg, cache_dir, p):
     """Σ over pairs of pre, post and matching-size rows, computed here from the partition."""
     data = load_dataset(cfg)
-    part, hit = partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, p, cfg.partitioner,
-                                data.content_hash, cache_dir)
+    part, hit = partition_graph(
+        data.src.numpy(),
+        data.dst.numpy(),
+        data.num_nodes,
+        p,
+        cfg.partitioner,
+        data.content_hash,
+        cache_dir,
+    )
     assert hit, "the run should have cached this partitioning"
     src, dst, parts = data.src.numpy(), data.dst.numpy(), part.parts
     rows = {"pre": 0, "post": 0, "hybrid": 0}
@@ -207,24 +280,41 @@ def _pair_rows(cfg, cache_dir, p):
             if i == j:
                 continue
             cut = (parts[src] == j) & (parts[dst] == i)
-            u, v = np.unique(src[cut], return_inverse=True), np.unique(dst[cut], return_inverse=True)
+            u, v = (
+                np.unique(src[cut], return_inverse=True),
+                np.unique(dst[cut], return_inverse=True),
+            )
             rows["post"] += len(u[0])
             rows["pre"] += len(v[0])
-            biadj = sp.csr_matrix((np.ones(int(cut.sum())), (u[1], v[1])), shape=(len(u[0]), len(v[0])))
+            biadj = sp.csr_matrix(
+                (np.ones(int(cut.sum())), (u[1], v[1])), shape=(len(u[0]), len(v[0]))
+            )
             rows["hybrid"] += int((maximum_bipartite_matching(biadj, "column") >= 0).sum())
     return rows, data
 
 
-@pytest.mark.parametrize("aggregation,bits,backward", [("hybrid", 2, True), ("pre", 4, False), ("post", 8, True),
-                                                       ("hybrid", 32, True)])
+@pytest.mark.parametrize(
+    "aggregation,bits,backward",
+    [("hybrid", 2, True), ("pre", 4, False), ("post", 8, True), ("hybrid", 32, True)],
+)
 def test_bytes_equal_closed_form(train, cache_dir, aggregation, bits, backward):
-    overrides = ["model=sage", "train.epochs=2", "hardware.ranks_per_node=3", "mode=supergcn",
-                 f"mode.aggregation={aggregation}", f"mode.bits={bits}", f"mode.quantize_backward={backward}"]
+    overrides = [
+        "model=sage",
+        "train.epochs=2",
+        "hardware.ranks_per_node=3",
+        "mode=supergcn",
+        f"mode.aggregation={aggregation}",
+        f"mode.bits={bits}",
+        f"mode.quantize_backward={backward}",
+    ]
     s = train(overrides)
     rows, data = _pair_rows(compose([f"cache_dir={cache_dir}"] + overrides), cache_dir, 3)
     r = rows[aggregation]
     assert s["partition"]["halo_rows"] == r
-    widths = [16, data.num_classes]  # both SAGE layers narrow, so each sends h·W_neigh (a gradient path)
+    widths = [
+        16,
+        data.num_classes,
+    ]  # both SAGE layers narrow, so each sends h·W_neigh (a gradient path)
 
     def per_row(width, quantized):
         return packed_row_bytes(width, bits) if quantized else width * 4
@@ -235,7 +325,9 @@ def test_bytes_equal_closed_form(train, cache_dir, aggregation, bits, backward):
     params = 4 * r * len(widths) * (2 if backward else 1) if bits < 32 else 0
     assert kinds.get("quant_params", 0) == params
     breakdown = s["time_breakdown_s"]
-    assert {"aggregation", "comm", "other"} <= set(breakdown) and (("quantization" in breakdown) == (bits < 32))
+    assert {"aggregation", "comm", "other"} <= set(breakdown) and (
+        ("quantization" in breakdown) == (bits < 32)
+    )
 
 
 @pytest.mark.parametrize("width,goal_met", [(128, False), (256, True), (512, True)])
@@ -243,9 +335,16 @@ def test_int2_volume_ratio(train, width, goal_met):
     """int2 + bfloat16 (scale, zero) per row against fp32, both hybrid:
     4D / (D/4 + 4) = 16D/(D + 16); 15x needs D >= 240, so at D = 128 the
     physical ratio with 4-byte per-row parameters is 14.2x (noted as a miss)."""
-    overrides = ["model=gin", "train.epochs=1", "hardware.ranks_per_node=2", "mode=supergcn",  # GIN sends d_in
-                 f"dataset.feat_dim={width}", f"model.hidden={width}", "dataset.num_nodes=600",
-                 "mode.quantize_backward=false"]  # quant_params then holds the forward rows' parameters only
+    overrides = [
+        "model=gin",
+        "train.epochs=1",
+        "hardware.ranks_per_node=2",
+        "mode=supergcn",  # GIN sends d_in
+        f"dataset.feat_dim={width}",
+        f"model.hidden={width}",
+        "dataset.num_nodes=600",
+        "mode.quantize_backward=false",
+    ]  # quant_params then holds the forward rows' parameters only
     fp32 = train(overrides + ["mode.bits=32"])["comm_bytes"]["by_kind"]
     int2 = train(overrides + ["mode.bits=2"])["comm_bytes"]["by_kind"]
     ratio = fp32["halo_fwd"] / (int2["halo_fwd"] + int2["quant_params"])
@@ -258,8 +357,16 @@ def test_label_propagation_never_reads_val_or_test_labels(train, monkeypatch):
     """Scrambling validation and test labels changes no training loss."""
     import gnntrain.data as data_module
 
-    base = ["dataset=csbm", "model=sage", "train.epochs=3", "mode=supergcn", "mode.bits=32",
-            "mode.label_propagation=0.5", "hardware.ranks_per_node=1", "train.eval_every=100"]
+    base = [
+        "dataset=csbm",
+        "model=sage",
+        "train.epochs=3",
+        "mode=supergcn",
+        "mode.bits=32",
+        "mode.label_propagation=0.5",
+        "hardware.ranks_per_node=1",
+        "train.eval_every=100",
+    ]
     clean = train(base)
     loader = data_module.load_dataset
 
@@ -274,9 +381,15 @@ def test_label_propagation_never_reads_val_or_test_labels(train, monkeypatch):
 
 
 # --------------------------------------------------------------- the plan
-@pytest.mark.parametrize("override,option", [("mode.bits=3", "mode.bits"), ("mode.bits=16", "mode.bits"),
-                                             ("mode.label_propagation=1.0", "mode.label_propagation"),
-                                             ("mode.label_propagation=-0.1", "mode.label_propagation")])
+@pytest.mark.parametrize(
+    "override,option",
+    [
+        ("mode.bits=3", "mode.bits"),
+        ("mode.bits=16", "mode.bits"),
+        ("mode.label_propagation=1.0", "mode.label_propagation"),
+        ("mode.label_propagation=-0.1", "mode.label_propagation"),
+    ],
+)
 def test_bad_options_are_refused(override, option):
     with pytest.raises(PlanError) as err:
         build_plan(compose(["mode=supergcn", override]))
@@ -285,13 +398,23 @@ def test_bad_options_are_refused(override, option):
 
 def test_plan_and_partition_print_rows_per_pair(tmp_path, cache_dir):
     for command in ("plan", "partition"):
-        out = run_cli([command, "mode=supergcn", "hardware.ranks_per_node=3", f"cache_dir={cache_dir}",
-                       f"hydra.run.dir={tmp_path / command}"], tmp_path)
+        out = run_cli(
+            [
+                command,
+                "mode=supergcn",
+                "hardware.ranks_per_node=3",
+                f"cache_dir={cache_dir}",
+                f"hydra.run.dir={tmp_path / command}",
+            ],
+            tmp_path,
+        )
         assert out.returncode == 0, out.stderr
         for aggregation in ("pre", "post", "hybrid"):
             assert aggregation in out.stdout
         assert "rows_per_pair" in out.stdout
-    bad = run_cli(["plan", "mode=supergcn", "mode.bits=3", f"hydra.run.dir={tmp_path / 'bad'}"], tmp_path)
+    bad = run_cli(
+        ["plan", "mode=supergcn", "mode.bits=3", f"hydra.run.dir={tmp_path / 'bad'}"], tmp_path
+    )
     assert bad.returncode != 0 and "mode.bits" in bad.stderr + bad.stdout
 
 
@@ -302,12 +425,27 @@ def test_int2_accuracy_on_cora_matches_fp32(train):
     """The paper's setting (3-layer SAGE, hidden 256, dropout 0.5) on Cora, 2 ranks:
     int2 (forward and backward) final test accuracy within 1.0 pp of bits=32,
     as a mean over 3 seeds. At 100 epochs we measured 79.2% vs 78.9%
-    (docs/BENCHMARKS.md, suite supergcn_accuracy); 50 epochs take about a minute. Slow (make test-all):
+    (docs/BENCHMARKS.md, suite supergcn_accuracy); 50 epochs take about a minute. Slow (make
+    test-all):
     test_quantized_training_tracks_fp32 runs the same quantized path in every CI run."""
-    base = CORA + ["model=sage", "model.layers=3", "model.hidden=256", "train.epochs=50", "mode=supergcn",
-                   "hardware.ranks_per_node=2", "train.eval_every=50"]
-    acc = {bits: np.mean([train(base + [f"mode.bits={bits}", f"train.seed={seed}"])["accuracy"]["test"]
-                          for seed in range(3)]) for bits in (32, 2)}
+    base = CORA + [
+        "model=sage",
+        "model.layers=3",
+        "model.hidden=256",
+        "train.epochs=50",
+        "mode=supergcn",
+        "hardware.ranks_per_node=2",
+        "train.eval_every=50",
+    ]
+    acc = {
+        bits: np.mean(
+            [
+                train(base + [f"mode.bits={bits}", f"train.seed={seed}"])["accuracy"]["test"]
+                for seed in range(3)
+            ]
+        )
+        for bits in (32, 2)
+    }
     assert acc[32] > 0.75, acc
     assert abs(acc[2] - acc[32]) <= 0.010, acc
 
@@ -320,14 +458,24 @@ def test_backward_overlap_is_exact_and_sync_is_timed(train, overlap):
     from conftest import EXACT, single_losses
 
     ref = single_losses(train, ["dataset=csbm"] + EXACT + ["model=sage"])
-    s = train(["dataset=csbm"] + EXACT + ["model=sage", "mode=supergcn", "mode.bits=32", "hardware.ranks_per_node=3",
-                                          f"mode.overlap={overlap}"])
+    s = train(
+        ["dataset=csbm"]
+        + EXACT
+        + [
+            "model=sage",
+            "mode=supergcn",
+            "mode.bits=32",
+            "hardware.ranks_per_node=3",
+            f"mode.overlap={overlap}",
+        ]
+    )
     assert_exact(s["losses"], ref)
     assert s["time_breakdown_s"]["sync"] > 0
 
 
 def test_backward_waits_for_halo_gradients_only_after_the_local_work():
-    """The autograd order behind the overlap: the finish node starts the gradient exchange, the local
+    """The autograd order behind the overlap: the finish node starts the gradient exchange, the
+    local
     aggregation's backward runs, and only then does the start node wait."""
     from conftest import LoggedPending, logged_scale
 
@@ -337,7 +485,9 @@ def test_backward_waits_for_halo_gradients_only_after_the_local_work():
     local = logged_scale(events, "local backward", 2)
 
     original = halo._start
-    halo._start = lambda comm, send, sc, rc, kind, q, direction: LoggedPending(events, send, direction)
+    halo._start = lambda comm, send, sc, rc, kind, q, direction: LoggedPending(
+        events, send, direction
+    )
     try:
         for overlap in (True, False):
             events.clear()

@@ -1,5 +1,8 @@
-"""The logger group: CSV, TensorBoard, MLflow and W&B (offline) each hold every epoch's loss of metrics.jsonl,
-read back with the tracker's own reader; a tracker that is not installed is a plan error naming the extra."""
+"""The logger group: CSV, TensorBoard, MLflow and W&B (offline) each hold every epoch's loss of
+metrics.jsonl,
+read back with the tracker's own reader; a tracker that is not installed is a plan error naming the
+extra."""
+
 from __future__ import annotations
 
 import csv
@@ -16,10 +19,21 @@ def tracked_run(cache_dir, tmp_path_factory):
     import gnntrain.api as gt
 
     run_dir = tmp_path_factory.mktemp("tracked")
-    result = gt.run([f"cache_dir={cache_dir}", "mode=partition", f"train.epochs={EPOCHS}", "train.eval_every=2",
-                     "train.progress=false", "logger=[csv,tensorboard,mlflow,wandb]"], run_dir=run_dir)
+    result = gt.run(
+        [
+            f"cache_dir={cache_dir}",
+            "mode=partition",
+            f"train.epochs={EPOCHS}",
+            "train.eval_every=2",
+            "train.progress=false",
+            "logger=[csv,tensorboard,mlflow,wandb]",
+        ],
+        run_dir=run_dir,
+    )
     assert result.status == "completed"
-    losses = [json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    losses = [
+        json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
     assert len(losses) == EPOCHS
     return run_dir, losses
 
@@ -36,11 +50,15 @@ def test_tensorboard_events_read_back(tracked_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run_dir, losses = tracked_run
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "images": 0})
+    events = EventAccumulator(
+        str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "images": 0}
+    )
     events.Reload()
     assert [e.step for e in events.Scalars("loss")] == list(range(EPOCHS))
     assert [e.value for e in events.Scalars("loss")] == pytest.approx(losses, rel=1e-6)
-    assert "bytes_allreduce" in events.Tags()["scalars"] and events.Tags()["images"] == ["run_curves"]
+    assert "bytes_allreduce" in events.Tags()["scalars"] and events.Tags()["images"] == [
+        "run_curves"
+    ]
 
 
 def test_mlflow_file_store_reads_back(tracked_run, monkeypatch):
@@ -71,8 +89,12 @@ def test_a_missing_tracker_is_a_plan_error_naming_the_extra(monkeypatch):
     from gnntrain.plan import build_plan
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
-    with pytest.raises(PlanError, match=r"logger=mlflow needs the mlflow package.*pip install 'gnntrain\[mlflow\]'"):
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a)
+    )
+    with pytest.raises(
+        PlanError, match=r"logger=mlflow needs the mlflow package.*pip install 'gnntrain\[mlflow\]'"
+    ):
         build_plan(compose(["logger=[csv,mlflow]", "mode=single"]))
     with pytest.raises(Exception, match="logger"):
         compose(["logger=nosuch"])

@@ -1,11 +1,15 @@
 """Every suite module; importing this package registers their suites (benchmarks.registry.SUITES).
 
-Module -> suites: reference (reference), kernels (kernels), overhead (overhead), partitioners (partitioners,
-partition_memory), volume (volume, mop_volume), supergcn (supergcn_volume, supergcn_accuracy, supergcn_lp),
+Module -> suites: reference (reference), kernels (kernels), overhead (overhead), partitioners
+(partitioners,
+partition_memory), volume (volume, mop_volume), supergcn (supergcn_volume, supergcn_accuracy,
+supergcn_lp),
 supergcn_ops (supergcn_ops),
-hongtu (hongtu_dedup), memory (memory, scale), hyscale (hyscale, hyscale_sampler), generators (generators),
+hongtu (hongtu_dedup), memory (memory, scale), hyscale (hyscale, hyscale_sampler), generators
+(generators),
 ablations, auto, ingest, predict, outofcore, diskio, moonshot (one each).
 """
+
 from benchmarks.suites import (  # noqa: F401  (each module registers its suites on import)
     ablations,
     auto,

@@ -9,6 +9,7 @@ pread/pwrite into one reusable buffer (``posix_fadvise`` WILLNEED ahead; a gathe
 that cover its rows, gaps under 64 KiB read through). The page cache is dropped before each
 measurement when this process may (root), so both read from the device.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -49,7 +50,8 @@ def _spans(rows, row_bytes: int) -> List[Tuple[int, int]]:
 
 
 def _patterns(rows: int, chunks: int, density: float, seed: int = 0):
-    """Chunk ranges, and per chunk the sorted neighbour rows a gather reads (``density`` of the table)."""
+    """Chunk ranges, and per chunk the sorted neighbour rows a gather reads (``density`` of the
+    table)."""
     import numpy as np
 
     bounds = np.linspace(0, rows, chunks + 1).astype(np.int64)
@@ -59,7 +61,8 @@ def _patterns(rows: int, chunks: int, density: float, seed: int = 0):
 
 
 def _close(table) -> None:
-    """Unmap (the tensor first: it holds the map's buffer); the file stays for the next measurement."""
+    """Unmap (the tensor first: it holds the map's buffer); the file stays for the next
+    measurement."""
     table.tensor = None
     try:
         table.mapping.close()
@@ -72,7 +75,9 @@ def _mmap_methods(path: Path, rows: int, ranges, gathers) -> Dict[str, Callable[
 
     from gnntrain.modes.hongtu.tiers import DiskTable
 
-    def opened() -> DiskTable:  # the written file as the disk tier maps its own (DiskTable.create makes it empty)
+    def opened() -> (
+        DiskTable
+    ):  # the written file as the disk tier maps its own (DiskTable.create makes it empty)
         with open(path, "r+b") as f:
             mapping = mmap.mmap(f.fileno(), rows * WIDTH * 4)
         tensor = torch.frombuffer(mapping, dtype=torch.float32).view(rows, WIDTH)
@@ -84,7 +89,7 @@ def _mmap_methods(path: Path, rows: int, ranges, gathers) -> Dict[str, Callable[
         for i, (lo, hi) in enumerate(ranges):
             if i + 1 < len(ranges):
                 table.prefetch(*ranges[i + 1])
-            buf[:hi - lo].copy_(table.tensor[lo:hi])
+            buf[: hi - lo].copy_(table.tensor[lo:hi])
             table.release(lo, hi)
             moved += (hi - lo) * table.row_bytes
         _close(table)
@@ -94,7 +99,7 @@ def _mmap_methods(path: Path, rows: int, ranges, gathers) -> Dict[str, Callable[
         table, moved = opened(), 0
         buf = torch.ones(max(b - a for a, b in ranges), WIDTH)
         for lo, hi in ranges:
-            table.tensor[lo:hi].copy_(buf[:hi - lo])
+            table.tensor[lo:hi].copy_(buf[: hi - lo])
             table.release(lo, hi)
             moved += (hi - lo) * table.row_bytes
         table.mapping.flush()  # on the device, as pwrite's fdatasync
@@ -109,7 +114,11 @@ def _mmap_methods(path: Path, rows: int, ranges, gathers) -> Dict[str, Callable[
         _close(table)
         return moved
 
-    return {"read chunk ranges": read_ranges, "write chunk ranges": write_ranges, "gather rows": gather_rows}
+    return {
+        "read chunk ranges": read_ranges,
+        "write chunk ranges": write_ranges,
+        "gather rows": gather_rows,
+    }
 
 
 def _pread_methods(path: Path, rows: int, ranges, gathers) -> Dict[str, Callable[[], int]]:
@@ -124,7 +133,7 @@ def _pread_methods(path: Path, rows: int, ranges, gathers) -> Dict[str, Callable
             if i + 1 < len(ranges):
                 a, b = ranges[i + 1]
                 os.posix_fadvise(fd, a * row_bytes, (b - a) * row_bytes, os.POSIX_FADV_WILLNEED)
-            moved += os.preadv(fd, [memoryview(buf[:hi - lo]).cast("B")], lo * row_bytes)
+            moved += os.preadv(fd, [memoryview(buf[: hi - lo]).cast("B")], lo * row_bytes)
             os.posix_fadvise(fd, lo * row_bytes, (hi - lo) * row_bytes, os.POSIX_FADV_DONTNEED)
         os.close(fd)
         return moved
@@ -133,7 +142,7 @@ def _pread_methods(path: Path, rows: int, ranges, gathers) -> Dict[str, Callable
         fd, moved = os.open(path, os.O_WRONLY), 0
         buf = np.ones((max(b - a for a, b in ranges), WIDTH), np.float32)
         for lo, hi in ranges:
-            moved += os.pwritev(fd, [memoryview(buf[:hi - lo]).cast("B")], lo * row_bytes)
+            moved += os.pwritev(fd, [memoryview(buf[: hi - lo]).cast("B")], lo * row_bytes)
         os.fdatasync(fd)
         os.close(fd)
         return moved
@@ -147,20 +156,25 @@ def _pread_methods(path: Path, rows: int, ranges, gathers) -> Dict[str, Callable
             for lo, hi in _spans(rows_needed, row_bytes):
                 if span_buf.shape[0] < hi - lo:
                     span_buf = np.empty((hi - lo, WIDTH), np.float32)
-                os.preadv(fd, [memoryview(span_buf[:hi - lo]).cast("B")], lo * row_bytes)
-                take = rows_needed[filled:np.searchsorted(rows_needed, hi)]
-                out[filled:filled + take.size] = span_buf[take - lo]
+                os.preadv(fd, [memoryview(span_buf[: hi - lo]).cast("B")], lo * row_bytes)
+                take = rows_needed[filled : np.searchsorted(rows_needed, hi)]
+                out[filled : filled + take.size] = span_buf[take - lo]
                 filled += take.size
             moved += out.nbytes
         os.close(fd)
         return moved
 
-    return {"read chunk ranges": read_ranges, "write chunk ranges": write_ranges, "gather rows": gather_rows}
+    return {
+        "read chunk ranges": read_ranges,
+        "write chunk ranges": write_ranges,
+        "gather rows": gather_rows,
+    }
 
 
 @suite("diskio")
 def suite_diskio(quick: bool) -> SuiteResult:
-    """mmap (the disk tier's DiskTable) against pread/pwrite on HongTu's access patterns, cold page cache."""
+    """mmap (the disk tier's DiskTable) against pread/pwrite on HongTu's access patterns, cold page
+    cache."""
     rows, chunks, reps = (200_000, 4, 2) if quick else (2_000_000, 4, 3)
     table_gib = rows * WIDTH * 4 / 2**30
     results: Dict[Tuple[str, str], List[float]] = {}
@@ -180,8 +194,11 @@ def suite_diskio(quick: bool) -> SuiteResult:
                     for pattern, run in methods(path, rows, ranges, gathers).items():
                         if pattern != "gather rows" and density != 0.05:
                             continue  # the range patterns do not depend on the gather's density
-                        name = (pattern if pattern != "gather rows"
-                                else f"gather rows ({density:.0%} of the table per chunk)")
+                        name = (
+                            pattern
+                            if pattern != "gather rows"
+                            else f"gather rows ({density:.0%} of the table per chunk)"
+                        )
                         cold = _drop_caches() and cold
                         start = time.perf_counter()
                         moved[(name, method)] = run()
@@ -192,18 +209,40 @@ def suite_diskio(quick: bool) -> SuiteResult:
         for method in ("mmap", "pread/pwrite"):
             t = results[(name, method)]
             med = statistics.median(t)
-            rows_out.append([name, method, f"{med:.3f}", f"{min(t):.3f}-{max(t):.3f}",
-                             f"{moved[(name, method)] / med / 2**30:.2f}", f"{med / base:.2f}"])
+            rows_out.append(
+                [
+                    name,
+                    method,
+                    f"{med:.3f}",
+                    f"{min(t):.3f}-{max(t):.3f}",
+                    f"{moved[(name, method)] / med / 2**30:.2f}",
+                    f"{med / base:.2f}",
+                ]
+            )
     return SuiteResult(
-        title=f"diskio: the disk tier's row moves, mmap vs pread/pwrite ({rows:,} rows x {WIDTH} float32 = "
-              f"{table_gib:.2f} GiB table, {chunks} chunks)",
-        columns=["pattern (one layer's sweep)", "method", "median s", "min-max s", "GiB/s", "vs mmap"],
+        title=f"diskio: the disk tier's row moves, mmap vs pread/pwrite ({rows:,} rows x {WIDTH} "
+        f"float32 = "
+        f"{table_gib:.2f} GiB table, {chunks} chunks)",
+        columns=[
+            "pattern (one layer's sweep)",
+            "method",
+            "median s",
+            "min-max s",
+            "GiB/s",
+            "vs mmap",
+        ],
         rows=rows_out,
-        notes=f"{reps} repetitions each, interleaved. " + (
-            "Page cache dropped before every measurement (cold reads from the device)." if cold else
-            "The page cache could not be dropped (not root): reads may be served from memory.")
-        + " mmap: gnntrain.modes.hongtu.tiers.DiskTable, as the engine uses it (WILLNEED on the next chunk, "
-          "DONTNEED on the finished one, msync at the end of a write sweep). pread/pwrite: one reusable buffer, "
-          "posix_fadvise WILLNEED ahead, fdatasync at the end of a write sweep; a gather preads the spans "
-          "covering its sorted rows (gaps under 64 KiB read through) and selects from them.",
+        notes=f"{reps} repetitions each, interleaved. "
+        + (
+            "Page cache dropped before every measurement (cold reads from the device)."
+            if cold
+            else "The page cache could not be dropped (not root): reads may be served from memory."
+        )
+        + " mmap: gnntrain.modes.hongtu.tiers.DiskTable, as the engine uses it (WILLNEED on the "
+        "next chunk, "
+        "DONTNEED on the finished one, msync at the end of a write sweep). pread/pwrite: one "
+        "reusable buffer, "
+        "posix_fadvise WILLNEED ahead, fdatasync at the end of a write sweep; a gather preads the "
+        "spans "
+        "covering its sorted rows (gaps under 64 KiB read through) and selects from them.",
     )

@@ -1,4 +1,5 @@
-"""The `ingest` bench suite (#38): a user's graph from files, at scale, beside a plain pandas script.
+"""The `ingest` bench suite (#38): a user's graph from files, at scale, beside a plain pandas
+script.
 
 Writes a 50M-edge CSV edge list with string node IDs and a Parquet node table (1M nodes x 128 float
 features + a label column, rows shuffled), then measures, each in its own process (own peak RSS):
@@ -6,6 +7,7 @@ features + a label column, rows shuffled), then measures, each in its own proces
 plain pandas route a user would write (``read_csv`` -> ``Index.get_indexer`` -> numpy -> scipy CSR).
 Run with ``python -m benchmarks ingest`` (``--quick``: 2M edges, 100k nodes).
 """
+
 from __future__ import annotations
 
 import json
@@ -51,7 +53,7 @@ with pq.ParquetWriter(f"{out}/nodes.parquet", pa.schema([("id", pa.string())] + 
         pw.write_table(pa.table(t))
 np.save(f"{out}/x.npy", x)
 np.save(f"{out}/y.npy", rng.integers(0, 16, size=n))
-"""
+"""  # noqa: E501  (a script run in its own process)
 
 _INGEST = r"""
 import json, resource, sys, time
@@ -64,7 +66,7 @@ out = Path(sys.argv[sys.argv.index("--out") + 1])
 csr = (out / "indptr.npy").stat().st_size + (out / "indices.npy").stat().st_size
 print(json.dumps({"s": time.perf_counter() - t, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                   "csr": csr, "edges": summary["num_edges"], "nodes": summary["num_nodes"]}))
-"""
+"""  # noqa: E501  (a script run in its own process)
 
 _PANDAS = r"""
 import json, resource, sys, time
@@ -88,11 +90,13 @@ labels = nodes["label"].to_numpy()
 np.save(f"{out}/pandas_indptr.npy", adj.indptr); np.save(f"{out}/pandas_indices.npy", adj.indices)
 print(json.dumps({"s": time.perf_counter() - t, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                   "edges": int(adj.nnz)}))
-"""
+"""  # noqa: E501  (a script run in its own process)
 
 
 def _child(code: str, *args) -> dict:
-    proc = subprocess.run([sys.executable, "-c", code, *[str(a) for a in args]], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *[str(a) for a in args]], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-3000:])
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -104,20 +108,49 @@ def suite_ingest(quick: bool) -> SuiteResult:
     with tempfile.TemporaryDirectory(prefix="gnntrain-bench-ingest-", dir="/var/tmp") as tmp:
         tmp = Path(tmp)
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", _GENERATE, str(tmp), str(n), str(e), str(f)], check=True)
+        subprocess.run(
+            [sys.executable, "-c", _GENERATE, str(tmp), str(n), str(e), str(f)], check=True
+        )
         generate_s = time.perf_counter() - start
         csv_bytes = (tmp / "edges.csv").stat().st_size
         base = _child(_PANDAS, tmp)
         runs = {
-            "CSV (string IDs) + Parquet node table": ["--edges", tmp / "edges.csv", "--features",
-                                                      tmp / "nodes.parquet"],
-            "Parquet edges + .npy features/labels": ["--edges", tmp / "edges.parquet", "--features", tmp / "x.npy",
-                                                     "--labels", tmp / "y.npy"],
-            ".npy edges (two 1-D files) + .npy": ["--edges", tmp / "src.npy", tmp / "dst.npy", "--features",
-                                                  tmp / "x.npy", "--labels", tmp / "y.npy"],
+            "CSV (string IDs) + Parquet node table": [
+                "--edges",
+                tmp / "edges.csv",
+                "--features",
+                tmp / "nodes.parquet",
+            ],
+            "Parquet edges + .npy features/labels": [
+                "--edges",
+                tmp / "edges.parquet",
+                "--features",
+                tmp / "x.npy",
+                "--labels",
+                tmp / "y.npy",
+            ],
+            ".npy edges (two 1-D files) + .npy": [
+                "--edges",
+                tmp / "src.npy",
+                tmp / "dst.npy",
+                "--features",
+                tmp / "x.npy",
+                "--labels",
+                tmp / "y.npy",
+            ],
         }
-        rows = [["pandas read_csv -> get_indexer -> scipy CSR (baseline)", f"{base['s']:.1f}", "1.00",
-                 f"{base['peak'] / GIB:.2f}", "1.00", "", f"{base['edges']:,}", ""]]
+        rows = [
+            [
+                "pandas read_csv -> get_indexer -> scipy CSR (baseline)",
+                f"{base['s']:.1f}",
+                "1.00",
+                f"{base['peak'] / GIB:.2f}",
+                "1.00",
+                "",
+                f"{base['edges']:,}",
+                "",
+            ]
+        ]
         first = None
         for name, args in runs.items():
             out = tmp / f"out-{len(rows)}"
@@ -126,26 +159,56 @@ def suite_ingest(quick: bool) -> SuiteResult:
                 first = r
                 import numpy as np
 
-                same = bool(np.array_equal(np.load(out / "indptr.npy"), np.load(tmp / "pandas_indptr.npy")))
+                same = bool(
+                    np.array_equal(np.load(out / "indptr.npy"), np.load(tmp / "pandas_indptr.npy"))
+                )
             limit = max(GIB, 1.5 * r["csr"])
             goal = []
             if name.startswith("CSV"):
-                goal.append("peak <= 0.5x pandas " + ("(met)" if r["peak"] <= 0.5 * base["peak"] else "(MISSED)"))
-                goal.append("time <= 1.5x pandas " + ("(met)" if r["s"] <= 1.5 * base["s"] else "(MISSED)"))
-            goal.append("peak <= max(1 GiB, 1.5x CSR) " + ("(met)" if r["peak"] <= limit else "(MISSED)"))
-            rows.append([f"gnntrain ingest: {name}", f"{r['s']:.1f}", f"{r['s'] / base['s']:.2f}",
-                         f"{r['peak'] / GIB:.2f}", f"{r['peak'] / base['peak']:.2f}", f"{r['csr'] / GIB:.2f}",
-                         f"{r['edges']:,}", "; ".join(goal)])
+                goal.append(
+                    "peak <= 0.5x pandas "
+                    + ("(met)" if r["peak"] <= 0.5 * base["peak"] else "(MISSED)")
+                )
+                goal.append(
+                    "time <= 1.5x pandas " + ("(met)" if r["s"] <= 1.5 * base["s"] else "(MISSED)")
+                )
+            goal.append(
+                "peak <= max(1 GiB, 1.5x CSR) " + ("(met)" if r["peak"] <= limit else "(MISSED)")
+            )
+            rows.append(
+                [
+                    f"gnntrain ingest: {name}",
+                    f"{r['s']:.1f}",
+                    f"{r['s'] / base['s']:.2f}",
+                    f"{r['peak'] / GIB:.2f}",
+                    f"{r['peak'] / base['peak']:.2f}",
+                    f"{r['csr'] / GIB:.2f}",
+                    f"{r['edges']:,}",
+                    "; ".join(goal),
+                ]
+            )
     return SuiteResult(
-        title=f"ingest a {e / 1e6:.0f}M-edge graph with string IDs ({n:,} nodes, {f} float features)",
-        columns=["route", "time (s)", "time vs pandas", "peak RSS (GiB)", "peak vs pandas", "CSR written (GiB)",
-                 "directed edges", "goals"],
+        title=f"ingest a {e / 1e6:.0f}M-edge graph with string IDs ({n:,} nodes, {f} float "
+        f"features)",
+        columns=[
+            "route",
+            "time (s)",
+            "time vs pandas",
+            "peak RSS (GiB)",
+            "peak vs pandas",
+            "CSR written (GiB)",
+            "directed edges",
+            "goals",
+        ],
         rows=rows,
-        notes=f"Edge list: {e:,} lines of 'user-<id>,user-<id>' ({csv_bytes / GIB:.2f} GiB of CSV), "
-              f"symmetrised, self-loops and repeats dropped; node table: Parquet, {n:,} rows in shuffled order "
-              f"(id, f0..f{f - 1}, "
-              f"label), whose row order becomes the node order. Each route runs in its own process (peak = its "
-              f"ru_maxrss, imports included). The pandas script builds the same CSR (same indptr: "
-              f"{'yes' if same else 'NO'}). Generating the files took {generate_s:.0f} s (not counted). "
-              f"Limit on ingest's peak: max(1 GiB, 1.5 x the CSR it writes).",
+        notes=f"Edge list: {e:,} lines of 'user-<id>,user-<id>' ({csv_bytes / GIB:.2f} GiB of "
+        f"CSV), "
+        f"symmetrised, self-loops and repeats dropped; node table: Parquet, {n:,} rows in shuffled "
+        "order "
+        f"(id, f0..f{f - 1}, "
+        "label), whose row order becomes the node order. Each route runs in its own process (peak "
+        "= its "
+        f"ru_maxrss, imports included). The pandas script builds the same CSR (same indptr: "
+        f"{'yes' if same else 'NO'}). Generating the files took {generate_s:.0f} s (not counted). "
+        f"Limit on ingest's peak: max(1 GiB, 1.5 x the CSR it writes).",
     )

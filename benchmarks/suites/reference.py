@@ -1,11 +1,19 @@
 """The `reference` suite: mode=single against DGL's own GCN example loop on Cora."""
+
 from __future__ import annotations
 
 import statistics
 import time
 from pathlib import Path
 
-from benchmarks.harness import SHARED, SuiteResult, compose, dgl_python, in_fresh_process, in_other_python
+from benchmarks.harness import (
+    SHARED,
+    SuiteResult,
+    compose,
+    dgl_python,
+    in_fresh_process,
+    in_other_python,
+)
 from benchmarks.registry import suite
 
 
@@ -33,8 +41,12 @@ def dgl_example_epoch_times(epochs: int) -> tuple:
     class GCN(nn.Module):
         def __init__(self, in_size, hid_size, out_size):
             super().__init__()
-            self.layers = nn.ModuleList([dglnn.GraphConv(in_size, hid_size, activation=F.relu),
-                                         dglnn.GraphConv(hid_size, out_size)])
+            self.layers = nn.ModuleList(
+                [
+                    dglnn.GraphConv(in_size, hid_size, activation=F.relu),
+                    dglnn.GraphConv(hid_size, out_size),
+                ]
+            )
             self.dropout = nn.Dropout(0.5)
 
         def forward(self, g, h):
@@ -67,8 +79,16 @@ def gnntrain_single_epoch_times(epochs: int, tmp: str) -> tuple:
     from gnntrain.launch import run_training
     from gnntrain.plan import build_plan
 
-    cfg = compose(["dataset=cora", f"data_dir={SHARED}", "mode=single", f"train.epochs={epochs}",
-                   f"train.eval_every={epochs}", "train.progress=false"])
+    cfg = compose(
+        [
+            "dataset=cora",
+            f"data_dir={SHARED}",
+            "mode=single",
+            f"train.epochs={epochs}",
+            f"train.eval_every={epochs}",
+            "train.progress=false",
+        ]
+    )
     s = run_training(build_plan(cfg), Path(tmp))
     return s["epoch_time_s"], s["accuracy"]["test"]
 
@@ -91,17 +111,37 @@ def suite_reference(quick: bool) -> SuiteResult:
             accs["gnntrain_single"].append(a)
     ratio = statistics.median(ours) / statistics.median(base)
     return SuiteResult(
-        title="reference: mode=single vs DGL's GCN example (Cora, 2-layer GCN, hidden 16, 200 epochs)",
-        columns=["candidate", "median epoch (ms)", "min-max (ms)", "test acc (median)", "ratio", "goal"],
-        rows=[
-            ["DGL example loop (baseline)", f"{statistics.median(base) * 1e3:.3f}",
-             f"{min(base) * 1e3:.3f}-{max(base) * 1e3:.3f}", f"{statistics.median(accs['dgl_example']):.3f}",
-             "1.000", ""],
-            ["gnntrain mode=single", f"{statistics.median(ours) * 1e3:.3f}",
-             f"{min(ours) * 1e3:.3f}-{max(ours) * 1e3:.3f}", f"{statistics.median(accs['gnntrain_single']):.3f}",
-             f"{ratio:.3f}", "<= 1.05 " + ("(met)" if ratio <= 1.05 else "(MISSED)")],
+        title="reference: mode=single vs DGL's GCN example (Cora, 2-layer GCN, hidden 16, 200 "
+        "epochs)",
+        columns=[
+            "candidate",
+            "median epoch (ms)",
+            "min-max (ms)",
+            "test acc (median)",
+            "ratio",
+            "goal",
         ],
-        notes=f"{reps} interleaved repetitions x {epochs} epochs, each side in a fresh process: DGL's example on "
-              "the DGL stack (.venv-dgl), gnntrain on the default stack; per repetition the median epoch time "
-              "(forward+backward+step, first 5 epochs dropped); table gives the median over repetitions.",
+        rows=[
+            [
+                "DGL example loop (baseline)",
+                f"{statistics.median(base) * 1e3:.3f}",
+                f"{min(base) * 1e3:.3f}-{max(base) * 1e3:.3f}",
+                f"{statistics.median(accs['dgl_example']):.3f}",
+                "1.000",
+                "",
+            ],
+            [
+                "gnntrain mode=single",
+                f"{statistics.median(ours) * 1e3:.3f}",
+                f"{min(ours) * 1e3:.3f}-{max(ours) * 1e3:.3f}",
+                f"{statistics.median(accs['gnntrain_single']):.3f}",
+                f"{ratio:.3f}",
+                "<= 1.05 " + ("(met)" if ratio <= 1.05 else "(MISSED)"),
+            ],
+        ],
+        notes=f"{reps} interleaved repetitions x {epochs} epochs, each side in a fresh process: "
+        f"DGL's example on "
+        "the DGL stack (.venv-dgl), gnntrain on the default stack; per repetition the median epoch "
+        "time "
+        "(forward+backward+step, first 5 epochs dropped); table gives the median over repetitions.",
     )

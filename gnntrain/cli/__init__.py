@@ -1,8 +1,10 @@
-"""The ``gnntrain`` console script: one table of commands (:data:`COMMANDS`) gives the usage text, the
+"""The ``gnntrain`` console script: one table of commands (:data:`COMMANDS`) gives the usage text,
+the
 dispatch and the unknown-command message.
 
 ``run``, ``plan``, ``partition`` and ``calibrate`` are Hydra apps over ``configs/``
-(:mod:`gnntrain.cli.hydra_app`: overrides, ``-m`` sweeps, ``hydra/launcher=...``, ``--cfg job``); the
+(:mod:`gnntrain.cli.hydra_app`: overrides, ``-m`` sweeps, ``hydra/launcher=...``, ``--cfg job``);
+the
 others are plain commands. Heavy imports (torch, DGL) happen inside the commands, so
 ``gnntrain --help`` starts fast.
 """
@@ -46,7 +48,8 @@ def _partition(args: List[str]) -> int:
 
 
 def _calibrate(args: List[str]) -> int:
-    """``--name NEW`` and ``--quick`` are ours; the rest are Hydra overrides (hardware=NAME, ...)."""
+    """``--name NEW`` and ``--quick`` are ours; the rest are Hydra overrides (hardware=NAME,
+    ...)."""
     from gnntrain.cli.tasks import calibrate_task
 
     name, quick, rest, i = None, False, [], 0
@@ -76,8 +79,10 @@ def _datasets(args: List[str]) -> int:
     from gnntrain.metrics.report import print_datasets, print_ingested
 
     print_datasets(Path(config_dir()) / "dataset")
-    data_dir = next((a.split("=", 1)[1] for a in args if a.startswith(("data_dir=", "--data-dir="))),
-                    os.environ.get("GNNTRAIN_DATA_DIR"))
+    data_dir = next(
+        (a.split("=", 1)[1] for a in args if a.startswith(("data_dir=", "--data-dir="))),
+        os.environ.get("GNNTRAIN_DATA_DIR"),
+    )
     print_ingested(Path(data_dir).expanduser() if data_dir else None)
     return 0
 
@@ -109,27 +114,70 @@ def _netem(args: List[str]) -> int:
 
 
 COMMANDS = (
-    Command("run", "[overrides]", "compose the config, resolve the plan, launch the ranks and train\n"
-            "(-m/--multirun sweeps; hydra/launcher=... picks local or SLURM; --cfg job prints the config)", _run),
-    Command("plan", "[overrides]", "resolve, validate and print the run plan; write plan.yaml; train nothing", _plan),
-    Command("partition", "[overrides]", "build (or reuse from the cache) the plan's partitioning and print its "
-            "metrics", _partition),
-    Command("report", "DIR...", "gather every summary.json under DIR into a table and plots", _report),
-    Command("datasets", "[data_dir=DIR]", "list the datasets with their sizes and sources, and the graphs "
-            "ingested under DIR", _datasets),
-    Command("predict", "RUN_DIR [--what logits|probs|labels|embeddings] [--layer K] [--out FILE] "
-            "[--format parquet|npy]\n[--checkpoint FILE] [overrides]",
-            "every node's predictions or embeddings, with the run's own mode and world size", _predict),
-    Command("ingest", "--edges F --features F --out DIR ...", "convert your own graph (CSV/TSV, Parquet, NumPy, "
-            "scipy .npz, PyG, DGL) for dataset=files\n(gnntrain ingest -h)", _ingest),
-    Command("generate", "--out DIR dataset=csbm|rmat [dataset.KEY=VALUE ...]",
-            "write a generated graph into that format block by block (bounded memory, any size)", _generate),
-    Command("calibrate", "[hardware=NAME] [--name NEW] [--quick]",
-            "measure this host (SpMM, GEMM, memory, collectives; < 2 min) and write the hardware\n"
-            "profile NEW (default NAME-calibrated) that mode=auto and the plan's predictions use;\n"
-            "--quick: rougher per-mode factors from shorter probes", _calibrate),
-    Command("netem", "up|run|show|down", "an emulated cluster network: hosts as network namespaces on tc-shaped "
-            "links,\none torchrun agent per host (as root; gnntrain netem -h)", _netem),
+    Command(
+        "run",
+        "[overrides]",
+        "compose the config, resolve the plan, launch the ranks and train\n"
+        "(-m/--multirun sweeps; hydra/launcher=... picks local or SLURM; --cfg job prints the "
+        "config)",
+        _run,
+    ),
+    Command(
+        "plan",
+        "[overrides]",
+        "resolve, validate and print the run plan; write plan.yaml; train nothing",
+        _plan,
+    ),
+    Command(
+        "partition",
+        "[overrides]",
+        "build (or reuse from the cache) the plan's partitioning and print its metrics",
+        _partition,
+    ),
+    Command(
+        "report", "DIR...", "gather every summary.json under DIR into a table and plots", _report
+    ),
+    Command(
+        "datasets",
+        "[data_dir=DIR]",
+        "list the datasets with their sizes and sources, and the graphs ingested under DIR",
+        _datasets,
+    ),
+    Command(
+        "predict",
+        "RUN_DIR [--what logits|probs|labels|embeddings] [--layer K] [--out FILE] "
+        "[--format parquet|npy]\n[--checkpoint FILE] [overrides]",
+        "every node's predictions or embeddings, with the run's own mode and world size",
+        _predict,
+    ),
+    Command(
+        "ingest",
+        "--edges F --features F --out DIR ...",
+        "convert your own graph (CSV/TSV, Parquet, NumPy, "
+        "scipy .npz, PyG, DGL) for dataset=files\n(gnntrain ingest -h)",
+        _ingest,
+    ),
+    Command(
+        "generate",
+        "--out DIR dataset=csbm|rmat [dataset.KEY=VALUE ...]",
+        "write a generated graph into that format block by block (bounded memory, any size)",
+        _generate,
+    ),
+    Command(
+        "calibrate",
+        "[hardware=NAME] [--name NEW] [--quick]",
+        "measure this host (SpMM, GEMM, memory, collectives; < 2 min) and write the hardware\n"
+        "profile NEW (default NAME-calibrated) that mode=auto and the plan's predictions use;\n"
+        "--quick: rougher per-mode factors from shorter probes",
+        _calibrate,
+    ),
+    Command(
+        "netem",
+        "up|run|show|down",
+        "an emulated cluster network: hosts as network namespaces on tc-shaped "
+        "links,\none torchrun agent per host (as root; gnntrain netem -h)",
+        _netem,
+    ),
 )
 BY_NAME = {command.name: command for command in COMMANDS}
 
@@ -142,7 +190,7 @@ EXAMPLES = """examples:
   gnntrain plan hardware.ranks_per_node=4 mode.replication=2
   gnntrain calibrate && gnntrain plan mode=auto hardware=local-cpu-calibrated
   gnntrain netem up --hosts 4 --gbit 1 && gnntrain netem run -- mode=partition && gnntrain netem down
-"""
+"""  # noqa: E501  (command lines, as users type them)
 
 
 def usage(column: int = 25) -> str:
@@ -178,7 +226,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         close = difflib.get_close_matches(name, list(BY_NAME), n=1)
         hint = f"Did you mean '{close[0]}'? " if close else ""
-        error(f"unknown command '{name}'. {hint}Use one of: {', '.join(BY_NAME)} (gnntrain --help).")
+        error(
+            f"unknown command '{name}'. {hint}Use one of: {', '.join(BY_NAME)} (gnntrain --help)."
+        )
         return 2
     return command.handler(rest)
 

@@ -1,8 +1,11 @@
-"""Running a command as a Hydra app over ``configs/`` (overrides, ``-m`` sweeps, ``hydra/launcher=...``,
+"""Running a command as a Hydra app over ``configs/`` (overrides, ``-m`` sweeps,
+``hydra/launcher=...``,
 ``--cfg job``), and the one way a command fails: :func:`fail`.
 
-A config that does not compose becomes one line (:func:`gnntrain.launch.compose.config_error`); a job of
-a sweep that does not complete is recorded, and the sweep ends with one line naming each such job and a
+A config that does not compose becomes one line (:func:`gnntrain.launch.compose.config_error`); a
+job of
+a sweep that does not complete is recorded, and the sweep ends with one line naming each such job
+and a
 non-zero exit code.
 """
 
@@ -24,7 +27,8 @@ def console(stderr: bool = False):
 
 
 def error(message: str) -> None:
-    """Every user-facing error: on stderr, as one unbroken message (the exit code says it failed)."""
+    """Every user-facing error: on stderr, as one unbroken message (the exit code says it
+    failed)."""
     from rich.markup import escape
 
     console(stderr=True).print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)
@@ -53,11 +57,15 @@ def output_dir() -> Path:
 
 
 def _record_sweep_failure(status: str) -> None:
-    """A multirun job that did not complete: remembered for the sweep's closing line and exit code."""
+    """A multirun job that did not complete: remembered for the sweep's closing line and exit
+    code."""
     from hydra.core.hydra_config import HydraConfig
 
-    swept = {a.split("=", 1)[0] for a in sys.argv[1:] if "=" in a and "," in a.split("=", 1)[1]
-             and not a.split("=", 1)[1].startswith("[")}  # the sweep's axes (key=a,b,...)
+    swept = {
+        a.split("=", 1)[0]
+        for a in sys.argv[1:]
+        if "=" in a and "," in a.split("=", 1)[1] and not a.split("=", 1)[1].startswith("[")
+    }  # the sweep's axes (key=a,b,...)
     try:
         task = list(HydraConfig.get().overrides.task)
         overrides = " ".join(o for o in task if o.split("=", 1)[0] in swept) or " ".join(task)
@@ -68,7 +76,8 @@ def _record_sweep_failure(status: str) -> None:
 
 def fail(message: Optional[str], status: str, job_result: Any = None, code: int = 1) -> Any:
     """A command's failure, said once: ``message`` on stderr (None: said already), then in a sweep
-    the job is recorded as ``status`` and ``job_result`` is the job's return value (the sweep goes on
+    the job is recorded as ``status`` and ``job_result`` is the job's return value (the sweep goes
+    on
     to its next job); in a single run the process exits with ``code``."""
     if message is not None:
         error(message)
@@ -83,7 +92,8 @@ def _exit(code: int) -> NoReturn:
 
 
 def schema_as_option(args: List[str]) -> Optional[str]:
-    """``dataset=dataset_schema``: the schema gnntrain registers for the group, not an option of it."""
+    """``dataset=dataset_schema``: the schema gnntrain registers for the group, not an option of
+    it."""
     import re
 
     for arg in args:
@@ -91,8 +101,11 @@ def schema_as_option(args: List[str]) -> Optional[str]:
         if hit and hit.group(1) in SCHEMA_GROUPS:
             group = hit.group(1)
             options = sorted(p.stem for p in (Path(config_dir()) / group).glob("*.yaml"))
-            return (f"{arg}: {hit.group(2)} is the schema of the {group} group, not a {group}. Use one of: "
-                    f"{', '.join(options)}.")
+            return (
+                f"{arg}: {hit.group(2)} is the schema of the {group} group, not a {group}. Use one "
+                "of: "
+                f"{', '.join(options)}."
+            )
     return None
 
 
@@ -113,7 +126,9 @@ def _help(show: Callable[[], None]) -> int:
     for line in text.getvalue().splitlines():
         group = re.fullmatch(r"(\w+): (.*)", line)
         if group and group.group(1) in SCHEMA_GROUPS:
-            line = f"{group.group(1)}: " + ", ".join(o for o in group.group(2).split(", ") if not o.endswith("_schema"))
+            line = f"{group.group(1)}: " + ", ".join(
+                o for o in group.group(2).split(", ") if not o.endswith("_schema")
+            )
         lines.append(line)
     try:
         sys.stdout.write("\n".join(lines) + "\n")
@@ -123,9 +138,13 @@ def _help(show: Callable[[], None]) -> int:
     return 0
 
 
-def run_hydra_app(task: Callable[[Any], Any], args: List[str], prog: str, forkserver: bool = False) -> int:
-    """Run ``task(cfg)`` as the Hydra app ``prog`` over ``args``; 0 on success. ``forkserver``: start the
-    ranks' fork server first (``gnntrain run``), so its imports overlap the modes' schema imports."""
+def run_hydra_app(
+    task: Callable[[Any], Any], args: List[str], prog: str, forkserver: bool = False
+) -> int:
+    """Run ``task(cfg)`` as the Hydra app ``prog`` over ``args``; 0 on success. ``forkserver``:
+    start the
+    ranks' fork server first (``gnntrain run``), so its imports overlap the modes' schema
+    imports."""
     import hydra
 
     if forkserver:
@@ -141,12 +160,15 @@ def run_hydra_app(task: Callable[[Any], Any], args: List[str], prog: str, forkse
         return 2
     args = with_profile_search_path(args)  # profiles written by gnntrain calibrate
     if not any(a.startswith(("hydra/hydra_logging=", "+hydra/hydra_logging=")) for a in args):
-        # Hydra's own lines (sweep launches) go through the same handler as ours, not its stdout format
+        # Hydra's own lines (sweep launches) go through the same handler as ours, not its stdout
+        # format
         args.append("hydra/hydra_logging=none")
     sys.argv = [prog] + args  # hydra.main reads the command line
     SWEEP_FAILURES.clear()
     full_error = os.environ.get("HYDRA_FULL_ERROR")
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing: config errors become one line here
+    os.environ["HYDRA_FULL_ERROR"] = (
+        "1"  # Hydra raises instead of printing: config errors become one line here
+    )
     app = hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)
     try:
         if "--help" in args or "-h" in args:

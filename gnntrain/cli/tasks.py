@@ -1,4 +1,5 @@
-"""The Hydra tasks behind ``gnntrain run``, ``plan``, ``partition`` and ``calibrate``: each takes the
+"""The Hydra tasks behind ``gnntrain run``, ``plan``, ``partition`` and ``calibrate``: each takes
+the
 composed config and fails through :func:`gnntrain.cli.hydra_app.fail`."""
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def _is_rank_zero() -> bool:
 
 
 def _plan_or_fail(cfg, run_dir: Path):
-    """The resolved plan, or None after :func:`fail` (an invalid plan's summary.json written, unless an
+    """The resolved plan, or None after :func:`fail` (an invalid plan's summary.json written, unless
+    an
     earlier run's summary is in the folder: that is never replaced)."""
     from gnntrain.auto import resolve_plan
     from gnntrain.errors import GnnTrainError
@@ -33,7 +35,9 @@ def _plan_or_fail(cfg, run_dir: Path):
         return resolve_plan(cfg)
     except GnnTrainError as exc:
         if not (run_dir / "summary.json").exists():
-            write_json_atomic(run_dir / "summary.json", failed_summary(None, f"invalid plan: {exc}"))
+            write_json_atomic(
+                run_dir / "summary.json", failed_summary(None, f"invalid plan: {exc}")
+            )
         return fail(f"invalid plan: {exc}", "invalid plan")
 
 
@@ -75,10 +79,18 @@ def run_task(cfg) -> Optional[dict]:
 
 
 def resume_command(run_dir: Path, argv: Optional[List[str]] = None) -> str:
-    """The command that continues this run: the same overrides, its run directory, train.resume=true."""
+    """The command that continues this run: the same overrides, its run directory,
+    train.resume=true."""
     import shlex
 
-    dropped = ("hydra.run.dir=", "train.resume=", "hydra/hydra_logging=", "hydra.searchpath=", "-m", "--multirun")
+    dropped = (
+        "hydra.run.dir=",
+        "train.resume=",
+        "hydra/hydra_logging=",
+        "hydra.searchpath=",
+        "-m",
+        "--multirun",
+    )
     args = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith(dropped)]
     return shlex.join(["gnntrain", "run", *args, f"hydra.run.dir={run_dir}", "train.resume=true"])
 
@@ -93,8 +105,13 @@ def _interrupted(run_dir: Path, signal_name: str, code: int):
         info = {}
     done, total = info.get("last_epoch", 0), info.get("epochs", "?")
     how = f"after epoch {done} of {total}" if done else "before the first epoch completed"
-    console(stderr=True).print(f"interrupted by {signal_name} {how}; summary.json says so. Resume with: "
-                               f"{resume_command(run_dir)}", soft_wrap=True, highlight=False, markup=False)
+    console(stderr=True).print(
+        f"interrupted by {signal_name} {how}; summary.json says so. Resume with: "
+        f"{resume_command(run_dir)}",
+        soft_wrap=True,
+        highlight=False,
+        markup=False,
+    )
     return fail(None, "interrupted", {"status": "interrupted"}, code=code)
 
 
@@ -110,15 +127,24 @@ def plan_task(cfg) -> None:
         return None
     report = None
     if mode_spec(plan.mode).planner.graph_report is not ModePlanner.graph_report:
-        report = _graph_report(cfg, plan)  # figures that need the graph (loaded, partition from the cache)
+        report = _graph_report(
+            cfg, plan
+        )  # figures that need the graph (loaded, partition from the cache)
     known = dict((report or {}).get("bytes per epoch") or {})
-    if known:  # the partition's own volumes: the bytes the run will move, in place of "depends on the graph"
+    # the partition's own volumes: the bytes the run will move, in place of "depends on the graph"
+    if known:
         import dataclasses
 
         total = known.pop("total")
-        plan = dataclasses.replace(plan, comm_per_epoch={
-            "per_epoch_bytes": total, "by_kind": known,
-            "formula": "this partition's measured volumes: exchanged rows x widths x bytes per element"})
+        plan = dataclasses.replace(
+            plan,
+            comm_per_epoch={
+                "per_epoch_bytes": total,
+                "by_kind": known,
+                "formula": "this partition's measured volumes: exchanged rows x widths x bytes per "
+                "element",
+            },
+        )
     path = plan.write_yaml(run_dir / "plan.yaml")
     print_plan(plan)
     from gnntrain.metrics.prediction import print_predictions
@@ -133,7 +159,8 @@ def plan_task(cfg) -> None:
 
 
 def _load_and_partition(cfg, plan):
-    """The graph and the mode's own partitioning of it (the plan's parts with the configured partitioner
+    """The graph and the mode's own partitioning of it (the plan's parts with the configured
+    partitioner
     where the mode partitions nothing itself)."""
     from gnntrain.launch.shards import load_and_partition
 
@@ -181,14 +208,17 @@ def partition_task(cfg) -> None:
         directory, meta, build_s = ensure_store(plan)
         sizes = ", ".join(format_bytes(b) for b in meta["bytes_per_part"])
         how = f"built in {build_s:.1f} s" if build_s > 0.05 else "reused"
-        console().print(f"partition store ({how}): {directory}\n  per part: {sizes}", soft_wrap=True)
+        console().print(
+            f"partition store ({how}): {directory}\n  per part: {sizes}", soft_wrap=True
+        )
     return None
 
 
 # ------------------------------------------------------------------- calibrate
 def calibrate_task(name: Optional[str], quick: bool) -> Callable[[Any], None]:
     """``gnntrain calibrate``'s task: measure this host and write the profile ``name`` (default
-    ``<hardware>-calibrated``; gnntrain/launch/calibrate.py). ``quick``: rougher factors, shorter probes."""
+    ``<hardware>-calibrated``; gnntrain/launch/calibrate.py). ``quick``: rougher factors, shorter
+    probes."""
 
     def calibrate_task(cfg) -> None:
         _setup_logging()
@@ -200,13 +230,21 @@ def calibrate_task(name: Optional[str], quick: bool) -> Callable[[Any], None]:
         out = console()
         out.print(f"calibrating hardware profile '{cfg.hardware.name}' on this host ...")
         try:
-            measured = calibrate(cfg, resolve_cache_dir(cfg), output_dir(),
-                                 say=lambda line: out.print(line, soft_wrap=True), quick=quick)
+            measured = calibrate(
+                cfg,
+                resolve_cache_dir(cfg),
+                output_dir(),
+                say=lambda line: out.print(line, soft_wrap=True),
+                quick=quick,
+            )
         except GnnTrainError as exc:
             return fail(f"calibration failed: {exc}", "failed")
         path = write_profile(cfg.hardware, measured, profile, user_config_dir())
-        out.print(f"wrote {path}\nuse it with: hardware={profile}  (e.g. gnntrain plan mode=auto "
-                  f"hardware={profile})", soft_wrap=True)
+        out.print(
+            f"wrote {path}\nuse it with: hardware={profile}  (e.g. gnntrain plan mode=auto "
+            f"hardware={profile})",
+            soft_wrap=True,
+        )
         return None
 
     return calibrate_task

@@ -1,5 +1,6 @@
 """Communication layer: every collective goes through :class:`Communicator`,
 which counts the bytes it moves per kind and per phase (see accounting.py)."""
+
 from gnntrain.comm.accounting import CommLedger, Phase
 from gnntrain.comm.communicator import Communicator
 

@@ -17,6 +17,7 @@ Counts are kept per (phase, kind). Only the ``train`` phase makes up
 (evaluation forwards) are reported separately. ``reused`` bytes (traffic that
 was avoided) are recorded but never added to a total.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -36,9 +37,26 @@ NOT_TRAFFIC = frozenset({"reused", "disk_read", "disk_write"})  # avoided, or lo
 
 
 # Every kind a mode may record (docs/design.md#byte-accounting), in report order.
-KINDS = ("allreduce", "allgather", "reduce_scatter", "halo_fwd", "halo_bwd", "quant_params", "row_allreduce",
-         "bcast_fwd", "bcast_bwd", "all_to_all_fwd", "all_to_all_bwd", "h2d", "d2h", "peer", "reused", "disk_read",
-         "disk_write", "setup")
+KINDS = (
+    "allreduce",
+    "allgather",
+    "reduce_scatter",
+    "halo_fwd",
+    "halo_bwd",
+    "quant_params",
+    "row_allreduce",
+    "bcast_fwd",
+    "bcast_bwd",
+    "all_to_all_fwd",
+    "all_to_all_bwd",
+    "h2d",
+    "d2h",
+    "peer",
+    "reused",
+    "disk_read",
+    "disk_write",
+    "setup",
+)
 
 
 @dataclass

@@ -5,6 +5,7 @@ call these methods with a ``kind`` from the contract (``allreduce``,
 ``allgather``, ``halo_fwd``, ...). ``world_size == 1`` makes every call a
 local no-op, so ``mode=single`` runs the same code without a process group.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,13 @@ from gnntrain.metrics.clock import timed
 
 
 class Communicator:
-    def __init__(self, rank: int, world_size: int, ledger: Optional[CommLedger] = None,
-                 timeout_s: Optional[float] = None):
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        ledger: Optional[CommLedger] = None,
+        timeout_s: Optional[float] = None,
+    ):
         self.rank = rank
         self.world_size = world_size
         self.ledger = ledger if ledger is not None else CommLedger()
@@ -55,15 +61,23 @@ class Communicator:
         return dist.new_group(ranks=list(ranks), timeout=timeout)
 
     # ------------------------------------------------------------ collectives
-    def all_reduce(self, tensor: torch.Tensor, kind: str, group=None, group_size: Optional[int] = None,
-                   op: str = "sum") -> torch.Tensor:
+    def all_reduce(
+        self,
+        tensor: torch.Tensor,
+        kind: str,
+        group=None,
+        group_size: Optional[int] = None,
+        op: str = "sum",
+    ) -> torch.Tensor:
         """In-place all-reduce; counts the buffer size once per rank (see accounting.py)."""
         size = self.world_size if group is None else (group_size or 0)
         if size <= 1:
             return tensor
         import torch.distributed as dist
 
-        reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
+        reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[
+            op
+        ]
         now = timed(tensor.device)  # on CUDA: the collective's work, not its launch
         start = now()
         dist.all_reduce(tensor, op=reduce_op, group=group)
@@ -71,8 +85,9 @@ class Communicator:
         self.ledger.record(kind, nbytes, nbytes, now() - start)
         return tensor
 
-    def all_to_all(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int],
-                   kind: str) -> torch.Tensor:
+    def all_to_all(
+        self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int], kind: str
+    ) -> torch.Tensor:
         """``all_to_all_single`` with uneven splits along dim 0 (rows).
 
         ``send`` holds the rows for rank 0, then rank 1, ...; the result holds
@@ -87,13 +102,18 @@ class Communicator:
         recv = send.new_empty((int(sum(recv_counts)),) + row_shape)
         now = timed(send.device)
         start = now()
-        dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=list(map(int, recv_counts)),
-                               input_split_sizes=list(map(int, send_counts)))
+        dist.all_to_all_single(
+            recv,
+            send.contiguous(),
+            output_split_sizes=list(map(int, recv_counts)),
+            input_split_sizes=list(map(int, send_counts)),
+        )
         self.ledger.record(kind, *self._peer_bytes(send, send_counts, recv_counts), now() - start)
         return recv
 
-    def all_to_all_start(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int],
-                         kind: str) -> "PendingExchange":
+    def all_to_all_start(
+        self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int], kind: str
+    ) -> "PendingExchange":
         """Like :meth:`all_to_all`, but returns at once; ``.wait()`` gives the received rows.
 
         Bytes are recorded when the exchange starts; the time spent blocked in
@@ -104,16 +124,23 @@ class Communicator:
         import torch.distributed as dist
 
         recv = send.new_empty((int(sum(recv_counts)),) + tuple(send.shape[1:]))
-        work = dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=list(map(int, recv_counts)),
-                                      input_split_sizes=list(map(int, send_counts)), async_op=True)
+        work = dist.all_to_all_single(
+            recv,
+            send.contiguous(),
+            output_split_sizes=list(map(int, recv_counts)),
+            input_split_sizes=list(map(int, send_counts)),
+            async_op=True,
+        )
         self.ledger.record(kind, *self._peer_bytes(send, send_counts, recv_counts))
         return PendingExchange(recv, work, self.ledger, kind)
 
     def broadcast_start(self, tensor: torch.Tensor, src: int, kind: str) -> "PendingExchange":
         """Rank ``src`` sends ``tensor`` to every rank of the world (the others receive into their
-        ``tensor``, which must have the root's shape); returns at once, ``.wait()`` gives the tensor.
+        ``tensor``, which must have the root's shape); returns at once, ``.wait()`` gives the
+        tensor.
 
-        Bytes follow the point-to-point convention (accounting.py): the root counts its buffer once per
+        Bytes follow the point-to-point convention (accounting.py): the root counts its buffer once
+        per
         destination, (p - 1) x its bytes, as sent; every other rank counts the buffer as received.
         """
         if not self.distributed:
@@ -123,12 +150,20 @@ class Communicator:
         work = dist.broadcast(tensor, src=int(src), async_op=True)
         nbytes = tensor.numel() * tensor.element_size()
         root = self.rank == int(src)
-        self.ledger.record(kind, (self.world_size - 1) * nbytes if root else 0, 0 if root else nbytes)
+        self.ledger.record(
+            kind, (self.world_size - 1) * nbytes if root else 0, 0 if root else nbytes
+        )
         return PendingExchange(tensor, work, self.ledger, kind)
 
-    def all_to_all_quantized_start(self, send: torch.Tensor, send_counts: Sequence[int],
-                                   recv_counts: Sequence[int], kind: str, quantizer,
-                                   direction: str) -> "PendingDecode":
+    def all_to_all_quantized_start(
+        self,
+        send: torch.Tensor,
+        send_counts: Sequence[int],
+        recv_counts: Sequence[int],
+        kind: str,
+        quantizer,
+        direction: str,
+    ) -> "PendingDecode":
         """Code rows with ``quantizer`` (a :class:`~gnntrain.comm.quantize.RowQuantizer`) and start
         their exchange; ``.wait()`` gives the received rows decoded, in ``send``'s dtype.
 
@@ -147,12 +182,16 @@ class Communicator:
         copy avoided (``reused``): not a collective, but accounted in the same ledger."""
         self.ledger.record(kind, nbytes, nbytes, seconds)
 
-    def _peer_bytes(self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int]):
+    def _peer_bytes(
+        self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int]
+    ):
         """(sent, received) bytes of an all-to-all, leaving out the chunk this rank keeps."""
         row_bytes = send.element_size() * math.prod(tuple(send.shape[1:]))
         me = self.rank
-        return (sum(int(c) for j, c in enumerate(send_counts) if j != me) * row_bytes,
-                sum(int(c) for j, c in enumerate(recv_counts) if j != me) * row_bytes)
+        return (
+            sum(int(c) for j, c in enumerate(send_counts) if j != me) * row_bytes,
+            sum(int(c) for j, c in enumerate(recv_counts) if j != me) * row_bytes,
+        )
 
     def exchange_counts(self, counts: Sequence[int], kind: str = "setup") -> List[int]:
         """Tell every peer how many items this rank will send it; learn theirs."""
@@ -169,8 +208,13 @@ class Communicator:
             dist.barrier()
 
     # ------------------------------------------------------- device transfers
-    def to_device(self, tensor: torch.Tensor, device: torch.device, kind: str = "h2d",
-                  non_blocking: bool = True) -> torch.Tensor:
+    def to_device(
+        self,
+        tensor: torch.Tensor,
+        device: torch.device,
+        kind: str = "h2d",
+        non_blocking: bool = True,
+    ) -> torch.Tensor:
         """Copy ``tensor`` to ``device`` and count its bytes under ``kind`` (``h2d`` or ``d2h``).
 
         A copy between two host buffers (an accelerator trainer emulated on a
@@ -211,7 +255,9 @@ class PendingExchange:
 
     def wait(self) -> torch.Tensor:
         if self.work is not None:
-            now = timed(self.recv.device)  # NCCL's wait only orders streams: settle to see the transfer
+            now = timed(
+                self.recv.device
+            )  # NCCL's wait only orders streams: settle to see the transfer
             start = now()
             self.work.wait()
             self.ledger.add_seconds(self.kind, now() - start)
@@ -222,8 +268,15 @@ class PendingExchange:
 class PendingDecode:
     """A quantized all-to-all in flight: codes and parameters, decoded on ``wait``."""
 
-    def __init__(self, data: PendingExchange, meta: PendingExchange, quantizer, param_dtype: torch.dtype,
-                 width: int, dtype: torch.dtype):
+    def __init__(
+        self,
+        data: PendingExchange,
+        meta: PendingExchange,
+        quantizer,
+        param_dtype: torch.dtype,
+        width: int,
+        dtype: torch.dtype,
+    ):
         self.data, self.meta, self.quantizer = data, meta, quantizer
         self.param_dtype, self.width, self.dtype = param_dtype, width, dtype
 

@@ -6,6 +6,7 @@ Connection reset by peer", "Connection closed by peer [ADDR]:PORT"); a host that
 by ``comm_timeout_s``. Either way the job ends with one message that names the ranks on the lost
 host, which the rendezvous store could no longer tell (it may have lived on that host).
 """
+
 from __future__ import annotations
 
 import re
@@ -30,7 +31,8 @@ def local_address(master_addr: str, port: int = 9) -> str:
 
 
 def gather_text(comm, text: str, size: int = HOST_BYTES) -> List[str]:
-    """Every rank's ``text`` (at most ``size`` bytes of UTF-8), in rank order (a collective: every rank
+    """Every rank's ``text`` (at most ``size`` bytes of UTF-8), in rank order (a collective: every
+    rank
     passes the same ``size``)."""
     if comm is None or not comm.distributed:
         return [text]
@@ -43,20 +45,33 @@ def gather_text(comm, text: str, size: int = HOST_BYTES) -> List[str]:
     return [r.cpu().numpy().tobytes().rstrip(b"\0").decode(errors="replace") for r in records]
 
 
-def describe_lost_peers(message: str, hosts: List[str], rank: int, timeout_s: Optional[float]) -> Optional[str]:
+def describe_lost_peers(
+    message: str, hosts: List[str], rank: int, timeout_s: Optional[float]
+) -> Optional[str]:
     """One sentence for a collective that failed because peers went away; None when ``message``
     is not such a failure (an ordinary error keeps its own text)."""
     lowered = message.lower()
     match = _PEER_ADDRESS.search(message)
-    if match and any(word in lowered for word in ("closed", "reset", "connection", "read error", "write error")):
+    if match and any(
+        word in lowered for word in ("closed", "reset", "connection", "read error", "write error")
+    ):
         address = match.group(1)
         lost = [r for r, host in enumerate(hosts) if host == address and r != rank]
-        who = (f"rank{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} on host {address}" if lost
-               else f"the rank(s) on host {address}")
-        return (f"lost {who}: rank {rank}'s connection to it broke (the host or its processes died). "
-                f"The job stops; restart it with resume= to continue from the last checkpoint.")
+        who = (
+            f"rank{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} on host {address}"
+            if lost
+            else f"the rank(s) on host {address}"
+        )
+        return (
+            f"lost {who}: rank {rank}'s connection to it broke (the host or its processes died). "
+            f"The job stops; restart it with resume= to continue from the last checkpoint."
+        )
     if _TIMEOUT.search(message) and ("gloo" in lowered or "nccl" in lowered or "wait" in lowered):
         waited = f"{timeout_s:g} s (comm_timeout_s)" if timeout_s else "the collective timeout"
-        return (f"rank {rank}: Timed out after {waited} waiting for its peers in a collective; a rank or host "
-                f"is down or stalled (hosts by rank: {', '.join(hosts)}). Raise comm_timeout_s for slow networks.")
+        return (
+            f"rank {rank}: Timed out after {waited} waiting for its peers in a collective; a rank "
+            "or host "
+            f"is down or stalled (hosts by rank: {', '.join(hosts)}). Raise comm_timeout_s for "
+            "slow networks."
+        )
     return None

@@ -1,4 +1,5 @@
-"""Per-row stochastic min/max quantization for halo rows (SuperGCN paper, §2 "Quantization of communication to
+"""Per-row stochastic min/max quantization for halo rows (SuperGCN paper, §2 "Quantization of
+communication to
 Int2", quantizer of §1 "Stochastic Integer Quantization";
 docs/design.md#supergcn).
 
@@ -23,6 +24,7 @@ widens the range), which ``param_dtype=float32`` avoids at 8 bytes per row.
 Codes are packed little-end first: 8/b codes per byte (4 int2 values per
 uint8).
 """
+
 from __future__ import annotations
 
 import math
@@ -60,7 +62,9 @@ def _round_toward(values: torch.Tensor, target: torch.dtype, down: bool) -> torc
         if out.element_size() == 2:  # nearest is within half an ulp: one step fixes it
             out[wrong] = _step(out[wrong], down)
         else:
-            out[wrong] = torch.nextafter(out[wrong], torch.full_like(out[wrong], float("-inf" if down else "inf")))
+            out[wrong] = torch.nextafter(
+                out[wrong], torch.full_like(out[wrong], float("-inf" if down else "inf"))
+            )
     return out
 
 
@@ -82,21 +86,29 @@ def _step(values: torch.Tensor, down: bool) -> torch.Tensor:
 NOISE_BITS = 15
 
 
-def _noise_lanes(shape: Tuple[int, ...], generator: torch.Generator, device: torch.device) -> torch.Tensor:
+def _noise_lanes(
+    shape: Tuple[int, ...], generator: torch.Generator, device: torch.device
+) -> torch.Tensor:
     """The raw int16 lanes of :func:`rounding_noise`, before their top bit is masked off."""
     count = math.prod(shape)
-    words = torch.empty((count + 3) // 4, dtype=torch.int64, device=device).random_(generator=generator)
+    words = torch.empty((count + 3) // 4, dtype=torch.int64, device=device).random_(
+        generator=generator
+    )
     return words.view(torch.int16)[:count].view(shape)
 
 
-def rounding_noise(shape: Tuple[int, ...], generator: torch.Generator, device: torch.device) -> torch.Tensor:
-    """int16 r uniform on [0, 2^15), four per 64-bit word: torch's int64 ``random_()`` fills [0, 2^63)
+def rounding_noise(
+    shape: Tuple[int, ...], generator: torch.Generator, device: torch.device
+) -> torch.Tensor:
+    """int16 r uniform on [0, 2^15), four per 64-bit word: torch's int64 ``random_()`` fills [0,
+    2^63)
     on CPU and CUDA, so each 16-bit lane's low 15 bits are uniform and its top bit is masked off."""
     return _noise_lanes(shape, generator, device).bitwise_and_((1 << NOISE_BITS) - 1)
 
 
 def _native_codec(*tensors: torch.Tensor, dtype: torch.dtype) -> bool:
-    """Whether the C build's one-pass coder serves these tensors, computing in ``dtype``: on the CPU, float32
+    """Whether the C build's one-pass coder serves these tensors, computing in ``dtype``: on the
+    CPU, float32
     or float64, where the C build loads (:mod:`gnntrain.models._native_halo`)."""
     if any(t.device.type != "cpu" for t in tensors) or dtype not in (torch.float32, torch.float64):
         return False
@@ -105,17 +117,25 @@ def _native_codec(*tensors: torch.Tensor, dtype: torch.dtype) -> bool:
     return _native_halo.available(*tensors, dtype=dtype)
 
 
-def quantize_rows(x: torch.Tensor, bits: int, generator: torch.Generator,
-                  param_dtype: torch.dtype = torch.bfloat16) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(packed uint8 [n, ceil(d·b/8)], params [n, 2] = (scale, zero) in ``param_dtype``): on the CPU the C
-    build's one pass per row (:func:`gnntrain.models._native_halo.quantize_pack`) where it loads, else the
+def quantize_rows(
+    x: torch.Tensor,
+    bits: int,
+    generator: torch.Generator,
+    param_dtype: torch.dtype = torch.bfloat16,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(packed uint8 [n, ceil(d·b/8)], params [n, 2] = (scale, zero) in ``param_dtype``): on the CPU
+    the C
+    build's one pass per row (:func:`gnntrain.models._native_halo.quantize_pack`) where it loads,
+    else the
     tensor formula (:func:`quantize_torch`); the same noise and the same bits."""
     if bits not in BITS:
         raise ValueError(f"bits must be one of {BITS}, got {bits}")
     n, d = x.shape
     if n == 0:
-        return (torch.zeros((0, packed_row_bytes(d, bits)), dtype=torch.uint8, device=x.device),
-                torch.zeros((0, 2), dtype=param_dtype, device=x.device))
+        return (
+            torch.zeros((0, packed_row_bytes(d, bits)), dtype=torch.uint8, device=x.device),
+            torch.zeros((0, 2), dtype=param_dtype, device=x.device),
+        )
     lanes = _noise_lanes(tuple(x.shape), generator, x.device)
     if d > 0 and _native_codec(x, dtype=x.dtype):
         from gnntrain.models._native_halo import quantize_pack
@@ -124,9 +144,11 @@ def quantize_rows(x: torch.Tensor, bits: int, generator: torch.Generator,
     return quantize_torch(x, bits, lanes.bitwise_and_((1 << NOISE_BITS) - 1), param_dtype)
 
 
-def quantize_torch(x: torch.Tensor, bits: int, noise: torch.Tensor, param_dtype: torch.dtype = torch.bfloat16
-                   ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The tensor formula of :func:`quantize_rows` for ``noise`` (int16 on [0, 2^15), x's shape); any
+def quantize_torch(
+    x: torch.Tensor, bits: int, noise: torch.Tensor, param_dtype: torch.dtype = torch.bfloat16
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The tensor formula of :func:`quantize_rows` for ``noise`` (int16 on [0, 2^15), x's shape);
+    any
     ``bits`` of 1, 2, 4, 8."""
     levels = (1 << bits) - 1
     zero = _round_toward(x.amin(dim=1), param_dtype, down=True)
@@ -137,14 +159,18 @@ def quantize_torch(x: torch.Tensor, bits: int, noise: torch.Tensor, param_dtype:
     s = scale.to(x.dtype)
     # (x − Z)/S + (r + ½)/2^15: the half step goes into the zero point, per row, in float64
     z_half_step = (z.double() - s.double() * 2.0 ** -(NOISE_BITS + 1)).to(x.dtype)
-    codes = (x - z_half_step[:, None]).div_(s[:, None]).add_(noise.to(x.dtype), alpha=2.0 ** -NOISE_BITS)
+    codes = (
+        (x - z_half_step[:, None]).div_(s[:, None]).add_(noise.to(x.dtype), alpha=2.0**-NOISE_BITS)
+    )
     codes = codes.floor_().clamp_(0, levels).to(torch.uint8)
     return pack_codes(codes, bits), torch.stack([scale, zero], dim=1)
 
 
-def dequantize_rows(packed: torch.Tensor, params: torch.Tensor, bits: int, width: int,
-                    dtype: torch.dtype) -> torch.Tensor:
-    """code · scale + zero in ``dtype``: the C build's one pass per row on the CPU where it loads, else
+def dequantize_rows(
+    packed: torch.Tensor, params: torch.Tensor, bits: int, width: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """code · scale + zero in ``dtype``: the C build's one pass per row on the CPU where it loads,
+    else
     :func:`dequantize_torch` (the same bits)."""
     if packed.shape[0] and width > 0 and _native_codec(packed, params, dtype=dtype):
         from gnntrain.models._native_halo import unpack_dequantize
@@ -153,8 +179,9 @@ def dequantize_rows(packed: torch.Tensor, params: torch.Tensor, bits: int, width
     return dequantize_torch(packed, params, bits, width, dtype)
 
 
-def dequantize_torch(packed: torch.Tensor, params: torch.Tensor, bits: int, width: int,
-                     dtype: torch.dtype) -> torch.Tensor:
+def dequantize_torch(
+    packed: torch.Tensor, params: torch.Tensor, bits: int, width: int, dtype: torch.dtype
+) -> torch.Tensor:
     codes = unpack_codes(packed, bits, width).to(dtype)
     scale, zero = params[:, 0].to(dtype), params[:, 1].to(dtype)
     return codes * scale[:, None] + zero[:, None]
@@ -210,8 +237,15 @@ class RowQuantizer:
     def _generator(self, direction: str, device: torch.device) -> torch.Generator:
         call = self._calls.get(direction, 0)
         self._calls[direction] = call + 1
-        seed = derive_seed(self.seed, Stream.quantize, self.rank, self._epoch, self._stream,
-                           zlib.crc32(direction.encode()), call)
+        seed = derive_seed(
+            self.seed,
+            Stream.quantize,
+            self.rank,
+            self._epoch,
+            self._stream,
+            zlib.crc32(direction.encode()),
+            call,
+        )
         return torch.Generator(device=device).manual_seed(seed)
 
     @property
@@ -226,7 +260,9 @@ class RowQuantizer:
             self.clock.add("quantization", now() - start)
         return out
 
-    def decode(self, packed: torch.Tensor, params: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
+    def decode(
+        self, packed: torch.Tensor, params: torch.Tensor, width: int, dtype: torch.dtype
+    ) -> torch.Tensor:
         now = timed(packed.device)
         start = now()
         out = dequantize_rows(packed, params, self.bits, width, dtype)
@@ -235,7 +271,16 @@ class RowQuantizer:
         return out
 
 
-def quantizer_for(bits: int, seed: int, rank: int, param_dtype: str = "bfloat16",
-                  clock: Optional["StageClock"] = None) -> Optional[RowQuantizer]:
+def quantizer_for(
+    bits: int,
+    seed: int,
+    rank: int,
+    param_dtype: str = "bfloat16",
+    clock: Optional["StageClock"] = None,
+) -> Optional[RowQuantizer]:
     """None for bits=32 (rows travel unquantized, in the training dtype)."""
-    return None if int(bits) >= 32 else RowQuantizer(int(bits), int(seed), int(rank), param_dtype, clock)
+    return (
+        None
+        if int(bits) >= 32
+        else RowQuantizer(int(bits), int(seed), int(rank), param_dtype, clock)
+    )

@@ -9,6 +9,7 @@ defines a ``ModeConfig`` subclass, and ``gnntrain.modes.register_mode`` stores i
 under ``mode/<name>_schema`` when the mode is imported. This module imports
 nothing else from gnntrain: it is the bottom of the layer chain.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -69,13 +70,17 @@ class DatasetConfig:
     memory estimate before loading) for file-backed ones.
     """
 
-    # the fields that name or locate a dataset without shaping a generated graph: every other field of a
+    # the fields that name or locate a dataset without shaping a generated graph: every other field
+    # of a
     # generator's config is in its content hash
     DESCRIPTIVE: ClassVar[Tuple[str, ...]] = ("name", "source", "path", "reader", "description")
 
     name: str = MISSING
-    source: str = MISSING  # generated | dgl (Planetoid, Reddit: DGL's file layout) | ogb | files (gnntrain ingest)
-    path: Optional[str] = None  # source=files: the folder gnntrain ingest wrote (relative: to data_dir, then cwd)
+    # generated | dgl (Planetoid, Reddit: DGL's file layout) | ogb | files (gnntrain ingest)
+    source: str = MISSING
+    path: Optional[str] = (
+        None  # source=files: the folder gnntrain ingest wrote (relative: to data_dir, then cwd)
+    )
     reader: DatasetReader = DatasetReader.auto  # source=dgl only: the library that reads the files
     num_nodes: int = 2708
     num_edges: int = 10556  # directed edge count (rmat: generated edges before symmetrising)
@@ -97,12 +102,16 @@ class ModelConfig:
     (:meth:`gnntrain.models.registry.ModelFamily.options_schema`, ``configs/model/<name>.yaml``)."""
 
     name: str = MISSING  # gcn | sage | gin | gat | custom
-    target: Optional[str] = None  # model=custom: the layer class, pkg.module.Class (docs/design.md#your-own-model)
+    target: Optional[str] = (
+        None  # model=custom: the layer class, pkg.module.Class (docs/design.md#your-own-model)
+    )
     layers: int = 2
     hidden: int = 16
     dropout: float = 0.5
     self_loop: bool = True  # add self-loops to the graph (GCN's A+I)
-    norm: NormKind = NormKind.none  # layer: LayerNorm before each hidden relu (row-local, so exact in every mode)
+    norm: NormKind = (
+        NormKind.none
+    )  # layer: LayerNorm before each hidden relu (row-local, so exact in every mode)
 
 
 # ------------------------------------------------------------------------ mode
@@ -118,8 +127,12 @@ class AutoConfig:
     """What ``mode=auto`` may choose from (docs/design.md#mode-auto); unused by the other modes."""
 
     allow_approximate: bool = False  # also rank quantized SuperGCN and mini-batch HyScale
-    modes: List[str] = field(default_factory=list)  # the modes to consider; empty = every registered mode
-    ranks_per_node: List[int] = field(default_factory=list)  # empty = 1, 2, 4, ... up to hardware.ranks_per_node
+    modes: List[str] = field(
+        default_factory=list
+    )  # the modes to consider; empty = every registered mode
+    ranks_per_node: List[int] = field(
+        default_factory=list
+    )  # empty = 1, 2, 4, ... up to hardware.ranks_per_node
 
 
 # ----------------------------------------------------------------- partitioner
@@ -129,10 +142,13 @@ class PartitionerConfig:
     seed: int = 0
     num_parts: int = 0  # 0 = what the mode needs at this world size; otherwise must match it
     vertex_weights: str = "nnz"  # nnz | uniform  (metis/volume)
-    # with vertex_weights=nnz, each row's dense (update) work in nnz-equivalents, added to its weight so
+    # with vertex_weights=nnz, each row's dense (update) work in nnz-equivalents, added to its
+    # weight so
     # METIS balances all of a rank's compute, not only its SpMM (docs/design.md#partitioning)
     row_weight: float = 0.0
-    objective: str = "cut"  # cut | vol: what METIS minimises, the edge cut or the total communication volume
+    objective: str = (
+        "cut"  # cut | vol: what METIS minimises, the edge cut or the total communication volume
+    )
     reorder: Optional[str] = None  # null | rcm
     # volume refinement (GVB approximation)
     imbalance_eps: float = 0.05  # max allowed (max-avg)/avg of nnz per part
@@ -151,22 +167,42 @@ class CostConfig:
 
     calibrated: str = ""  # "host, torch version, date" of the measurement; "" = not calibrated
     threads: List[int] = field(default_factory=list)
-    kernel: List[str] = field(default_factory=list)  # the SpMM kernel kernel=auto picks at that thread count
-    spmm_ns_per_edge: List[float] = field(default_factory=list)  # SpMM forward+backward, per edge (index work)
-    spmm_ns_per_edge_col: List[float] = field(default_factory=list)  # SpMM forward+backward, per edge x column
+    kernel: List[str] = field(
+        default_factory=list
+    )  # the SpMM kernel kernel=auto picks at that thread count
+    spmm_ns_per_edge: List[float] = field(
+        default_factory=list
+    )  # SpMM forward+backward, per edge (index work)
+    spmm_ns_per_edge_col: List[float] = field(
+        default_factory=list
+    )  # SpMM forward+backward, per edge x column
     gemm_widths: List[int] = field(default_factory=list)  # the narrow dimension of the GEMMs timed
-    gemm_gflops: List[List[float]] = field(default_factory=list)  # 1e9 multiply-adds/s per rank, per gemm_widths
-    elementwise_gbps: List[float] = field(default_factory=list)  # bytes/s read+written by elementwise ops
-    activation_ns_per_element: List[float] = field(default_factory=list)  # hidden relu+dropout, fwd+bwd
-    gather_ns_per_element: List[float] = field(default_factory=list)  # rows picked or added by index (halos, chunks)
-    op_overhead_us: List[float] = field(default_factory=list)  # fixed cost of one layer's forward+backward
-    epoch_overhead_us: List[float] = field(default_factory=list)  # per epoch: loss, optimizer step, bookkeeping
-    # per collective call inside training, beyond latency + bytes/bandwidth: Python bookkeeping and waiting
+    gemm_gflops: List[List[float]] = field(
+        default_factory=list
+    )  # 1e9 multiply-adds/s per rank, per gemm_widths
+    elementwise_gbps: List[float] = field(
+        default_factory=list
+    )  # bytes/s read+written by elementwise ops
+    activation_ns_per_element: List[float] = field(
+        default_factory=list
+    )  # hidden relu+dropout, fwd+bwd
+    gather_ns_per_element: List[float] = field(
+        default_factory=list
+    )  # rows picked or added by index (halos, chunks)
+    op_overhead_us: List[float] = field(
+        default_factory=list
+    )  # fixed cost of one layer's forward+backward
+    epoch_overhead_us: List[float] = field(
+        default_factory=list
+    )  # per epoch: loss, optimizer step, bookkeeping
+    # per collective call inside training, beyond latency + bytes/bandwidth: Python bookkeeping and
+    # waiting
     # for the peer (fitted on a 2-rank training probe)
     collective_overhead_us: float = 0.0
     # per mode: measured over modelled compute that grows with the graph, on a 20 000-node probe run
     mode_factor: Dict[str, float] = field(default_factory=dict)
-    # collectives over the backend between 2 local ranks: time = latency + bytes per rank / bandwidth
+    # collectives over the backend between 2 local ranks: time = latency + bytes per rank /
+    # bandwidth
     alltoall_latency_us: float = 0.0
     alltoall_gbps: float = 0.0
     allreduce_latency_us: float = 0.0
@@ -191,19 +227,25 @@ class HardwareConfig:
     # the network between nodes, per node each way (gnntrain netem up --profile emulates it)
     link_gbit_s: float = 0.0  # Gbit/s; 0 = not stated
     link_latency_us: float = 0.0  # one-way
-    # compute/memory rates for the HyScale performance model (HyScale-GNN: A Scalable Hybrid GNN Training
+    # compute/memory rates for the HyScale performance model (HyScale-GNN: A Scalable Hybrid GNN
+    # Training
     # System on Single-Node Heterogeneous Architecture, §V, Eqs. (7)–(13); docs/design.md#hyscale)
     host_mem_gbps: float = 20.0  # effective host DRAM bandwidth (feature loading, CPU aggregation)
     core_gmacs: float = 8.0  # multiply-adds per second per core, in 1e9 (CPU feature update)
-    device_mem_gbps: float = 500.0  # accelerator memory bandwidth (HyScale aggregation; HongTu's reuse T_ru)
+    device_mem_gbps: float = (
+        500.0  # accelerator memory bandwidth (HyScale aggregation; HongTu's reuse T_ru)
+    )
     device_gmacs: float = 10000.0  # accelerator multiply-adds per second, in 1e9
-    # SLURM mapping for hydra/launcher=slurm (configs/hydra/launcher/slurm.yaml; docs/design.md#launcher)
+    # SLURM mapping for hydra/launcher=slurm (configs/hydra/launcher/slurm.yaml;
+    # docs/design.md#launcher)
     gpus_per_node: int = 0
     mem_gb: int = 0
     timeout_min: int = 60
     partition: Optional[str] = None
     account: Optional[str] = None
-    cost: CostConfig = field(default_factory=CostConfig)  # measured by gnntrain calibrate (mode=auto, predictions)
+    cost: CostConfig = field(
+        default_factory=CostConfig
+    )  # measured by gnntrain calibrate (mode=auto, predictions)
 
 
 # ----------------------------------------------------------------------- train
@@ -219,8 +261,10 @@ class TrainConfig:
     keep_checkpoints: int = 3  # the newest k checkpoints are kept; 0 = every one
     resume: bool = False
     progress: bool = True  # rank 0 shows a rich progress bar
-    # keep A·x of the fixed input features (computed once per run) where the first layer aggregates them before
-    # any weight (mode=single; docs/design.md#like-for-like): false recomputes it every epoch, as the plain
+    # keep A·x of the fixed input features (computed once per run) where the first layer aggregates
+    # them before
+    # any weight (mode=single; docs/design.md#like-for-like): false recomputes it every epoch, as
+    # the plain
     # DGL/PyG loops and the streaming modes do, for ratios that compare like with like
     cache_input_aggregation: bool = True
 
@@ -232,7 +276,9 @@ class CsvLoggerConfig:
 
 @dataclass
 class TensorBoardLoggerConfig:
-    dir: str = "tensorboard"  # event files, in the run directory: tensorboard --logdir RUN_DIR/tensorboard
+    dir: str = (
+        "tensorboard"  # event files, in the run directory: tensorboard --logdir RUN_DIR/tensorboard
+    )
 
 
 @dataclass
@@ -261,7 +307,8 @@ class LoggerConfig:
 
 @dataclass
 class PredictConfig:
-    """Inference instead of training (``gnntrain predict RUN_DIR`` sets it; docs/design.md#predict)."""
+    """Inference instead of training (``gnntrain predict RUN_DIR`` sets it;
+    docs/design.md#predict)."""
 
     out: Optional[str] = None  # the output file; None = train as usual
     checkpoint: Optional[str] = None  # the weights: a run's model.pt or a checkpoint file
@@ -286,7 +333,9 @@ class RunConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     data_dir: Optional[str] = None  # raw dataset files (env GNNTRAIN_DATA_DIR)
     cache_dir: Optional[str] = None  # processed data + partitions (env GNNTRAIN_CACHE_DIR)
-    allow_download: bool = True  # let DGL/OGB download missing files (never when GNNTRAIN_OFFLINE=1)
+    allow_download: bool = (
+        True  # let DGL/OGB download missing files (never when GNNTRAIN_OFFLINE=1)
+    )
     kernel: Kernel = Kernel.auto
     resume: Optional[str] = None  # a run directory to resume from (its newest valid checkpoint)
     port: int = 0  # rendezvous port for local launches; 0 = pick a free one
@@ -294,7 +343,8 @@ class RunConfig:
 
 
 def unknown_keys(cfg, prefix: str = "") -> List[Tuple[str, List[str]]]:
-    """Keys a structured node does not define (``+train.epoch=5`` appends one that nothing reads), each with
+    """Keys a structured node does not define (``+train.epoch=5`` appends one that nothing reads),
+    each with
     the node's valid keys: [(dotted key, valid keys)]."""
     import dataclasses
 
@@ -329,7 +379,9 @@ def register_resolvers() -> None:
     if not OmegaConf.has_resolver("gnntrain_cpus_per_task"):
         OmegaConf.register_new_resolver("gnntrain_cpus_per_task", _cpus_per_task)
     if not OmegaConf.has_resolver("gnntrain_none_if_zero"):
-        OmegaConf.register_new_resolver("gnntrain_none_if_zero", lambda v: None if not v else int(v))
+        OmegaConf.register_new_resolver(
+            "gnntrain_none_if_zero", lambda v: None if not v else int(v)
+        )
 
 
 def register_configs() -> None:

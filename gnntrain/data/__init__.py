@@ -1,4 +1,5 @@
 """Data layer: every dataset, generated or file-backed, yields a GraphData."""
+
 from __future__ import annotations
 
 import os
@@ -8,8 +9,17 @@ from typing import Optional, Tuple
 from gnntrain.data.checks import check_common
 from gnntrain.errors import DatasetError
 
-__all__ = ["GraphData", "check_dataset_config", "dataset_sizes", "fill_file_sizes", "load_dataset", "resolve_cache_dir",
-           "resolve_data_dir", "resolve_graph_path", "resolve_reader"]
+__all__ = [
+    "GraphData",
+    "check_dataset_config",
+    "dataset_sizes",
+    "fill_file_sizes",
+    "load_dataset",
+    "resolve_cache_dir",
+    "resolve_data_dir",
+    "resolve_graph_path",
+    "resolve_reader",
+]
 
 
 def __getattr__(name: str):
@@ -30,9 +40,14 @@ def resolve_cache_dir(cfg) -> Path:
 
 
 def cache_folder(configured: Optional[str]) -> Path:
-    """The cache folder: ``cache_dir`` as configured, else GNNTRAIN_CACHE_DIR, else ~/.cache/gnntrain;
+    """The cache folder: ``cache_dir`` as configured, else GNNTRAIN_CACHE_DIR, else
+    ~/.cache/gnntrain;
     created, and refused in one line where it cannot be written."""
-    path = configured or os.environ.get("GNNTRAIN_CACHE_DIR") or str(Path.home() / ".cache" / "gnntrain")
+    path = (
+        configured
+        or os.environ.get("GNNTRAIN_CACHE_DIR")
+        or str(Path.home() / ".cache" / "gnntrain")
+    )
     p = Path(path).expanduser()
     try:
         p.mkdir(parents=True, exist_ok=True)
@@ -41,14 +56,22 @@ def cache_folder(configured: Optional[str]) -> Path:
     except OSError as exc:
         from gnntrain.errors import PlanError
 
-        what = "is a file, not a folder" if p.is_file() else f"cannot be written ({exc.strerror or exc})"
-        raise PlanError("cache_dir", f"{p} {what}.",
-                        "set cache_dir=DIR (or GNNTRAIN_CACHE_DIR) to a writable folder.") from None
+        what = (
+            "is a file, not a folder"
+            if p.is_file()
+            else f"cannot be written ({exc.strerror or exc})"
+        )
+        raise PlanError(
+            "cache_dir",
+            f"{p} {what}.",
+            "set cache_dir=DIR (or GNNTRAIN_CACHE_DIR) to a writable folder.",
+        ) from None
     return p
 
 
 def check_dataset_config(ds) -> None:
-    """Refuse a dataset config no loader or generator can use (one PlanError naming the option): the sizes
+    """Refuse a dataset config no loader or generator can use (one PlanError naming the option): the
+    sizes
     and splits every source needs, then a generated graph's own keys (its generator's check)."""
     check_common(ds)
     if ds.get("source") == "generated":
@@ -59,7 +82,8 @@ def check_dataset_config(ds) -> None:
 
 
 def dataset_sizes(ds) -> Tuple[int, int, int, int]:
-    """(nodes, directed edges incl. reverse, features, classes) from the config alone: a generator's own
+    """(nodes, directed edges incl. reverse, features, classes) from the config alone: a generator's
+    own
     edge count, the published (or ingested) sizes otherwise."""
     n, f, c = int(ds.num_nodes), int(ds.feat_dim), int(ds.num_classes)
     if ds.source == "generated":
@@ -86,8 +110,10 @@ def load_dataset(cfg) -> "GraphData":  # noqa: F821
     allow = bool(cfg.get("allow_download", True))
     if ds.source == "dgl":
         if ds.name not in loaders.DGL_SOURCES:
-            raise DatasetError(f"dataset '{ds.name}': not a DGL dataset known to gnntrain "
-                               f"({sorted(loaders.DGL_SOURCES)})")
+            raise DatasetError(
+                f"dataset '{ds.name}': not a DGL dataset known to gnntrain "
+                f"({sorted(loaders.DGL_SOURCES)})"
+            )
         if resolve_reader(ds) == "dgl":
             return loaders.load_dgl_dataset(ds, resolve_data_dir(cfg), cache, allow)
         from gnntrain.data.pyg import load_pyg_dataset
@@ -95,16 +121,21 @@ def load_dataset(cfg) -> "GraphData":  # noqa: F821
         return load_pyg_dataset(ds, resolve_data_dir(cfg), cache, allow)
     if ds.source == "ogb":
         return loaders.load_ogb_dataset(ds, resolve_data_dir(cfg), cache, allow)
-    raise DatasetError(f"dataset '{ds.name}': unknown source '{ds.source}'; use generated, dgl, ogb or files")
+    raise DatasetError(
+        f"dataset '{ds.name}': unknown source '{ds.source}'; use generated, dgl, ogb or files"
+    )
 
 
 def resolve_graph_path(cfg) -> Path:
-    """``dataset.path`` of an ingested graph: absolute, or relative to ``data_dir`` where that holds it,
+    """``dataset.path`` of an ingested graph: absolute, or relative to ``data_dir`` where that holds
+    it,
     else to the working directory."""
     raw = cfg.dataset.get("path")
     if not raw:
-        raise DatasetError("dataset=files needs dataset.path=DIR, a folder written by gnntrain ingest "
-                           "(gnntrain datasets lists those under data_dir).")
+        raise DatasetError(
+            "dataset=files needs dataset.path=DIR, a folder written by gnntrain ingest "
+            "(gnntrain datasets lists those under data_dir)."
+        )
     path = Path(str(raw)).expanduser()
     data_dir = resolve_data_dir(cfg)
     if not path.is_absolute() and data_dir and (Path(data_dir).expanduser() / path).exists():

@@ -4,6 +4,7 @@ A value no generator can use (a negative width, a ratio outside [0, 1], R-MAT
 probabilities that do not sum to 1, ...) is refused with a PlanError naming
 the option, instead of surfacing later as a numpy or torch traceback.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,31 +21,42 @@ def _number(ds, key: str) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise PlanError(f"dataset.{key}", f"must be a number (got {value!r}).",
-                        f"set dataset.{key} to a number") from None
+        raise PlanError(
+            f"dataset.{key}", f"must be a number (got {value!r}).", f"set dataset.{key} to a number"
+        ) from None
     if not math.isfinite(number):
-        raise PlanError(f"dataset.{key}", f"must be a finite number (got {value}).",
-                        f"set dataset.{key} to a finite number")
+        raise PlanError(
+            f"dataset.{key}",
+            f"must be a finite number (got {value}).",
+            f"set dataset.{key} to a finite number",
+        )
     return number
 
 
 def _at_least(ds, key: str, low: int, why: str = "") -> None:
     value = _number(ds, key)
     if value < low or not float(value).is_integer():
-        raise PlanError(f"dataset.{key}", f"must be a whole number >= {low} (got {ds.get(key)}){why}.",
-                        f"set dataset.{key}=N with N >= {low}")
+        raise PlanError(
+            f"dataset.{key}",
+            f"must be a whole number >= {low} (got {ds.get(key)}){why}.",
+            f"set dataset.{key}=N with N >= {low}",
+        )
 
 
 def _in_unit_interval(ds, key: str, what: str) -> float:
     value = _number(ds, key)
     if not 0.0 <= value <= 1.0:
-        raise PlanError(f"dataset.{key}", f"{what} must lie in [0, 1] (got {ds.get(key)}).",
-                        f"set dataset.{key} to a value between 0 and 1")
+        raise PlanError(
+            f"dataset.{key}",
+            f"{what} must lie in [0, 1] (got {ds.get(key)}).",
+            f"set dataset.{key} to a value between 0 and 1",
+        )
     return value
 
 
 def check_common(ds: Any) -> None:
-    """Refuse a dataset config no loader or generator can use; raises PlanError(option, problem, fix).
+    """Refuse a dataset config no loader or generator can use; raises PlanError(option, problem,
+    fix).
 
     Sizes (``num_nodes``, ``num_edges``, ``feat_dim``, ``num_classes``) are checked
     for every source (file-backed datasets use them to size the plan before
@@ -60,6 +72,8 @@ def check_common(ds: Any) -> None:
     _at_least(ds, "seed", 0)  # numpy's generators refuse negative seeds
     total = sum(_in_unit_interval(ds, key, "a split fraction") for key in FRACTIONS)
     if total > 1.0 + TOLERANCE:
-        raise PlanError("dataset.train_fraction/val_fraction/test_fraction",
-                        f"the split fractions sum to {total:g}; they must sum to at most 1.",
-                        "lower one of dataset.train_fraction, dataset.val_fraction, dataset.test_fraction")
+        raise PlanError(
+            "dataset.train_fraction/val_fraction/test_fraction",
+            f"the split fractions sum to {total:g}; they must sum to at most 1.",
+            "lower one of dataset.train_fraction, dataset.val_fraction, dataset.test_fraction",
+        )

@@ -8,6 +8,7 @@ library expects other names), which the library then reads and writes its proces
 into. The farm is keyed by the raw files' content, so a copy of the same files elsewhere
 shares it and other files never stand in for them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,7 +23,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 from gnntrain.atomic import file_lock
 from gnntrain.errors import DatasetError
 
-HASHED_FILE_BYTES = 256 * 2**20  # raw files up to this size are keyed by content, larger ones by size and mtime
+HASHED_FILE_BYTES = (
+    256 * 2**20
+)  # raw files up to this size are keyed by content, larger ones by size and mtime
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,11 @@ def offline() -> bool:
     return os.environ.get("GNNTRAIN_OFFLINE", "") not in ("", "0", "false")
 
 
-DOWNLOAD_HOSTS = {"DGL": "data.dgl.ai", "PyG": "github.com", "OGB": "snap.stanford.edu"}  # download servers
+DOWNLOAD_HOSTS = {
+    "DGL": "data.dgl.ai",
+    "PyG": "github.com",
+    "OGB": "snap.stanford.edu",
+}  # download servers
 
 
 def network_problem(library: str, timeout_s: float = 3.0) -> Optional[str]:
@@ -79,7 +86,9 @@ def source_stamp(source_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def link_farm(source_dir: Path, farm_dir: Path, content: str, links: Optional[Dict[str, str]] = None) -> None:
+def link_farm(
+    source_dir: Path, farm_dir: Path, content: str, links: Optional[Dict[str, str]] = None
+) -> None:
     """Mirror ``source_dir``'s entries as symlinks in ``farm_dir`` (idempotent); with ``links``,
     make exactly those links (farm path -> path in ``source_dir``) instead.
 
@@ -88,13 +97,16 @@ def link_farm(source_dir: Path, farm_dir: Path, content: str, links: Optional[Di
     rebuilt rather than serving stale data. Call it holding :func:`farm_lock`.
     """
     stamp_file = farm_dir / ".gnntrain-source"
-    stamp = f"{source_dir.resolve()}\n{content}"  # the links point into source_dir: a moved copy relinks
+    # the links point into source_dir: a moved copy relinks
+    stamp = f"{source_dir.resolve()}\n{content}"
     if farm_dir.exists() and (not stamp_file.exists() or stamp_file.read_text() != stamp):
         shutil.rmtree(farm_dir)  # symlinks are unlinked, never followed
     farm_dir.mkdir(parents=True, exist_ok=True)
     stamp_file.write_text(stamp)
     if links is None:
-        links = {entry.name: entry.name for entry in source_dir.iterdir() if entry.name != "processed"}
+        links = {
+            entry.name: entry.name for entry in source_dir.iterdir() if entry.name != "processed"
+        }
     for rel, target in links.items():
         link = farm_dir / rel
         if link.exists() or link.is_symlink():
@@ -139,8 +151,15 @@ def _nearby(data_dir: Path, layouts: Sequence[Layout]) -> Optional[Path]:
     return None
 
 
-def locate(name: str, data_dir: Optional[str], layouts: Sequence[Layout], farm_root: Path, farm_folder: str,
-           allow_download: bool, library: str) -> Located:
+def locate(
+    name: str,
+    data_dir: Optional[str],
+    layouts: Sequence[Layout],
+    farm_root: Path,
+    farm_folder: str,
+    allow_download: bool,
+    library: str,
+) -> Located:
     """Find ``<data_dir>/<folder>/<files>`` for the first layout that is complete, and link it
     into ``<farm_root>/<content key>/<farm_folder>``; or explain what is missing. Call it
     holding :func:`farm_lock`.
@@ -157,11 +176,15 @@ def locate(name: str, data_dir: Optional[str], layouts: Sequence[Layout], farm_r
     if data_dir:
         where = Path(data_dir)
         if where.exists() and not where.is_dir():
-            raise DatasetError(f"dataset '{name}': data_dir={data_dir} is a file, not a folder. {fix} "
-                               f"{layouts[0].folder}/ ({accepted}).")
+            raise DatasetError(
+                f"dataset '{name}': data_dir={data_dir} is a file, not a folder. {fix} "
+                f"{layouts[0].folder}/ ({accepted})."
+            )
         if not where.exists():
-            raise DatasetError(f"dataset '{name}': data_dir={data_dir} does not exist. {fix} {layouts[0].folder}/ "
-                               f"({accepted}), or leave it unset to let {library} download the files.")
+            raise DatasetError(
+                f"dataset '{name}': data_dir={data_dir} does not exist. {fix} {layouts[0].folder}/ "
+                f"({accepted}), or leave it unset to let {library} download the files."
+            )
         for layout in layouts:
             found = where / layout.folder
             if all((found / f).exists() for f in layout.files):
@@ -175,13 +198,19 @@ def locate(name: str, data_dir: Optional[str], layouts: Sequence[Layout], farm_r
                 missing = [f for f in layout.files if not (found / f).exists()]
                 raise DatasetError(
                     f"dataset '{name}': {found} is missing {len(missing)} of {library}'s files: "
-                    f"{', '.join(missing)}. Restore them (the whole set is {accepted}), or point data_dir at "
-                    f"a complete copy.")
+                    f"{', '.join(missing)}. Restore them (the whole set is {accepted}), or point "
+                    "data_dir at "
+                    f"a complete copy."
+                )
         near = _nearby(where, layouts)
         if near is not None:
-            raise DatasetError(f"dataset '{name}': data_dir={data_dir} has no {layouts[0].folder}/, but {near} "
-                               f"does: set data_dir={near} ({accepted}).")
-    searched = f"data_dir={data_dir} holds no {layouts[0].folder}/" if data_dir else "no data_dir is set"
+            raise DatasetError(
+                f"dataset '{name}': data_dir={data_dir} has no {layouts[0].folder}/, but {near} "
+                f"does: set data_dir={near} ({accepted})."
+            )
+    searched = (
+        f"data_dir={data_dir} holds no {layouts[0].folder}/" if data_dir else "no data_dir is set"
+    )
     if not allow_download:
         why = "downloading is off (allow_download=false)"
     elif offline():
@@ -192,19 +221,28 @@ def locate(name: str, data_dir: Optional[str], layouts: Sequence[Layout], farm_r
             root = farm_root / "downloaded"
             return Located(None, f"downloaded by {library} into {root / farm_folder}", root, None)
         why = f"no download was tried: {why}"
-    raise DatasetError(f"dataset '{name}': raw files not found ({searched}), and {why}. Expected {accepted}. "
-                       f"{fix} them.")
+    raise DatasetError(
+        f"dataset '{name}': raw files not found ({searched}), and {why}. Expected {accepted}. "
+        f"{fix} them."
+    )
 
 
-def read_failure(name: str, library: str, where: Located, folder: str, exc: Exception) -> DatasetError:
+def read_failure(
+    name: str, library: str, where: Located, folder: str, exc: Exception
+) -> DatasetError:
     """The one error for a library that failed to read (or, with nothing in data_dir, to
     download) the raw files: the network is named only when a download was really tried."""
     cause = f"{type(exc).__name__}: {exc}"
     if where.found is None:
         return DatasetError(
-            f"dataset '{name}': {library} could not download it into {where.root / folder} ({cause}). "
-            f"Place the raw files in {library}'s layout under a folder and set data_dir=DIR, or retry when "
-            f"the network is up.")
+            f"dataset '{name}': {library} could not download it into {where.root / folder} "
+            f"({cause}). "
+            f"Place the raw files in {library}'s layout under a folder and set data_dir=DIR, or "
+            "retry when "
+            f"the network is up."
+        )
     return DatasetError(
         f"dataset '{name}': {library} could not read {where.found} ({cause}). Check those files "
-        f"(a truncated or corrupt file), or delete {where.root / folder} to rebuild {library}'s processed cache.")
+        f"(a truncated or corrupt file), or delete {where.root / folder} to rebuild {library}'s "
+        "processed cache."
+    )

@@ -1,4 +1,5 @@
 """The one object every dataset loader yields."""
+
 from __future__ import annotations
 
 import hashlib
@@ -72,7 +73,9 @@ class CsrGraphData(GraphData):
 
     def __init__(self, *, indptr: np.ndarray, indices: np.ndarray, symmetric: bool, **fields):
         self.csr: Tuple[np.ndarray, np.ndarray] = (indptr, indices)
-        self.symmetric = bool(symmetric)  # every edge's reverse is present (the transpose is the same CSR)
+        self.symmetric = bool(
+            symmetric
+        )  # every edge's reverse is present (the transpose is the same CSR)
         self._src = self._dst = None
         super().__init__(src=None, dst=None, **fields)
 
@@ -90,8 +93,9 @@ class CsrGraphData(GraphData):
     def dst(self) -> torch.Tensor:
         if self._dst is None:
             indptr = np.asarray(self.csr[0])
-            self._dst = torch.repeat_interleave(torch.arange(self.num_nodes, dtype=torch.int64),
-                                                torch.from_numpy(np.diff(indptr)))
+            self._dst = torch.repeat_interleave(
+                torch.arange(self.num_nodes, dtype=torch.int64), torch.from_numpy(np.diff(indptr))
+            )
         return self._dst
 
     @dst.setter
@@ -117,8 +121,9 @@ def hash_tensors(*tensors: torch.Tensor, extra: str = "") -> str:
     return h.hexdigest()[:16]
 
 
-def clean_edges(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, symmetrize: bool
-                ) -> Tuple[torch.Tensor, torch.Tensor]:
+def clean_edges(
+    src: torch.Tensor, dst: torch.Tensor, num_nodes: int, symmetrize: bool
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Drop self-loops and duplicate edges; add reverse edges when asked. Sorted by (dst, src)."""
     src, dst = src.to(torch.int64), dst.to(torch.int64)
     if symmetrize:
@@ -128,8 +133,9 @@ def clean_edges(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, symmetrize
     return key % num_nodes, key // num_nodes
 
 
-def split_masks(num_nodes: int, fractions: Tuple[float, float, float], seed: int
-                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def split_masks(
+    num_nodes: int, fractions: Tuple[float, float, float], seed: int
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed + 7919)
     order = torch.randperm(num_nodes, generator=gen)
     sizes = [int(round(f * num_nodes)) for f in fractions]
@@ -137,7 +143,7 @@ def split_masks(num_nodes: int, fractions: Tuple[float, float, float], seed: int
     start = 0
     for size in sizes:
         m = torch.zeros(num_nodes, dtype=torch.bool)
-        m[order[start:start + size]] = True
+        m[order[start : start + size]] = True
         masks.append(m)
         start += size
     return masks[0], masks[1], masks[2]

@@ -3,8 +3,10 @@
 One folder per graph::
 
     meta.json         format, sizes, dtypes, per-array byte sizes, the content digest
-    indptr.npy        int64 (N+1): CSR by destination, row v's in-neighbours are indices[indptr[v]:indptr[v+1]]
-    indices.npy       int32 where N < 2^31, else int64: sources, sorted within a row, no self-loops, no duplicates
+    indptr.npy        int64 (N+1): CSR by destination, row v's in-neighbours are
+    indices[indptr[v]:indptr[v+1]]
+    indices.npy       int32 where N < 2^31, else int64: sources, sorted within a row, no self-loops,
+    no duplicates
     features.npy      float32 (N, F)
     labels.npy        int64 (N,): -1 for a node without a label (never in a mask)
     train_mask.npy, val_mask.npy, test_mask.npy   bool (N,)
@@ -16,6 +18,7 @@ complete, so a killed ingest leaves nothing that loads. The content digest equal
 :func:`gnntrain.data.graph.hash_tensors` over (src, dst, features, labels, masks) of the
 loaded :class:`GraphData`, so an ingested Cora has the digest of ``dataset=cora``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -57,12 +60,17 @@ def is_graph_dir(path: Path) -> bool:
 def read_npy_header(f):
     """(shape, fortran order, dtype) of an open ``.npy`` file, leaving it at the data."""
     version = np.lib.format.read_magic(f)
-    reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    reader = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0
+    )
     return reader(f)
 
 
 class NpyFile:
-    """A C-ordered ``.npy`` file read a block of rows at a time with ``pread``: unlike a memory map, the
+    """A C-ordered ``.npy`` file read a block of rows at a time with ``pread``: unlike a memory map,
+    the
     pages read never count toward the process's resident memory once a block is dropped."""
 
     def __init__(self, path):
@@ -71,7 +79,9 @@ class NpyFile:
             shape, fortran, dtype = read_npy_header(f)
             self.offset = f.tell()
         if fortran and len(shape) > 1:
-            raise ValueError(f"{self.path} is stored in Fortran order; save it C-ordered (np.ascontiguousarray)")
+            raise ValueError(
+                f"{self.path} is stored in Fortran order; save it C-ordered (np.ascontiguousarray)"
+            )
         if dtype.hasobject:
             raise ValueError(f"{self.path} holds Python objects, not numbers")
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
@@ -98,13 +108,18 @@ class NpyFile:
 
 
 def _flat(array) -> Tuple[np.dtype, Tuple[int, ...], Any]:
-    """(dtype, shape, read(start, count) of the flattened elements) of an array or a ``.npy`` path (read with
+    """(dtype, shape, read(start, count) of the flattened elements) of an array or a ``.npy`` path
+    (read with
     ``pread``, never mapped)."""
     if isinstance(array, (str, Path)):
         npy = NpyFile(array)
         return npy.dtype, npy.shape, npy.items
     flat = np.asarray(array).reshape(-1)
-    return flat.dtype, tuple(np.shape(array)), lambda start, count: np.ascontiguousarray(flat[start:start + count])
+    return (
+        flat.dtype,
+        tuple(np.shape(array)),
+        lambda start, count: np.ascontiguousarray(flat[start : start + count]),
+    )
 
 
 def _blocks(read, total: int, as_dtype: Optional[np.dtype] = None) -> Iterator[bytes]:
@@ -121,14 +136,16 @@ def _destinations(indptr: np.ndarray) -> Iterator[bytes]:
     step = max(1, DIGEST_BLOCK // 16)
     for lo in range(0, n, step):
         hi = min(n, lo + step)
-        deg = np.diff(indptr[lo:hi + 1])
+        deg = np.diff(indptr[lo : hi + 1])
         yield memoryview(np.repeat(np.arange(lo, hi, dtype=np.int64), deg)).cast("B")
 
 
-def content_digest(indptr: np.ndarray, indices, features, labels: np.ndarray,
-                   masks: Tuple[np.ndarray, ...]) -> str:
+def content_digest(
+    indptr: np.ndarray, indices, features, labels: np.ndarray, masks: Tuple[np.ndarray, ...]
+) -> str:
     """``hash_tensors(src, dst, features, labels, *masks)`` computed block by block from the CSR,
-    never materialising the COO arrays (src = indices as int64, dst = row of each entry). ``indices`` and
+    never materialising the COO arrays (src = indices as int64, dst = row of each entry).
+    ``indices`` and
     ``features`` may be arrays or ``.npy`` paths (then read with ``pread``, never mapped)."""
     h = hashlib.sha1(b"")
 
@@ -155,7 +172,8 @@ def content_digest(indptr: np.ndarray, indices, features, labels: np.ndarray,
 # ------------------------------------------------------------------ write
 def partial_dir(out: Path) -> Path:
     """Where an ingest writes before the rename: beside ``out``, never loadable (no meta.json there
-    until the very end, and a name ``dataset.path`` would not be given). It starts empty: this process's
+    until the very end, and a name ``dataset.path`` would not be given). It starts empty: this
+    process's
     earlier one is removed, and so is any other's whose process is gone (killed, out of memory)."""
     out = Path(out)
     for stale in out.parent.glob(f".{out.name}.partial-*"):
@@ -183,8 +201,10 @@ def finish(work: Path, out: Path, meta: Dict[str, Any], overwrite: bool) -> Path
     meta["bytes"] = {p.name: p.stat().st_size for p in sorted(work.iterdir()) if p.is_file()}
     out = Path(out)
     if out.exists() and not overwrite:
-        raise DatasetError(f"ingest: {out} already exists. Pass --overwrite to replace it, or choose "
-                           f"another --out.")
+        raise DatasetError(
+            f"ingest: {out} already exists. Pass --overwrite to replace it, or choose "
+            f"another --out."
+        )
     return publish(work, out, meta)
 
 
@@ -222,8 +242,11 @@ class GraphDir:
         try:
             return np.load(path, mmap_mode="c")
         except (OSError, ValueError) as exc:
-            raise DatasetError(f"dataset.path={self.path}: cannot read {path.name} ({exc}). The folder is damaged: "
-                               f"ingest the graph again (gnntrain ingest ... --out {self.path} --overwrite).") from exc
+            raise DatasetError(
+                f"dataset.path={self.path}: cannot read {path.name} ({exc}). The folder is "
+                "damaged: "
+                f"ingest the graph again (gnntrain ingest ... --out {self.path} --overwrite)."
+            ) from exc
 
     def node_ids(self):
         """The user's IDs in node order, as a pyarrow Array."""
@@ -233,41 +256,58 @@ class GraphDir:
 
 
 def open_graph_dir(path) -> GraphDir:
-    """Open an ingested graph folder; every problem is one DatasetError naming the folder and the fix."""
+    """Open an ingested graph folder; every problem is one DatasetError naming the folder and the
+    fix."""
     path = Path(str(path)).expanduser()
     fix = "run gnntrain ingest ... --out DIR first, then dataset=files dataset.path=DIR"
     if not path.exists():
         raise DatasetError(f"dataset.path={path}: no such folder. Fix: {fix}.")
     if not path.is_dir():
-        raise DatasetError(f"dataset.path={path}: is a file, not an ingested graph folder. Fix: {fix}.")
+        raise DatasetError(
+            f"dataset.path={path}: is a file, not an ingested graph folder. Fix: {fix}."
+        )
     meta_path = path / META
     if not meta_path.is_file():
-        partial = "" if not path.name.startswith(".") else " (a half-written ingest: it was interrupted)"
-        raise DatasetError(f"dataset.path={path}: no {META} here{partial}, so this is not a finished ingested "
-                           f"graph. Fix: {fix}.")
+        partial = (
+            "" if not path.name.startswith(".") else " (a half-written ingest: it was interrupted)"
+        )
+        raise DatasetError(
+            f"dataset.path={path}: no {META} here{partial}, so this is not a finished ingested "
+            f"graph. Fix: {fix}."
+        )
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError) as exc:
-        raise DatasetError(f"dataset.path={path}: {META} is unreadable ({exc}). Ingest the graph again.") from exc
+        raise DatasetError(
+            f"dataset.path={path}: {META} is unreadable ({exc}). Ingest the graph again."
+        ) from exc
     if meta.get("format") != FORMAT:
-        raise DatasetError(f"dataset.path={path}: {META} is not a gnntrain graph (format "
-                           f"{meta.get('format')!r}). Fix: {fix}.")
+        raise DatasetError(
+            f"dataset.path={path}: {META} is not a gnntrain graph (format "
+            f"{meta.get('format')!r}). Fix: {fix}."
+        )
     if int(meta.get("version", 0)) > VERSION:
-        raise DatasetError(f"dataset.path={path}: written by a newer gnntrain (format version {meta['version']} > "
-                           f"{VERSION}). Upgrade gnntrain or ingest again with this one.")
+        raise DatasetError(
+            f"dataset.path={path}: written by a newer gnntrain (format version {meta['version']} > "
+            f"{VERSION}). Upgrade gnntrain or ingest again with this one."
+        )
     from gnntrain.artifact import ArtifactError, verify_files
 
     try:
         verify_files(path, {name: {"bytes": size} for name, size in meta.get("bytes", {}).items()})
     except ArtifactError as exc:
-        raise DatasetError(f"dataset.path={path}: {exc}. The folder is damaged: ingest the graph again with "
-                           "--overwrite.") from None
+        raise DatasetError(
+            f"dataset.path={path}: {exc}. The folder is damaged: ingest the graph again with "
+            "--overwrite."
+        ) from None
     return GraphDir(path, meta)
 
 
 def load_graph_dir(path, name: str = ""):
-    """The GraphData of an ingested graph: features and the CSR memory-mapped; the COO edge lists are
-    built from the CSR only when something asks for them (:class:`~gnntrain.data.graph.CsrGraphData`)."""
+    """The GraphData of an ingested graph: features and the CSR memory-mapped; the COO edge lists
+    are
+    built from the CSR only when something asks for them
+    (:class:`~gnntrain.data.graph.CsrGraphData`)."""
     import torch
 
     from gnntrain.data.graph import CsrGraphData
@@ -276,10 +316,17 @@ def load_graph_dir(path, name: str = ""):
     masks = [torch.from_numpy(np.asarray(g.array(m), dtype=bool)) for m in MASKS]
     label = name or str(g.meta.get("name") or g.path.name)
     return CsrGraphData(
-        indptr=g.array("indptr").view(np.ndarray), indices=g.array("indices").view(np.ndarray),
+        indptr=g.array("indptr").view(np.ndarray),
+        indices=g.array("indices").view(np.ndarray),
         symmetric=bool(g.meta.get("symmetrized")),
-        name=label, num_nodes=g.num_nodes, features=torch.from_numpy(g.array("features")),
-        labels=torch.from_numpy(np.asarray(g.array("labels"))), train_mask=masks[0], val_mask=masks[1],
-        test_mask=masks[2], num_classes=g.num_classes, content_hash=f"files-{g.digest}",
+        name=label,
+        num_nodes=g.num_nodes,
+        features=torch.from_numpy(g.array("features")),
+        labels=torch.from_numpy(np.asarray(g.array("labels"))),
+        train_mask=masks[0],
+        val_mask=masks[1],
+        test_mask=masks[2],
+        num_classes=g.num_classes,
+        content_hash=f"files-{g.digest}",
         origin=f"ingested graph {g.path}",
     )

@@ -12,6 +12,7 @@ and a generated Reddit):
 - Reddit's nodes are put in the reverse Cuthill-McKee order DGL's ``RedditDataset`` applies
   (``dgl.reorder_graph(node_permute_algo="rcmk")``: scipy's RCM over the CSR of src → dst).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,7 +30,11 @@ from gnntrain.data.graph import GraphData
 from gnntrain.data.loaders import DGL_SOURCES, graph_data
 from gnntrain.errors import DatasetError
 
-PLANETOID_NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}  # PyG's Planetoid(name=...)
+PLANETOID_NAMES = {
+    "cora": "Cora",
+    "citeseer": "CiteSeer",
+    "pubmed": "PubMed",
+}  # PyG's Planetoid(name=...)
 PLANETOID_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
 REDDIT_FILES = ["reddit_data.npz", "reddit_graph.npz"]
 REDDIT_CLASSES = 41  # DGL's RedditDataset.num_classes; PyG counts the labels present
@@ -39,15 +44,23 @@ def _layouts(name: str) -> List[Layout]:
     """DGL's layout first (what ../shared and DGL's downloads hold), then PyG's own."""
     dgl_folder = DGL_SOURCES[name].folder()
     if name == "reddit":
-        return [Layout(dgl_folder, REDDIT_FILES, {f"raw/{f}": f for f in REDDIT_FILES}),
-                Layout("Reddit/raw", REDDIT_FILES, {f"raw/{f}": f for f in REDDIT_FILES})]
+        return [
+            Layout(dgl_folder, REDDIT_FILES, {f"raw/{f}": f for f in REDDIT_FILES}),
+            Layout("Reddit/raw", REDDIT_FILES, {f"raw/{f}": f for f in REDDIT_FILES}),
+        ]
     prefix = DGL_SOURCES[name].files[0].split(".")[1]  # ind.<prefix>.x
     pyg = PLANETOID_NAMES[name].lower()
     return [
-        Layout(dgl_folder, [f"ind.{prefix}.{p}" for p in PLANETOID_PARTS],
-               {f"raw/ind.{pyg}.{p}": f"ind.{prefix}.{p}" for p in PLANETOID_PARTS}),
-        Layout(f"{PLANETOID_NAMES[name]}/raw", [f"ind.{pyg}.{p}" for p in PLANETOID_PARTS],
-               {f"raw/ind.{pyg}.{p}": f"ind.{pyg}.{p}" for p in PLANETOID_PARTS}),
+        Layout(
+            dgl_folder,
+            [f"ind.{prefix}.{p}" for p in PLANETOID_PARTS],
+            {f"raw/ind.{pyg}.{p}": f"ind.{prefix}.{p}" for p in PLANETOID_PARTS},
+        ),
+        Layout(
+            f"{PLANETOID_NAMES[name]}/raw",
+            [f"ind.{pyg}.{p}" for p in PLANETOID_PARTS],
+            {f"raw/ind.{pyg}.{p}": f"ind.{pyg}.{p}" for p in PLANETOID_PARTS},
+        ),
     ]
 
 
@@ -60,13 +73,18 @@ def raw_folders(name: str) -> List[str]:
 def _planetoid_facts(raw_dir: Path, prefix: str) -> Tuple[np.dtype, int]:
     """(the dtype DGL row-normalises the features in, see the module docstring; the number of
     classes, the width of the one-hot label rows, as DGL counts it)."""
+
     def raw(part: str):
         with open(raw_dir / f"ind.{prefix}.{part}", "rb") as f:
-            return pickle.load(f, encoding="latin1")  # Planetoid's raw files are pickles by definition
+            return pickle.load(
+                f, encoding="latin1"
+            )  # Planetoid's raw files are pickles by definition
 
     allx, ally = raw("allx"), raw("ally")
     test_index = np.loadtxt(raw_dir / f"ind.{prefix}.test.index", dtype=np.int64, ndmin=1)
-    has_gaps = test_index.size and int(test_index.max() - test_index.min() + 1) != int(test_index.size)
+    has_gaps = test_index.size and int(test_index.max() - test_index.min() + 1) != int(
+        test_index.size
+    )
     dtype = np.dtype(np.float64) if has_gaps or allx.dtype == np.float64 else np.dtype(np.float32)
     return dtype, int(np.asarray(ally).shape[1])
 
@@ -102,17 +120,23 @@ def _read(name: str, root: Path):
     return Planetoid(str(root), PLANETOID_NAMES[name])[0]
 
 
-def load_pyg_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_download: bool) -> GraphData:
+def load_pyg_dataset(
+    cfg, data_dir: Optional[str], cache_dir: Path, allow_download: bool
+) -> GraphData:
     name = cfg.name
     problem = pyg_problem()
     if problem is not None:
-        raise DatasetError(f"dataset '{name}': dataset.reader=pyg, but torch_geometric does not import here "
-                           f"({problem}). Install it: pip install torch_geometric (pure Python, any torch), "
-                           f"or use dataset.reader=dgl with the extra gnntrain[dgl].")
+        raise DatasetError(
+            f"dataset '{name}': dataset.reader=pyg, but torch_geometric does not import here "
+            f"({problem}). Install it: pip install torch_geometric (pure Python, any torch), "
+            f"or use dataset.reader=dgl with the extra gnntrain[dgl]."
+        )
     farm_folder = "Reddit" if name == "reddit" else PLANETOID_NAMES[name]
     farm_root = cache_dir / "pyg"
     with farm_lock(farm_root, farm_folder):  # ranks and jobs sharing the cache build the farm once
-        where = locate(name, data_dir, _layouts(name), farm_root, farm_folder, allow_download, "PyG")
+        where = locate(
+            name, data_dir, _layouts(name), farm_root, farm_folder, allow_download, "PyG"
+        )
         try:
             with contextlib.redirect_stderr(io.StringIO()):  # PyG reports "Processing..." on stderr
                 data = quiet(lambda: _read(name, where.root))
@@ -120,7 +144,9 @@ def load_pyg_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_downlo
             raise read_failure(name, "PyG", where, farm_folder, exc) from exc
         features, num_classes = data.x, REDDIT_CLASSES
         if name != "reddit":
-            dtype, num_classes = _planetoid_facts(where.root / farm_folder / "raw", PLANETOID_NAMES[name].lower())
+            dtype, num_classes = _planetoid_facts(
+                where.root / farm_folder / "raw", PLANETOID_NAMES[name].lower()
+            )
             features = _row_normalise(features, dtype)
     n = int(data.num_nodes)
     src, dst = data.edge_index[0].numpy(), data.edge_index[1].numpy()
@@ -131,6 +157,15 @@ def load_pyg_dataset(cfg, data_dir: Optional[str], cache_dir: Path, allow_downlo
         new_id[order] = torch.arange(n)
         src, dst = new_id[torch.from_numpy(src)].numpy(), new_id[torch.from_numpy(dst)].numpy()
         features, labels, masks = features[order], labels[order], [m[order] for m in masks]
-    return graph_data(name, torch.from_numpy(np.ascontiguousarray(src)), torch.from_numpy(np.ascontiguousarray(dst)),
-                      n, features, labels, masks, num_classes, bool(cfg.symmetrize), where.origin)
-
+    return graph_data(
+        name,
+        torch.from_numpy(np.ascontiguousarray(src)),
+        torch.from_numpy(np.ascontiguousarray(dst)),
+        n,
+        features,
+        labels,
+        masks,
+        num_classes,
+        bool(cfg.symmetrize),
+        where.origin,
+    )

@@ -2,6 +2,7 @@
 
 The names below load on first use, so ``gnntrain.launch.forkserver`` imports without torch (the CLI
 starts the ranks' fork server before it imports torch)."""
+
 from __future__ import annotations
 
 import importlib

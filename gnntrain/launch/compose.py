@@ -1,5 +1,7 @@
-"""Composing the run config outside a Hydra app (the Python API, ``gnntrain predict``), and the one-line
+"""Composing the run config outside a Hydra app (the Python API, ``gnntrain predict``), and the
+one-line
 message for a config that does not compose (``config_error``)."""
+
 from __future__ import annotations
 
 import os
@@ -17,7 +19,8 @@ def config_dir() -> str:
 
 def register_schemas() -> None:
     """Store every schema Hydra composes against: the root and group schemas, and those the plug-ins
-    register when imported (each mode's options, each model's layer options, each generator's parameters)."""
+    register when imported (each mode's options, each model's layer options, each generator's
+    parameters)."""
     import gnntrain.data.generators
     import gnntrain.models
     import gnntrain.modes  # noqa: F401
@@ -27,7 +30,8 @@ def register_schemas() -> None:
 
 
 def with_profile_search_path(overrides: Sequence[str]) -> List[str]:
-    """``overrides`` plus the search path of the hardware profiles ``gnntrain calibrate`` writes, where
+    """``overrides`` plus the search path of the hardware profiles ``gnntrain calibrate`` writes,
+    where
     that folder exists and the overrides set no search path of their own: the one search path that
     ``gnntrain run`` (a Hydra app), :func:`compose` (API, predict) and the tests all use."""
     from gnntrain.launch.calibrate import user_config_dir
@@ -72,26 +76,42 @@ def config_error(exc: BaseException) -> Optional[str]:
         mark = getattr(cause, "problem_mark", None)
         if isinstance(cause, yaml.YAMLError) and mark is not None:
             problem = getattr(cause, "problem", None) or "not valid YAML"
-            return (f"{mark.name}:{mark.line + 1}:{mark.column + 1}: YAML syntax error: {problem}. Fix that line "
-                    f"of the file (indentation, an unclosed bracket or quote, a ':' inside an unquoted value).")
+            return (
+                f"{mark.name}:{mark.line + 1}:{mark.column + 1}: YAML syntax error: {problem}. Fix "
+                "that line "
+                "of the file (indentation, an unclosed bracket or quote, a ':' inside an unquoted "
+                "value)."
+            )
     missing = getattr(exc, "missing_cfg_file", None)
     if missing and "/" in missing:  # group=option that no YAML provides
         group, option = missing.rsplit("/", 1)
         options = [o for o in getattr(exc, "options", None) or [] if not o.endswith("_schema")]
         close = difflib.get_close_matches(option, options, n=1)
-        return (f"{group}={option}: no such {group}." + (f" Did you mean {group}={close[0]}?" if close else "") +
-                f" Use one of: {', '.join(options)}.")
+        return (
+            f"{group}={option}: no such {group}."
+            + (f" Did you mean {group}={close[0]}?" if close else "")
+            + f" Use one of: {', '.join(options)}."
+        )
     cause = exc.__cause__
     kind, key = getattr(cause, "object_type", None), getattr(cause, "full_key", None)
-    if isinstance(exc, CompactHydraException) and isinstance(cause, ValidationError) and key:  # a value of wrong type
+    if (
+        isinstance(exc, CompactHydraException) and isinstance(cause, ValidationError) and key
+    ):  # a value of wrong type
         return f"{key}: {str(cause).splitlines()[0]}"
-    if isinstance(exc, CompactHydraException) and isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and key \
-            and dataclasses.is_dataclass(kind):  # key=value, no such key
+    if (
+        isinstance(exc, CompactHydraException)
+        and isinstance(cause, (ConfigAttributeError, ConfigKeyError))
+        and key
+        and dataclasses.is_dataclass(kind)
+    ):  # key=value, no such key
         valid = [f.name for f in dataclasses.fields(kind)]
         parent = key.rsplit(".", 1)[0] + "." if "." in key else ""
         close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=3)
-        hint = f"Did you mean {', '.join(parent + c for c in close)}?" if close else \
-            f"The keys there are: {', '.join(parent + v for v in valid)}."
+        hint = (
+            f"Did you mean {', '.join(parent + c for c in close)}?"
+            if close
+            else f"The keys there are: {', '.join(parent + v for v in valid)}."
+        )
         return f"{key}: not an option. {hint}"
     if getattr(exc, "override", None):  # Hydra's override grammar
         return f"{exc.override}: {' '.join(str(exc).split())}"
@@ -99,8 +119,13 @@ def config_error(exc: BaseException) -> Optional[str]:
         text = str(exc) if exc.__cause__ is None else f"{exc} {str(exc.__cause__).splitlines()[0]}"
         return " ".join(line.strip() for line in text.splitlines() if line.strip())
     if isinstance(exc, OSError) and exc.filename:
-        what = {FileExistsError: "it is a file, not a folder", NotADirectoryError: "a folder on its path is a file"
-                }.get(type(exc), (exc.strerror or str(exc)).lower())
-        return (f"cannot create the run folder {exc.filename}: {what}. Set hydra.run.dir=DIR (hydra.sweep.dir=DIR "
-                f"with -m) to a writable folder, or run from one.")
+        what = {
+            FileExistsError: "it is a file, not a folder",
+            NotADirectoryError: "a folder on its path is a file",
+        }.get(type(exc), (exc.strerror or str(exc)).lower())
+        return (
+            f"cannot create the run folder {exc.filename}: {what}. Set hydra.run.dir=DIR "
+            "(hydra.sweep.dir=DIR "
+            f"with -m) to a writable folder, or run from one."
+        )
     return None

@@ -13,6 +13,7 @@ answering (collectives carry a finite timeout), the others are terminated,
 the failing rank and its traceback or signal are reported, and summary.json
 says ``status: failed``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,8 +60,13 @@ class RankIdentity:
 def expand_nodelist(nodelist: str) -> List[str]:
     """Expand a SLURM node list such as ``node[01-03,07],login``."""
     try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                             timeout=10, check=True).stdout.split()
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.split()
         if out:
             return out
     except Exception:
@@ -82,8 +88,13 @@ def expand_nodelist(nodelist: str) -> List[str]:
 def node_address(node: str) -> str:
     """A SLURM node's ``NodeAddr`` (its NodeName need not resolve), else the name itself."""
     try:
-        out = subprocess.run(["scontrol", "show", "node", "-o", node], capture_output=True, text=True,
-                             timeout=10, check=True).stdout
+        out = subprocess.run(
+            ["scontrol", "show", "node", "-o", node],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
         match = re.search(r"\bNodeAddr=(\S+)", out)
         if match:
             return match.group(1)
@@ -97,14 +108,26 @@ def external_identity(env: Optional[Dict[str, str]] = None) -> Optional[RankIden
     env = dict(os.environ) if env is None else env
     launcher = launched_externally(env)
     if launcher == "torchrun":
-        return RankIdentity(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
-                            env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", 29500)), "torchrun")
+        return RankIdentity(
+            int(env["RANK"]),
+            int(env["WORLD_SIZE"]),
+            int(env.get("LOCAL_RANK", 0)),
+            env.get("MASTER_ADDR", "127.0.0.1"),
+            int(env.get("MASTER_PORT", 29500)),
+            "torchrun",
+        )
     if launcher == "slurm":
         nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "127.0.0.1"
         master = env.get("MASTER_ADDR") or node_address(expand_nodelist(nodelist)[0])
         port = int(env.get("MASTER_PORT") or 20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
-        return RankIdentity(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0)),
-                            master, port, "slurm")
+        return RankIdentity(
+            int(env["SLURM_PROCID"]),
+            int(env["SLURM_NTASKS"]),
+            int(env.get("SLURM_LOCALID", 0)),
+            master,
+            port,
+            "slurm",
+        )
     return None
 
 
@@ -133,10 +156,20 @@ def _set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, port: int,
-              partition: Dict[str, Any], preprocess_s: float, in_process: bool = False,
-              spawned: bool = False) -> Optional[Dict[str, Any]]:
-    """Entry point of one rank, whoever started it (``in_process``: the launcher's own process, where a second
+def rank_main(
+    rank: int,
+    plan,
+    shard,
+    run_dir: Optional[str],
+    master_addr: str,
+    port: int,
+    partition: Dict[str, Any],
+    preprocess_s: float,
+    in_process: bool = False,
+    spawned: bool = False,
+) -> Optional[Dict[str, Any]]:
+    """Entry point of one rank, whoever started it (``in_process``: the launcher's own process,
+    where a second
     Ctrl-C unwinds to the launcher, which records it, instead of leaving at once)."""
     _set_threads(threads_here(plan.threads_of(rank), plan.world_size))
     import torch
@@ -153,9 +186,13 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
 
         # under torchrun the agent already serves the rendezvous store at MASTER_ADDR:MASTER_PORT
         init = "env://" if os.environ.get("TORCHELASTIC_RUN_ID") else f"tcp://{master_addr}:{port}"
-        dist.init_process_group(plan.backend, init_method=init, rank=rank,
-                                world_size=plan.world_size,
-                                timeout=timedelta(seconds=float(plan.config["comm_timeout_s"])))
+        dist.init_process_group(
+            plan.backend,
+            init_method=init,
+            rank=rank,
+            world_size=plan.world_size,
+            timeout=timedelta(seconds=float(plan.config["comm_timeout_s"])),
+        )
     device = torch.device(plan.rank_devices[rank])
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -164,8 +201,14 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
         recorder = RunRecorder(Path(run_dir), plan, progress=bool(plan.config["train"]["progress"]))
     comm = Communicator(rank, plan.world_size, timeout_s=float(plan.config["comm_timeout_s"]))
     hosts, plan = handshake(plan, comm, rank, master_addr)
-    ctx = RankContext(plan=plan, comm=comm, device=device,
-                      run_dir=Path(run_dir) if run_dir else None, recorder=recorder, preprocess_s=preprocess_s)
+    ctx = RankContext(
+        plan=plan,
+        comm=comm,
+        device=device,
+        run_dir=Path(run_dir) if run_dir else None,
+        recorder=recorder,
+        preprocess_s=preprocess_s,
+    )
     mode = plan_mode(plan)
     SPMM_CALLS.clear()  # this rank's run only (in-process ranks run one after another)
     try:
@@ -194,18 +237,24 @@ def rank_main(rank: int, plan, shard, run_dir: Optional[str], master_addr: str, 
 
 
 def agreed_settings(plan) -> Dict[str, Any]:
-    """What every rank of one job must have planned alike: the settings a checkpoint pins (mode, dataset,
+    """What every rank of one job must have planned alike: the settings a checkpoint pins (mode,
+    dataset,
     model, partitioner, world size, dtype, seed) and the training settings (lr, epochs, ...)."""
     from gnntrain.checkpoint import current_settings, pinned_settings
 
-    return {**pinned_settings(plan.config_obj), **current_settings(plan.config_obj),
-            "world_size": plan.world_size}
+    return {
+        **pinned_settings(plan.config_obj),
+        **current_settings(plan.config_obj),
+        "world_size": plan.world_size,
+    }
 
 
 def handshake(plan, comm, rank: int, master_addr: str):
-    """The one start-up exchange: every rank's (host, kernel choice, settings digest), gathered once.
+    """The one start-up exchange: every rank's (host, kernel choice, settings digest), gathered
+    once.
     Under torchrun or srun each rank builds its own plan from its own command line: ranks whose
-    settings differ stop with one line naming the keys; a host whose ``kernel=auto`` measured another
+    settings differ stop with one line naming the keys; a host whose ``kernel=auto`` measured
+    another
     kernel takes rank 0's, so every rank runs one plan. Returns (hosts by rank, the plan to run)."""
     import dataclasses
     import hashlib
@@ -215,36 +264,63 @@ def handshake(plan, comm, rank: int, master_addr: str):
     from gnntrain.comm.peers import gather_text, local_address
 
     settings = agreed_settings(plan)
-    digest = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    records = [json.loads(r) for r in gather_text(comm, json.dumps(
-        {"host": local_address(master_addr), "kernel": plan.kernel, "settings": digest}), size=256)]
+    digest = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[
+        :16
+    ]
+    records = [
+        json.loads(r)
+        for r in gather_text(
+            comm,
+            json.dumps(
+                {"host": local_address(master_addr), "kernel": plan.kernel, "settings": digest}
+            ),
+            size=256,
+        )
+    ]
     hosts = [r["host"] for r in records]
-    differing = [r for r, record in enumerate(records) if record["settings"] != records[0]["settings"]]
+    differing = [
+        r for r, record in enumerate(records) if record["settings"] != records[0]["settings"]
+    ]
     if differing:  # every rank sees the same records, so all stop here together
-        everyone = [json.loads(t) for t in gather_text(comm, json.dumps(settings, default=str), size=16384)]
+        everyone = [
+            json.loads(t) for t in gather_text(comm, json.dumps(settings, default=str), size=16384)
+        ]
         other = differing[0]
         first, theirs = everyone[0], everyone[other]
-        keys = [f"{k} {first.get(k)} (rank 0) vs {theirs.get(k)} (rank {other})"
-                for k in sorted(set(first) | set(theirs)) if first.get(k) != theirs.get(k)]
-        raise PlanError("ranks", f"the ranks planned different runs: {'; '.join(keys[:6]) or 'settings differ'} "
-                        f"({'ranks' if len(differing) > 1 else 'rank'} {', '.join(map(str, differing))} "
-                        f"{'differ' if len(differing) > 1 else 'differs'} from rank 0).",
-                        "start every rank with the same overrides (torchrun/srun run one command line per host).")
+        keys = [
+            f"{k} {first.get(k)} (rank 0) vs {theirs.get(k)} (rank {other})"
+            for k in sorted(set(first) | set(theirs))
+            if first.get(k) != theirs.get(k)
+        ]
+        raise PlanError(
+            "ranks",
+            f"the ranks planned different runs: {'; '.join(keys[:6]) or 'settings differ'} "
+            f"({'ranks' if len(differing) > 1 else 'rank'} {', '.join(map(str, differing))} "
+            f"{'differ' if len(differing) > 1 else 'differs'} from rank 0).",
+            "start every rank with the same overrides (torchrun/srun run one command line per "
+            "host).",
+        )
     kernels = [r["kernel"] for r in records]
     if kernels[0] == plan.kernel:
         return hosts, plan
-    logging.getLogger(__name__).warning("rank %d resolved kernel=%s, rank 0 %s: using rank 0's", rank, plan.kernel,
-                                        kernels[0])
-    return hosts, dataclasses.replace(plan, kernel=kernels[0], kernel_note=f"rank 0's choice ({plan.kernel_note})")
+    logging.getLogger(__name__).warning(
+        "rank %d resolved kernel=%s, rank 0 %s: using rank 0's", rank, plan.kernel, kernels[0]
+    )
+    return hosts, dataclasses.replace(
+        plan, kernel=kernels[0], kernel_note=f"rank 0's choice ({plan.kernel_note})"
+    )
 
 
 def _spawned_rank(rank: int, plan, source, environment: Dict[str, str], *args) -> None:
-    # a fork server's child has the server's environment: take the launcher's as it was at this start
+    # a fork server's child has the server's environment: take the launcher's as it was at this
+    # start
     os.environ.clear()
     os.environ.update(environment)
     from gnntrain.logs import setup_logging
 
-    setup_logging(rank)  # a fresh interpreter: rank 0 logs info, the others warnings and errors only
+    setup_logging(
+        rank
+    )  # a fresh interpreter: rank 0 logs info, the others warnings and errors only
     shard, _ = source.shard(plan, rank)  # its own part only, from the store where the mode has one
     rank_main(rank, plan, shard, *args, spawned=True)
     # A finished rank leaves without interpreter teardown: destroying gloo's
@@ -265,19 +341,31 @@ def prepare(plan, ranks=None):
 
 def check_resume(plan, run_dir: Path) -> None:
     """Before any rank starts: a resume source must hold a valid checkpoint of this very plan."""
-    from gnntrain.checkpoint import CheckpointError, checkpoint_dir, make_checkpointer, resume_requested
+    from gnntrain.checkpoint import (
+        CheckpointError,
+        checkpoint_dir,
+        make_checkpointer,
+        resume_requested,
+    )
 
     cfg = plan.config
     if not resume_requested(cfg):
         return
     directory = checkpoint_dir(plan.config_obj, run_dir)
-    state = make_checkpointer(plan.config_obj, directory, plan.plan_hash).load_latest()  # refuses another plan's
+    state = make_checkpointer(
+        plan.config_obj, directory, plan.plan_hash
+    ).load_latest()  # refuses another plan's
     if state is None and cfg.get("resume"):
-        raise CheckpointError(f"resume={cfg['resume']}: no valid checkpoint in {directory}. Point resume= at a "
-                              "run directory that was trained with train.checkpoint_every > 0.")
-    if state is None:  # train.resume=true where no checkpoint was written yet: say so, then train from epoch 1
-        logging.getLogger("gnntrain").warning(f"train.resume=true: no checkpoint in {directory} yet; training "
-                                              "from epoch 1")
+        raise CheckpointError(
+            f"resume={cfg['resume']}: no valid checkpoint in {directory}. Point resume= at a "
+            "run directory that was trained with train.checkpoint_every > 0."
+        )
+    if (
+        state is None
+    ):  # train.resume=true where no checkpoint was written yet: say so, then train from epoch 1
+        logging.getLogger("gnntrain").warning(
+            f"train.resume=true: no checkpoint in {directory} yet; training from epoch 1"
+        )
 
 
 def preflight(plan, run_dir: Path, identity: Optional[RankIdentity]) -> None:
@@ -286,16 +374,21 @@ def preflight(plan, run_dir: Path, identity: Optional[RankIdentity]) -> None:
     a resume that finds another plan's checkpoint or none. Every rank checks (they read the same
     directory), so under torchrun or srun all refuse before any rendezvous."""
     if identity is None and plan.nodes > 1:  # every rank would start on this machine
-        raise PlanError("hardware.nodes", f"the plan spans {plan.nodes} nodes ({plan.world_size} ranks, hardware="
-                        f"{plan.hardware}), but no cluster launcher started this run, so all ranks would start "
-                        f"on this machine.", "submit it with -m hydra/launcher=slurm, start it on every node "
-                        "with torchrun (README: torchrun), or run here with hardware=local-cpu.")
+        raise PlanError(
+            "hardware.nodes",
+            f"the plan spans {plan.nodes} nodes ({plan.world_size} ranks, hardware="
+            f"{plan.hardware}), but no cluster launcher started this run, so all ranks would start "
+            f"on this machine.",
+            "submit it with -m hydra/launcher=slurm, start it on every node "
+            "with torchrun (README: torchrun), or run here with hardware=local-cpu.",
+        )
     check_resume(plan, run_dir)
 
 
 def run_training(plan, run_dir: Path, preflighted: bool = False) -> Dict[str, Any]:
     """Train ``plan``; returns the summary (raises GnnTrainError on failure after writing it).
-    ``preflighted``: the caller ran :func:`preflight` already (the CLI does, before writing plan.yaml)."""
+    ``preflighted``: the caller ran :func:`preflight` already (the CLI does, before writing
+    plan.yaml)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     identity = external_identity()
@@ -308,14 +401,24 @@ def run_training(plan, run_dir: Path, preflighted: bool = False) -> Dict[str, An
             start_fork_server(_omp_threads(plan))
         source, partition, preprocess_s = _shard_source(plan)
         if plan.world_size == 1:
-            summary = rank_main(0, plan, source.shards[0], str(run_dir), "127.0.0.1", 0, partition, preprocess_s,
-                                in_process=True)
+            summary = rank_main(
+                0,
+                plan,
+                source.shards[0],
+                str(run_dir),
+                "127.0.0.1",
+                0,
+                partition,
+                preprocess_s,
+                in_process=True,
+            )
             return summary
         fixed_port = int(plan.config.get("port") or 0)
         for attempt in range(3):
             try:
-                stopped_by = _spawn_and_watch(plan, source, partition, preprocess_s, run_dir,
-                                              fixed_port or find_free_port())
+                stopped_by = _spawn_and_watch(
+                    plan, source, partition, preprocess_s, run_dir, fixed_port or find_free_port()
+                )
                 if stopped_by is not None:
                     _name_the_signal(run_dir, stopped_by)
                 break
@@ -326,15 +429,19 @@ def run_training(plan, run_dir: Path, preflighted: bool = False) -> Dict[str, An
     except Interrupted as exc:
         write_json_atomic(run_dir / "summary.json", interrupted_summary(plan, exc.signal, run_dir))
         raise
-    except KeyboardInterrupt:  # before the ranks trained (loading, partitioning) or in a one-process run
+    except (
+        KeyboardInterrupt
+    ):  # before the ranks trained (loading, partitioning) or in a one-process run
         write_json_atomic(run_dir / "summary.json", interrupted_summary(plan, "SIGINT", run_dir))
         raise Interrupted("SIGINT", 0) from None
     except GnnTrainError as exc:
         write_json_atomic(run_dir / "summary.json", failed_summary(plan, str(exc)))
         raise
     except Exception as exc:
-        write_json_atomic(run_dir / "summary.json",
-                          failed_summary(plan, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        write_json_atomic(
+            run_dir / "summary.json",
+            failed_summary(plan, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"),
+        )
         raise
     import json
 
@@ -342,7 +449,8 @@ def run_training(plan, run_dir: Path, preflighted: bool = False) -> Dict[str, An
 
 
 def _name_the_signal(run_dir: Path, signum: int) -> None:
-    """The ranks saw the launcher's forwarded stop; summary.json names what the launcher received."""
+    """The ranks saw the launcher's forwarded stop; summary.json names what the launcher
+    received."""
     import json
     import signal
 
@@ -354,48 +462,71 @@ def _name_the_signal(run_dir: Path, signum: int) -> None:
 
 
 def interrupted_summary(plan, signal_name: str, run_dir: Path) -> Dict[str, Any]:
-    """An interrupt before any epoch completed (or a second Ctrl-C): no epochs, nothing to resume from
+    """An interrupt before any epoch completed (or a second Ctrl-C): no epochs, nothing to resume
+    from
     beyond the checkpoints already written."""
     summary = failed_summary(plan, f"interrupted by {signal_name}")
     summary["status"] = "interrupted"
     from gnntrain.checkpoint import Checkpointer, checkpoint_dir
 
     newest = Checkpointer(checkpoint_dir(plan.config_obj, run_dir), plan.plan_hash).candidates()[:1]
-    summary["interrupted"] = {"signal": signal_name, "last_epoch": int(newest[0].stem.split("_")[1]) if newest else 0,
-                              "epochs": plan.epochs}
+    summary["interrupted"] = {
+        "signal": signal_name,
+        "last_epoch": int(newest[0].stem.split("_")[1]) if newest else 0,
+        "epochs": plan.epochs,
+    }
     return summary
 
 
 def _shard_source(plan):
-    """(what the ranks open, the partition figures, preprocessing seconds). Store modes: the store is
+    """(what the ranks open, the partition figures, preprocessing seconds). Store modes: the store
+    is
     built (or reused) here and the ranks get its path, so neither this process nor a rank holds
     more than its part while training; other modes prepare every shard here."""
     from gnntrain.launch.shards import ShardSource, ensure_store, uses_store
 
     if uses_store(plan):
         directory, meta, build_s = ensure_store(plan)
-        partition = dict(meta["partition"], store=str(directory), store_bytes_per_part=meta["bytes_per_part"],
-                         store_hit=build_s == 0.0)
-        return ShardSource(store=str(directory)), partition, build_s  # 0 s of preprocessing when reused
+        partition = dict(
+            meta["partition"],
+            store=str(directory),
+            store_bytes_per_part=meta["bytes_per_part"],
+            store_hit=build_s == 0.0,
+        )
+        return (
+            ShardSource(store=str(directory)),
+            partition,
+            build_s,
+        )  # 0 s of preprocessing when reused
     prepared = prepare(plan)
     return ShardSource(shards=prepared.shards), prepared.partition, prepared.preprocess_s
 
 
 def _omp_threads(plan) -> str:
-    return str(max(threads_here(plan.threads_of(r), plan.world_size) for r in range(plan.world_size)))
+    return str(
+        max(threads_here(plan.threads_of(r), plan.world_size) for r in range(plan.world_size))
+    )
 
 
-def _spawn_and_watch(plan, source, partition, preprocess_s: float, run_dir: Path, port: int) -> None:
+def _spawn_and_watch(
+    plan, source, partition, preprocess_s: float, run_dir: Path, port: int
+) -> None:
     import torch.multiprocessing as mp
 
     # children get the thread limit at start; the launcher's own environment is left as it was
-    environment = dict(os.environ, OMP_NUM_THREADS=_omp_threads(plan),
-                       GNNTRAIN_LAUNCHER_PID=str(os.getpid()))  # a rank's parent is the fork server
+    environment = dict(
+        os.environ, OMP_NUM_THREADS=_omp_threads(plan), GNNTRAIN_LAUNCHER_PID=str(os.getpid())
+    )  # a rank's parent is the fork server
     args = (plan, source, environment, str(run_dir), "127.0.0.1", port, partition, preprocess_s)
     start_fork_server(environment["OMP_NUM_THREADS"])  # a no-op where run_training started it
     with rank_threads(environment["OMP_NUM_THREADS"]), user_main_hidden():  # a spawned child's
-        context = mp.start_processes(_spawned_rank, args=args, nprocs=plan.world_size, join=False,
-                                     start_method=start_method())
+        context = mp.start_processes(
+            _spawned_rank,
+            args=args,
+            nprocs=plan.world_size,
+            join=False,
+            start_method=start_method(),
+        )
     import signal
 
     received: List[int] = []
@@ -418,8 +549,10 @@ def _spawn_and_watch(plan, source, partition, preprocess_s: float, run_dir: Path
     except mp.ProcessRaisedException as exc:
         raise RankFailure(_describe_failure(exc.error_index, str(exc))) from None
     except mp.ProcessExitedException as exc:
-        raise RankFailure(f"rank {exc.error_index} died ({_signal_text(exc)}); the other ranks were stopped. "
-                          "Check the host's memory (an out-of-memory kill shows as SIGKILL).") from None
+        raise RankFailure(
+            f"rank {exc.error_index} died ({_signal_text(exc)}); the other ranks were stopped. "
+            "Check the host's memory (an out-of-memory kill shows as SIGKILL)."
+        ) from None
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -449,28 +582,59 @@ def _run_external(plan, run_dir: Path, identity: RankIdentity) -> Dict[str, Any]
     if plan.world_size == 1:
         # a one-process plan (mode=single) inside a multi-task allocation: task 0 runs it alone
         if identity.rank != 0:
-            return {"status": "completed", "rank": identity.rank, "note": "idle: the plan needs one process"}
+            return {
+                "status": "completed",
+                "rank": identity.rank,
+                "note": "idle: the plan needs one process",
+            }
         prepared = prepare(plan)
-        return rank_main(0, plan, prepared.shards[0], str(run_dir), "127.0.0.1", 0, prepared.partition,
-                         prepared.preprocess_s)
+        return rank_main(
+            0,
+            plan,
+            prepared.shards[0],
+            str(run_dir),
+            "127.0.0.1",
+            0,
+            prepared.partition,
+            prepared.preprocess_s,
+        )
     if identity.world_size != plan.world_size:
-        error = (f"the launcher started {identity.world_size} ranks ({identity.source}) but the plan needs "
-                 f"{plan.world_size}; set hardware.nodes/ranks_per_node to match")
+        error = (
+            f"the launcher started {identity.world_size} ranks ({identity.source}) but the plan "
+            "needs "
+            f"{plan.world_size}; set hardware.nodes/ranks_per_node to match"
+        )
         if identity.rank == 0:
             write_json_atomic(run_dir / "summary.json", failed_summary(plan, error))
         raise RankFailure(error)
     try:
         from gnntrain.launch.shards import open_rank_shard, uses_store
 
-        if uses_store(plan):  # the first rank builds the store under its lock; all open their own part
+        if uses_store(
+            plan
+        ):  # the first rank builds the store under its lock; all open their own part
             shard, partition, preprocess_s = open_rank_shard(plan, identity.rank)
         else:
             prepared = prepare(plan, ranks=[identity.rank])
-            shard, partition, preprocess_s = prepared.shards[0], prepared.partition, prepared.preprocess_s
-        summary = rank_main(identity.rank, plan, shard, str(run_dir), identity.master_addr,
-                            identity.master_port, partition, preprocess_s)
+            shard, partition, preprocess_s = (
+                prepared.shards[0],
+                prepared.partition,
+                prepared.preprocess_s,
+            )
+        summary = rank_main(
+            identity.rank,
+            plan,
+            shard,
+            str(run_dir),
+            identity.master_addr,
+            identity.master_port,
+            partition,
+            preprocess_s,
+        )
         return summary or {"status": "completed", "rank": identity.rank}
     except Exception as exc:
         if identity.rank == 0:
-            write_json_atomic(run_dir / "summary.json", failed_summary(plan, f"{type(exc).__name__}: {exc}"))
+            write_json_atomic(
+                run_dir / "summary.json", failed_summary(plan, f"{type(exc).__name__}: {exc}")
+            )
         raise

@@ -12,9 +12,11 @@ the namespaces this module made):
 - ``N-h<i>``: host i, interface ``eth0`` with address ``10.79.<net>.<i+1>/24``;
 - each link is shaped in both directions: ``eth0``'s egress is the host's upload, ``p<i>``'s egress
   its download;
-- with ``cores_per_host``, host i's processes also run in a cpu cgroup ``N-h<i>`` capped at that many
+- with ``cores_per_host``, host i's processes also run in a cpu cgroup ``N-h<i>`` capped at that
+many
   cores, time-dilated where the machine has fewer cores than the cluster (see ``dilation_for``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,7 +43,9 @@ CGROUP_ROOT = Path(os.environ.get("GNNTRAIN_CGROUP_ROOT", "/sys/fs/cgroup"))
 # the share of the machine's cores the hosts get together; the rest runs the kernel's network path
 # (veth, bridge, tbf) and the torchrun agents, which no host's cap accounts for
 CPU_HEADROOM = 0.9
-CPU_PERIOD_US = 5000  # a short quota period, so a capped host is slowed evenly, not in 100 ms stalls
+CPU_PERIOD_US = (
+    5000  # a short quota period, so a capped host is slowed evenly, not in 100 ms stalls
+)
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,11 @@ class EmulatedCluster:
         return Path(self.cgroup_dir) / self.namespace(host) if self.cgroup_dir else None
 
     def describe(self) -> str:
-        latency = "" if self.latency_emulated or not self.link.latency_us else " (latency not emulated: no netem)"
+        latency = (
+            ""
+            if self.latency_emulated or not self.link.latency_us
+            else " (latency not emulated: no netem)"
+        )
         cores = ""
         if self.cores_per_host:
             cores = f", {self.cores_per_host} core{'s' if self.cores_per_host > 1 else ''} per host"
@@ -101,7 +109,8 @@ def dilation_for(hosts: int, cores_per_host: int, machine_cores: int) -> float:
 
 
 def _cpu_controller(root: Path) -> Optional[Tuple[Path, bool]]:
-    """The cpu controller's directory and whether it is cgroup v2, or None where neither is mounted."""
+    """The cpu controller's directory and whether it is cgroup v2, or None where neither is
+    mounted."""
     controllers = root / "cgroup.controllers"
     if controllers.exists() and "cpu" in controllers.read_text().split():
         return root, True
@@ -115,7 +124,9 @@ def _cap_cpu(group: Path, v2: bool, cores: float) -> None:
     quota = max(1000, int(round(cores * CPU_PERIOD_US)))  # the kernel's smallest quota is 1 ms
     try:
         if v2:
-            with contextlib.suppress(OSError):  # already on, or not ours to turn on (then mkdir says so)
+            with contextlib.suppress(
+                OSError
+            ):  # already on, or not ours to turn on (then mkdir says so)
                 (group.parent / "cgroup.subtree_control").write_text("+cpu")
             group.mkdir(exist_ok=True)
             (group / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
@@ -124,8 +135,10 @@ def _cap_cpu(group: Path, v2: bool, cores: float) -> None:
             (group / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
             (group / "cpu.cfs_quota_us").write_text(str(quota))
     except OSError as exc:
-        raise GnnTrainError(f"emulated network: cannot cap cpu cgroup {group}: {exc}. Fix: run as root with the "
-                            "cpu cgroup controller mounted, or leave out --cores-per-host") from exc
+        raise GnnTrainError(
+            f"emulated network: cannot cap cpu cgroup {group}: {exc}. Fix: run as root with the "
+            "cpu cgroup controller mounted, or leave out --cores-per-host"
+        ) from exc
 
 
 def _remove_cgroup(group: Path) -> None:
@@ -164,13 +177,45 @@ def _shape(namespace: str, device: str, link: Link) -> bool:
     """Shape one direction of a link: a token bucket at the link's rate, under a netem delay where
     the kernel has netem. Returns whether the latency is emulated."""
     rate_bytes = link.gbit_s * 1e9 / 8
-    burst = max(64 * 1024, int(rate_bytes * 0.002))  # 2 ms at line rate: enough for TSO's 64 KiB frames
+    burst = max(
+        64 * 1024, int(rate_bytes * 0.002)
+    )  # 2 ms at line rate: enough for TSO's 64 KiB frames
     tbf = ["rate", f"{link.gbit_s * 1000:g}mbit", "burst", str(burst), "latency", "100ms"]
     if link.latency_us > 0:
         delay = ["delay", f"{link.latency_us:g}us", "limit", "100000"]
-        if _run("tc", "-n", namespace, "qdisc", "replace", "dev", device, "root", "handle", "1:", "netem",
-                *delay, check=False).returncode == 0:
-            _run("tc", "-n", namespace, "qdisc", "add", "dev", device, "parent", "1:", "handle", "2:", "tbf", *tbf)
+        if (
+            _run(
+                "tc",
+                "-n",
+                namespace,
+                "qdisc",
+                "replace",
+                "dev",
+                device,
+                "root",
+                "handle",
+                "1:",
+                "netem",
+                *delay,
+                check=False,
+            ).returncode
+            == 0
+        ):
+            _run(
+                "tc",
+                "-n",
+                namespace,
+                "qdisc",
+                "add",
+                "dev",
+                device,
+                "parent",
+                "1:",
+                "handle",
+                "2:",
+                "tbf",
+                *tbf,
+            )
             return True
     _run("tc", "-n", namespace, "qdisc", "replace", "dev", device, "root", "tbf", *tbf)
     return False
@@ -185,24 +230,42 @@ def create(name: str, hosts: int, link: Link, cores_per_host: int = 0) -> Emulat
     if not 1 <= hosts <= MAX_HOSTS:
         raise GnnTrainError(f"emulated network: hosts={hosts}; use 1 to {MAX_HOSTS}")
     if link.gbit_s <= 0 or link.latency_us < 0:
-        raise GnnTrainError(f"emulated network: link {link} is not a link; give a positive bandwidth")
+        raise GnnTrainError(
+            f"emulated network: link {link} is not a link; give a positive bandwidth"
+        )
     if not name.replace("-", "").isalnum() or len(name) > 20:
-        raise GnnTrainError(f"emulated network: name '{name}' must be letters, digits and '-', at most 20")
+        raise GnnTrainError(
+            f"emulated network: name '{name}' must be letters, digits and '-', at most 20"
+        )
     if _state_file(name).exists() or name + "-sw" in _namespaces():
-        raise GnnTrainError(f"emulated network '{name}' exists already. Fix: gnntrain netem down --name {name}")
+        raise GnnTrainError(
+            f"emulated network '{name}' exists already. Fix: gnntrain netem down --name {name}"
+        )
     if cores_per_host < 0:
-        raise GnnTrainError(f"emulated network: cores_per_host={cores_per_host}; give a positive count (or 0)")
+        raise GnnTrainError(
+            f"emulated network: cores_per_host={cores_per_host}; give a positive count (or 0)"
+        )
     cpu, dilation = None, 1.0
     if cores_per_host:
         cpu = _cpu_controller(CGROUP_ROOT)
         if cpu is None:
-            raise GnnTrainError(f"emulated network: capping each host at {cores_per_host} core(s) needs the cpu "
-                                f"cgroup controller, and {CGROUP_ROOT} has none. Fix: mount it, or leave out "
-                                "--cores-per-host")
+            raise GnnTrainError(
+                f"emulated network: capping each host at {cores_per_host} core(s) needs the cpu "
+                f"cgroup controller, and {CGROUP_ROOT} has none. Fix: mount it, or leave out "
+                "--cores-per-host"
+            )
         dilation = dilation_for(hosts, cores_per_host, len(os.sched_getaffinity(0)))
-    cluster = EmulatedCluster(name, hosts, link, net=zlib.crc32(name.encode()) % 250 + 1, latency_emulated=False,
-                              cores_per_host=cores_per_host, dilation=dilation,
-                              cgroup_dir=str(cpu[0]) if cpu else "", cgroup_v2=bool(cpu and cpu[1]))
+    cluster = EmulatedCluster(
+        name,
+        hosts,
+        link,
+        net=zlib.crc32(name.encode()) % 250 + 1,
+        latency_emulated=False,
+        cores_per_host=cores_per_host,
+        dilation=dilation,
+        cgroup_dir=str(cpu[0]) if cpu else "",
+        cgroup_v2=bool(cpu and cpu[1]),
+    )
     shaped = Link(link.gbit_s / dilation, link.latency_us * dilation)
     made: List[str] = []
     try:
@@ -217,8 +280,22 @@ def create(name: str, hosts: int, link: Link, cores_per_host: int = 0) -> Emulat
         latency = []
         for i in range(hosts):
             host, port = cluster.namespace(i), f"p{i}"
-            _run("ip", "link", "add", "name", INTERFACE, "netns", host, "type", "veth", "peer", "name", port,
-                 "netns", cluster.switch)
+            _run(
+                "ip",
+                "link",
+                "add",
+                "name",
+                INTERFACE,
+                "netns",
+                host,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                port,
+                "netns",
+                cluster.switch,
+            )
             _run("ip", "-n", host, "addr", "add", f"{cluster.address(i)}/24", "dev", INTERFACE)
             _run("ip", "-n", host, "link", "set", INTERFACE, "up")
             _run("ip", "-n", cluster.switch, "link", "set", port, "master", "br0")
@@ -237,13 +314,19 @@ def create(name: str, hosts: int, link: Link, cores_per_host: int = 0) -> Emulat
 
 
 def _namespaces() -> List[str]:
-    return [line.split()[0] for line in _run("ip", "netns", "list", check=False).stdout.splitlines() if line]
+    return [
+        line.split()[0]
+        for line in _run("ip", "netns", "list", check=False).stdout.splitlines()
+        if line
+    ]
 
 
 def load(name: str) -> EmulatedCluster:
     path = _state_file(name)
     if not path.exists():
-        raise GnnTrainError(f"no emulated network '{name}'. Fix: gnntrain netem up --name {name} --hosts K")
+        raise GnnTrainError(
+            f"no emulated network '{name}'. Fix: gnntrain netem up --name {name} --hosts K"
+        )
     raw = json.loads(path.read_text())
     return EmulatedCluster(**{**raw, "link": Link(**raw["link"])})
 
@@ -260,7 +343,7 @@ def destroy(name: str) -> List[str]:
     cluster = load(name) if _state_file(name).exists() else None
     gone = []
     for ns in _namespaces():
-        if ns == f"{name}-sw" or (ns.startswith(f"{name}-h") and ns[len(name) + 2:].isdigit()):
+        if ns == f"{name}-sw" or (ns.startswith(f"{name}-h") and ns[len(name) + 2 :].isdigit()):
             _kill(_run("ip", "netns", "pids", ns, check=False).stdout.split())
             _run("ip", "netns", "del", ns, check=False)
             gone.append(ns)
@@ -290,33 +373,70 @@ class JobResult:
         return json.loads(path.read_text()) if path.exists() else None
 
 
-def run_job(cluster: EmulatedCluster, overrides: Sequence[str], run_root: Path, ranks_per_host: int = 1,
-            port: int = 29610, timeout_s: Optional[float] = None, env: Optional[Dict[str, str]] = None) -> JobResult:
+def run_job(
+    cluster: EmulatedCluster,
+    overrides: Sequence[str],
+    run_root: Path,
+    ranks_per_host: int = 1,
+    port: int = 29610,
+    timeout_s: Optional[float] = None,
+    env: Optional[Dict[str, str]] = None,
+) -> JobResult:
     """``gnntrain run overrides`` across the cluster: one ``torchrun`` agent per host, rank 0 on
     host 0, gloo bound to the shaped interface. Each host's ranks get the host's cores
     (``hardware.cores_per_node``: its cap, or its share of this machine's) unless the overrides set
     them; a capped host's agent runs inside the host's cpu group."""
     bin_dir = Path(sys.executable).parent
-    overrides = list(overrides) + [f"hardware.nodes={cluster.hosts}", f"hardware.ranks_per_node={ranks_per_host}"]
+    overrides = list(overrides) + [
+        f"hardware.nodes={cluster.hosts}",
+        f"hardware.ranks_per_node={ranks_per_host}",
+    ]
     if not any(o.startswith("hardware.cores_per_node=") for o in overrides):
         cores = cluster.cores_per_host or max(1, (os.cpu_count() or 1) // cluster.hosts)
         overrides.append(f"hardware.cores_per_node={cores}")
-    base_env = dict(os.environ, **(env or {}), GLOO_SOCKET_IFNAME=INTERFACE,
-                    GNNTRAIN_NETWORK=f"emulated '{cluster.name}': {cluster.describe()}",
-                    GNNTRAIN_TIME_DILATION=f"{cluster.dilation:.6g}")
+    base_env = dict(
+        os.environ,
+        **(env or {}),
+        GLOO_SOCKET_IFNAME=INTERFACE,
+        GNNTRAIN_NETWORK=f"emulated '{cluster.name}': {cluster.describe()}",
+        GNNTRAIN_TIME_DILATION=f"{cluster.dilation:.6g}",
+    )
     run_dirs = [Path(run_root) / f"host{i}" for i in range(cluster.hosts)]
     procs = []
     start = time.perf_counter()
     for i in range(cluster.hosts):
-        cmd = ["ip", "netns", "exec", cluster.namespace(i), str(bin_dir / "torchrun"), f"--nnodes={cluster.hosts}",
-               f"--nproc-per-node={ranks_per_host}", f"--node-rank={i}", f"--master-addr={cluster.address(0)}",
-               f"--master-port={port}", "--no-python", str(bin_dir / "gnntrain"), "run", *overrides,
-               f"hydra.run.dir={run_dirs[i]}"]
+        cmd = [
+            "ip",
+            "netns",
+            "exec",
+            cluster.namespace(i),
+            str(bin_dir / "torchrun"),
+            f"--nnodes={cluster.hosts}",
+            f"--nproc-per-node={ranks_per_host}",
+            f"--node-rank={i}",
+            f"--master-addr={cluster.address(0)}",
+            f"--master-port={port}",
+            "--no-python",
+            str(bin_dir / "gnntrain"),
+            "run",
+            *overrides,
+            f"hydra.run.dir={run_dirs[i]}",
+        ]
         group = cluster.cgroup(i)
-        if group is not None:  # join the host's cpu group, then become the agent (its children stay in)
+        if (
+            group is not None
+        ):  # join the host's cpu group, then become the agent (its children stay in)
             cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs"), *cmd]
-        procs.append(subprocess.Popen(cmd, env=base_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                env=base_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        )
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     notes = [""] * len(procs)
     outputs = [_drain(p) for p in procs]  # background readers, so no agent blocks on a full pipe
@@ -324,17 +444,24 @@ def run_job(cluster: EmulatedCluster, overrides: Sequence[str], run_root: Path, 
         now = time.monotonic()
         failed = any(p.returncode not in (None, 0) for p in procs)
         if failed and (deadline is None or deadline > now + FAILED_PEER_GRACE_S):
-            deadline = now + FAILED_PEER_GRACE_S  # the others should end on their own; never hang on them
+            deadline = (
+                now + FAILED_PEER_GRACE_S
+            )  # the others should end on their own; never hang on them
         if deadline is not None and now > deadline:
             for i, p in enumerate(procs):
                 if p.poll() is None:
                     os.killpg(p.pid, signal.SIGKILL)
-                    notes[i] = "\n(killed: " + ("another host's agent failed)" if failed else
-                                                 f"the job ran past {timeout_s} s)")
+                    notes[i] = "\n(killed: " + (
+                        "another host's agent failed)"
+                        if failed
+                        else f"the job ran past {timeout_s} s)"
+                    )
             break
         time.sleep(0.2)
     texts = [out.result() + note for out, note in zip(outputs, notes)]
-    return JobResult([p.wait() for p in procs], texts, run_dirs, time.perf_counter() - start, cluster.dilation)
+    return JobResult(
+        [p.wait() for p in procs], texts, run_dirs, time.perf_counter() - start, cluster.dilation
+    )
 
 
 def _drain(proc: subprocess.Popen):
@@ -356,7 +483,9 @@ def _profile_link(profile: str, config_root: Path) -> Link:
         raise GnnTrainError(f"no hardware profile '{profile}'. Fix: use one of {', '.join(names)}")
     raw = yaml.safe_load(path.read_text())
     if not raw.get("link_gbit_s"):
-        raise GnnTrainError(f"hardware profile '{profile}' names no network link (link_gbit_s). Fix: give --gbit")
+        raise GnnTrainError(
+            f"hardware profile '{profile}' names no network link (link_gbit_s). Fix: give --gbit"
+        )
     return Link(float(raw["link_gbit_s"]), float(raw.get("link_latency_us") or 0.0))
 
 
@@ -371,15 +500,23 @@ def netem_command(argv: Sequence[str], config_root: Path) -> int:
     up.add_argument("--hosts", type=int, required=True)
     up.add_argument("--gbit", type=float, help="link bandwidth in Gbit/s, each way")
     up.add_argument("--latency-us", type=float, default=None, help="one-way latency (needs netem)")
-    up.add_argument("--profile", help="take the link from a hardware profile's link_gbit_s/link_latency_us")
-    up.add_argument("--cores-per-host", type=int, default=0,
-                    help="cap each host at this many cores (a cpu cgroup); where the machine has fewer than "
-                         "hosts x cores, the cluster runs time-dilated (links and caps scaled alike)")
+    up.add_argument(
+        "--profile", help="take the link from a hardware profile's link_gbit_s/link_latency_us"
+    )
+    up.add_argument(
+        "--cores-per-host",
+        type=int,
+        default=0,
+        help="cap each host at this many cores (a cpu cgroup); where the machine has fewer than "
+        "hosts x cores, the cluster runs time-dilated (links and caps scaled alike)",
+    )
     run = sub.add_parser("run", help="gnntrain run across the hosts, one torchrun agent per host")
     run.add_argument("--ranks-per-host", type=int, default=1)
     run.add_argument("--port", type=int, default=29610)
     run.add_argument("--run-dir", default="outputs/netem", help="host i writes RUN_DIR/host<i>")
-    run.add_argument("overrides", nargs=argparse.REMAINDER, help="gnntrain run overrides (after --)")
+    run.add_argument(
+        "overrides", nargs=argparse.REMAINDER, help="gnntrain run overrides (after --)"
+    )
     sub.add_parser("show", help="describe the cluster")
     sub.add_parser("down", help="delete the cluster's namespaces")
     for p in sub.choices.values():
@@ -389,25 +526,39 @@ def netem_command(argv: Sequence[str], config_root: Path) -> int:
         if args.action == "up":
             if (args.gbit is None) == (args.profile is None):
                 raise GnnTrainError("netem up: give exactly one of --gbit and --profile")
-            link = _profile_link(args.profile, config_root) if args.profile else Link(args.gbit, 0.0)
+            link = (
+                _profile_link(args.profile, config_root) if args.profile else Link(args.gbit, 0.0)
+            )
             if args.latency_us is not None:
                 link = Link(link.gbit_s, args.latency_us)
             cluster = create(args.name, args.hosts, link, args.cores_per_host)
-            print(f"emulated network '{cluster.name}' is up: {cluster.describe()}; host 0 is "
-                  f"{cluster.address(0)} in namespace {cluster.namespace(0)}")
+            print(
+                f"emulated network '{cluster.name}' is up: {cluster.describe()}; host 0 is "
+                f"{cluster.address(0)} in namespace {cluster.namespace(0)}"
+            )
             if cluster.dilation > 1:
-                print(f"time dilation x{cluster.dilation:.2f}: links shaped to {link.gbit_s / cluster.dilation:.3g} "
-                      f"Gbit/s and hosts capped at {cluster.cores_per_host / cluster.dilation:.2f} cores; the runs' "
-                      "times are real seconds, so divide them by the dilation")
+                print(
+                    f"time dilation x{cluster.dilation:.2f}: links shaped to "
+                    f"{link.gbit_s / cluster.dilation:.3g} "
+                    f"Gbit/s and hosts capped at {cluster.cores_per_host / cluster.dilation:.2f} "
+                    "cores; the runs' "
+                    "times are real seconds, so divide them by the dilation"
+                )
             return 0
         if args.action == "down":
             gone = destroy(args.name)
-            print(f"deleted {', '.join(gone)}" if gone else f"no namespaces of '{args.name}' were left")
+            print(
+                f"deleted {', '.join(gone)}"
+                if gone
+                else f"no namespaces of '{args.name}' were left"
+            )
             return 0
         cluster = load(args.name)
         if args.action == "show":
-            print(f"{cluster.name}: {cluster.describe()}; addresses "
-                  + ", ".join(cluster.address(i) for i in range(cluster.hosts)))
+            print(
+                f"{cluster.name}: {cluster.describe()}; addresses "
+                + ", ".join(cluster.address(i) for i in range(cluster.hosts))
+            )
             return 0
         overrides = [o for o in args.overrides if o != "--"]
         result = run_job(cluster, overrides, Path(args.run_dir), args.ranks_per_host, args.port)
@@ -415,8 +566,11 @@ def netem_command(argv: Sequence[str], config_root: Path) -> int:
             if i == 0 or rc != 0:
                 print(f"--- host {i} (exit {rc}) ---\n{out.rstrip()}")
         if result.dilation > 1:
-            print(f"time dilation x{result.dilation:.2f}: the times above are real; the emulated cluster's are "
-                  f"{1 / result.dilation:.3f}x them (summary.json records time_dilation)")
+            print(
+                f"time dilation x{result.dilation:.2f}: the times above are real; the emulated "
+                "cluster's are "
+                f"{1 / result.dilation:.3f}x them (summary.json records time_dilation)"
+            )
         return 0 if result.ok else 1
     except GnnTrainError as exc:
         print(f"error: {exc}", file=sys.stderr)

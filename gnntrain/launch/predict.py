@@ -2,10 +2,13 @@
 with the run's own mode and world size (docs/design.md#predict).
 
 The run's composed config is read back from its ``plan.yaml`` and composed again through Hydra (so
-the schema checks it), with the user's overrides on top: ``dataset=files dataset.path=OTHER`` predicts
-on another graph with the same feature width. Groups the user names are taken from the user, the rest
+the schema checks it), with the user's overrides on top: ``dataset=files dataset.path=OTHER``
+predicts
+on another graph with the same feature width. Groups the user names are taken from the user, the
+rest
 from the run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,16 +23,29 @@ EXTENSIONS = {"parquet": ".parquet", "npy": ".npy"}
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gnntrain predict", description="Predictions or embeddings for every node "
-                                "from a trained run, with the run's own mode and world size.",
-                                epilog="overrides: key=value or group=option after the options, e.g. dataset=files "
-                                       "dataset.path=other_graph (same feature width)")
+    p = argparse.ArgumentParser(
+        prog="gnntrain predict",
+        description="Predictions or embeddings for every node "
+        "from a trained run, with the run's own mode and world size.",
+        epilog="overrides: key=value or group=option after the options, e.g. dataset=files "
+        "dataset.path=other_graph (same feature width)",
+    )
     p.add_argument("run_dir", type=Path, help="the run's directory (plan.yaml, model.pt)")
-    p.add_argument("--checkpoint", type=Path, help="weights to use: a checkpoint file (default: RUN_DIR/model.pt)")
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="weights to use: a checkpoint file (default: RUN_DIR/model.pt)",
+    )
     p.add_argument("--what", default="logits", choices=WHATS)
-    p.add_argument("--layer", type=int, default=0, help="embeddings: the input of this layer (1..layers-1; "
-                                                         "default the last layer's input)")
-    p.add_argument("--out", type=Path, help="output file (default RUN_DIR/predictions/<what>.<format>)")
+    p.add_argument(
+        "--layer",
+        type=int,
+        default=0,
+        help="embeddings: the input of this layer (1..layers-1; default the last layer's input)",
+    )
+    p.add_argument(
+        "--out", type=Path, help="output file (default RUN_DIR/predictions/<what>.<format>)"
+    )
     p.add_argument("--format", default="parquet", choices=["parquet", "npy"])
     return p
 
@@ -39,7 +55,9 @@ def _split_overrides(overrides: List[str]) -> Tuple[Dict[str, str], List[str]]:
     for item in overrides:
         key, _, value = item.partition("=")
         if not _:
-            raise GnnTrainError(f"predict: {item!r} is not an override (key=value or group=option).")
+            raise GnnTrainError(
+                f"predict: {item!r} is not an override (key=value or group=option)."
+            )
         if key in GROUPS:
             groups[key] = value
         else:
@@ -56,8 +74,10 @@ def predict_config(run_dir: Path, overrides: List[str]):
 
     plan_path = Path(run_dir) / "plan.yaml"
     if not plan_path.is_file():
-        raise GnnTrainError(f"predict: {run_dir} has no plan.yaml; give the directory of a finished run "
-                            f"(it holds plan.yaml, summary.json and model.pt).")
+        raise GnnTrainError(
+            f"predict: {run_dir} has no plan.yaml; give the directory of a finished run "
+            f"(it holds plan.yaml, summary.json and model.pt)."
+        )
     config = yaml.safe_load(plan_path.read_text()).get("config") or {}
     groups, values = _split_overrides(overrides)
     choices = [f"{g}={groups.get(g, (config.get(g) or {}).get('name'))}" for g in GROUPS]
@@ -74,8 +94,15 @@ def predict_config(run_dir: Path, overrides: List[str]):
     return cfg
 
 
-def predict(run_dir: Path, what: str = "logits", layer: int = 0, out: Path = None, fmt: str = "parquet",
-            checkpoint: Path = None, overrides: List[str] = ()) -> Dict[str, Any]:
+def predict(
+    run_dir: Path,
+    what: str = "logits",
+    layer: int = 0,
+    out: Path = None,
+    fmt: str = "parquet",
+    checkpoint: Path = None,
+    overrides: List[str] = (),
+) -> Dict[str, Any]:
     """Run the prediction; returns the predict job's summary (its files: ``out`` and beside it
     ``predict_summary`` in the job's own directory)."""
     from gnntrain.launch.launcher import run_training
@@ -84,8 +111,10 @@ def predict(run_dir: Path, what: str = "logits", layer: int = 0, out: Path = Non
     run_dir = Path(run_dir)
     weights = Path(checkpoint) if checkpoint else run_dir / "model.pt"
     if not weights.is_file():
-        raise GnnTrainError(f"predict: no weights at {weights}. A run writes model.pt when it completes; give "
-                            f"--checkpoint FILE to use a checkpoint instead.")
+        raise GnnTrainError(
+            f"predict: no weights at {weights}. A run writes model.pt when it completes; give "
+            f"--checkpoint FILE to use a checkpoint instead."
+        )
     out = Path(out) if out else run_dir / "predictions" / f"{what}{EXTENSIONS[fmt]}"
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +139,9 @@ def predict_command(argv: List[str]) -> int:
     options, rest = [], []
     args_iter = iter(argv)
     for item in args_iter:  # options (and their values) for argparse, key=value overrides for Hydra
-        if item.startswith("run_dir="):  # the run folder given as key=value, like the overrides beside it
+        if item.startswith(
+            "run_dir="
+        ):  # the run folder given as key=value, like the overrides beside it
             options.append(item.split("=", 1)[1])
         elif "=" in item and not item.startswith("-"):
             rest.append(item)
@@ -120,6 +151,8 @@ def predict_command(argv: List[str]) -> int:
     try:
         predict(args.run_dir, args.what, args.layer, args.out, args.format, args.checkpoint, rest)
     except GnnTrainError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
+        Console(stderr=True).print(
+            f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True
+        )
         return 1
     return 0

@@ -1,11 +1,13 @@
 """Where each rank's shard comes from (docs/design.md#partition-store).
 
 Modes with ``part_store`` (partition, supergcn, mop, hongtu) train from the partition store:
-one process builds every part once (load the graph, the mode's ``prepare``, write), under the store's
+one process builds every part once (load the graph, the mode's ``prepare``, write), under the
+store's
 lock, and each rank then opens only its own part. The launcher does not keep the graph while the
 ranks train, and under torchrun or srun no rank loads the graph when the store is already there.
 ``single`` and ``hyscale`` need the whole graph in their ranks and prepare it in memory as before.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,8 +28,18 @@ from gnntrain.partition import store
 log = logging.getLogger(__name__)
 
 # config keys that cannot change a part: scheduling, run length, logging, where things live
-_IGNORED = {"train": {"epochs", "eval_every", "checkpoint_every", "resume", "progress", "lr", "weight_decay"},
-            "hardware": {"timeout_min", "partition", "account"}}
+_IGNORED = {
+    "train": {
+        "epochs",
+        "eval_every",
+        "checkpoint_every",
+        "resume",
+        "progress",
+        "lr",
+        "weight_decay",
+    },
+    "hardware": {"timeout_min", "partition", "account"},
+}
 _KEYED_SECTIONS = ("dataset", "model", "mode", "partitioner", "hardware", "train")
 
 
@@ -53,12 +65,17 @@ def _raw_files(cfg) -> List[Tuple[str, int, int]]:
     for folder in folders:
         root = Path(data_dir) / folder
         if root.is_dir():
-            found += [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
-                      if p.is_file() and "processed" not in p.relative_to(root).parts]
+            found += [
+                (str(p), p.stat().st_size, p.stat().st_mtime_ns)
+                for p in root.rglob("*")
+                if p.is_file() and "processed" not in p.relative_to(root).parts
+            ]
     return sorted(found)
 
 
-@functools.lru_cache(maxsize=None)  # once per process: the code does not change under a running process
+@functools.lru_cache(
+    maxsize=None
+)  # once per process: the code does not change under a running process
 def _code_stamp(mode_name: str) -> str:
     """A digest of the code that makes a part (the mode's module or package, the partitioners, the
     data layer, the edge weights), so a changed ``prepare`` never reuses an older store."""
@@ -69,17 +86,24 @@ def _code_stamp(mode_name: str) -> str:
     import gnntrain.partition
 
     mode_file = Path(inspect.getsourcefile(mode_spec(mode_name).planner))
-    mode_files = sorted(mode_file.parent.glob("*.py")) if mode_file.name == "mode.py" else [mode_file]
+    mode_files = (
+        sorted(mode_file.parent.glob("*.py")) if mode_file.name == "mode.py" else [mode_file]
+    )
     packages = [Path(gnntrain.data.__file__).parent, Path(gnntrain.partition.__file__).parent]
-    files = mode_files + [f for pkg in packages for f in sorted(pkg.glob("*.py"))] + [
-        Path(gnntrain.models.norm.__file__)]
+    files = (
+        mode_files
+        + [f for pkg in packages for f in sorted(pkg.glob("*.py"))]
+        + [Path(gnntrain.models.norm.__file__)]
+    )
     h = hashlib.sha1()
     for f in files:
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
-_STORES: Dict[int, Tuple[Any, Path]] = {}  # id(plan) -> (the plan, kept alive so the id stays its own; its store)
+_STORES: Dict[
+    int, Tuple[Any, Path]
+] = {}  # id(plan) -> (the plan, kept alive so the id stays its own; its store)
 
 
 def store_dir(plan) -> Path:
@@ -100,17 +124,28 @@ def _resolve_store(plan) -> Path:
         for ignored in _IGNORED.get(section, ()):
             values.pop(ignored, None)
         keyed[section] = values
-    keyed.update(world_size=plan.world_size, format=store.FORMAT_VERSION, raw=_raw_files(plan.config_obj),
-                 code=_code_stamp(plan.mode))
+    keyed.update(
+        world_size=plan.world_size,
+        format=store.FORMAT_VERSION,
+        raw=_raw_files(plan.config_obj),
+        code=_code_stamp(plan.mode),
+    )
     key = hashlib.sha1(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return resolve_cache_dir(plan.config_obj) / "parts" / f"{plan.dataset}-{plan.mode}-p{plan.world_size}-{key}"
+    return (
+        resolve_cache_dir(plan.config_obj)
+        / "parts"
+        / f"{plan.dataset}-{plan.mode}-p{plan.world_size}-{key}"
+    )
 
 
 def load_and_partition(plan, printing: bool = False):
-    """(the graph, the mode's planner, the partitioning, whether it came from the cache): the one place
+    """(the graph, the mode's planner, the partitioning, whether it came from the cache): the one
+    place
     that loads the graph and partitions it for the plan's mode. A mode whose prepare reads no
-    partitioning gets None, unless ``printing`` (``gnntrain partition``/``plan`` print the configured
-    partitioner's metrics for every mode: the plan's parts, where the mode partitions nothing itself)."""
+    partitioning gets None, unless ``printing`` (``gnntrain partition``/``plan`` print the
+    configured
+    partitioner's metrics for every mode: the plan's parts, where the mode partitions nothing
+    itself)."""
     from gnntrain.modes import ModePlanner
     from gnntrain.plan import plan_mode
 
@@ -125,10 +160,13 @@ def load_and_partition(plan, printing: bool = False):
 
 
 def prepare_in_memory(plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
-    """Load the graph, partition it and prepare ``ranks``' shards (all when None) in this process."""
+    """Load the graph, partition it and prepare ``ranks``' shards (all when None) in this
+    process."""
     start = time.perf_counter()
     data, mode, part, hit = load_and_partition(plan)
-    load_s = time.perf_counter() - start  # loading and partitioning (the partitioner's cache, or METIS)
+    load_s = (
+        time.perf_counter() - start
+    )  # loading and partitioning (the partitioner's cache, or METIS)
     prepared = mode.spec.prepare(mode, data, plan, part, ranks)
     prepared.preprocess_s += load_s
     if part is not None:
@@ -141,11 +179,20 @@ def prepare_in_memory(plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
 
 
 def _build(plan):
-    """(every part's fields, the store's figures): what ``gnntrain partition`` and the first rank write."""
+    """(every part's fields, the store's figures): what ``gnntrain partition`` and the first rank
+    write."""
     prepared = prepare_in_memory(plan)
-    parts = [{f.name: getattr(shard, f.name) for f in dataclasses.fields(RankShard)} for shard in prepared.shards]
-    return parts, {"partition": prepared.partition, "preprocess_s": prepared.preprocess_s, "mode": plan.mode,
-                   "dataset": plan.dataset, "world_size": plan.world_size}
+    parts = [
+        {f.name: getattr(shard, f.name) for f in dataclasses.fields(RankShard)}
+        for shard in prepared.shards
+    ]
+    return parts, {
+        "partition": prepared.partition,
+        "preprocess_s": prepared.preprocess_s,
+        "mode": plan.mode,
+        "dataset": plan.dataset,
+        "world_size": plan.world_size,
+    }
 
 
 def ensure_store(plan) -> Tuple[Path, Dict[str, Any], float]:
@@ -172,7 +219,9 @@ def open_rank_shard(plan, rank: int) -> Tuple[RankShard, Dict[str, Any], float]:
     start = time.perf_counter()
     directory = store_dir(plan)
     shard, meta = open_shard(plan, directory, rank)
-    partition = dict(meta["partition"], store=str(directory), store_bytes_per_part=meta["bytes_per_part"])
+    partition = dict(
+        meta["partition"], store=str(directory), store_bytes_per_part=meta["bytes_per_part"]
+    )
     return shard, partition, float(meta.get("preprocess_s", 0.0)) + time.perf_counter() - start
 
 

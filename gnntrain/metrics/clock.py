@@ -5,6 +5,7 @@ not the work. Every timer here therefore *settles* the device first (:func:`sett
 event recorded on the current stream and waited for), so a stage is charged for the kernels it
 queued. On CPU settling is a no-op.
 """
+
 from __future__ import annotations
 
 import time
@@ -28,7 +29,8 @@ _sync_hook: Callable[[torch.device], None] = cuda_event_sync
 
 
 def set_sync_hook(hook: Callable[[torch.device], None]) -> Callable[[torch.device], None]:
-    """Replace how a device is settled (tests stand a fake in for CUDA); returns the previous hook."""
+    """Replace how a device is settled (tests stand a fake in for CUDA); returns the previous
+    hook."""
     global _sync_hook
     previous, _sync_hook = _sync_hook, hook
     return previous
@@ -44,6 +46,7 @@ def settle(device: DeviceLike) -> None:
 
 def timed(device: DeviceLike) -> Callable[[], float]:
     """A wall clock that settles ``device`` before every reading."""
+
     def now() -> float:
         settle(device)
         return time.perf_counter()
@@ -78,7 +81,9 @@ class StageClock:
         finally:
             self.add(name, self.now() - start)
 
-    def through(self, name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    def through(
+        self, name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
+    ) -> torch.Tensor:
         if not torch.is_grad_enabled():
             with self.span(name):
                 return fn(x)
@@ -107,14 +112,20 @@ class _BackwardMark(torch.autograd.Function):
 
 
 class DeviceTimeline:
-    """Busy intervals of named device activities (compute, host→device and device→host copies) on one time
-    axis, without waiting for the device: on CUDA each interval is a pair of events recorded on the stream
-    that does the work, read back once per epoch (:meth:`resolve`) against a reference event; on a CPU
+    """Busy intervals of named device activities (compute, host→device and device→host copies) on
+    one time
+    axis, without waiting for the device: on CUDA each interval is a pair of events recorded on the
+    stream
+    that does the work, read back once per epoch (:meth:`resolve`) against a reference event; on a
+    CPU
     "device" the work is done when its call returns, so an interval is the call's wall time.
 
-    The point is the *overlap*: :meth:`resolve` reports each activity's busy seconds, the wall span from
-    :meth:`reset` to the last interval's end, and how many of the copy seconds ran while compute ran (the
-    union of compute intervals intersected with each copy activity's union). A serial loop overlaps nothing.
+    The point is the *overlap*: :meth:`resolve` reports each activity's busy seconds, the wall span
+    from
+    :meth:`reset` to the last interval's end, and how many of the copy seconds ran while compute ran
+    (the
+    union of compute intervals intersected with each copy activity's union). A serial loop overlaps
+    nothing.
     """
 
     def __init__(self, device: DeviceLike = None) -> None:
@@ -149,7 +160,8 @@ class DeviceTimeline:
         return self._origin.elapsed_time(mark) / 1e3
 
     def resolve(self) -> Dict[str, float]:
-        """``{name}_s`` busy seconds per activity, ``wall_s``, and ``{name}_overlapped_s``: the seconds of
+        """``{name}_s`` busy seconds per activity, ``wall_s``, and ``{name}_overlapped_s``: the
+        seconds of
         each non-compute activity that ran while some compute ran."""
         intervals: Dict[str, list] = {}
         for name, start, end in self._spans:

@@ -1,11 +1,13 @@
 """Experiment trackers (the ``logger`` config group): CSV, TensorBoard, MLflow, Weights & Biases.
 
-Rank 0's :class:`~gnntrain.metrics.recorder.RunRecorder` drives them: the composed config at the start,
+Rank 0's :class:`~gnntrain.metrics.recorder.RunRecorder` drives them: the composed config at the
+start,
 one row of scalars per epoch (loss, accuracies, epoch time and its split, bytes by kind), and at the
 end the summary and the run's plots (loss and accuracy per epoch) as artifacts. Several at once:
 ``logger=[tensorboard,csv]``. A tracker whose package is missing is refused at plan time, naming the
 pip extra (:func:`check_installed`).
 """
+
 from __future__ import annotations
 
 import csv
@@ -16,8 +18,11 @@ from typing import Any, Dict, List, Optional
 
 from gnntrain.errors import PlanError
 
-PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow"),
-            "wandb": ("wandb", "wandb")}  # tracker -> (module, pip extra)
+PACKAGES = {
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "mlflow": ("mlflow", "mlflow"),
+    "wandb": ("wandb", "wandb"),
+}  # tracker -> (module, pip extra)
 
 
 def enabled(cfg) -> List[str]:
@@ -25,20 +30,30 @@ def enabled(cfg) -> List[str]:
     node = cfg.get("logger") if hasattr(cfg, "get") else None
     if not node:
         return []
-    return [name for name in ("csv", "tensorboard", "mlflow", "wandb") if node.get(name) is not None]
+    return [
+        name for name in ("csv", "tensorboard", "mlflow", "wandb") if node.get(name) is not None
+    ]
 
 
 def check_installed(cfg) -> None:
     for name in enabled(cfg):
         if name in PACKAGES and importlib.util.find_spec(PACKAGES[name][0]) is None:
-            raise PlanError("logger", f"logger={name} needs the {PACKAGES[name][0]} package, which is not installed.",
-                            f"pip install 'gnntrain[{PACKAGES[name][1]}]', or drop {name} from logger=[...]")
+            raise PlanError(
+                "logger",
+                f"logger={name} needs the {PACKAGES[name][0]} package, which is not installed.",
+                f"pip install 'gnntrain[{PACKAGES[name][1]}]', or drop {name} from logger=[...]",
+            )
 
 
 def scalars(record: Dict[str, Any]) -> Dict[str, float]:
-    """One epoch's metrics as flat scalars: loss, accuracies, time (total and per stage), bytes by kind."""
-    out = {"loss": float(record["loss"]), "epoch_time_s": float(record["epoch_time_s"]),
-           "comm_bytes": float(record.get("comm_bytes", 0)), "max_rank_send": float(record.get("max_rank_send", 0))}
+    """One epoch's metrics as flat scalars: loss, accuracies, time (total and per stage), bytes by
+    kind."""
+    out = {
+        "loss": float(record["loss"]),
+        "epoch_time_s": float(record["epoch_time_s"]),
+        "comm_bytes": float(record.get("comm_bytes", 0)),
+        "max_rank_send": float(record.get("max_rank_send", 0)),
+    }
     for split in ("train", "val", "test"):
         if f"{split}_acc" in record:
             out[f"{split}_acc"] = float(record[f"{split}_acc"])
@@ -56,7 +71,9 @@ def _flat(config: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
         if isinstance(value, dict):
             out.update(_flat(value, name + "."))
         else:
-            out[name] = value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
+            out[name] = (
+                value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
+            )
     return out
 
 
@@ -98,7 +115,8 @@ class Tracker:
 
 
 class CsvTracker(Tracker):
-    """``metrics.csv`` (or ``logger.csv.file``): one row per epoch, a column per scalar; columns that
+    """``metrics.csv`` (or ``logger.csv.file``): one row per epoch, a column per scalar; columns
+    that
     first appear later (an evaluation's accuracies) are added by rewriting the file."""
 
     def start(self, config):
@@ -124,15 +142,21 @@ class TensorBoardTracker(Tracker):
     def start(self, config):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(self.run_dir / str(self.options.get("dir") or "tensorboard")))
-        self.writer.add_text("config", "```\n" + json.dumps(config, indent=2, default=str) + "\n```", 0)
+        self.writer = SummaryWriter(
+            log_dir=str(self.run_dir / str(self.options.get("dir") or "tensorboard"))
+        )
+        self.writer.add_text(
+            "config", "```\n" + json.dumps(config, indent=2, default=str) + "\n```", 0
+        )
 
     def epoch(self, step, values):
         for key, value in values.items():
             self.writer.add_scalar(key, value, step)
 
     def finish(self, summary, artifacts):
-        self.writer.add_text("summary", "```\n" + json.dumps(summary, indent=2, default=str) + "\n```", 0)
+        self.writer.add_text(
+            "summary", "```\n" + json.dumps(summary, indent=2, default=str) + "\n```", 0
+        )
         for path in artifacts:
             import matplotlib.image as mpimg
 
@@ -141,7 +165,8 @@ class TensorBoardTracker(Tracker):
 
 
 class MlflowTracker(Tracker):
-    """A local file store under the run directory by default (``logger.mlflow.tracking_uri`` to send it
+    """A local file store under the run directory by default (``logger.mlflow.tracking_uri`` to send
+    it
     elsewhere), experiment ``logger.mlflow.experiment``."""
 
     def start(self, config):
@@ -150,15 +175,19 @@ class MlflowTracker(Tracker):
         import mlflow
 
         uri = self.options.get("tracking_uri")
-        if not uri:  # MLflow 3 keeps its file store behind this switch; a file store needs no server or database
+        # MLflow 3 keeps its file store behind this switch; a file store needs no server or database
+        if not uri:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             uri = (self.run_dir / "mlruns").resolve().as_uri()
         self.client = mlflow.MlflowClient(tracking_uri=uri)
         name = str(self.options.get("experiment") or "gnntrain")
         experiment = self.client.get_experiment_by_name(name)
-        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
-        self.run_id = self.client.create_run(experiment_id, run_name=self.options.get("run_name") or
-                                             self.run_dir.name).info.run_id
+        experiment_id = (
+            experiment.experiment_id if experiment else self.client.create_experiment(name)
+        )
+        self.run_id = self.client.create_run(
+            experiment_id, run_name=self.options.get("run_name") or self.run_dir.name
+        ).info.run_id
         for key, value in list(_flat(config).items())[:500]:
             self.client.log_param(self.run_id, key, str(value)[:500])
 
@@ -168,17 +197,22 @@ class MlflowTracker(Tracker):
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, v, now, step) for k, v in values.items()])
+        self.client.log_batch(
+            self.run_id, metrics=[Metric(k, v, now, step) for k, v in values.items()]
+        )
 
     def finish(self, summary, artifacts):
         self.client.log_dict(self.run_id, summary, "summary.json")
         for path in artifacts:
             self.client.log_artifact(self.run_id, str(path))
-        self.client.set_terminated(self.run_id, "FINISHED" if summary.get("status") == "completed" else "FAILED")
+        self.client.set_terminated(
+            self.run_id, "FINISHED" if summary.get("status") == "completed" else "FAILED"
+        )
 
 
 class WandbTracker(Tracker):
-    """Offline by default (``logger.wandb.mode=online`` with a key to sync); its folder is under the run."""
+    """Offline by default (``logger.wandb.mode=online`` with a key to sync); its folder is under the
+    run."""
 
     def start(self, config):
         import os
@@ -186,9 +220,14 @@ class WandbTracker(Tracker):
         import wandb
 
         os.environ.setdefault("WANDB_SILENT", "true")
-        self.run = wandb.init(project=str(self.options.get("project") or "gnntrain"),
-                              mode=str(self.options.get("mode") or "offline"), dir=str(self.run_dir), config=config,
-                              name=self.options.get("run_name") or self.run_dir.name, reinit="finish_previous")
+        self.run = wandb.init(
+            project=str(self.options.get("project") or "gnntrain"),
+            mode=str(self.options.get("mode") or "offline"),
+            dir=str(self.run_dir),
+            config=config,
+            name=self.options.get("run_name") or self.run_dir.name,
+            reinit="finish_previous",
+        )
 
     def epoch(self, step, values):
         self.run.log(values, step=step)
@@ -196,21 +235,31 @@ class WandbTracker(Tracker):
     def finish(self, summary, artifacts):
         import wandb
 
-        self.run.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str))})
+        self.run.summary.update(
+            {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
+        )
         for path in artifacts:
             self.run.log({path.stem: wandb.Image(str(path))})
         self.run.finish()
 
 
-KINDS = {"csv": CsvTracker, "tensorboard": TensorBoardTracker, "mlflow": MlflowTracker, "wandb": WandbTracker}
+KINDS = {
+    "csv": CsvTracker,
+    "tensorboard": TensorBoardTracker,
+    "mlflow": MlflowTracker,
+    "wandb": WandbTracker,
+}
 
 
 class Trackers:
-    """Every enabled tracker, fed together; one that fails is reported once and dropped, never the run."""
+    """Every enabled tracker, fed together; one that fails is reported once and dropped, never the
+    run."""
 
     def __init__(self, cfg, run_dir: Path):
         node = cfg.get("logger") or {}
-        self.items = [KINDS[name](dict(node.get(name) or {}), run_dir, name) for name in enabled(cfg)]
+        self.items = [
+            KINDS[name](dict(node.get(name) or {}), run_dir, name) for name in enabled(cfg)
+        ]
         self.run_dir = Path(run_dir)
         self.history: List[Dict[str, Any]] = []
 
@@ -220,9 +269,16 @@ class Trackers:
         for tracker in list(self.items):
             try:
                 getattr(tracker, method)(*args)
-            except Exception as exc:  # a tracker is an observer: its failure must not end the training
-                logging.getLogger(__name__).warning("logger %s failed in %s (%s: %s); it is switched off",
-                                                    tracker.name, method, type(exc).__name__, exc)
+            except (
+                Exception
+            ) as exc:  # a tracker is an observer: its failure must not end the training
+                logging.getLogger(__name__).warning(
+                    "logger %s failed in %s (%s: %s); it is switched off",
+                    tracker.name,
+                    method,
+                    type(exc).__name__,
+                    exc,
+                )
                 self.items.remove(tracker)
 
     def start(self, config: Dict[str, Any]) -> None:

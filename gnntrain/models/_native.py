@@ -16,6 +16,7 @@ vector registers over all its edges, about 0.6x numba's time on the ``kernels`` 
 when ``kernel=native`` runs without the C build; the C build is also loaded (and compiled, once per
 host) by the first dropout mask drawn on the CPU (:func:`c_keep_mask`), whatever the kernel.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,13 +42,17 @@ def _kernels(parallel: bool = True):
 
     from gnntrain.models import _native_loops as loops
 
-    return (numba, loops.compile_loop(loops.scaled_spmm, parallel),
-            loops.compile_loop(loops.weighted_spmm, parallel))
+    return (
+        numba,
+        loops.compile_loop(loops.scaled_spmm, parallel),
+        loops.compile_loop(loops.weighted_spmm, parallel),
+    )
 
 
 @functools.lru_cache(maxsize=None)
 def _c_loops() -> Optional[tuple]:
-    """The C build's (scaled, weighted) loops, or None where numba serves (``_c_problem`` says why)."""
+    """The C build's (scaled, weighted) loops, or None where numba serves (``_c_problem`` says
+    why)."""
     return None if _c_problem() is not None else _native_c.loops()
 
 
@@ -61,13 +66,15 @@ def _c_problem() -> Optional[str]:
 
 
 def c_keep_mask() -> Optional[Callable]:
-    """The C build's dropout keep mask (:func:`._native_c.keep_mask`), or None where the C build does not
+    """The C build's dropout keep mask (:func:`._native_c.keep_mask`), or None where the C build
+    does not
     load (the tensor formula serves: the same bits)."""
     return _native_c.keep_mask if _c_problem() is None else None
 
 
 def native_backend() -> str:
-    """Which build runs ``kernel=native`` here: "C (<compiler>)" or "numba <version>"; raises nothing."""
+    """Which build runs ``kernel=native`` here: "C (<compiler>)" or "numba <version>"; raises
+    nothing."""
     if _c_problem() is None:
         return _native_c.load()[1]
     from importlib.metadata import PackageNotFoundError, version
@@ -84,7 +91,13 @@ def native_version() -> str:
     import hashlib
 
     code = hashlib.sha256()
-    for name in (Path(__file__).name, "_native_loops.py", "_native_c.py", "_native_spmm.c", "_native_halo.c"):
+    for name in (
+        Path(__file__).name,
+        "_native_loops.py",
+        "_native_c.py",
+        "_native_spmm.c",
+        "_native_halo.c",
+    ):
         code.update(Path(__file__).with_name(name).read_bytes())
     return f"{native_backend()}+{code.hexdigest()[:8]}"
 
@@ -98,7 +111,9 @@ def native_problem() -> Optional[str]:
     try:
         _kernels()
     except Exception as exc:  # ImportError, or a numba built for another numpy
-        return f"no C build ({_c_problem()}) and numba does not import ({type(exc).__name__}: {exc})"
+        return (
+            f"no C build ({_c_problem()}) and numba does not import ({type(exc).__name__}: {exc})"
+        )
     return None
 
 
@@ -108,8 +123,14 @@ class NativeCsr:
     Indices are int32 where the column count fits (half the index traffic), row pointers int64.
     ``values`` (one weight per edge) is None for the unweighted product between row scales."""
 
-    def __init__(self, dst: torch.Tensor, src: torch.Tensor, num_dst: int, num_src: int,
-                 values: Optional[torch.Tensor] = None):
+    def __init__(
+        self,
+        dst: torch.Tensor,
+        src: torch.Tensor,
+        num_dst: int,
+        num_src: int,
+        values: Optional[torch.Tensor] = None,
+    ):
         self.num_dst, self.num_src = int(num_dst), int(num_src)
         self.forward_csr = _csr(dst.cpu(), src.cpu(), self.num_dst, self.num_src, values)
         self.backward_csr = _csr(src.cpu(), dst.cpu(), self.num_src, self.num_dst, values)
@@ -122,12 +143,20 @@ class NativeCsr:
     def operands(self, dtype: torch.dtype) -> Tuple[tuple, tuple]:
         """(forward, backward) as (indptr, indices, values in ``dtype`` or None) numpy arrays."""
         if dtype not in self._by_dtype:
-            self._by_dtype[dtype] = (self._cast(self.forward_csr, dtype), self._cast(self.backward_csr, dtype))
+            self._by_dtype[dtype] = (
+                self._cast(self.forward_csr, dtype),
+                self._cast(self.backward_csr, dtype),
+            )
         return self._by_dtype[dtype]
 
 
-def _csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int, num_cols: int,
-         values: Optional[torch.Tensor]) -> tuple:
+def _csr(
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    num_rows: int,
+    num_cols: int,
+    values: Optional[torch.Tensor],
+) -> tuple:
     """(indptr int64, indices int32|int64 as numpy, values sorted alike or None): columns ascending
     within each row, so a row's sum runs in one fixed order."""
     rows, cols = rows.long(), cols.long()
@@ -135,8 +164,11 @@ def _csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int, num_cols: int,
     indptr = torch.zeros(num_rows + 1, dtype=torch.int64)
     torch.cumsum(torch.bincount(rows, minlength=num_rows), 0, out=indptr[1:])
     index_dtype = torch.int32 if num_cols < 2**31 else torch.int64
-    return (indptr.numpy(), cols[order].to(index_dtype).numpy(),
-            None if values is None else values[order].contiguous())
+    return (
+        indptr.numpy(),
+        cols[order].to(index_dtype).numpy(),
+        None if values is None else values[order].contiguous(),
+    )
 
 
 def _compiled() -> tuple:
@@ -154,8 +186,13 @@ def _compiled() -> tuple:
     return _kernels(True)[1:]
 
 
-def _product(csr: tuple, x: torch.Tensor, rows: int, row_scale: Optional[torch.Tensor],
-             col_scale: Optional[torch.Tensor]) -> torch.Tensor:
+def _product(
+    csr: tuple,
+    x: torch.Tensor,
+    rows: int,
+    row_scale: Optional[torch.Tensor],
+    col_scale: Optional[torch.Tensor],
+) -> torch.Tensor:
     """row_scale ⊙ (A · (col_scale ⊙ x)) for the CSR ``A`` (scales None: ones)."""
     scaled_spmm, weighted_spmm = _compiled()
     x = x.detach().contiguous()
@@ -174,11 +211,17 @@ def _product(csr: tuple, x: torch.Tensor, rows: int, row_scale: Optional[torch.T
 
 
 class NativeSpmm(torch.autograd.Function):
-    """y = dst_scale ⊙ A (src_scale ⊙ x), with dL/dx = src_scale ⊙ Aᵀ (dst_scale ⊙ dL/dy): both fused."""
+    """y = dst_scale ⊙ A (src_scale ⊙ x), with dL/dx = src_scale ⊙ Aᵀ (dst_scale ⊙ dL/dy): both
+    fused."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, csr: NativeCsr, src_scale: Optional[torch.Tensor],  # type: ignore[override]
-                dst_scale: Optional[torch.Tensor]) -> torch.Tensor:
+    def forward(
+        ctx,
+        x: torch.Tensor,
+        csr: NativeCsr,
+        src_scale: Optional[torch.Tensor],  # type: ignore[override]
+        dst_scale: Optional[torch.Tensor],
+    ) -> torch.Tensor:
         fwd, bwd = csr.operands(x.dtype)
         ctx.backward_args = (bwd, csr.num_src, src_scale, dst_scale)
         return _product(fwd, x, csr.num_dst, dst_scale, src_scale)

@@ -1,4 +1,5 @@
-"""The native kernel's C loops (``_native_spmm.c``): compiled at first use with the system's C compiler,
+"""The native kernel's C loops (``_native_spmm.c``): compiled at first use with the system's C
+compiler,
 cached per (sources, compiler, CPU), and called through ctypes with the numba loops' signatures; the
 same library holds the one-pass dropout keep mask (:func:`keep_mask`) and SuperGCN's halo operators
 (``_native_halo.c``, called through :mod:`._native_halo`).
@@ -11,6 +12,7 @@ flags: a home directory shared by hosts of different CPUs keeps one build per ki
 together build it once (a file lock), and a build is renamed into place whole, so no process loads a
 half-written file.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -29,11 +31,17 @@ import torch
 
 SOURCE = Path(__file__).with_name("_native_spmm.c")
 SOURCES = (SOURCE, Path(__file__).with_name("_native_halo.c"))  # compiled into one library
-# no contraction into fused multiply-adds (clang's default contracts): every product and sum is rounded on
+# no contraction into fused multiply-adds (clang's default contracts): every product and sum is
+# rounded on
 # its own, as torch's formulas round them, so the halo operators give torch's bits
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c11", "-ffp-contract=off", "-shared", "-fPIC")
 COMPILE_TIMEOUT_S = 300
-_ARGTYPES = [ctypes.c_void_p] * 5 + [ctypes.c_int64, ctypes.c_void_p] + [ctypes.c_int64] * 3 + [ctypes.c_int]
+_ARGTYPES = (
+    [ctypes.c_void_p] * 5
+    + [ctypes.c_int64, ctypes.c_void_p]
+    + [ctypes.c_int64] * 3
+    + [ctypes.c_int]
+)
 _VALUE_TYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _INDEX_TYPES = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
 
@@ -44,11 +52,14 @@ class NativeBuildError(RuntimeError):
 
 def compiler() -> Optional[str]:
     """``$CC``, else the first of cc, gcc and clang on the PATH."""
-    return os.environ.get("CC") or next((p for p in map(shutil.which, ("cc", "gcc", "clang")) if p), None)
+    return os.environ.get("CC") or next(
+        (p for p in map(shutil.which, ("cc", "gcc", "clang")) if p), None
+    )
 
 
 def cache_dir() -> Path:
-    """``$GNNTRAIN_NATIVE_CACHE_DIR``, else ``$XDG_CACHE_HOME/gnntrain/native`` (``~/.cache`` by default)."""
+    """``$GNNTRAIN_NATIVE_CACHE_DIR``, else ``$XDG_CACHE_HOME/gnntrain/native`` (``~/.cache`` by
+    default)."""
     if os.environ.get("GNNTRAIN_NATIVE_CACHE_DIR"):
         return Path(os.environ["GNNTRAIN_NATIVE_CACHE_DIR"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gnntrain" / "native"
@@ -72,7 +83,9 @@ def _compiler_version(cc: str) -> str:
         raise NativeBuildError(f"the C compiler {cc} does not run ({exc})") from None
     lines = (done.stdout or done.stderr).strip().splitlines()
     if done.returncode != 0 or not lines:
-        raise NativeBuildError(f"the C compiler {cc} does not run ({cc} --version exited {done.returncode})")
+        raise NativeBuildError(
+            f"the C compiler {cc} does not run ({cc} --version exited {done.returncode})"
+        )
     return lines[0]
 
 
@@ -82,8 +95,9 @@ def _build(cc: str, version: str) -> Path:
 
     source = b"\0".join(path.read_bytes() for path in SOURCES)
     names = " and ".join(path.name for path in SOURCES)
-    key = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(),
-                                     _cpu_flags().encode()])).hexdigest()[:16]
+    key = hashlib.sha256(
+        b"\0".join([source, version.encode(), " ".join(FLAGS).encode(), _cpu_flags().encode()])
+    ).hexdigest()[:16]
     folder = cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -100,15 +114,25 @@ def _build(cc: str, version: str) -> Path:
         fd, partial = tempfile.mkstemp(dir=folder, prefix=f".spmm-{key}.", suffix=".so")
         os.close(fd)
         try:
-            done = subprocess.run([cc, *FLAGS, "-o", partial, *map(str, SOURCES), "-lm"], capture_output=True,
-                                  text=True, timeout=COMPILE_TIMEOUT_S)
+            done = subprocess.run(
+                [cc, *FLAGS, "-o", partial, *map(str, SOURCES), "-lm"],
+                capture_output=True,
+                text=True,
+                timeout=COMPILE_TIMEOUT_S,
+            )
             if done.returncode != 0:
-                first = next((line for line in done.stderr.splitlines() if "error" in line),
-                             done.stderr.strip().splitlines()[0] if done.stderr.strip() else "no message")
-                raise NativeBuildError(f"{Path(cc).name} could not compile {names}: {first.strip()}")
+                first = next(
+                    (line for line in done.stderr.splitlines() if "error" in line),
+                    done.stderr.strip().splitlines()[0] if done.stderr.strip() else "no message",
+                )
+                raise NativeBuildError(
+                    f"{Path(cc).name} could not compile {names}: {first.strip()}"
+                )
             os.replace(partial, target)
         except subprocess.TimeoutExpired:
-            raise NativeBuildError(f"{Path(cc).name} took over {COMPILE_TIMEOUT_S} s on {names}") from None
+            raise NativeBuildError(
+                f"{Path(cc).name} took over {COMPILE_TIMEOUT_S} s on {names}"
+            ) from None
         finally:
             if os.path.exists(partial):
                 os.unlink(partial)
@@ -134,7 +158,9 @@ def load() -> Tuple[ctypes.CDLL, str]:
             for index in _INDEX_TYPES.values():
                 fn = getattr(library, f"gnntrain_{kind}_{value}_{index}")
                 fn.argtypes, fn.restype = _ARGTYPES, None
-    library.gnntrain_keep_mask.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 4 + [ctypes.c_void_p, ctypes.c_int]
+    library.gnntrain_keep_mask.argtypes = (
+        [ctypes.c_void_p] + [ctypes.c_int64] * 4 + [ctypes.c_void_p, ctypes.c_int]
+    )
     library.gnntrain_keep_mask.restype = ctypes.c_int
     return library, f"C ({version})"
 
@@ -145,19 +171,35 @@ def _row_stride(a: np.ndarray) -> int:
 
 
 def _rows_apart(a: np.ndarray) -> bool:
-    """Whether ``a``'s rows are contiguous and do not overlap (else the kernel reads a contiguous copy)."""
-    return a.ndim == 2 and (a.shape[1] <= 1 or a.strides[1] == a.itemsize) and (
-        a.shape[0] <= 1 or (a.strides[0] >= a.itemsize * a.shape[1] and a.strides[0] % a.itemsize == 0))
+    """Whether ``a``'s rows are contiguous and do not overlap (else the kernel reads a contiguous
+    copy)."""
+    return (
+        a.ndim == 2
+        and (a.shape[1] <= 1 or a.strides[1] == a.itemsize)
+        and (
+            a.shape[0] <= 1
+            or (a.strides[0] >= a.itemsize * a.shape[1] and a.strides[0] % a.itemsize == 0)
+        )
+    )
 
 
-def _call(kind: str, indptr: np.ndarray, indices: np.ndarray, scale: np.ndarray, dst_scale: np.ndarray,
-          h: np.ndarray, out: np.ndarray) -> None:
+def _call(
+    kind: str,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    scale: np.ndarray,
+    dst_scale: np.ndarray,
+    h: np.ndarray,
+    out: np.ndarray,
+) -> None:
     library, _ = load()
     value, index = _VALUE_TYPES.get(h.dtype), _INDEX_TYPES.get(indices.dtype)
     rows, width = out.shape
     if value is None or index is None or out.dtype != h.dtype or h.shape[1] != width:
-        raise ValueError(f"native SpMM: unsupported operands ({h.dtype} rows, {indices.dtype} indices, "
-                         f"{out.dtype} output of width {width})")
+        raise ValueError(
+            f"native SpMM: unsupported operands ({h.dtype} rows, {indices.dtype} indices, "
+            f"{out.dtype} output of width {width})"
+        )
     if indptr.dtype != np.int64 or indptr.shape[0] != rows + 1:
         raise ValueError("native SpMM: indptr must be int64 with one entry per output row plus one")
     h = h if _rows_apart(h) else np.ascontiguousarray(h)
@@ -166,14 +208,22 @@ def _call(kind: str, indptr: np.ndarray, indices: np.ndarray, scale: np.ndarray,
     if operands[2].dtype != h.dtype or operands[3].dtype != h.dtype:
         raise ValueError("native SpMM: the scales (or edge values) must have the rows' dtype")
     getattr(library, f"gnntrain_{kind}_{value}_{index}")(
-        *(a.ctypes.data for a in operands), h.ctypes.data, _row_stride(h), target.ctypes.data,
-        _row_stride(target), rows, width, max(1, torch.get_num_threads()))
+        *(a.ctypes.data for a in operands),
+        h.ctypes.data,
+        _row_stride(h),
+        target.ctypes.data,
+        _row_stride(target),
+        rows,
+        width,
+        max(1, torch.get_num_threads()),
+    )
     if target is not out:  # a column view or other odd layout: computed contiguous, copied back
         out[...] = target
 
 
 def scaled_spmm(indptr, indices, src_scale, dst_scale, h, out) -> None:
-    """out[v] = dst_scale[v] · Σ_{e ∈ row v} src_scale[indices[e]] · h[indices[e]] (numba's signature)."""
+    """out[v] = dst_scale[v] · Σ_{e ∈ row v} src_scale[indices[e]] · h[indices[e]] (numba's
+    signature)."""
     _call("scaled", indptr, indices, src_scale, dst_scale, h, out)
 
 
@@ -195,8 +245,15 @@ def keep_mask(rows: torch.Tensor, width: int, stream: int, threshold: int) -> to
     rows = rows.to(torch.int64).contiguous()
     out = torch.empty((rows.shape[0], width), dtype=torch.bool)
     if rows.shape[0] and width:
-        status = library.gnntrain_keep_mask(rows.data_ptr(), rows.shape[0], width, stream, threshold,
-                                            out.data_ptr(), max(1, torch.get_num_threads()))
+        status = library.gnntrain_keep_mask(
+            rows.data_ptr(),
+            rows.shape[0],
+            width,
+            stream,
+            threshold,
+            out.data_ptr(),
+            max(1, torch.get_num_threads()),
+        )
         if status != 0:
             raise MemoryError(f"native dropout mask: no memory for {width} column keys")
     return out

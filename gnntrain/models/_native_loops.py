@@ -4,6 +4,7 @@ They are module-level functions, not closures, so numba's on-disk cache (``cache
 cache key of a closure includes its cells pickled, and a dispatcher pickles with a fresh id in every
 process, so each rank used to compile every loop again (seconds per loop and dtype).
 """
+
 from __future__ import annotations
 
 import types as pytypes
@@ -24,17 +25,23 @@ CACHE_LINE = 64  # bytes
 def prefetch_line(typingctx, array, row, offset):
     """LLVM's prefetch (read, keep in all cache levels) of the byte ``offset`` of row ``row`` of the
     2-D array ``array``; numba has no prefetch of its own."""
+
     def codegen(context, builder, signature, args):
         array_type, row_type, offset_type = signature.args
         view = context.make_array(array_type)(context, builder, args[0])
         row_stride = cgutils.unpack_tuple(builder, view.strides)[0]
-        start = builder.add(builder.mul(context.cast(builder, args[1], row_type, types.intp), row_stride),
-                            context.cast(builder, args[2], offset_type, types.intp))
+        start = builder.add(
+            builder.mul(context.cast(builder, args[1], row_type, types.intp), row_stride),
+            context.cast(builder, args[2], offset_type, types.intp),
+        )
         byte = ir.IntType(8).as_pointer()
         address = builder.gep(builder.bitcast(view.data, byte), [start])
         i32 = ir.IntType(32)
         fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]), "llvm.prefetch.p0")
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]),
+            "llvm.prefetch.p0",
+        )
         builder.call(fn, [address, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
 
@@ -53,7 +60,8 @@ def prefetch_ahead(indices, h, e, row_bytes):  # pragma: no cover - compiled
 
 
 # Four edges per step: four source rows are read at once (more loads in flight on a random gather:
-# 25-30% faster than one edge per step at width 128 here) and the accumulator is stored once per four.
+# 25-30% faster than one edge per step at width 128 here) and the accumulator is stored once per
+# four.
 def scaled_spmm(indptr, indices, src_scale, dst_scale, h, out):  # pragma: no cover - compiled
     rows, width = out.shape
     row_bytes = width * h.itemsize
@@ -106,9 +114,12 @@ def weighted_spmm(indptr, indices, values, h, out):  # pragma: no cover - compil
 
 
 def compile_loop(fn: Callable, parallel: bool):
-    """``fn`` compiled threaded or serial. numba names its cache files by qualname, so the serial copy
-    gets a name of its own. fastmath lets LLVM vectorize the feature loop and contract a·b+c into FMAs;
-    it never reorders the sum over a row's edges (a loop-carried store), so the result does not depend
+    """``fn`` compiled threaded or serial. numba names its cache files by qualname, so the serial
+    copy
+    gets a name of its own. fastmath lets LLVM vectorize the feature loop and contract a·b+c into
+    FMAs;
+    it never reorders the sum over a row's edges (a loop-carried store), so the result does not
+    depend
     on the thread count."""
     if not parallel:
         fn = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial")

@@ -17,6 +17,7 @@ optional LayerNorm between layers, as for the built-in models:
 Modes that exchange whatever ``agg`` is handed (single, partition, SuperGCN) host such a layer
 exactly; the modes that restructure the aggregation (MoP, HongTu, HyScale) refuse it at plan time.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -25,7 +26,10 @@ from gnntrain.errors import PlanError
 
 NORMALIZATIONS = ("gcn", "mean", "sum")
 ENTRY_POINT_GROUP = "gnntrain.models"
-FIX = "set model.target=package.module.Class (an importable layer class; docs/design.md#your-own-model)"
+FIX = (
+    "set model.target=package.module.Class "
+    "(an importable layer class; docs/design.md#your-own-model)"
+)
 
 
 def resolve_layer_class(target) -> type:
@@ -42,15 +46,22 @@ def resolve_layer_class(target) -> type:
 
         found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == target]
         if not found:
-            raise PlanError("model.target", f"no entry point {target!r} in the group {ENTRY_POINT_GROUP!r}.", FIX)
+            raise PlanError(
+                "model.target",
+                f"no entry point {target!r} in the group {ENTRY_POINT_GROUP!r}.",
+                FIX,
+            )
         cls = found[0].load()
         check_layer_class(cls, target)
         return cls
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise PlanError("model.target", f"cannot import {module_name!r} ({exc}).",
-                        "install the package or put its folder on PYTHONPATH") from None
+        raise PlanError(
+            "model.target",
+            f"cannot import {module_name!r} ({exc}).",
+            "install the package or put its folder on PYTHONPATH",
+        ) from None
     cls = getattr(module, attr, None)
     if cls is None:
         raise PlanError("model.target", f"module {module_name!r} has no attribute {attr!r}.", FIX)
@@ -59,11 +70,23 @@ def resolve_layer_class(target) -> type:
 
 
 def check_layer_class(cls, target: str) -> None:
-    missing = [name for name in ("aggregate", "update", "comm_width") if not callable(getattr(cls, name, None))]
+    missing = [
+        name
+        for name in ("aggregate", "update", "comm_width")
+        if not callable(getattr(cls, name, None))
+    ]
     if not isinstance(cls, type) or missing:
-        raise PlanError("model.target", f"{target} is not a layer class in aggregate/update form"
-                        + (f" (it lacks {', '.join(missing)})" if missing else "") + ".", FIX)
+        raise PlanError(
+            "model.target",
+            f"{target} is not a layer class in aggregate/update form"
+            + (f" (it lacks {', '.join(missing)})" if missing else "")
+            + ".",
+            FIX,
+        )
     norm = getattr(cls, "normalization", None)
     if norm not in NORMALIZATIONS:
-        raise PlanError("model.target", f"{target}.normalization is {norm!r}; it must be one of "
-                        f"{', '.join(NORMALIZATIONS)}.", "set the class attribute normalization")
+        raise PlanError(
+            "model.target",
+            f"{target}.normalization is {norm!r}; it must be one of {', '.join(NORMALIZATIONS)}.",
+            "set the class attribute normalization",
+        )

@@ -6,6 +6,7 @@ graph is normalised). :func:`load_trained_model` rebuilds a :class:`TrainedModel
 ``torch.nn.Module`` whose ``forward`` takes a PyG ``Data`` or (x, edge_index) arrays and computes
 the same full-graph forward as ``mode=single`` (same layers, same degree normalisation).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,7 +26,9 @@ MODEL_WEIGHTS = "model.pt"
 MODEL_CARD = "model.yaml"
 
 
-def save_trained_model(run_dir: Path, model: GNN, self_loop: bool, dtype: str, extra: Dict[str, Any]) -> Path:
+def save_trained_model(
+    run_dir: Path, model: GNN, self_loop: bool, dtype: str, extra: Dict[str, Any]
+) -> Path:
     """``model.pt`` + ``model.yaml`` in ``run_dir`` (each written atomically)."""
     import io
 
@@ -37,17 +40,25 @@ def save_trained_model(run_dir: Path, model: GNN, self_loop: bool, dtype: str, e
     buffer = io.BytesIO()
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
     atomic_write_bytes(run_dir / MODEL_WEIGHTS, buffer.getvalue())
-    card = {"spec": dataclasses.asdict(model.spec), "self_loop": bool(self_loop), "dtype": dtype, **extra}
+    card = {
+        "spec": dataclasses.asdict(model.spec),
+        "self_loop": bool(self_loop),
+        "dtype": dtype,
+        **extra,
+    }
     atomic_write_bytes(run_dir / MODEL_CARD, yaml.safe_dump(card, sort_keys=False).encode())
     return run_dir / MODEL_WEIGHTS
 
 
 class TrainedModel(nn.Module):
-    """A trained gnntrain GNN as a plain module: ``model(data)`` or ``model(x, edge_index)`` -> logits.
+    """A trained gnntrain GNN as a plain module: ``model(data)`` or ``model(x, edge_index)`` ->
+    logits.
 
-    ``edge_index`` is 2xE (row 0 sources, row 1 destinations) over nodes 0..N-1, as in PyG. Self-loops and
+    ``edge_index`` is 2xE (row 0 sources, row 1 destinations) over nodes 0..N-1, as in PyG.
+    Self-loops and
     repeated edges in it are dropped, and the model's own self-loops added, exactly as for training.
-    ``embeddings(..., layer=k)`` returns the input of layer k (after its activation), k = 1..layers-1."""
+    ``embeddings(..., layer=k)`` returns the input of layer k (after its activation), k =
+    1..layers-1."""
 
     def __init__(self, gnn: GNN, self_loop: bool, card: Dict[str, Any]):
         super().__init__()
@@ -62,10 +73,16 @@ class TrainedModel(nn.Module):
         if self.self_loop:
             loops = torch.arange(num_nodes, dtype=torch.int64)
             src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
-        weights = edge_weights(model_family(self.gnn.spec.name, self.gnn.spec.target).normalization, src, dst,
-                               num_nodes)
+        weights = edge_weights(
+            model_family(self.gnn.spec.name, self.gnn.spec.target).normalization,
+            src,
+            dst,
+            num_nodes,
+        )
         dtype = next(self.gnn.parameters()).dtype
-        return SparseAdjacency(dst, src, weights.to(dtype), num_nodes, num_nodes, kernel="torch", device=device)
+        return SparseAdjacency(
+            dst, src, weights.to(dtype), num_nodes, num_nodes, kernel="torch", device=device
+        )
 
     def _inputs(self, x, edge_index, data):
         if data is not None:
@@ -83,12 +100,16 @@ class TrainedModel(nn.Module):
         return self.gnn(x, adj, None)
 
     @torch.no_grad()
-    def embeddings(self, x=None, edge_index=None, data=None, layer: Optional[int] = None) -> torch.Tensor:
+    def embeddings(
+        self, x=None, edge_index=None, data=None, layer: Optional[int] = None
+    ) -> torch.Tensor:
         """The hidden representation fed to layer ``layer`` (default: the last layer's input)."""
         if x is not None and hasattr(x, "edge_index"):
             data, x = x, None
         x, adj = self._inputs(x, edge_index, data)
-        return layer_input(self.gnn, lambda: self.gnn(x, adj, None), 0 if layer is None else int(layer))
+        return layer_input(
+            self.gnn, lambda: self.gnn(x, adj, None), 0 if layer is None else int(layer)
+        )
 
 
 def load_trained_model(run_dir: Path, map_location: str = "cpu") -> TrainedModel:
@@ -98,8 +119,11 @@ def load_trained_model(run_dir: Path, map_location: str = "cpu") -> TrainedModel
     run_dir = Path(run_dir)
     weights, card_path = run_dir / MODEL_WEIGHTS, run_dir / MODEL_CARD
     if not weights.is_file() or not card_path.is_file():
-        raise GnnTrainError(f"{run_dir}: no {MODEL_WEIGHTS}/{MODEL_CARD} here. A run writes them when it completes; "
-                            f"give the run's own directory (the one with summary.json).")
+        raise GnnTrainError(
+            f"{run_dir}: no {MODEL_WEIGHTS}/{MODEL_CARD} here. A run writes them when it "
+            "completes; "
+            f"give the run's own directory (the one with summary.json)."
+        )
     card = yaml.safe_load(card_path.read_text())
     fields = dict(card["spec"])
     options = dict(fields.pop("layer_options", None) or [])
@@ -112,11 +136,14 @@ def load_trained_model(run_dir: Path, map_location: str = "cpu") -> TrainedModel
 
 
 def load_weights(model: nn.Module, path: str) -> None:
-    """A run's ``model.pt`` (a state dict) or a checkpoint (``{"model": state dict, ...}``) into ``model``."""
+    """A run's ``model.pt`` (a state dict) or a checkpoint (``{"model": state dict, ...}``) into
+    ``model``."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise GnnTrainError(f"predict: cannot read the weights {path} ({type(exc).__name__}: {exc}).") from None
+        raise GnnTrainError(
+            f"predict: cannot read the weights {path} ({type(exc).__name__}: {exc})."
+        ) from None
     if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
         state = state["model"]
     try:
@@ -124,13 +151,19 @@ def load_weights(model: nn.Module, path: str) -> None:
     except RuntimeError as exc:
         lines = str(exc).strip().splitlines()
         why = lines[-1].strip() if lines else str(exc)
-        raise GnnTrainError(f"predict: the weights in {path} do not fit this model ({why}). Predict with the run's "
-                            f"own model options, on a graph with the same feature width and classes.") from None
+        raise GnnTrainError(
+            f"predict: the weights in {path} do not fit this model ({why}). Predict with the run's "
+            f"own model options, on a graph with the same feature width and classes."
+        ) from None
 
 
-def rows_output(model: nn.Module, forward: Callable[[], torch.Tensor], what: str, layer: int) -> torch.Tensor:
-    """The rows ``forward()`` computes, as logits, probabilities, labels or the input of layer ``layer``
-    (embeddings; default the last layer's input). Embeddings run the same forward with the layer stack cut
+def rows_output(
+    model: nn.Module, forward: Callable[[], torch.Tensor], what: str, layer: int
+) -> torch.Tensor:
+    """The rows ``forward()`` computes, as logits, probabilities, labels or the input of layer
+    ``layer``
+    (embeddings; default the last layer's input). Embeddings run the same forward with the layer
+    stack cut
     after layer ``layer`` - 1, so every mode computes them in its own layout."""
     if what != "embeddings":
         logits = forward()

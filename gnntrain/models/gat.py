@@ -1,4 +1,5 @@
 """One-head GAT (Velickovic et al., Graph Attention Networks, Eqs. 1-4)."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -20,13 +21,18 @@ class GATLayer(nn.Module):
     modes that split the graph call :meth:`attend` on their own row blocks.
     """
 
-    aggregate_first = True  # attention scores read the layer's input rows (the estimates' layer order)
+    aggregate_first = (
+        True  # attention scores read the layer's input rows (the estimates' layer order)
+    )
 
     def __init__(self, d_in: int, d_out: int, negative_slope: float = 0.2, heads: int = 1):
-        """``model.negative_slope``: the LeakyReLU slope of the attention scores; ``model.heads``: one
+        """``model.negative_slope``: the LeakyReLU slope of the attention scores; ``model.heads``:
+        one
         (the only count this layer implements)."""
         if heads != 1:
-            raise ValueError(f"{heads} heads asked for; the GAT layer here has one head. Fix: use model.heads=1")
+            raise ValueError(
+                f"{heads} heads asked for; the GAT layer here has one head. Fix: use model.heads=1"
+            )
         super().__init__()
         self.fc = nn.Linear(d_in, d_out, bias=False)
         self.attn_l = nn.Parameter(torch.empty(1, d_out))
@@ -40,8 +46,13 @@ class GATLayer(nn.Module):
     def comm_width(self) -> int:
         return self.fc.weight.shape[1]
 
-    def attend(self, h_src: torch.Tensor, dst: torch.Tensor, src: torch.Tensor,
-               dst_rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def attend(
+        self,
+        h_src: torch.Tensor,
+        dst: torch.Tensor,
+        src: torch.Tensor,
+        dst_rows: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         """Attention-weighted sum into the destinations; ``src`` indexes ``h_src``, ``dst``
         the destinations, whose own rows are ``h_src[dst_rows]`` (all of ``h_src`` if None)."""
         z = self.fc(h_src)
@@ -51,7 +62,9 @@ class GATLayer(nn.Module):
         e = F.leaky_relu(el[src] + er[dst], self.negative_slope)
         num_dst = z_dst.shape[0]
         e_max = torch.full((num_dst,), float("-inf"), dtype=e.dtype, device=e.device)
-        e_max = e_max.scatter_reduce(0, dst, e.detach(), "amax")  # a shift: softmax is invariant to it
+        e_max = e_max.scatter_reduce(
+            0, dst, e.detach(), "amax"
+        )  # a shift: softmax is invariant to it
         w = torch.exp(e - e_max[dst])
         denom = torch.zeros(num_dst, dtype=e.dtype, device=e.device).index_add(0, dst, w)
         alpha = (w / denom[dst]).unsqueeze(1)
@@ -65,6 +78,12 @@ class GATLayer(nn.Module):
         return z + self.bias
 
 
-register_model(ModelFamily(
-    name="gat", layer=GATLayer, normalization="sum", elementwise=False,
-    description="h'_v = sum_u alpha_uv W h_u + b, one head"))
+register_model(
+    ModelFamily(
+        name="gat",
+        layer=GATLayer,
+        normalization="sum",
+        elementwise=False,
+        description="h'_v = sum_u alpha_uv W h_u + b, one head",
+    )
+)

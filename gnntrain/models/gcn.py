@@ -1,4 +1,5 @@
 """GCN (Kipf & Welling, Semi-Supervised Classification with Graph Convolutional Networks, Eq. 2)."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -24,14 +25,23 @@ class GCNLayer(nn.Module):
     def comm_width(self) -> int:
         return self.weight.shape[0] if self.aggregate_first else self.weight.shape[1]
 
-    def aggregate(self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def aggregate(
+        self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         return agg(h) if self.aggregate_first else agg(h @ self.weight)
 
     def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        # addmm adds the bias into the product's own output: no second pass, no second N x d_out tensor
+        # addmm adds the bias into the product's own output: no second pass, no second N x d_out
+        # tensor
         return torch.addmm(self.bias, z, self.weight) if self.aggregate_first else z + self.bias
 
 
-register_model(ModelFamily(
-    name="gcn", layer=GCNLayer, normalization="gcn",
-    linear=True, description="h' = D^-1/2 (A+I) D^-1/2 h W + b"))
+register_model(
+    ModelFamily(
+        name="gcn",
+        layer=GCNLayer,
+        normalization="gcn",
+        linear=True,
+        description="h' = D^-1/2 (A+I) D^-1/2 h W + b",
+    )
+)

@@ -6,11 +6,18 @@ GCN's own (one weight matrix and a bias, either order); only the family differs:
 normalisation (1/in-degree, self-loops from ``model.self_loop``). One module plus
 ``configs/model/gcn_rw.yaml``: the modes ask the family what they need.
 """
+
 from __future__ import annotations
 
 from gnntrain.models.gcn import GCNLayer
 from gnntrain.models.registry import ModelFamily, register_model
 
-register_model(ModelFamily(
-    name="gcn_rw", layer=GCNLayer, normalization="mean",
-    linear=True, description="h' = D^-1 (A+I) h W + b"))
+register_model(
+    ModelFamily(
+        name="gcn_rw",
+        layer=GCNLayer,
+        normalization="mean",
+        linear=True,
+        description="h' = D^-1 (A+I) h W + b",
+    )
+)

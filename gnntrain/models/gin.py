@@ -1,4 +1,5 @@
 """GIN (Xu et al., How Powerful are Graph Neural Networks?, Eq. 4.1)."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -14,7 +15,8 @@ class GINLayer(nn.Module):
     """h' = MLP((1+ε)·h + Σ_{u∈N(v)} h_u) (Xu et al.); ε lives on the aggregation side."""
 
     def __init__(self, d_in: int, d_out: int, eps_learnable: bool = True):
-        """``eps_learnable`` (``model.eps_learnable``): ε is a parameter (GIN-ε) rather than fixed at 0 (GIN-0)."""
+        """``eps_learnable`` (``model.eps_learnable``): ε is a parameter (GIN-ε) rather than fixed
+        at 0 (GIN-0)."""
         super().__init__()
         eps = torch.zeros(1)
         if eps_learnable:
@@ -26,7 +28,9 @@ class GINLayer(nn.Module):
     def comm_width(self) -> int:
         return self.mlp[0].weight.shape[1]
 
-    def aggregate(self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def aggregate(
+        self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         """``rows``: when ``agg`` yields only these destination rows (MoP's pipeline chunks)."""
         return self.self_term(h if rows is None else h[rows]) + agg(h)
 
@@ -39,6 +43,12 @@ class GINLayer(nn.Module):
         return self.mlp(z)
 
 
-register_model(ModelFamily(
-    name="gin", layer=GINLayer, normalization="sum",
-    self_row=True, description="h' = MLP((1+eps) h + sum(h_N))"))
+register_model(
+    ModelFamily(
+        name="gin",
+        layer=GINLayer,
+        normalization="sum",
+        self_row=True,
+        description="h' = MLP((1+eps) h + sum(h_N))",
+    )
+)

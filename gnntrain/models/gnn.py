@@ -13,6 +13,7 @@ network with the same parameters (the exactness tests rely on it). Dropout
 masks are a hash of (seed, epoch, layer, global row, column), so every mode
 drops the same entries while drawing only the rows it holds.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,11 +36,18 @@ class ModelSpec:
     out_dim: int
     layers: int
     dropout: float
-    aggregate_first: Optional[bool] = None  # GCN and SAGE; None = DGL's rule (aggregate unless narrowing)
-    layer_options: Tuple[Tuple[str, Any], ...] = ()  # the model's own options (ModelFamily.option_parameters)
-    # > 0: a learnable label embedding for label-propagation rows (SuperGCN §2 and §3 Eq. (5); docs/design.md#supergcn)
+    aggregate_first: Optional[bool] = (
+        None  # GCN and SAGE; None = DGL's rule (aggregate unless narrowing)
+    )
+    layer_options: Tuple[
+        Tuple[str, Any], ...
+    ] = ()  # the model's own options (ModelFamily.option_parameters)
+    # > 0: a learnable label embedding for label-propagation rows (SuperGCN §2 and §3 Eq. (5);
+    # docs/design.md#supergcn)
     label_classes: int = 0
-    norm: str = "none"  # "layer": LayerNorm on each hidden layer's output, before its relu (row-local)
+    norm: str = (
+        "none"  # "layer": LayerNorm on each hidden layer's output, before its relu (row-local)
+    )
     target: Optional[str] = None  # name "custom": the user's layer class (gnntrain.models.custom)
 
     @property
@@ -85,7 +93,8 @@ def row_hash_keep_mask(rows: torch.Tensor, width: int, stream: int, p: float) ->
 
 
 def torch_keep_mask(rows: torch.Tensor, width: int, stream: int, threshold: int) -> torch.Tensor:
-    """:func:`row_hash_keep_mask` in tensor operations, on any device (``threshold``: its signed 32-bit cut)."""
+    """:func:`row_hash_keep_mask` in tensor operations, on any device (``threshold``: its signed
+    32-bit cut)."""
     rows = rows.to(torch.int64)
     row_key = _mix64(rows * _signed(0x9E3779B97F4A7C15, 64) + stream) >> 32
     cols = torch.arange(width, dtype=torch.int64, device=rows.device)
@@ -94,7 +103,9 @@ def torch_keep_mask(rows: torch.Tensor, width: int, stream: int, threshold: int)
     x.mul_(_signed(0x7FEB352D, 32))
     x.bitwise_xor_(_shift_right_logical(x, 15, 32))
     x.mul_(_signed(0x846CA68B, 32))
-    if threshold > (1 << 31) - 1:  # above every int32 (p within 2^-33 of 1): a scalar compare would wrap
+    if (
+        threshold > (1 << 31) - 1
+    ):  # above every int32 (p within 2^-33 of 1): a scalar compare would wrap
         return torch.zeros_like(x, dtype=torch.bool)
     return x >= threshold
 
@@ -107,8 +118,15 @@ class GlobalDropout:
     runs drop the same entries, and a rank's cost is its own rows, not the graph.
     """
 
-    def __init__(self, p: float, seed: int, num_global_nodes: int, global_ids: Optional[torch.Tensor]):
-        self.p, self.seed, self.num_global_nodes, self.global_ids = p, seed, num_global_nodes, global_ids
+    def __init__(
+        self, p: float, seed: int, num_global_nodes: int, global_ids: Optional[torch.Tensor]
+    ):
+        self.p, self.seed, self.num_global_nodes, self.global_ids = (
+            p,
+            seed,
+            num_global_nodes,
+            global_ids,
+        )
         self.epoch = 0
         self._on_device: Optional[torch.Tensor] = None  # global_ids on a GPU, for masks drawn there
 
@@ -116,10 +134,17 @@ class GlobalDropout:
         """A 63-bit key of (seed, epoch, layer)."""
         return int(derive_words(self.seed, Stream.dropout, self.epoch, layer)[0]) >> 1
 
-    def keep_mask(self, width: int, layer: int, rows: Optional[slice] = None,
-                  device: Optional[torch.device] = None) -> torch.Tensor:
-        """The boolean keep mask of this epoch and layer for the held rows (``rows``: a slice of them), drawn on
-        ``device`` (the host by default; on a GPU the tensor formula draws it there, the same bits, instead of
+    def keep_mask(
+        self,
+        width: int,
+        layer: int,
+        rows: Optional[slice] = None,
+        device: Optional[torch.device] = None,
+    ) -> torch.Tensor:
+        """The boolean keep mask of this epoch and layer for the held rows (``rows``: a slice of
+        them), drawn on
+        ``device`` (the host by default; on a GPU the tensor formula draws it there, the same bits,
+        instead of
         drawing on the host and copying)."""
         return row_hash_keep_mask(self._rows(rows, device), width, self.stream(layer), self.p)
 
@@ -138,7 +163,9 @@ class GlobalDropout:
 
     def for_rows(self, rows: slice) -> "GlobalDropout":
         """The same masks, for a slice of the held rows (a pipeline chunk's)."""
-        held = self.global_ids if self.global_ids is not None else torch.arange(self.num_global_nodes)
+        held = (
+            self.global_ids if self.global_ids is not None else torch.arange(self.num_global_nodes)
+        )
         view = GlobalDropout(self.p, self.seed, self.num_global_nodes, held[rows])
         view.epoch = self.epoch
         return view
@@ -161,28 +188,40 @@ class GNN(nn.Module):
 
         family = model_family(spec.name, spec.target)
         options = dict(spec.layer_options)
-        layers: List[nn.Module] = [family.build(d_in, d_out, spec.aggregate_first, options)
-                                   for d_in, d_out in zip(dims[:-1], dims[1:])]
+        layers: List[nn.Module] = [
+            family.build(d_in, d_out, spec.aggregate_first, options)
+            for d_in, d_out in zip(dims[:-1], dims[1:])
+        ]
         self.layers = nn.ModuleList(layers)
-        # LayerNorm normalises each row on its own, so a mode holding any subset of the rows computes the
-        # same values; its initial weights are constants (no random draw, the layers keep their init)
-        self.norms = nn.ModuleList(nn.LayerNorm(d) for d in dims[1:-1]) if spec.norm == "layer" else None
+        # LayerNorm normalises each row on its own, so a mode holding any subset of the rows
+        # computes the
+        # same values; its initial weights are constants (no random draw, the layers keep their
+        # init)
+        self.norms = (
+            nn.ModuleList(nn.LayerNorm(d) for d in dims[1:-1]) if spec.norm == "layer" else None
+        )
         if spec.label_classes:  # created last, so models without it keep their initial weights
             self.label_embedding = nn.Parameter(torch.empty(spec.label_classes, spec.in_dim))
             nn.init.xavier_uniform_(self.label_embedding)
         else:
             self.label_embedding = None
 
-    def with_label_inputs(self, x: torch.Tensor, labels: torch.Tensor,
-                          mask: Optional[torch.Tensor]) -> torch.Tensor:
-        """x + Y·W_embed on the label-propagation rows (``mask``); other rows' labels are never read."""
+    def with_label_inputs(
+        self, x: torch.Tensor, labels: torch.Tensor, mask: Optional[torch.Tensor]
+    ) -> torch.Tensor:
+        """x + Y·W_embed on the label-propagation rows (``mask``); other rows' labels are never
+        read."""
         if mask is None or self.label_embedding is None:
             return x
         rows = mask.nonzero().flatten()
         return x.index_add(0, rows, self.label_embedding[labels[rows]])
 
-    def forward(self, x: torch.Tensor, agg: Aggregate, dropout: Optional[GlobalDropout] = None) -> torch.Tensor:
-        return run_layers(self, x, lambda i, layer, h: layer.update(h, layer.aggregate(h, agg)), dropout)
+    def forward(
+        self, x: torch.Tensor, agg: Aggregate, dropout: Optional[GlobalDropout] = None
+    ) -> torch.Tensor:
+        return run_layers(
+            self, x, lambda i, layer, h: layer.update(h, layer.aggregate(h, agg)), dropout
+        )
 
     def comm_widths(self) -> List[int]:
         """Feature width each layer hands to its aggregation (what a halo carries)."""
@@ -194,18 +233,23 @@ class GNN(nn.Module):
 
 
 Dropout = Callable[[torch.Tensor, int], torch.Tensor]  # (h, layer index) -> h with dropout applied
-LayerStep = Callable[[int, nn.Module, torch.Tensor], torch.Tensor]  # (index, layer, input) -> output
+LayerStep = Callable[
+    [int, nn.Module, torch.Tensor], torch.Tensor
+]  # (index, layer, input) -> output
 
 
-def hidden_activation(h: torch.Tensor, layer: int, dropout: Optional[Dropout] = None,
-                      norm: Optional[nn.Module] = None) -> torch.Tensor:
+def hidden_activation(
+    h: torch.Tensor, layer: int, dropout: Optional[Dropout] = None, norm: Optional[nn.Module] = None
+) -> torch.Tensor:
     """The input of layer ``layer`` > 0: the previous layer's output, normalised (``model.norm``),
     through relu, then dropout."""
     h = torch.relu(h if norm is None else norm(h))
     return h if dropout is None else dropout(h, layer)
 
 
-def run_layers(model: nn.Module, x: torch.Tensor, step: LayerStep, dropout: Optional[Dropout] = None) -> torch.Tensor:
+def run_layers(
+    model: nn.Module, x: torch.Tensor, step: LayerStep, dropout: Optional[Dropout] = None
+) -> torch.Tensor:
     """The layer stack every mode runs: ``step`` computes each layer (aggregate + update in
     the mode's own layout), :func:`hidden_activation` sits between layers; dropout only
     while ``model.training``."""
@@ -218,14 +262,18 @@ def run_layers(model: nn.Module, x: torch.Tensor, step: LayerStep, dropout: Opti
 
 
 def layer_input(model: GNN, forward: Callable[[], torch.Tensor], layer: int) -> torch.Tensor:
-    """The input of layer ``layer`` (1..layers-1; 0 or less: the last layer's), computed by ``forward()`` with the
-    layer stack cut after layer ``layer`` - 1 and the hidden activation applied: any forward that runs
+    """The input of layer ``layer`` (1..layers-1; 0 or less: the last layer's), computed by
+    ``forward()`` with the
+    layer stack cut after layer ``layer`` - 1 and the hidden activation applied: any forward that
+    runs
     ``model.layers`` (a mode's own layout, or a plain adjacency) yields the embeddings that way."""
     layers = model.layers
     depth = len(layers)
     k = depth - 1 if layer <= 0 else int(layer)
     if not 1 <= k <= depth - 1:
-        raise ValueError(f"embeddings are the inputs of layers 1..{depth - 1} (this model has {depth} layers)")
+        raise ValueError(
+            f"embeddings are the inputs of layers 1..{depth - 1} (this model has {depth} layers)"
+        )
     model.layers = nn.ModuleList(list(layers)[:k])
     try:
         h = forward()

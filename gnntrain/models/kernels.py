@@ -12,7 +12,8 @@ weighted kernel.
 Three interchangeable SpMM paths behind :class:`SparseAdjacency`:
 
 * ``native``: gnntrain's own CPU kernel (:mod:`gnntrain.models._native`; C compiled at first
-  use, or numba where no compiler works): scale → SpMM → scale fused in one pass, forward and backward;
+  use, or numba where no compiler works): scale → SpMM → scale fused in one pass, forward and
+  backward;
 * ``dgl``: DGL's ``copy_u_sum`` / ``u_mul_e_sum`` on a bipartite block
   (CPU only: DGL from PyPI has no CUDA build; the ``dgl`` extra);
 * ``torch``: torch-native CSR SpMM with a prebuilt transpose for backward
@@ -22,6 +23,7 @@ Three interchangeable SpMM paths behind :class:`SparseAdjacency`:
 on a graph of the run's average degree, feature width, dtype and thread
 count, and caches the result per host. DGL is imported lazily.
 """
+
 from __future__ import annotations
 
 import copy
@@ -42,7 +44,9 @@ from gnntrain.backends import dgl_available
 from gnntrain.models._native import NativeSpmm
 
 KERNELS = ("dgl", "native", "torch")
-SPMM_CALLS: Counter = Counter()  # SpMMs run in this process by path: "unweighted" (row scales) | "weighted"
+SPMM_CALLS: Counter = (
+    Counter()
+)  # SpMMs run in this process by path: "unweighted" (row scales) | "weighted"
 
 
 def kernel_problem(kernel: str, device: str, dtype: torch.dtype) -> Optional[str]:
@@ -62,25 +66,45 @@ def kernel_problem(kernel: str, device: str, dtype: torch.dtype) -> Optional[str
         if device != "cpu":
             return "the native kernel is CPU-only (on CUDA, torch's CSR path runs cuSPARSE)"
         if dtype not in SUPPORTED_DTYPES:
-            return f"the native kernel computes in float32 or float64, not {str(dtype).replace('torch.', '')}"
+            name = str(dtype).replace("torch.", "")
+            return f"the native kernel computes in float32 or float64, not {name}"
         problem = native_problem()
         if problem is not None:
             return problem
     try:
-        adj = SparseAdjacency(torch.tensor([0, 1]), torch.tensor([1, 0]), torch.ones(2, dtype=torch.float64),
-                              2, 2, kernel=kernel, device=torch.device(device))
+        adj = SparseAdjacency(
+            torch.tensor([0, 1]),
+            torch.tensor([1, 0]),
+            torch.ones(2, dtype=torch.float64),
+            2,
+            2,
+            kernel=kernel,
+            device=torch.device(device),
+        )
         adj.spmm(torch.ones(2, 1, dtype=dtype, device=device))
     except Exception as exc:  # the build's own refusal, e.g. "not implemented for 'Half'"
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return f"the {kernel} kernel does not support {str(dtype).replace('torch.', '')} on {device}: {first_line}"
+        name = str(dtype).replace("torch.", "")
+        return f"the {kernel} kernel does not support {name} on {device}: {first_line}"
     return None
 
 
-def _unit_csr(rows: torch.Tensor, cols: torch.Tensor, values: Optional[torch.Tensor], shape: Tuple[int, int],
-              dtype: torch.dtype) -> torch.Tensor:
+def _unit_csr(
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    values: Optional[torch.Tensor],
+    shape: Tuple[int, int],
+    dtype: torch.dtype,
+) -> torch.Tensor:
     """CSR of (rows, cols) with ``values`` (ones if None); duplicate entries are summed."""
-    vals = torch.ones(rows.numel(), dtype=dtype, device=rows.device) if values is None else values.to(dtype)
-    coo = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, shape, check_invariants=False).coalesce()
+    vals = (
+        torch.ones(rows.numel(), dtype=dtype, device=rows.device)
+        if values is None
+        else values.to(dtype)
+    )
+    coo = torch.sparse_coo_tensor(
+        torch.stack([rows, cols]), vals, shape, check_invariants=False
+    ).coalesce()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         return coo.to_sparse_csr()
@@ -90,21 +114,29 @@ class _CsrSpmm(torch.autograd.Function):
     """y = A·x with dL/dx = Aᵀ·dL/dy; A and Aᵀ are prebuilt CSR tensors."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, a: torch.Tensor, a_t: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    # type: ignore[override]
+    def forward(ctx, x: torch.Tensor, a: torch.Tensor, a_t: torch.Tensor) -> torch.Tensor:
         ctx.a_t = a_t
         return a @ x
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
-        a_t = ctx.a_t() if callable(ctx.a_t) else ctx.a_t  # a streamed adjacency builds it on demand
+        a_t = (
+            ctx.a_t() if callable(ctx.a_t) else ctx.a_t
+        )  # a streamed adjacency builds it on demand
         return a_t.to(grad_out.device) @ grad_out.contiguous(), None, None
 
 
-def _row_scale(index: torch.Tensor, per_edge: torch.Tensor, rows: int) -> Tuple[bool, Optional[torch.Tensor]]:
-    """The per-row factor behind ``per_edge`` (indexed by ``index``): (consistent, scale or None if all ones)."""
+def _row_scale(
+    index: torch.Tensor, per_edge: torch.Tensor, rows: int
+) -> Tuple[bool, Optional[torch.Tensor]]:
+    """The per-row factor behind ``per_edge`` (indexed by ``index``): (consistent, scale or None if
+    all ones)."""
     if per_edge.numel() == 0 or bool((per_edge == 1).all()):
         return True, None
-    scale = torch.zeros(rows, dtype=per_edge.dtype, device=per_edge.device).index_put_((index,), per_edge)
+    scale = torch.zeros(rows, dtype=per_edge.dtype, device=per_edge.device).index_put_(
+        (index,), per_edge
+    )
     return bool(torch.equal(scale[index], per_edge)), scale
 
 
@@ -119,12 +151,22 @@ class SparseAdjacency:
     two row scales; otherwise their products take the weighted one.
     """
 
-    def __init__(self, dst: torch.Tensor, src: torch.Tensor, weight: torch.Tensor,
-                 num_dst: int, num_src: int, kernel: str = "torch", device: Optional[torch.device] = None):
+    def __init__(
+        self,
+        dst: torch.Tensor,
+        src: torch.Tensor,
+        weight: torch.Tensor,
+        num_dst: int,
+        num_src: int,
+        kernel: str = "torch",
+        device: Optional[torch.device] = None,
+    ):
         self.device = device or torch.device("cpu")
         if kernel not in KERNELS:
-            raise ValueError(f"unknown kernel {kernel!r}; use one of {', '.join(KERNELS)} "
-                             "(the plan resolves auto)")
+            raise ValueError(
+                f"unknown kernel {kernel!r}; use one of {', '.join(KERNELS)} "
+                "(the plan resolves auto)"
+            )
         self.kernel = kernel
         self.num_dst, self.num_src = int(num_dst), int(num_src)
         self.num_edges = int(dst.numel())
@@ -143,40 +185,59 @@ class SparseAdjacency:
         if not self.separable:
             self._edge_weight = w
         self._by_dtype: Dict[torch.dtype, tuple] = {}
-        self._streamed: Dict[torch.dtype, tuple] = {}  # streamed_to's host-side operands, pinned on CUDA
+        self._streamed: Dict[
+            torch.dtype, tuple
+        ] = {}  # streamed_to's host-side operands, pinned on CUDA
         if self.kernel == "dgl":
             os.environ.setdefault("DGLBACKEND", "pytorch")
             import dgl
 
-            self._block = dgl.create_block((self._src, self._dst), num_src_nodes=self.num_src,
-                                           num_dst_nodes=self.num_dst)
+            self._block = dgl.create_block(
+                (self._src, self._dst), num_src_nodes=self.num_src, num_dst_nodes=self.num_dst
+            )
         self._native = None
         if self.kernel == "native":
             from gnntrain.models._native import NativeCsr
 
-            self._native = NativeCsr(self._dst, self._src, self.num_dst, self.num_src, self._edge_weight)
+            self._native = NativeCsr(
+                self._dst, self._src, self.num_dst, self.num_src, self._edge_weight
+            )
 
     def streamed_to(self, device: torch.device, dtype: torch.dtype) -> "SparseAdjacency":
-        """A torch-CSR copy of this adjacency on ``device`` whose operands were built here, on the host:
-        only the forward CSR and the row scales are copied (from pinned memory, asynchronously), so the
-        device never holds the edge lists, the COO or its sort buffers (HongTu §4: a chunk's topology
-        streams to the device with the chunk). The transposed CSR stays here; autograd copies it over
+        """A torch-CSR copy of this adjacency on ``device`` whose operands were built here, on the
+        host:
+        only the forward CSR and the row scales are copied (from pinned memory, asynchronously), so
+        the
+        device never holds the edge lists, the COO or its sort buffers (HongTu §4: a chunk's
+        topology
+        streams to the device with the chunk). The transposed CSR stays here; autograd copies it
+        over
         only if a backward pass through this SpMM asks for it."""
         edge_w = self._edge_weight
         if dtype not in self._streamed:
             self._require_edge_lists("streamed_to")
             csr = _unit_csr(self._dst, self._src, edge_w, (self.num_dst, self.num_src), dtype)
-            parts = (csr.crow_indices(), csr.col_indices(), csr.values(),
-                     *(None if s is None else s.to(dtype).unsqueeze(1) for s in (self._src_scale, self._dst_scale)))
+            parts = (
+                csr.crow_indices(),
+                csr.col_indices(),
+                csr.values(),
+                *(
+                    None if s is None else s.to(dtype).unsqueeze(1)
+                    for s in (self._src_scale, self._dst_scale)
+                ),
+            )
             if device.type == "cuda":
                 parts = tuple(None if t is None else t.pin_memory() for t in parts)
             self._streamed[dtype] = parts
-        crow, col, val, src_scale, dst_scale = (None if t is None else t.to(device, non_blocking=True)
-                                                for t in self._streamed[dtype])
+        crow, col, val, src_scale, dst_scale = (
+            None if t is None else t.to(device, non_blocking=True) for t in self._streamed[dtype]
+        )
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
             warnings.filterwarnings("ignore", message="Sparse invariant checks")
-            a = torch.sparse_csr_tensor(crow, col, val, (self.num_dst, self.num_src), check_invariants=False)
+            a = torch.sparse_csr_tensor(
+                crow, col, val, (self.num_dst, self.num_src), check_invariants=False
+            )
         moved = copy.copy(self)
         moved.device, moved.kernel, moved._dst, moved._src = device, "torch", None, None
         moved._streamed, moved._native = {}, None
@@ -190,6 +251,7 @@ class SparseAdjacency:
     def _operands(self, dtype: torch.dtype) -> tuple:
         """(src scale column, dst scale column, edge weights, CSR pair) in ``dtype``, built once."""
         if dtype not in self._by_dtype:
+
             def col(s):
                 if s is None:
                     return None
@@ -199,8 +261,10 @@ class SparseAdjacency:
             edge_w = None if self._edge_weight is None else self._edge_weight.to(dtype)
             csr = None
             if self.kernel == "torch":
-                csr = (_unit_csr(self._dst, self._src, edge_w, (self.num_dst, self.num_src), dtype),
-                       _unit_csr(self._src, self._dst, edge_w, (self.num_src, self.num_dst), dtype))
+                csr = (
+                    _unit_csr(self._dst, self._src, edge_w, (self.num_dst, self.num_src), dtype),
+                    _unit_csr(self._src, self._dst, edge_w, (self.num_src, self.num_dst), dtype),
+                )
             self._by_dtype[dtype] = (col(self._src_scale), col(self._dst_scale), edge_w, csr)
         return self._by_dtype[dtype]
 
@@ -213,8 +277,10 @@ class SparseAdjacency:
         return self._dst, self._src
 
     def release_edge_lists(self) -> bool:
-        """Drop the COO edge lists and per-edge weights where the kernel holds its own copy of the graph (the
-        native CSR pair with its row scales): about 24 bytes per edge that training never reads again. After
+        """Drop the COO edge lists and per-edge weights where the kernel holds its own copy of the
+        graph (the
+        native CSR pair with its row scales): about 24 bytes per edge that training never reads
+        again. After
         this only :meth:`spmm` works. Returns whether they were released."""
         if self.kernel != "native" or self._native is None:
             return False
@@ -223,8 +289,10 @@ class SparseAdjacency:
 
     def _require_edge_lists(self, what: str) -> None:
         if self._dst is None and self.kernel == "native":
-            raise RuntimeError(f"SparseAdjacency.{what}: the edge lists were released (release_edge_lists); "
-                               "keep them where edges are read again")
+            raise RuntimeError(
+                f"SparseAdjacency.{what}: the edge lists were released (release_edge_lists); "
+                "keep them where edges are read again"
+            )
 
     def spmm(self, h: torch.Tensor) -> torch.Tensor:
         if h.shape[0] != self.num_src:
@@ -238,11 +306,16 @@ class SparseAdjacency:
         if self.kernel == "dgl":
             import dgl
 
-            out = (dgl.ops.copy_u_sum(self._block, h) if edge_w is None
-                   else dgl.ops.u_mul_e_sum(self._block, h, edge_w.unsqueeze(-1)))
+            out = (
+                dgl.ops.copy_u_sum(self._block, h)
+                if edge_w is None
+                else dgl.ops.u_mul_e_sum(self._block, h, edge_w.unsqueeze(-1))
+            )
         else:
             out = _CsrSpmm.apply(h, *csr)
-        return out if dst_scale is None else out.mul_(dst_scale)  # out is fresh and no backward reads it
+        return (
+            out if dst_scale is None else out.mul_(dst_scale)
+        )  # out is fresh and no backward reads it
 
     def flops(self, width: int) -> int:
         """Multiply-adds of one SpMM at feature width ``width`` (2 per edge and column)."""
@@ -257,24 +330,45 @@ class KernelChoice:
     probe: str  # what was timed
 
     def describe(self) -> str:
-        times = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in sorted(self.seconds.items(), key=lambda kv: kv[1]))
+        times = ", ".join(
+            f"{k} {v * 1e3:.1f} ms" for k, v in sorted(self.seconds.items(), key=lambda kv: kv[1])
+        )
         return f"kernel=auto measured {times} ({self.probe})"
 
 
-def probe_graph(num_nodes: int, avg_degree: float, seed: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+def probe_graph(
+    num_nodes: int, avg_degree: float, seed: int = 0
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """(src, dst) of a uniform random graph with ``avg_degree`` edges per node: what the kernel and
     calibration probes time SpMM on."""
     gen = torch.Generator().manual_seed(seed)
     num_edges = max(1, int(num_nodes * avg_degree))
-    return (torch.randint(0, num_nodes, (num_edges,), generator=gen),
-            torch.randint(0, num_nodes, (num_edges,), generator=gen))
+    return (
+        torch.randint(0, num_nodes, (num_edges,), generator=gen),
+        torch.randint(0, num_nodes, (num_edges,), generator=gen),
+    )
 
 
-def time_kernel(kernel: str, dst: torch.Tensor, src: torch.Tensor, num_nodes: int, width: int,
-                dtype: torch.dtype, device: torch.device, reps: int = 3) -> float:
+def time_kernel(
+    kernel: str,
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    num_nodes: int,
+    width: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    reps: int = 3,
+) -> float:
     """Best-of-``reps`` seconds of one unweighted SpMM forward and backward (after one warm-up)."""
-    adj = SparseAdjacency(dst, src, torch.ones(dst.numel(), 2, dtype=torch.float64), num_nodes, num_nodes,
-                          kernel=kernel, device=device)
+    adj = SparseAdjacency(
+        dst,
+        src,
+        torch.ones(dst.numel(), 2, dtype=torch.float64),
+        num_nodes,
+        num_nodes,
+        kernel=kernel,
+        device=device,
+    )
     h = torch.randn(num_nodes, width, dtype=dtype, device=device, requires_grad=True)
     grad = torch.ones(num_nodes, width, dtype=dtype, device=device)
 
@@ -306,10 +400,25 @@ def _cache_key(device: str, dtype: str, threads: int, degree_bucket: int, width:
         dgl_version = dgl.__version__
     from gnntrain.models._native import native_version
 
-    name = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine()
-    return "|".join([f"probe {PROBE_ROUNDS} rounds", f"torch {torch.__version__}", f"dgl {dgl_version}",
-                     f"native {native_version()}", device, name, dtype,
-                     f"threads {threads}", f"degree~{degree_bucket}", f"width {width}"])
+    name = (
+        torch.cuda.get_device_name()
+        if device == "cuda"
+        else platform.processor() or platform.machine()
+    )
+    return "|".join(
+        [
+            f"probe {PROBE_ROUNDS} rounds",
+            f"torch {torch.__version__}",
+            f"dgl {dgl_version}",
+            f"native {native_version()}",
+            device,
+            name,
+            dtype,
+            f"threads {threads}",
+            f"degree~{degree_bucket}",
+            f"width {width}",
+        ]
+    )
 
 
 def _read_cache(cache_file: Path) -> Dict[str, dict]:
@@ -322,20 +431,32 @@ def _read_cache(cache_file: Path) -> Dict[str, dict]:
     except OSError:
         return {}
     except ValueError as exc:
-        warnings.warn(f"kernel cache {cache_file} is corrupt ({exc}); re-measuring the kernels and rewriting it",
-                      stacklevel=2)
+        warnings.warn(
+            f"kernel cache {cache_file} is corrupt ({exc}); re-measuring the kernels and rewriting "
+            "it",
+            stacklevel=2,
+        )
         return {}
 
 
-PROBE_BUDGET_BYTES = 256 * 2**20  # the probe graph and its features: a wide or dense run shrinks the probe
+PROBE_BUDGET_BYTES = (
+    256 * 2**20
+)  # the probe graph and its features: a wide or dense run shrinks the probe
 PROBE_BYTES_PER_EDGE = 64  # src, dst, two float64 scales, and each kernel's CSR and transpose
 PROBE_MAX_EDGES = 2**20  # and never more than a second or so of SpMM per kernel
 PROBE_MAX_DEGREE = 1024  # rows denser than this time alike: one probe shape for all of them
 PROBE_ROUNDS = 2  # each kernel timed once per round, the order reversed in the second
 
 
-def choose_kernel(device: str, dtype: str, threads: int, avg_degree: float, width: int,
-                  cache_dir: Optional[Path] = None, probe_nodes: int = 50_000) -> KernelChoice:
+def choose_kernel(
+    device: str,
+    dtype: str,
+    threads: int,
+    avg_degree: float,
+    width: int,
+    cache_dir: Optional[Path] = None,
+    probe_nodes: int = 50_000,
+) -> KernelChoice:
     """Time every kernel that supports (device, dtype) on a random graph of ``probe_nodes`` nodes
     with the run's average degree and width, at ``threads`` intra-op threads; the fastest wins.
 
@@ -354,23 +475,37 @@ def choose_kernel(device: str, dtype: str, threads: int, avg_degree: float, widt
     candidates = [k for k in KERNELS if kernel_problem(k, device, torch_dtype) is None]
     if not candidates:
         raise ValueError(f"no sparse kernel supports {dtype} on {device}")
-    per_node = degree_bucket * PROBE_BYTES_PER_EDGE + width * torch_dtype.itemsize * 4  # x, out and their grads
-    probe_nodes = max(16, min(probe_nodes, PROBE_BUDGET_BYTES // per_node,  # never more than the budget
-                              PROBE_MAX_EDGES // degree_bucket))
+    per_node = (
+        degree_bucket * PROBE_BYTES_PER_EDGE + width * torch_dtype.itemsize * 4
+    )  # x, out and their grads
+    probe_nodes = max(
+        16,
+        min(
+            probe_nodes,
+            PROBE_BUDGET_BYTES // per_node,  # never more than the budget
+            PROBE_MAX_EDGES // degree_bucket,
+        ),
+    )
     src, dst = probe_graph(probe_nodes, float(degree_bucket))
     previous = torch.get_num_threads()
     torch.set_num_threads(max(1, int(threads)))
     try:
-        # rounds in alternating order, the best of each kernel's: a fresh process runs its first SpMMs up
+        # rounds in alternating order, the best of each kernel's: a fresh process runs its first
+        # SpMMs up
         # to 3x slower (its pages are new), so one pass in a fixed order favoured whichever ran last
         seconds: Dict[str, float] = {}
         for round_ in range(PROBE_ROUNDS):
-            for k in (candidates if round_ % 2 == 0 else candidates[::-1]):
-                t = time_kernel(k, dst, src, probe_nodes, width, torch_dtype, torch.device(device), reps=2)
+            for k in candidates if round_ % 2 == 0 else candidates[::-1]:
+                t = time_kernel(
+                    k, dst, src, probe_nodes, width, torch_dtype, torch.device(device), reps=2
+                )
                 seconds[k] = min(seconds.get(k, t), t)
     finally:
         torch.set_num_threads(previous)
-    probe = f"SpMM fwd+bwd, {probe_nodes} nodes, degree {degree_bucket}, width {width}, {threads} thread(s)"
+    probe = (
+        f"SpMM fwd+bwd, {probe_nodes} nodes, degree {degree_bucket}, width {width}, "
+        f"{threads} thread(s)"
+    )
     choice = KernelChoice(min(seconds, key=seconds.get), seconds, probe)
     if cache_file is not None:
         fresh = _read_cache(cache_file)  # again: another rank may have added a shape meanwhile

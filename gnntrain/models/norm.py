@@ -10,12 +10,15 @@ edges as before, and :class:`~gnntrain.models.kernels.SparseAdjacency` turns
 the factors back into two row scales around an unweighted SpMM (the form of
 DGL's ``GraphConv``).
 """
+
 from __future__ import annotations
 
 import torch
 
 
-def edge_weights(normalization: str, src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> torch.Tensor:
+def edge_weights(
+    normalization: str, src: torch.Tensor, dst: torch.Tensor, num_nodes: int
+) -> torch.Tensor:
     """float64 (E, 2) factors (src_scale[u], dst_scale[v]) per edge src→dst, for a model family's
     ``normalization`` (or a registered model's name, which stands for its family's):
 

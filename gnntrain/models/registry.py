@@ -18,6 +18,7 @@ The modes never switch on a model's name; they ask its family:
 bytes, update multiply-adds per row) that the plan, the cost models and HongTu read: it builds
 one throwaway layer per depth on the meta device, so the figures are the layers' own.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,10 +43,14 @@ MODE_SET_ARGUMENTS = ("aggregate_first",)
 class ModelFamily:
     """A model: its layer class and what the modes need to know of it.
 
-    The layer is built as ``layer(d_in, d_out, **options)``. Its constructor's arguments after the two
-    widths are the model's own options (PyG's rule: options are constructor arguments): ``model.<arg>``
-    in the config, typed and defaulted by the signature (:meth:`options_schema`), with nothing in the
-    shared :class:`~gnntrain.config.schema.ModelConfig`. ``aggregate_first``, where a layer takes it,
+    The layer is built as ``layer(d_in, d_out, **options)``. Its constructor's arguments after the
+    two
+    widths are the model's own options (PyG's rule: options are constructor arguments):
+    ``model.<arg>``
+    in the config, typed and defaulted by the signature (:meth:`options_schema`), with nothing in
+    the
+    shared :class:`~gnntrain.config.schema.ModelConfig`. ``aggregate_first``, where a layer takes
+    it,
     is the mode's layer order."""
 
     name: str
@@ -58,23 +63,42 @@ class ModelFamily:
     description: str = ""
 
     def option_parameters(self) -> Dict[str, inspect.Parameter]:
-        """The layer's own options: its constructor's arguments after ``d_in, d_out``, less the mode's."""
+        """The layer's own options: its constructor's arguments after ``d_in, d_out``, less the
+        mode's."""
         parameters = list(inspect.signature(self.layer).parameters.values())[2:]
-        return {p.name: p for p in parameters if p.name not in MODE_SET_ARGUMENTS
-                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        return {
+            p.name: p
+            for p in parameters
+            if p.name not in MODE_SET_ARGUMENTS and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        }
 
     def options_schema(self) -> type:
-        """``ModelConfig`` plus one field per layer option, typed and defaulted as the constructor says:
+        """``ModelConfig`` plus one field per layer option, typed and defaulted as the constructor
+        says:
         what ``configs/model/<name>.yaml`` extends (``<name>_schema``), so a misspelt or mistyped
         ``model.<option>`` is refused when the config composes."""
         hints = typing.get_type_hints(self.layer.__init__)
-        fields = [(name, hints.get(name, Any), dataclasses.field(
-            default=MISSING if p.default is p.empty else p.default)) for name, p in self.option_parameters().items()]
-        return dataclasses.make_dataclass(f"{self.name.title()}ModelConfig", fields, bases=(ModelConfig,))
+        fields = [
+            (
+                name,
+                hints.get(name, Any),
+                dataclasses.field(default=MISSING if p.default is p.empty else p.default),
+            )
+            for name, p in self.option_parameters().items()
+        ]
+        return dataclasses.make_dataclass(
+            f"{self.name.title()}ModelConfig", fields, bases=(ModelConfig,)
+        )
 
-    def build(self, d_in: int, d_out: int, aggregate_first: Optional[bool] = None,
-              options: Mapping[str, Any] = EMPTY) -> Any:
-        """One layer from ``d_in`` to ``d_out``: ``options`` are the model's (those the layer takes),
+    def build(
+        self,
+        d_in: int,
+        d_out: int,
+        aggregate_first: Optional[bool] = None,
+        options: Mapping[str, Any] = EMPTY,
+    ) -> Any:
+        """One layer from ``d_in`` to ``d_out``: ``options`` are the model's (those the layer
+        takes),
         ``aggregate_first`` the mode's layer order (None: aggregate unless the layer narrows)."""
         kwargs = {name: options[name] for name in self.option_parameters() if name in options}
         if "aggregate_first" in inspect.signature(self.layer).parameters:
@@ -82,7 +106,8 @@ class ModelFamily:
         return self.layer(int(d_in), int(d_out), **kwargs)
 
     def check_options(self, options: Mapping[str, Any]) -> None:
-        """One PlanError naming ``model.<option>`` where the layer refuses a value (it raises ValueError)."""
+        """One PlanError naming ``model.<option>`` where the layer refuses a value (it raises
+        ValueError)."""
         import torch
 
         try:
@@ -99,26 +124,44 @@ MODEL_REGISTRY: Registry[ModelFamily] = Registry("model")
 
 def register_model(family: ModelFamily) -> ModelFamily:
     if family.normalization not in NORMALIZATIONS:
-        raise ValueError(f"model {family.name}: normalization {family.normalization!r} is not one of {NORMALIZATIONS}")
+        raise ValueError(
+            f"model {family.name}: normalization {family.normalization!r} is not one of "
+            f"{NORMALIZATIONS}"
+        )
     from hydra.core.config_store import ConfigStore
 
     MODEL_REGISTRY.add(family.name, family)
-    ConfigStore.instance().store(group="model", name=f"{family.name}_schema", node=family.options_schema())
+    ConfigStore.instance().store(
+        group="model", name=f"{family.name}_schema", node=family.options_schema()
+    )
     return family
 
 
 def model_family(name: str, target: Optional[str] = None) -> ModelFamily:
-    """The family of model ``name`` (``custom``: the user's layer class ``target``); one PlanError otherwise."""
-    if name == "custom":  # the user's layer class, weighted by its normalization; the modes that re-lay out
-        from gnntrain.models.custom import resolve_layer_class  # the aggregation (not restructurable) refuse it
+    """The family of model ``name`` (``custom``: the user's layer class ``target``); one PlanError
+    otherwise."""
+    if (
+        name == "custom"
+    ):  # the user's layer class, weighted by its normalization; the modes that re-lay out
+        from gnntrain.models.custom import (
+            resolve_layer_class,
+        )  # the aggregation (not restructurable) refuse it
 
         cls = resolve_layer_class(target)
-        return ModelFamily(name="custom", layer=lambda d_in, d_out: cls(d_in, d_out),
-                           normalization=cls.normalization, restructurable=False, description=str(target))
+        return ModelFamily(
+            name="custom",
+            layer=lambda d_in, d_out: cls(d_in, d_out),
+            normalization=cls.normalization,
+            restructurable=False,
+            description=str(target),
+        )
     if name not in MODEL_REGISTRY:
-        raise PlanError("model", f"unknown model '{name}'.",
-                        f"use one of {', '.join(sorted(MODEL_REGISTRY))}, or model=custom "
-                        "model.target=pkg.module.Class (your own)")
+        raise PlanError(
+            "model",
+            f"unknown model '{name}'.",
+            f"use one of {', '.join(sorted(MODEL_REGISTRY))}, or model=custom "
+            "model.target=pkg.module.Class (your own)",
+        )
     return MODEL_REGISTRY[name]
 
 
@@ -132,9 +175,16 @@ class ModelShape:
     update_macs: Tuple[int, ...]  # multiply-adds of each layer's dense update, per row
 
 
-def describe_model(family: ModelFamily, dims: Sequence[int], dtype_bytes: int, preference: Optional[bool] = None,
-                   norm: str = "none", options: Mapping[str, Any] = EMPTY) -> ModelShape:
-    """The model's :class:`ModelShape`, from one layer per depth built on the meta device (no memory,
+def describe_model(
+    family: ModelFamily,
+    dims: Sequence[int],
+    dtype_bytes: int,
+    preference: Optional[bool] = None,
+    norm: str = "none",
+    options: Mapping[str, Any] = EMPTY,
+) -> ModelShape:
+    """The model's :class:`ModelShape`, from one layer per depth built on the meta device (no
+    memory,
     no random draws). Update MACs per row: the 2-D parameters' elements (each weight matrix is one
     multiply-add per entry per row)."""
     import torch
@@ -146,10 +196,16 @@ def describe_model(family: ModelFamily, dims: Sequence[int], dtype_bytes: int, p
             widths.append(int(layer.comm_width()))
             params += sum(p.numel() for p in layer.parameters())
             macs.append(sum(p.numel() for p in layer.parameters() if p.dim() >= 2))
-            if len(widths) == 1:  # a layer says whether it aggregates its input; else: its width tells
+            if (
+                len(widths) == 1
+            ):  # a layer says whether it aggregates its input; else: its width tells
                 aggregates_input = bool(getattr(layer, "aggregate_first", widths[0] == dims[0]))
     if norm == "layer":
-        params += sum(2 * d for d in dims[1:-1])  # LayerNorm's weight and bias on every hidden layer
-    first_has_grad = not aggregates_input  # aggregating the input features: nothing flows back through them
+        params += sum(
+            2 * d for d in dims[1:-1]
+        )  # LayerNorm's weight and bias on every hidden layer
+    first_has_grad = (
+        not aggregates_input
+    )  # aggregating the input features: nothing flows back through them
     grads = [w for i, w in enumerate(widths) if i > 0 or first_has_grad]
     return ModelShape(tuple(widths), tuple(grads), params * dtype_bytes, tuple(macs))

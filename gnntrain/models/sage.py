@@ -1,4 +1,6 @@
-"""GraphSAGE with the mean aggregator (Hamilton et al., Inductive Representation Learning on Large Graphs, Alg. 1)."""
+"""GraphSAGE with the mean aggregator (Hamilton et al., Inductive Representation Learning on Large
+Graphs, Alg. 1)."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -29,17 +31,29 @@ class SAGELayer(nn.Module):
         nn.init.xavier_uniform_(self.fc_neigh.weight, gain=gain)
 
     def comm_width(self) -> int:
-        return self.fc_self.weight.shape[1] if self.aggregate_first else self.fc_self.weight.shape[0]
+        return (
+            self.fc_self.weight.shape[1] if self.aggregate_first else self.fc_self.weight.shape[0]
+        )
 
-    def aggregate(self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def aggregate(
+        self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         return agg(h) if self.aggregate_first else agg(self.fc_neigh(h))
 
     def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        # b + h·W_self (+ z·W_neigh) as addmm's, each adding into its input: no separate passes for the sums
+        # b + h·W_self (+ z·W_neigh) as addmm's, each adding into its input: no separate passes for
+        # the sums
         out = torch.addmm(self.bias, h, self.fc_self.weight.t())
         return torch.addmm(out, z, self.fc_neigh.weight.t()) if self.aggregate_first else out + z
 
 
-register_model(ModelFamily(
-    name="sage", layer=SAGELayer, normalization="mean",
-    linear=True, self_row=True, description="h' = h W_self + mean(h_N) W_neigh + b"))
+register_model(
+    ModelFamily(
+        name="sage",
+        layer=SAGELayer,
+        normalization="mean",
+        linear=True,
+        self_row=True,
+        description="h' = h W_self + mean(h_N) W_neigh + b",
+    )
+)

@@ -1,4 +1,5 @@
-"""Parallelism modes. Each module here registers one :class:`~gnntrain.modes.spec.ModeSpec`; adding a
+"""Parallelism modes. Each module here registers one :class:`~gnntrain.modes.spec.ModeSpec`; adding
+a
 mode is one module plus one ``configs/mode/<name>.yaml``."""
 
 from __future__ import annotations
@@ -16,5 +17,14 @@ for _module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{_module.name}")
 
 
-__all__ = ["MODE_REGISTRY", "Capabilities", "CommEstimate", "ModePlanner", "ModeSpec", "Prepared", "RankShard",
-           "mode_spec", "register_mode"]
+__all__ = [
+    "MODE_REGISTRY",
+    "Capabilities",
+    "CommEstimate",
+    "ModePlanner",
+    "ModeSpec",
+    "Prepared",
+    "RankShard",
+    "mode_spec",
+    "register_mode",
+]

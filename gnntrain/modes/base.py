@@ -1,18 +1,24 @@
-"""The plan side of a mode (:class:`ModePlanner`) and what a mode hands its ranks (:class:`RankShard`,
+"""The plan side of a mode (:class:`ModePlanner`) and what a mode hands its ranks
+(:class:`RankShard`,
 :class:`Prepared`).
 
 A mode is registered as a :class:`~gnntrain.modes.spec.ModeSpec` (gnntrain/modes/spec.py): its name,
-options dataclass, capabilities, planner class, ``prepare`` function and ``strategy`` factory. It reads
+options dataclass, capabilities, planner class, ``prepare`` function and ``strategy`` factory. It
+reads
 its own options and the run's typed settings (:class:`~gnntrain.plan_types.RunSettings`), never the
 composed config, and takes part in three stages:
 
-1. **plan** (no processes yet): the planner's :meth:`ModePlanner.world_size`, :meth:`ModePlanner.validate`
+1. **plan** (no processes yet): the planner's :meth:`ModePlanner.world_size`,
+:meth:`ModePlanner.validate`
    and :meth:`ModePlanner.estimate` see only sizes (a :class:`~gnntrain.plan_types.PlanContext`);
-2. **prepare** (launcher process, or each rank under torchrun/srun): ``spec.prepare`` turns the loaded
-   :class:`GraphData` into one :class:`RankShard` of plain tensors (and the mode's typed payload) per rank;
+2. **prepare** (launcher process, or each rank under torchrun/srun): ``spec.prepare`` turns the
+loaded
+   :class:`GraphData` into one :class:`RankShard` of plain tensors (and the mode's typed payload)
+   per rank;
 3. **train** (in each rank): ``spec.strategy`` builds the rank's
    :class:`~gnntrain.modes.strategy.RankStrategy`, which the one epoch loop runs.
 """
+
 from __future__ import annotations
 
 import time
@@ -23,7 +29,15 @@ import torch
 
 from gnntrain.config.schema import option_value
 from gnntrain.errors import PlanError
-from gnntrain.modes.cost import CommEstimate, CostProfile, Estimate, Prediction, Work, local_work, price_estimate
+from gnntrain.modes.cost import (
+    CommEstimate,
+    CostProfile,
+    Estimate,
+    Prediction,
+    Work,
+    local_work,
+    price_estimate,
+)
 from gnntrain.modes.strategy import SPLITS
 from gnntrain.plan_types import MemoryEstimate, PlanContext, RunPlan, RunSettings, typed_section
 from gnntrain.sizing import estimate_memory, halo_rows, model_dims
@@ -57,7 +71,9 @@ class RankShard:
     global_ids: torch.Tensor
     edges: Sequence[torch.Tensor]
     payload: Any = None
-    label_input_mask: Optional[torch.Tensor] = None  # rows whose label is an input (label propagation)
+    label_input_mask: Optional[torch.Tensor] = (
+        None  # rows whose label is an input (label propagation)
+    )
 
 
 @dataclass
@@ -71,52 +87,101 @@ class ShardBuilder:
     """What every mode's prepare shares: the clock, the split counts over the whole graph, one
     :class:`RankShard` per rank from the rows it holds, and the summary's partition block."""
 
-    def __init__(self, data: "GraphData", world_size: int, masks: Optional[Dict[str, torch.Tensor]] = None):
+    def __init__(
+        self, data: "GraphData", world_size: int, masks: Optional[Dict[str, torch.Tensor]] = None
+    ):
         self.start = time.perf_counter()
         self.data, self.world_size = data, world_size
-        self.masks = dict(data.masks if masks is None else masks)  # a mode may hold some rows out (SuperGCN)
+        self.masks = dict(
+            data.masks if masks is None else masks
+        )  # a mode may hold some rows out (SuperGCN)
         self.counts = {s: int(self.masks[s].sum()) for s in SPLITS}
 
-    def shard(self, rank: int, rows: Optional[torch.Tensor], edges, payload: Any = None, counted: bool = True,
-              label_input_mask: Optional[torch.Tensor] = None) -> RankShard:
-        """Rank ``rank`` holding the global rows ``rows`` (None: every row, in order); ``counted``: this
+    def shard(
+        self,
+        rank: int,
+        rows: Optional[torch.Tensor],
+        edges,
+        payload: Any = None,
+        counted: bool = True,
+        label_input_mask: Optional[torch.Tensor] = None,
+    ) -> RankShard:
+        """Rank ``rank`` holding the global rows ``rows`` (None: every row, in order); ``counted``:
+        this
         rank counts its rows' loss and accuracy (one replica of a row does)."""
         data, masks = self.data, self.masks
         if rows is None:
-            features, labels, ids, held = data.features, data.labels, torch.arange(data.num_nodes), dict(masks)
+            features, labels, ids, held = (
+                data.features,
+                data.labels,
+                torch.arange(data.num_nodes),
+                dict(masks),
+            )
         else:
             features, labels, ids = data.features[rows], data.labels[rows], rows
-            held = {s: masks[s][rows] if counted else torch.zeros(rows.numel(), dtype=torch.bool) for s in SPLITS}
-        return RankShard(rank=rank, world_size=self.world_size, num_global_nodes=data.num_nodes,
-                         num_classes=data.num_classes, features=features, labels=labels, count_masks=held,
-                         global_counts=self.counts, global_ids=ids, edges=edges, payload=payload,
-                         label_input_mask=label_input_mask)
+            held = {
+                s: masks[s][rows] if counted else torch.zeros(rows.numel(), dtype=torch.bool)
+                for s in SPLITS
+            }
+        return RankShard(
+            rank=rank,
+            world_size=self.world_size,
+            num_global_nodes=data.num_nodes,
+            num_classes=data.num_classes,
+            features=features,
+            labels=labels,
+            count_masks=held,
+            global_counts=self.counts,
+            global_ids=ids,
+            edges=edges,
+            payload=payload,
+            label_input_mask=label_input_mask,
+        )
 
-    def prepared(self, shards: List[RankShard], part: Optional["Partitioning"] = None, partitioner: str = "",
-                 **figures: Any) -> Prepared:
-        """The shards, with the summary's partition block: the parts and, where ``part`` is given, its
-        cut and volumes (else none: one part, or a layout without halos), then the mode's ``figures``;
+    def prepared(
+        self,
+        shards: List[RankShard],
+        part: Optional["Partitioning"] = None,
+        partitioner: str = "",
+        **figures: Any,
+    ) -> Prepared:
+        """The shards, with the summary's partition block: the parts and, where ``part`` is given,
+        its
+        cut and volumes (else none: one part, or a layout without halos), then the mode's
+        ``figures``;
         the seconds since this builder started."""
         m = part.metrics if part is not None else None
-        block: Dict[str, Any] = {"num_parts": figures.pop("num_parts", 1),
-                                 "edge_cut": m.edge_cut if m else 0, "total_volume": m.total_volume if m else 0,
-                                 "max_send_volume": m.max_send_volume if m else 0}
+        block: Dict[str, Any] = {
+            "num_parts": figures.pop("num_parts", 1),
+            "edge_cut": m.edge_cut if m else 0,
+            "total_volume": m.total_volume if m else 0,
+            "max_send_volume": m.max_send_volume if m else 0,
+        }
         if partitioner:
             block["partitioner"] = partitioner
         block.update(figures)
-        return Prepared(shards=shards, partition=block, preprocess_s=time.perf_counter() - self.start)
+        return Prepared(
+            shards=shards, partition=block, preprocess_s=time.perf_counter() - self.start
+        )
 
 
 class ModePlanner:
-    """A mode at plan time, configured: its options and the run's settings, and the cost model that sees
-    only sizes (world size, parts, validation, memory, work, bytes, exactness), plus the figures that
-    need the graph (:meth:`graph_report`). ``spec`` is the registered :class:`~gnntrain.modes.spec.ModeSpec`
+    """A mode at plan time, configured: its options and the run's settings, and the cost model that
+    sees
+    only sizes (world size, parts, validation, memory, work, bytes, exactness), plus the figures
+    that
+    need the graph (:meth:`graph_report`). ``spec`` is the registered
+    :class:`~gnntrain.modes.spec.ModeSpec`
     (capabilities, prepare, strategy) it was built from."""
 
     def __init__(self, spec: Any, options, settings: RunSettings):
-        self.spec = spec  # the gnntrain.modes.spec.ModeSpec it was built from (spec imports this module)
+        self.spec = (
+            spec  # the gnntrain.modes.spec.ModeSpec it was built from (spec imports this module)
+        )
         self.options = typed_section(spec.options, options)  # this mode's own section
-        self.settings = settings  # the run's typed settings: model, train, hardware, partitioner, dataset
+        self.settings = (
+            settings  # the run's typed settings: model, train, hardware, partitioner, dataset
+        )
 
     # ------------------------------------------------------------- planning
     def world_size(self, hardware_world_size: int) -> int:
@@ -126,17 +191,25 @@ class ModePlanner:
         return world_size
 
     def resolved_options(self, ctx: PlanContext) -> Dict[str, Any]:
-        """Options this mode resolves from the estimate at plan time (written into the plan's config, so
-        every process that rebuilds the mode from the plan sees the resolved value, as with kernel=auto)."""
+        """Options this mode resolves from the estimate at plan time (written into the plan's
+        config, so
+        every process that rebuilds the mode from the plan sees the resolved value, as with
+        kernel=auto)."""
         return {}
 
     def rank_devices(self, device: str, world_size: int, ranks_per_node: int) -> Tuple[str, ...]:
         """Device per rank: on a CUDA profile rank r takes GPU r mod ranks_per_node."""
-        return tuple(f"cuda:{r % ranks_per_node}" if device == "cuda" else "cpu" for r in range(world_size))
+        return tuple(
+            f"cuda:{r % ranks_per_node}" if device == "cuda" else "cpu" for r in range(world_size)
+        )
 
-    def rank_threads(self, rank_devices: Tuple[str, ...], ranks_per_node: int, cores: int) -> Tuple[int, ...]:
-        """Intra-op threads per rank: the host's cores shared evenly by the ranks of a node. Where CPU
-        ranks run beside GPU ranks (HyScale's trainers, MoA's aggregation ranks), each GPU rank keeps one
+    def rank_threads(
+        self, rank_devices: Tuple[str, ...], ranks_per_node: int, cores: int
+    ) -> Tuple[int, ...]:
+        """Intra-op threads per rank: the host's cores shared evenly by the ranks of a node. Where
+        CPU
+        ranks run beside GPU ranks (HyScale's trainers, MoA's aggregation ranks), each GPU rank
+        keeps one
         core to feed its device and the CPU ranks, which compute on the host, share the rest."""
         gpu = [d.startswith("cuda") for d in rank_devices]
         cpu_ranks = len(gpu) - sum(gpu)
@@ -147,7 +220,8 @@ class ModePlanner:
 
     @property
     def aggregate_first(self) -> Optional[bool]:
-        """GCN/SAGE layer order this mode trains with (None: per layer, aggregate unless narrowing)."""
+        """GCN/SAGE layer order this mode trains with (None: per layer, aggregate unless
+        narrowing)."""
         return None
 
     def validate(self, ctx: PlanContext) -> List[str]:
@@ -165,8 +239,11 @@ class ModePlanner:
         """Refuse a partitioning with more parts than the graph has nodes."""
         parts = self.num_parts(ctx.world_size)
         if parts > ctx.num_nodes:
-            raise PlanError("world size", f"{parts} parts for a graph of {ctx.num_nodes} nodes.",
-                            "use fewer ranks than nodes")
+            raise PlanError(
+                "world size",
+                f"{parts} parts for a graph of {ctx.num_nodes} nodes.",
+                "use fewer ranks than nodes",
+            )
 
     def details(self, ctx: PlanContext) -> Dict[str, Any]:
         """Mode-specific lines for the printed plan."""
@@ -177,8 +254,10 @@ class ModePlanner:
         return True
 
     def work(self, ctx: PlanContext) -> Work:
-        """The busiest rank's epoch (:class:`~gnntrain.modes.cost.Work`). Default: a 1D row partition,
-        1/p of the rows and edges, one all-to-all of the halo rows (:func:`~gnntrain.sizing.halo_rows`) per
+        """The busiest rank's epoch (:class:`~gnntrain.modes.cost.Work`). Default: a 1D row
+        partition,
+        1/p of the rows and edges, one all-to-all of the halo rows
+        (:func:`~gnntrain.sizing.halo_rows`) per
         layer forward and per layer with a gradient backward, one all-reduce of the parameters."""
         p = self.num_parts(ctx.world_size)
         rows, edges = ctx.num_nodes / p, (ctx.num_edges + ctx.num_nodes) / p
@@ -186,18 +265,29 @@ class ModePlanner:
         if ctx.world_size > 1:
             halo = halo_rows(ctx, int(rows), p) * ctx.dtype_bytes
             exchanged = [halo * w for w in ctx.comm_widths] + [halo * w for w in ctx.grad_widths]
-            work.collectives += [("alltoall", b) for b in exchanged] + [("allreduce", ctx.param_bytes)]
-            work.gathered_elements += 2 * sum(exchanged) / ctx.dtype_bytes  # packing what is sent, placing what arrives
+            work.collectives += [("alltoall", b) for b in exchanged] + [
+                ("allreduce", ctx.param_bytes)
+            ]
+            work.gathered_elements += (
+                2 * sum(exchanged) / ctx.dtype_bytes
+            )  # packing what is sent, placing what arrives
         return work
 
     def estimate(self, ctx: PlanContext) -> Estimate:
         """The one estimate of a plan: memory per rank, the busiest rank's work, bytes by kind and
-        exactness, from this mode's hooks (:meth:`estimate_memory`, :meth:`work`, :meth:`estimate_comm`)."""
-        return Estimate(memory=self.estimate_memory(ctx), work=self.work(ctx), comm=self.estimate_comm(ctx),
-                        exact=self.is_exact(), world_size=ctx.world_size)
+        exactness, from this mode's hooks (:meth:`estimate_memory`, :meth:`work`,
+        :meth:`estimate_comm`)."""
+        return Estimate(
+            memory=self.estimate_memory(ctx),
+            work=self.work(ctx),
+            comm=self.estimate_comm(ctx),
+            exact=self.is_exact(),
+            world_size=ctx.world_size,
+        )
 
     def predict(self, ctx: PlanContext, cost: CostProfile) -> Prediction:
-        """:meth:`estimate` priced at this host's measured ``cost`` (:func:`~gnntrain.modes.cost.price_estimate`)."""
+        """:meth:`estimate` priced at this host's measured ``cost``
+        (:func:`~gnntrain.modes.cost.price_estimate`)."""
         return price_estimate(self.estimate(ctx), cost, self.spec.name)
 
     def model_dims(self, data: "GraphData") -> List[int]:
@@ -206,17 +296,25 @@ class ModePlanner:
         return model_dims(data.features.shape[1], int(m.hidden), data.num_classes, int(m.layers))
 
     def model_shape(self, dims: Sequence[int], dtype_bytes: int = 8) -> "ModelShape":
-        """The configured model's :class:`~gnntrain.models.registry.ModelShape` at widths ``dims``, in this
+        """The configured model's :class:`~gnntrain.models.registry.ModelShape` at widths ``dims``,
+        in this
         mode's layer order (the one model-shape table the plan and the estimates read)."""
         from gnntrain.models.registry import describe_model, model_family
 
         m = self.settings.model
-        return describe_model(model_family(m.name, m.target), dims, dtype_bytes, self.aggregate_first,
-                              str(option_value(m.norm)), self.settings.model_options)
+        return describe_model(
+            model_family(m.name, m.target),
+            dims,
+            dtype_bytes,
+            self.aggregate_first,
+            str(option_value(m.norm)),
+            self.settings.model_options,
+        )
 
     def exchanged_widths(self, data: "GraphData") -> Tuple[List[int], List[int]]:
         """(the width each layer communicates, those of the layers that also move it backward) on
-        ``data``, in this mode's layer order: what :class:`PlanContext` holds, once the graph is known."""
+        ``data``, in this mode's layer order: what :class:`PlanContext` holds, once the graph is
+        known."""
         shape = self.model_shape(self.model_dims(data))
         return list(shape.widths), list(shape.grad_widths)
 
@@ -227,15 +325,33 @@ class ModePlanner:
 
     # ------------------------------------------------------------ partition
     def partition(self, data: "GraphData", plan: RunPlan) -> Tuple[Optional["Partitioning"], bool]:
-        """(the graph's partitioning into ``plan.num_parts`` parts, whether it came from the cache), made
+        """(the graph's partitioning into ``plan.num_parts`` parts, whether it came from the cache),
+        made
         once per process upstream of :meth:`prepare` (``gnntrain partition`` prints it)."""
         from gnntrain.data import cache_folder
         from gnntrain.partition import partition_graph
 
         cfg = self.settings.partitioner
         csr = getattr(data, "csr", None)
-        if csr is not None and cfg.name == "ldg" and cfg.reorder is None:  # streamed from the CSR: no edge lists
-            return partition_graph(None, None, data.num_nodes, plan.num_parts, cfg, data.content_hash,
-                                   cache_folder(self.settings.cache_dir), csr=csr)
-        return partition_graph(data.src.numpy(), data.dst.numpy(), data.num_nodes, plan.num_parts,
-                               cfg, data.content_hash, cache_folder(self.settings.cache_dir))
+        if (
+            csr is not None and cfg.name == "ldg" and cfg.reorder is None
+        ):  # streamed from the CSR: no edge lists
+            return partition_graph(
+                None,
+                None,
+                data.num_nodes,
+                plan.num_parts,
+                cfg,
+                data.content_hash,
+                cache_folder(self.settings.cache_dir),
+                csr=csr,
+            )
+        return partition_graph(
+            data.src.numpy(),
+            data.dst.numpy(),
+            data.num_nodes,
+            plan.num_parts,
+            cfg,
+            data.content_hash,
+            cache_folder(self.settings.cache_dir),
+        )

@@ -7,6 +7,7 @@ runs (:meth:`~FullGraphStrategy.forward`). Dropout is drawn for the global
 tensor and sliced to the held rows, so that a partitioned run draws the masks
 ``mode=single`` draws (docs/design.md, "Exactness").
 """
+
 from __future__ import annotations
 
 import time
@@ -27,12 +28,17 @@ __all__ = ["SPLITS", "FullGraphStrategy", "InputAggregate"]
 
 
 class InputAggregate:
-    """The adjacency (or a mode's block of it) as a layer's aggregation, keeping its product with the input
+    """The adjacency (or a mode's block of it) as a layer's aggregation, keeping its product with
+    the input
     features (``train.cache_input_aggregation``; single, MoP, SuperGCN): dropout sits between
-    layers, never on the inputs, so where the first layer aggregates before its weights (GCN or SAGE widening or
-    keeping the width, GIN) A·x is the same in every epoch and evaluation, and is computed once (SGC's
-    observation, Wu et al., Simplifying Graph Convolutional Networks, §3: the propagation of fixed features
-    needs no recomputation). Any other input (a hidden layer's, or x once changed in place) runs the SpMM."""
+    layers, never on the inputs, so where the first layer aggregates before its weights (GCN or SAGE
+    widening or
+    keeping the width, GIN) A·x is the same in every epoch and evaluation, and is computed once
+    (SGC's
+    observation, Wu et al., Simplifying Graph Convolutional Networks, §3: the propagation of fixed
+    features
+    needs no recomputation). Any other input (a hidden layer's, or x once changed in place) runs the
+    SpMM."""
 
     def __init__(self, adjacency: SparseAdjacency, x: torch.Tensor):
         self.adjacency, self.x = adjacency, x
@@ -40,10 +46,16 @@ class InputAggregate:
         self._version = -1
 
     def _is_input(self, h: torch.Tensor) -> bool:
-        """``h`` is the input features themselves, or a view of all of them (a stage clock's identity mark)."""
+        """``h`` is the input features themselves, or a view of all of them (a stage clock's
+        identity mark)."""
         x = self.x
-        return h is x or (h.data_ptr() == x.data_ptr() and h.shape == x.shape and h.stride() == x.stride()
-                          and h.dtype == x.dtype and h.device == x.device)
+        return h is x or (
+            h.data_ptr() == x.data_ptr()
+            and h.shape == x.shape
+            and h.stride() == x.stride()
+            and h.dtype == x.dtype
+            and h.device == x.device
+        )
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         if h.requires_grad or not self._is_input(h):
@@ -68,23 +80,40 @@ class FullGraphStrategy(RankStrategy):
     inputs_on_host = False
     clock: Optional[StageClock] = None
 
-    def __init__(self, shard: RankShard, ctx: RankContext, settings: RunSettings,
-                 aggregate_first: Optional[bool] = None):
+    def __init__(
+        self,
+        shard: RankShard,
+        ctx: RankContext,
+        settings: RunSettings,
+        aggregate_first: Optional[bool] = None,
+    ):
         self.ctx = ctx
         data_device = torch.device("cpu") if self.inputs_on_host else ctx.device
         self.x = shard.features.to(device=data_device, dtype=ctx.dtype)
         self.labels = shard.labels.to(data_device)
         self.masks = {s: shard.count_masks[s].to(data_device) for s in SPLITS}
-        self.label_mask = shard.label_input_mask.to(data_device) if shard.label_input_mask is not None else None
-        spec = model_spec(settings, self.x.shape[1], shard.num_classes, aggregate_first,
-                          label_inputs=self.label_mask is not None)
+        self.label_mask = (
+            shard.label_input_mask.to(data_device) if shard.label_input_mask is not None else None
+        )
+        spec = model_spec(
+            settings,
+            self.x.shape[1],
+            shard.num_classes,
+            aggregate_first,
+            label_inputs=self.label_mask is not None,
+        )
         seed = int(settings.train.seed)
         self.model: GNN = build_model(spec, seed, ctx.dtype).to(ctx.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=float(settings.train.lr),
-                                          weight_decay=float(settings.train.weight_decay))
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(),
+            lr=float(settings.train.lr),
+            weight_decay=float(settings.train.weight_decay),
+        )
         self.params = list(self.model.parameters())
         full = torch.equal(shard.global_ids, torch.arange(shard.num_global_nodes))
-        self.dropout = GlobalDropout(spec.dropout, seed, shard.num_global_nodes, None if full else shard.global_ids)
+        self.dropout = GlobalDropout(
+            spec.dropout, seed, shard.num_global_nodes, None if full else shard.global_ids
+        )
         self.global_counts, self.num_nodes = shard.global_counts, shard.num_global_nodes
         self.n_train = max(1, shard.global_counts["train"])
         self.global_ids = shard.global_ids
@@ -94,7 +123,9 @@ class FullGraphStrategy(RankStrategy):
         """One layer's neighbourhood aggregation of the held rows ``h``."""
         raise NotImplementedError
 
-    def forward(self, model: GNN, x: torch.Tensor, dropout: Optional[GlobalDropout]) -> torch.Tensor:
+    def forward(
+        self, model: GNN, x: torch.Tensor, dropout: Optional[GlobalDropout]
+    ) -> torch.Tensor:
         """The model over the held rows; modes that re-lay out between layers override it."""
         return model(x, self.aggregate, dropout)
 
@@ -113,17 +144,24 @@ class FullGraphStrategy(RankStrategy):
         self.on_epoch(epoch, True)
         logits = self.forward(self.model, self._inputs(), self.dropout)
         train_mask = self.masks["train"]
-        loss = F.cross_entropy(logits[train_mask], self.labels[train_mask], reduction="sum") / self.n_train
+        loss = (
+            F.cross_entropy(logits[train_mask], self.labels[train_mask], reduction="sum")
+            / self.n_train
+        )
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
         sync_gradients(self.params, self.ctx.comm)
         self.optimizer.step()
         stages = dict(sorted(self.clock.seconds.items())) if self.clock is not None else {}
-        return EpochStats(loss=float(loss.detach()), seconds=time.perf_counter() - start, stages=stages)
+        return EpochStats(
+            loss=float(loss.detach()), seconds=time.perf_counter() - start, stages=stages
+        )
 
     def predict(self, what: str, layer: int):
         self.on_epoch(0, False)
-        values = rows_output(self.model, lambda: self.forward(self.model, self._inputs(), None), what, layer)
+        values = rows_output(
+            self.model, lambda: self.forward(self.model, self._inputs(), None), what, layer
+        )
         return self.global_ids, values
 
     def evaluate(self, epoch: int) -> List[float]:

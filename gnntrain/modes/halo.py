@@ -1,6 +1,7 @@
 """Halo exchange shared by the partition-parallel modes (partition, supergcn).
 
-Sparsity-aware preprocessing (Sparsity-Aware Communication for Distributed Graph Neural Network Training, §4.1
+Sparsity-aware preprocessing (Sparsity-Aware Communication for Distributed Graph Neural Network
+Training, §4.1
 and Algorithm 1; docs/design.md#partition):
 each process finds NnzCols(A_ij), the distinct source rows of every
 off-diagonal block, exchanges the counts and then the index lists, so each
@@ -10,6 +11,7 @@ halo gradients back to their owners, which sum them (so directed graphs need
 nothing extra). The oblivious baseline is the same machinery with *every*
 row of each block requested, i.e. CAGNET's all-gather.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,9 +39,16 @@ class HaloPlan:
         return int(sum(self.recv_counts))
 
 
-def build_halo_plan(comm: Communicator, src_global: torch.Tensor, offsets: torch.Tensor, own_block: int,
-                    group_blocks: Sequence[int], block_rank: Sequence[int], sparse: bool,
-                    kinds=("halo_fwd", "halo_bwd")) -> HaloPlan:
+def build_halo_plan(
+    comm: Communicator,
+    src_global: torch.Tensor,
+    offsets: torch.Tensor,
+    own_block: int,
+    group_blocks: Sequence[int],
+    block_rank: Sequence[int],
+    sparse: bool,
+    kinds=("halo_fwd", "halo_bwd"),
+) -> HaloPlan:
     """Exchange NnzCols counts and index lists (setup phase of the ledger).
 
     ``src_global`` are the (relabelled) source ids of this rank's edges;
@@ -67,12 +76,24 @@ def build_halo_plan(comm: Communicator, src_global: torch.Tensor, offsets: torch
         send_counts = comm.exchange_counts(request_counts, kind="setup")
         flat = torch.cat(requests) if requests else torch.zeros(0, dtype=torch.int64)
         send_index = comm.all_to_all(flat, request_counts, send_counts, kind="setup")
-    return HaloPlan(send_index=send_index.to(torch.int64), send_counts=send_counts, recv_counts=request_counts,
-                    needed=needed, kind_fwd=kinds[0], kind_bwd=kinds[1])
+    return HaloPlan(
+        send_index=send_index.to(torch.int64),
+        send_counts=send_counts,
+        recv_counts=request_counts,
+        needed=needed,
+        kind_fwd=kinds[0],
+        kind_bwd=kinds[1],
+    )
 
 
-def local_source_index(src_global: torch.Tensor, offsets: torch.Tensor, own_block: int,
-                       own_included: bool, plan: HaloPlan, block_rank: Sequence[int]) -> torch.Tensor:
+def local_source_index(
+    src_global: torch.Tensor,
+    offsets: torch.Tensor,
+    own_block: int,
+    own_included: bool,
+    plan: HaloPlan,
+    block_rank: Sequence[int],
+) -> torch.Tensor:
     """Map global source ids to columns of [own rows | halo rows (by sender rank)]."""
     out = torch.full_like(src_global, -1)
     base = int(offsets[own_block + 1] - offsets[own_block]) if own_included else 0
@@ -81,7 +102,9 @@ def local_source_index(src_global: torch.Tensor, offsets: torch.Tensor, own_bloc
         mask = (src_global >= lo) & (src_global < hi)
         out[mask] = src_global[mask] - lo
     start = base
-    for j in sorted(range(len(plan.needed)), key=lambda b: block_rank[b] if plan.needed[b] is not None else -1):
+    for j in sorted(
+        range(len(plan.needed)), key=lambda b: block_rank[b] if plan.needed[b] is not None else -1
+    ):
         rows = plan.needed[j]
         if rows is None:
             continue
@@ -94,10 +117,20 @@ def local_source_index(src_global: torch.Tensor, offsets: torch.Tensor, own_bloc
     return out
 
 
-def _start(comm: Communicator, send: torch.Tensor, send_counts, recv_counts, kind: str, quantizer, direction: str):
+def _start(
+    comm: Communicator,
+    send: torch.Tensor,
+    send_counts,
+    recv_counts,
+    kind: str,
+    quantizer,
+    direction: str,
+):
     if quantizer is None:
         return comm.all_to_all_start(send, send_counts, recv_counts, kind)
-    return comm.all_to_all_quantized_start(send, send_counts, recv_counts, kind, quantizer, direction)
+    return comm.all_to_all_quantized_start(
+        send, send_counts, recv_counts, kind, quantizer, direction
+    )
 
 
 def _wait(spec: "ExchangeSpec", pending) -> torch.Tensor:
@@ -115,8 +148,15 @@ class _StartExchange(torch.autograd.Function):
     @staticmethod
     def forward(ctx, send: torch.Tensor, spec: "ExchangeSpec", box: dict):  # type: ignore[override]
         ctx.spec, ctx.box = spec, box
-        box["pending"] = _start(spec.comm, send, spec.send_counts, spec.recv_counts, spec.kinds[0],
-                                spec.quantizer, "fwd")
+        box["pending"] = _start(
+            spec.comm,
+            send,
+            spec.send_counts,
+            spec.recv_counts,
+            spec.kinds[0],
+            spec.quantizer,
+            "fwd",
+        )
         return send.view_as(send)
 
     @staticmethod
@@ -133,7 +173,8 @@ class _FinishExchange(torch.autograd.Function):
     start node's backward waits for the real gradient."""
 
     @staticmethod
-    def forward(ctx, token: torch.Tensor, spec: "ExchangeSpec", box: dict):  # type: ignore[override]
+    # type: ignore[override]
+    def forward(ctx, token: torch.Tensor, spec: "ExchangeSpec", box: dict):
         ctx.spec, ctx.box, ctx.send_shape = spec, box, token.shape
         return _wait(spec, box.pop("pending"))
 
@@ -141,8 +182,15 @@ class _FinishExchange(torch.autograd.Function):
     def backward(ctx, grad_recv: torch.Tensor):  # type: ignore[override]
         spec = ctx.spec
         quantizer = spec.quantizer if spec.quantize_backward else None
-        pending = _start(spec.comm, grad_recv.contiguous(), spec.recv_counts, spec.send_counts, spec.kinds[1],
-                         quantizer, "bwd")
+        pending = _start(
+            spec.comm,
+            grad_recv.contiguous(),
+            spec.recv_counts,
+            spec.send_counts,
+            spec.kinds[1],
+            quantizer,
+            "bwd",
+        )
         if spec.overlap_backward:
             ctx.box["grad_pending"] = pending
             return grad_recv.new_zeros(ctx.send_shape), None, None
@@ -151,7 +199,8 @@ class _FinishExchange(torch.autograd.Function):
 
 @dataclass
 class ExchangeSpec:
-    """One row all-to-all: counts per peer, ledger kinds, and optional quantization (SuperGCN §2, "Quantization
+    """One row all-to-all: counts per peer, ledger kinds, and optional quantization (SuperGCN §2,
+    "Quantization
     of communication to Int2"; docs/design.md#supergcn)."""
 
     comm: Communicator
@@ -160,7 +209,9 @@ class ExchangeSpec:
     kinds: Sequence[str] = ("halo_fwd", "halo_bwd")
     quantizer: Optional[object] = None  # gnntrain.comm.quantize.RowQuantizer
     quantize_backward: bool = False
-    overlap_backward: bool = False  # backward's exchange runs while autograd does the ready local work
+    overlap_backward: bool = (
+        False  # backward's exchange runs while autograd does the ready local work
+    )
     clock: Optional[StageClock] = None  # gets the time blocked waiting for rows as stage "sync"
 
 
@@ -196,7 +247,8 @@ class _GroupAllReduce(torch.autograd.Function):
     """Sum of partial results over a process group, with the sum again in backward."""
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, comm: Communicator, group, size: int, kind: str):  # type: ignore[override]
+    # type: ignore[override]
+    def forward(ctx, z: torch.Tensor, comm: Communicator, group, size: int, kind: str):
         ctx.comm, ctx.group, ctx.size, ctx.kind = comm, group, size, kind
         out = z.clone()
         return comm.all_reduce(out, kind, group=group, group_size=size)
@@ -208,6 +260,7 @@ class _GroupAllReduce(torch.autograd.Function):
         return g, None, None, None, None
 
 
-def group_all_reduce(z: torch.Tensor, comm: Communicator, group, size: int, kind: str) -> torch.Tensor:
+def group_all_reduce(
+    z: torch.Tensor, comm: Communicator, group, size: int, kind: str
+) -> torch.Tensor:
     return _GroupAllReduce.apply(z, comm, group, size, kind)
-

@@ -1,5 +1,6 @@
 """``mode=single``: full-graph training in one process, the reference that
 every exact mode must reproduce (docs/design.md#exactness)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,22 +26,35 @@ def graph_tensors(data, settings: RunSettings):
     float64 and kept in the run's dtype (float32 halves them: 8 bytes per edge)."""
     model = settings.model
     src, dst = data.edges(bool(model.self_loop))
-    weights = edge_weights(model_family(model.name, model.target).normalization, src, dst, data.num_nodes)
+    weights = edge_weights(
+        model_family(model.name, model.target).normalization, src, dst, data.num_nodes
+    )
     return src, dst, weights.float() if settings.dtype == "float32" else weights
 
 
 class SingleStrategy(FullGraphStrategy):
-    """The whole graph in one process: one SpMM per layer (the first layer's of the fixed inputs once per run)."""
+    """The whole graph in one process: one SpMM per layer (the first layer's of the fixed inputs
+    once per run)."""
 
     def __init__(self, shard: RankShard, ctx, settings: RunSettings):
         dst, src, w = shard.edges
-        self.adjacency = SparseAdjacency(dst, src, w, shard.num_global_nodes, shard.num_global_nodes,
-                                         kernel=ctx.plan.kernel, device=ctx.device)
+        self.adjacency = SparseAdjacency(
+            dst,
+            src,
+            w,
+            shard.num_global_nodes,
+            shard.num_global_nodes,
+            kernel=ctx.plan.kernel,
+            device=ctx.device,
+        )
         del dst, src, w
         family = model_family(settings.model.name, settings.model.target)
-        builtin = settings.model.name != "custom" and family.elementwise  # layers that only call agg(h)
+        builtin = (
+            settings.model.name != "custom" and family.elementwise
+        )  # layers that only call agg(h)
         if builtin and self.adjacency.release_edge_lists():
-            shard.edges = None  # the native kernel holds its CSR pair: the COO is never read again (~24 B/edge)
+            # the native kernel holds its CSR pair: the COO is never read again (~24 B/edge)
+            shard.edges = None
         super().__init__(shard, ctx, settings)
         # the adjacency itself where attention reads its edge list (GAT) or a user's layer might
         keep = builtin and settings.train.cache_input_aggregation
@@ -72,8 +86,20 @@ def strategy(mode: ModePlanner, shard: RankShard, ctx) -> SingleStrategy:
     return SingleStrategy(shard, ctx, mode.settings)
 
 
-SINGLE = register_mode(ModeSpec(
-    name="single", options=SingleConfig, planner=SinglePlanner, prepare=prepare, strategy=strategy,
-    capabilities=Capabilities(needs_elementwise=False, needs_restructurable=False,  # hosts every model
-                              part_store=False, whole_graph_reason="one rank holds the whole graph by definition",
-                              partitions_graph=False, min_world_size=1)))
+SINGLE = register_mode(
+    ModeSpec(
+        name="single",
+        options=SingleConfig,
+        planner=SinglePlanner,
+        prepare=prepare,
+        strategy=strategy,
+        capabilities=Capabilities(
+            needs_elementwise=False,
+            needs_restructurable=False,  # hosts every model
+            part_store=False,
+            whole_graph_reason="one rank holds the whole graph by definition",
+            partitions_graph=False,
+            min_world_size=1,
+        ),
+    )
+)

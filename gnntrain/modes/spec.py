@@ -4,9 +4,12 @@
 
 * ``name`` and ``options`` (the options dataclass ``configs/mode/<name>.yaml`` extends);
 * ``capabilities``: what it hosts and how it runs (:class:`Capabilities`);
-* ``planner``: the plan side, a :class:`~gnntrain.modes.base.ModePlanner` subclass (cost model and the
-  figures that need the graph), built by :meth:`ModeSpec.plan` from the options and the run's settings;
-* ``prepare(planner, data, plan, part, ranks)``: one :class:`~gnntrain.modes.base.RankShard` (with the
+* ``planner``: the plan side, a :class:`~gnntrain.modes.base.ModePlanner` subclass (cost model and
+the
+  figures that need the graph), built by :meth:`ModeSpec.plan` from the options and the run's
+  settings;
+* ``prepare(planner, data, plan, part, ranks)``: one :class:`~gnntrain.modes.base.RankShard` (with
+the
   mode's typed payload) per rank;
 * ``strategy(planner, shard, ctx)``: the rank's :class:`~gnntrain.modes.strategy.RankStrategy`.
 
@@ -32,23 +35,35 @@ if TYPE_CHECKING:  # pragma: no cover
 class Capabilities:
     """What a mode hosts and how it runs, read by the plan, ``mode=auto`` and the launcher."""
 
-    needs_elementwise: bool = True  # a model's aggregation must be a weighted sum of rows (no attention)
-    needs_restructurable: bool = True  # ... and follow the built-in layer protocol (a user's custom layer does not)
+    needs_elementwise: bool = (
+        True  # a model's aggregation must be a weighted sum of rows (no attention)
+    )
+    needs_restructurable: bool = (
+        True  # ... and follow the built-in layer protocol (a user's custom layer does not)
+    )
     models_rule: str = ""  # why other models are refused, for the plan's message
-    # each rank opens only its own part from the partition store; False: the mode needs the whole graph in
-    # every rank (single holds it by definition, HyScale samples from all of it), said by whole_graph_reason
+    # each rank opens only its own part from the partition store; False: the mode needs the whole
+    # graph in
+    # every rank (single holds it by definition, HyScale samples from all of it), said by
+    # whole_graph_reason
     part_store: bool = True
     whole_graph_reason: str = ""
-    partitions_graph: bool = True  # prepare reads a partitioning of the graph (partition, SuperGCN, HongTu, MoP)
+    partitions_graph: bool = (
+        True  # prepare reads a partitioning of the graph (partition, SuperGCN, HongTu, MoP)
+    )
     min_world_size: int = 2  # below it the mode is mode=single with overhead; mode=auto skips it
     auto_variants: Tuple[Mapping[str, Any], ...] = ({},)  # mode=auto's option overrides to try
 
     def refuses(self, family: "ModelFamily") -> Optional[str]:
-        """Why a mode with these capabilities cannot host ``family`` (one line for the plan), or None."""
+        """Why a mode with these capabilities cannot host ``family`` (one line for the plan), or
+        None."""
         if self.needs_elementwise and not family.elementwise:
             return f"its aggregation is not a weighted sum of rows ({family.name} uses attention)"
         if self.needs_restructurable and not family.restructurable:
-            return "a custom layer is hosted only by the modes that exchange what its aggregate hands them"
+            return (
+                "a custom layer is hosted only by the modes that exchange what its aggregate "
+                "hands them"
+            )
         return None
 
 
@@ -76,7 +91,8 @@ MODE_REGISTRY: Registry[ModeSpec] = Registry("mode")
 
 
 def register_mode(spec: ModeSpec) -> ModeSpec:
-    """Add ``spec`` to the registry (a second mode under a taken name is refused) and its options schema
+    """Add ``spec`` to the registry (a second mode under a taken name is refused) and its options
+    schema
     to Hydra's ConfigStore as ``mode/<name>_schema`` (what ``configs/mode/<name>.yaml`` extends)."""
     from hydra.core.config_store import ConfigStore
 
@@ -90,5 +106,7 @@ def mode_spec(name: str) -> ModeSpec:
     from gnntrain.errors import PlanError
 
     if name not in MODE_REGISTRY:
-        raise PlanError("mode", f"unknown mode '{name}'.", f"use one of {', '.join(sorted(MODE_REGISTRY))}")
+        raise PlanError(
+            "mode", f"unknown mode '{name}'.", f"use one of {', '.join(sorted(MODE_REGISTRY))}"
+        )
     return MODE_REGISTRY[name]

@@ -10,6 +10,7 @@ parallelism). The conventions that make the exact modes equal ``mode=single``
 * parameter gradients all-reduced with SUM (never AVG) over all ranks;
 * identical initial weights from one seeded generator.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -25,15 +26,28 @@ from gnntrain.plan_types import RunSettings
 SPLITS = ("train", "val", "test")
 
 
-def model_spec(settings: RunSettings, in_dim: int, num_classes: int, aggregate_first: Optional[bool] = None,
-               label_inputs: bool = False) -> ModelSpec:
+def model_spec(
+    settings: RunSettings,
+    in_dim: int,
+    num_classes: int,
+    aggregate_first: Optional[bool] = None,
+    label_inputs: bool = False,
+) -> ModelSpec:
     """The model to build from the run's typed model settings and the model's own options."""
     model = settings.model
-    return ModelSpec(name=model.name, in_dim=in_dim, hidden=model.hidden, out_dim=num_classes, layers=model.layers,
-                     dropout=model.dropout, aggregate_first=aggregate_first,
-                     layer_options=tuple(sorted(settings.model_options.items())),
-                     label_classes=num_classes if label_inputs else 0, norm=option_value(model.norm),
-                     target=model.target)
+    return ModelSpec(
+        name=model.name,
+        in_dim=in_dim,
+        hidden=model.hidden,
+        out_dim=num_classes,
+        layers=model.layers,
+        dropout=model.dropout,
+        aggregate_first=aggregate_first,
+        layer_options=tuple(sorted(settings.model_options.items())),
+        label_classes=num_classes if label_inputs else 0,
+        norm=option_value(model.norm),
+        target=model.target,
+    )
 
 
 def sync_gradients(params: List[torch.nn.Parameter], comm, through_host: bool = False) -> None:
@@ -49,7 +63,9 @@ def sync_gradients(params: List[torch.nn.Parameter], comm, through_host: bool = 
     if through_host and flat.device.type != "cpu":
         device = flat.device
         staged = comm.to_device(flat, torch.device("cpu"), "d2h", non_blocking=False)
-        flat = comm.to_device(comm.all_reduce(staged, "allreduce"), device, "h2d", non_blocking=False)
+        flat = comm.to_device(
+            comm.all_reduce(staged, "allreduce"), device, "h2d", non_blocking=False
+        )
     else:
         comm.all_reduce(flat, "allreduce")
     for p, g in zip(params, _unflatten_dense_tensors(flat, grads)):
@@ -92,11 +108,13 @@ class RankStrategy:
         raise NotImplementedError
 
     def evaluate(self, epoch: int) -> List[float]:
-        """Correct predictions per split (train, val, test) this rank counts (eval phase, no grad)."""
+        """Correct predictions per split (train, val, test) this rank counts (eval phase, no
+        grad)."""
         raise NotImplementedError
 
     def predict(self, what: str, layer: int) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
-        """(global node ids, values) of the rows this rank infers (``gnntrain predict``), or None."""
+        """(global node ids, values) of the rows this rank infers (``gnntrain predict``), or
+        None."""
         return None
 
     def finish(self, result: Dict[str, Any]) -> None:
@@ -104,5 +122,6 @@ class RankStrategy:
         ``result`` (``mode_report``, extra peaks)."""
 
     def close(self) -> None:
-        """Always, last, also after a failure or an interrupt (no collectives): release what outlives
+        """Always, last, also after a failure or an interrupt (no collectives): release what
+        outlives
         the process otherwise (scratch files)."""

@@ -1,4 +1,5 @@
 """Partition layer: partitioners, relabelling + metrics, and the on-disk cache."""
+
 from __future__ import annotations
 
 import logging
@@ -8,11 +9,25 @@ from typing import Optional
 import numpy as np
 
 from gnntrain.partition.cache import PartitionCache, cache_key
-from gnntrain.partition.layout import Partitioning, PartitionMetrics, compute_metrics, relabel, split_chunks
+from gnntrain.partition.layout import (
+    Partitioning,
+    PartitionMetrics,
+    compute_metrics,
+    relabel,
+    split_chunks,
+)
 from gnntrain.partition.partitioners import PARTITIONERS, bandwidth, partition_nodes, rcm_order
 
-__all__ = ["PARTITIONERS", "Partitioning", "PartitionMetrics", "compute_metrics", "partition_graph",
-           "partitioner_options", "relabel", "split_chunks"]
+__all__ = [
+    "PARTITIONERS",
+    "Partitioning",
+    "PartitionMetrics",
+    "compute_metrics",
+    "partition_graph",
+    "partitioner_options",
+    "relabel",
+    "split_chunks",
+]
 
 log = logging.getLogger("gnntrain.partition")
 
@@ -27,42 +42,66 @@ def partitioner_options(cfg) -> dict:
     if cfg.name in ("metis", "volume") and getattr(cfg, "objective", "cut") != "cut":
         options["objective"] = cfg.objective  # keys of partitions cut by edge cut stay as they were
     if cfg.name in ("metis", "volume") and getattr(cfg, "row_weight", 0):
-        options["row_weight"] = float(cfg.row_weight)  # likewise: keys without row weights are unchanged
+        options["row_weight"] = float(
+            cfg.row_weight
+        )  # likewise: keys without row weights are unchanged
     return options
 
 
-def partition_graph(src: Optional[np.ndarray], dst: Optional[np.ndarray], num_nodes: int, k: int, cfg,
-                    dataset_hash: str, cache_root: Optional[Path] = None, csr: Optional[tuple] = None) -> tuple:
+def partition_graph(
+    src: Optional[np.ndarray],
+    dst: Optional[np.ndarray],
+    num_nodes: int,
+    k: int,
+    cfg,
+    dataset_hash: str,
+    cache_root: Optional[Path] = None,
+    csr: Optional[tuple] = None,
+) -> tuple:
     """Partition the directed edge list into k contiguous parts (cached).
 
     Returns ``(Partitioning, cache_hit)``. Metrics are computed on the edges
     as given (the caller decides about self-loops; they never cross parts).
     ``csr``: (indptr, indices) of the same edges, destination-sorted, instead of the lists: only the
-    streaming partitioner (``ldg``, :mod:`gnntrain.partition.streaming`) takes it, in O(N) memory beside it.
+    streaming partitioner (``ldg``, :mod:`gnntrain.partition.streaming`) takes it, in O(N) memory
+    beside it.
     """
     from gnntrain.errors import PlanError
     from gnntrain.partition.streaming import csr_metrics, ldg_parts
 
     if cfg.reorder not in (None, "rcm"):
-        raise PlanError("partitioner.reorder", f"unknown reordering '{cfg.reorder}'.", "use null or rcm")
+        raise PlanError(
+            "partitioner.reorder", f"unknown reordering '{cfg.reorder}'.", "use null or rcm"
+        )
     if csr is None:
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
     elif cfg.name != "ldg" or cfg.reorder is not None:
-        raise PlanError("partitioner", f"partitioner={cfg.name} (reorder {cfg.reorder}) needs the edge lists.",
-                        "use partitioner=ldg with partitioner.reorder=null for a graph given as a CSR")
+        raise PlanError(
+            "partitioner",
+            f"partitioner={cfg.name} (reorder {cfg.reorder}) needs the edge lists.",
+            "use partitioner=ldg with partitioner.reorder=null for a graph given as a CSR",
+        )
     elif k > num_nodes:
-        raise PlanError("world size", f"{k} parts requested for a graph of {num_nodes} nodes.",
-                        "use at most as many parts as nodes")
+        raise PlanError(
+            "world size",
+            f"{k} parts requested for a graph of {num_nodes} nodes.",
+            "use at most as many parts as nodes",
+        )
 
     def build():
         if csr is not None:
             parts = ldg_parts(*csr, k, cfg.vertex_weights, cfg.imbalance_eps)
         else:
             parts = partition_nodes(src, dst, num_nodes, k, cfg)
-        order = (lambda nodes: rcm_order(src, dst, num_nodes, nodes)) if cfg.reorder == "rcm" else None
+        order = (
+            (lambda nodes: rcm_order(src, dst, num_nodes, nodes)) if cfg.reorder == "rcm" else None
+        )
         perm, inverse, offsets = relabel(parts, k, order)
         return {"parts": parts, "perm": perm, "inverse": inverse, "offsets": offsets}, {
-            "dataset": dataset_hash, "k": k, "partitioner": partitioner_options(cfg)}
+            "dataset": dataset_hash,
+            "k": k,
+            "partitioner": partitioner_options(cfg),
+        }
 
     if cache_root is None:
         arrays, meta = build()
@@ -80,5 +119,11 @@ def partition_graph(src: Optional[np.ndarray], dst: Optional[np.ndarray], num_no
     if cfg.reorder == "rcm":
         inv = arrays["inverse"]
         bw = bandwidth(inv[src], inv[dst])
-    return Partitioning(parts=arrays["parts"], perm=arrays["perm"], inverse=arrays["inverse"],
-                        offsets=arrays["offsets"], metrics=metrics, bandwidth=bw), hit
+    return Partitioning(
+        parts=arrays["parts"],
+        perm=arrays["perm"],
+        inverse=arrays["inverse"],
+        offsets=arrays["offsets"],
+        metrics=metrics,
+        bandwidth=bw,
+    ), hit

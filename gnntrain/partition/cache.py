@@ -5,6 +5,7 @@ renamed, so a killed run never leaves a half-written entry. Each entry stores
 its key and a SHA-1 of its arrays; a corrupt or foreign file is detected,
 reported with a warning and rebuilt.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,8 +23,9 @@ ARRAYS = ("parts", "perm", "inverse", "offsets")
 
 
 def cache_key(dataset_hash: str, partitioner: Dict[str, object], k: int) -> str:
-    payload = json.dumps({"dataset": dataset_hash, "partitioner": partitioner, "k": int(k), "v": 1},
-                         sort_keys=True)
+    payload = json.dumps(
+        {"dataset": dataset_hash, "partitioner": partitioner, "k": int(k), "v": 1}, sort_keys=True
+    )
     return hashlib.sha1(payload.encode()).hexdigest()[:20]
 
 
@@ -58,25 +60,34 @@ class PartitionCache:
                 arrays = {name: z[name] for name in self.arrays}
                 meta = json.loads(bytes(z["meta"]).decode())
         except Exception as exc:  # truncated zip, bad header, missing member ...
-            warnings.warn(f"partition cache entry {path} is unreadable ({type(exc).__name__}); rebuilding it",
-                          stacklevel=2)
+            warnings.warn(
+                f"partition cache entry {path} is unreadable ({type(exc).__name__}); rebuilding it",
+                stacklevel=2,
+            )
             return None
         if meta.get("key") != key or meta.get("checksum") != _checksum(arrays, self.arrays):
-            warnings.warn(f"partition cache entry {path} failed its checksum or belongs to another "
-                          "partitioning; rebuilding it", stacklevel=2)
+            warnings.warn(
+                f"partition cache entry {path} failed its checksum or belongs to another "
+                "partitioning; rebuilding it",
+                stacklevel=2,
+            )
             return None
         return arrays, meta
 
     def store(self, key: str, arrays: Dict[str, np.ndarray], meta: Dict[str, object]) -> Path:
         meta = dict(meta, key=key, checksum=_checksum(arrays, self.arrays))
         buffer = io.BytesIO()
-        np.savez(buffer, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
-                 **{name: arrays[name] for name in self.arrays})
+        np.savez(
+            buffer,
+            meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+            **{name: arrays[name] for name in self.arrays},
+        )
         path = atomic_write_bytes(self.path(key), buffer.getvalue())
         return path
 
-    def get_or_build(self, key: str, build: Callable[[], Tuple[Dict[str, np.ndarray], Dict[str, object]]]
-                     ) -> Tuple[Dict[str, np.ndarray], Dict[str, object], bool]:
+    def get_or_build(
+        self, key: str, build: Callable[[], Tuple[Dict[str, np.ndarray], Dict[str, object]]]
+    ) -> Tuple[Dict[str, np.ndarray], Dict[str, object], bool]:
         """(arrays, meta, hit)."""
         cached = self.load(key)
         if cached is not None:

@@ -15,6 +15,7 @@ volumes (rows; multiply by width × bytes per layer and direction):
 * V_p2p = Σ_t |U_t|, U_t = ∪_i N_i,t        (each row loaded once per batch)
 * V_ru  = |U_0| + Σ_{t≥1} |U_t \\ U_{t−1}|   (and kept on the device between batches)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,26 +44,41 @@ class ChunkLayout:
         return int(self.offsets[c]), int(self.offsets[c + 1])
 
 
-def chunk_layout(src_new: np.ndarray, dst_new: np.ndarray, part_offsets: np.ndarray, n: int) -> ChunkLayout:
+def chunk_layout(
+    src_new: np.ndarray, dst_new: np.ndarray, part_offsets: np.ndarray, n: int
+) -> ChunkLayout:
     """Split each part into ``n`` chunks of balanced in-edges; ``src_new``/``dst_new``
     must be sorted by destination (the mode's edge order)."""
     offsets = split_chunks(part_offsets, dst_new, n)
     bounds = np.searchsorted(dst_new, offsets, side="left")
-    neighbours = [np.union1d(src_new[bounds[c]:bounds[c + 1]], np.arange(offsets[c], offsets[c + 1]))
-                  for c in range(offsets.size - 1)]
-    return ChunkLayout(num_parts=part_offsets.size - 1, chunks_per_part=n, part_offsets=part_offsets,
-                       offsets=offsets, neighbours=neighbours, edge_bounds=bounds)
+    neighbours = [
+        np.union1d(src_new[bounds[c] : bounds[c + 1]], np.arange(offsets[c], offsets[c + 1]))
+        for c in range(offsets.size - 1)
+    ]
+    return ChunkLayout(
+        num_parts=part_offsets.size - 1,
+        chunks_per_part=n,
+        part_offsets=part_offsets,
+        offsets=offsets,
+        neighbours=neighbours,
+        edge_bounds=bounds,
+    )
 
 
 def identity_batches(m: int, n: int) -> np.ndarray:
-    """``batches[t, i]`` = the chunk index j of partition i run at position t: batch j = {G_0j … G_(m−1)j}."""
+    """``batches[t, i]`` = the chunk index j of partition i run at position t: batch j = {G_0j …
+    G_(m−1)j}."""
     return np.tile(np.arange(n, dtype=np.int64)[:, None], (1, m))
 
 
 def batch_unions(layout: ChunkLayout, batches: np.ndarray) -> List[np.ndarray]:
     """U_t for each position t."""
-    return [np.unique(np.concatenate([layout.neighbours[layout.chunk(i, int(j))] for i, j in enumerate(row)]))
-            for row in batches]
+    return [
+        np.unique(
+            np.concatenate([layout.neighbours[layout.chunk(i, int(j))] for i, j in enumerate(row)])
+        )
+        for row in batches
+    ]
 
 
 def reorganize(layout: ChunkLayout) -> np.ndarray:
@@ -95,11 +111,16 @@ def reorganize(layout: ChunkLayout) -> np.ndarray:
     overlap = np.array([[int((union[a] & union[b]).sum()) for b in range(n)] for a in range(n)])
 
     def loaded(order: List[int]) -> int:  # V_ru of this batch order
-        return int(sizes[order[0]] + sum(sizes[k] - overlap[a, k] for a, k in zip(order[:-1], order[1:])))
+        return int(
+            sizes[order[0]] + sum(sizes[k] - overlap[a, k] for a, k in zip(order[:-1], order[1:]))
+        )
 
     candidates = [list(range(n))]  # phase 1's batches in their own order
     for first in range(n):
-        for score in (lambda prev, k: overlap[prev, k], lambda prev, k: overlap[prev, k] - sizes[k]):
+        for score in (
+            lambda prev, k: overlap[prev, k],
+            lambda prev, k: overlap[prev, k] - sizes[k],
+        ):
             order, left = [first], [k for k in range(n) if k != first]
             while left:
                 order.append(left.pop(int(np.argmax([score(order[-1], k) for k in left]))))
@@ -128,7 +149,9 @@ def transfer_volumes(layout: ChunkLayout, batches: np.ndarray) -> Dict[str, int]
     for t, row_sets in enumerate(need):
         out["ori"] += sum(s.size for s in row_sets)
         out["p2p"] += unions[t].size
-        out["ru"] += np.setdiff1d(unions[t], unions[t - 1], assume_unique=True).size if t else unions[t].size
+        out["ru"] += (
+            np.setdiff1d(unions[t], unions[t - 1], assume_unique=True).size if t else unions[t].size
+        )
         for i, rows in enumerate(row_sets):
             prev = need[t - 1][i] if t else np.empty(0, dtype=np.int64)
             out["reuse"] += np.setdiff1d(rows, prev, assume_unique=True).size

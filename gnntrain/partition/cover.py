@@ -1,4 +1,5 @@
-"""Pre/post-aggregation split of the cut edges (SuperGCN paper, §2 "Subgraph construction based on a hybrid of
+"""Pre/post-aggregation split of the cut edges (SuperGCN paper, §2 "Subgraph construction based on a
+hybrid of
 Pre- and Post-aggregation"; docs/design.md#supergcn).
 
 For every (sender j, receiver i) pair the cut edges u→v (u owned by j, v by
@@ -16,6 +17,7 @@ theorem has the size of a maximum matching: scipy's Hopcroft–Karp gives the
 matching, and an alternating-path BFS from the unmatched sources gives the
 cover ((U \\ Z) ∪ (V ∩ Z), Z = the vertices that BFS reaches).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +30,9 @@ from scipy.sparse.csgraph import breadth_first_order, maximum_bipartite_matching
 AGGREGATIONS = ("pre", "post", "hybrid")
 
 
-def min_vertex_cover(u: np.ndarray, v: np.ndarray, num_u: int, num_v: int) -> Tuple[np.ndarray, np.ndarray]:
+def min_vertex_cover(
+    u: np.ndarray, v: np.ndarray, num_u: int, num_v: int
+) -> Tuple[np.ndarray, np.ndarray]:
     """Minimum vertex cover of the bipartite graph with edges (u[k], v[k]).
 
     Returns boolean masks (sources in the cover [num_u], destinations in the
@@ -39,7 +43,9 @@ def min_vertex_cover(u: np.ndarray, v: np.ndarray, num_u: int, num_v: int) -> Tu
         return np.zeros(num_u, dtype=bool), np.zeros(num_v, dtype=bool)
     biadj = sp.csr_matrix((np.ones(u.size, dtype=np.int8), (u, v)), shape=(num_u, num_v))
     biadj.sum_duplicates()
-    match_of_u = maximum_bipartite_matching(biadj, perm_type="column")  # column matched to each row, or -1
+    match_of_u = maximum_bipartite_matching(
+        biadj, perm_type="column"
+    )  # column matched to each row, or -1
     matched_u = np.flatnonzero(match_of_u >= 0)
     # directed alternating graph on [U | V | super source]: U→V every edge, V→U the matching edges
     coo = biadj.tocoo()
@@ -53,7 +59,7 @@ def min_vertex_cover(u: np.ndarray, v: np.ndarray, num_u: int, num_v: int) -> Tu
     reached[breadth_first_order(graph, source, directed=True, return_predecessors=False)] = True
     has_edge_u = np.diff(biadj.indptr) > 0
     cover_u = has_edge_u & ~reached[:num_u]
-    cover_v = reached[num_u:num_u + num_v]
+    cover_v = reached[num_u : num_u + num_v]
     return cover_u, cover_v
 
 
@@ -77,8 +83,9 @@ class PairSplit:
         return int(self.post_rows.size + self.pre_rows.size)
 
 
-def split_cut_edges(src: np.ndarray, dst: np.ndarray, offsets: np.ndarray, aggregation: str
-                    ) -> Tuple[Dict[Tuple[int, int], PairSplit], Dict[Tuple[int, int], np.ndarray]]:
+def split_cut_edges(
+    src: np.ndarray, dst: np.ndarray, offsets: np.ndarray, aggregation: str
+) -> Tuple[Dict[Tuple[int, int], PairSplit], Dict[Tuple[int, int], np.ndarray]]:
     """Split every pair's cut edges; ``src``/``dst`` are relabelled (block-contiguous) ids.
 
     Returns ``(splits, edge_ids)``: per (sender, receiver), the split and the
@@ -109,8 +116,13 @@ def split_cut_edges(src: np.ndarray, dst: np.ndarray, offsets: np.ndarray, aggre
         else:
             cover_u, cover_v = min_vertex_cover(u, v, u_rows.size, v_rows.size)
         is_post = cover_u[u]
-        splits[(j, i)] = PairSplit(sender=j, receiver=i, post_rows=u_rows[cover_u],
-                                   pre_rows=np.unique(v_rows[v[~is_post]]), is_post_edge=is_post)
+        splits[(j, i)] = PairSplit(
+            sender=j,
+            receiver=i,
+            post_rows=u_rows[cover_u],
+            pre_rows=np.unique(v_rows[v[~is_post]]),
+            is_post_edge=is_post,
+        )
         edge_ids[(j, i)] = edges
     return splits, edge_ids
 
@@ -123,7 +135,11 @@ def pair_grid(splits: Dict[Tuple[int, int], PairSplit], k: int) -> List[List[int
     return grid
 
 
-def rows_per_pair(src: np.ndarray, dst: np.ndarray, offsets: np.ndarray) -> Dict[str, List[List[int]]]:
+def rows_per_pair(
+    src: np.ndarray, dst: np.ndarray, offsets: np.ndarray
+) -> Dict[str, List[List[int]]]:
     """:func:`pair_grid` under pre, post and hybrid."""
-    return {aggregation: pair_grid(split_cut_edges(src, dst, offsets, aggregation)[0], len(offsets) - 1)
-            for aggregation in AGGREGATIONS}
+    return {
+        aggregation: pair_grid(split_cut_edges(src, dst, offsets, aggregation)[0], len(offsets) - 1)
+        for aggregation in AGGREGATIONS
+    }

@@ -1,5 +1,6 @@
 """A partitioning as a relabelling with contiguous parts, its volume metrics,
 and HongTu's second level (chunks)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,7 +31,9 @@ class PartitionMetrics:
     recv_volume: tuple
 
 
-def compute_metrics(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, k: int) -> PartitionMetrics:
+def compute_metrics(
+    src: np.ndarray, dst: np.ndarray, parts: np.ndarray, k: int
+) -> PartitionMetrics:
     ps, pd = parts[src], parts[dst]
     cut = ps != pd
     pairs = np.unique(src[cut].astype(np.int64) * k + pd[cut])  # distinct (row u, receiving part)
@@ -40,11 +43,16 @@ def compute_metrics(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, k: int)
     sizes = np.bincount(parts, minlength=k)
     avg_send = send.mean() if k else 0.0
     return PartitionMetrics(
-        num_parts=k, edge_cut=int(cut.sum()), total_volume=int(pairs.size),
-        max_send_volume=int(send.max()), max_recv_volume=int(recv.max()),
+        num_parts=k,
+        edge_cut=int(cut.sum()),
+        total_volume=int(pairs.size),
+        max_send_volume=int(send.max()),
+        max_recv_volume=int(recv.max()),
         send_imbalance=float((send.max() - avg_send) / avg_send) if avg_send > 0 else 0.0,
-        nnz_balance=float(nnz.max() / nnz.mean()), vertex_balance=float(sizes.max() / sizes.mean()),
-        send_volume=tuple(int(x) for x in send), recv_volume=tuple(int(x) for x in recv),
+        nnz_balance=float(nnz.max() / nnz.mean()),
+        vertex_balance=float(sizes.max() / sizes.mean()),
+        send_volume=tuple(int(x) for x in send),
+        recv_volume=tuple(int(x) for x in recv),
     )
 
 

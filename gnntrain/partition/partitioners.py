@@ -1,10 +1,12 @@
 """Partitioners: metis (pymetis k-way), random, range, and volume (METIS +
 greedy max-send-volume refinement, an approximation of the GVB partitioner of
-Sparsity-Aware Communication for Distributed Graph Neural Network Training, §5; docs/design.md#partitioners).
+Sparsity-Aware Communication for Distributed Graph Neural Network Training, §5;
+docs/design.md#partitioners).
 Optional Reverse Cuthill–McKee reordering inside
 parts. All return a part id per node; :mod:`layout` turns that into a
 relabelling with contiguous parts.
 """
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -32,25 +34,42 @@ def in_degree(dst: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(dst, minlength=n)
 
 
-METIS_OBJECTIVES = {"cut": 0, "vol": 1}  # METIS_OBJTYPE_CUT, METIS_OBJTYPE_VOL (total communication volume)
+METIS_OBJECTIVES = {
+    "cut": 0,
+    "vol": 1,
+}  # METIS_OBJTYPE_CUT, METIS_OBJTYPE_VOL (total communication volume)
 
 
-def metis_parts(src: np.ndarray, dst: np.ndarray, n: int, k: int, seed: int, vertex_weights: str,
-                objective: str = "cut", row_weight: float = 0.0) -> np.ndarray:
-    """METIS k-way parts; ``objective="vol"`` minimises the total communication volume instead of the
+def metis_parts(
+    src: np.ndarray,
+    dst: np.ndarray,
+    n: int,
+    k: int,
+    seed: int,
+    vertex_weights: str,
+    objective: str = "cut",
+    row_weight: float = 0.0,
+) -> np.ndarray:
+    """METIS k-way parts; ``objective="vol"`` minimises the total communication volume instead of
+    the
     edge cut (METIS manual §5.4, METIS_OBJTYPE_VOL: the sparsity-aware paper's volume metric).
     ``row_weight`` adds each row's dense work (in nnz-equivalents) to its nnz weight."""
     import pymetis
 
     if objective not in METIS_OBJECTIVES:
-        raise PlanError("partitioner.objective", f"unknown METIS objective '{objective}'.", "use cut or vol")
+        raise PlanError(
+            "partitioner.objective", f"unknown METIS objective '{objective}'.", "use cut or vol"
+        )
     if k == 1:
         return np.zeros(n, dtype=np.int64)
     a = symmetric_csr(src, dst, n)
     vweights = None
     if row_weight < 0:
-        raise PlanError("partitioner.row_weight", f"row_weight={row_weight} is negative.",
-                        "give a row's dense work in nnz-equivalents (>= 0)")
+        raise PlanError(
+            "partitioner.row_weight",
+            f"row_weight={row_weight} is negative.",
+            "give a row's dense work in nnz-equivalents (>= 0)",
+        )
     if vertex_weights == "nnz":
         # SpMM work of a row = its nnz (in-edges, +1 for the self-loop / own row); its update (GEMM)
         # work = row_weight nnz-equivalents. Without the latter, a power-law graph's many low-degree
@@ -58,13 +77,22 @@ def metis_parts(src: np.ndarray, dst: np.ndarray, n: int, k: int, seed: int, ver
         vweights = (in_degree(dst, n) + 1 + int(round(row_weight))).astype(np.int64)
     opts = pymetis.Options(seed=int(seed), objtype=METIS_OBJECTIVES[objective])
     # only the k-way scheme takes the volume objective (recursive bisection always cuts edges)
-    _, membership = pymetis.part_graph(k, xadj=a.indptr, adjncy=a.indices, vweights=vweights, options=opts,
-                                       recursive=False if objective == "vol" else None)
+    _, membership = pymetis.part_graph(
+        k,
+        xadj=a.indptr,
+        adjncy=a.indices,
+        vweights=vweights,
+        options=opts,
+        recursive=False if objective == "vol" else None,
+    )
     parts = np.asarray(membership, dtype=np.int64)
     # METIS may leave a part empty on tiny graphs; every rank must own rows.
     if np.bincount(parts, minlength=k).min() == 0:
-        raise PlanError("partitioner", f"METIS left a part empty for k={k} on a {n}-node graph.",
-                        "use fewer ranks or partitioner=range")
+        raise PlanError(
+            "partitioner",
+            f"METIS left a part empty for k={k} on a {n}-node graph.",
+            "use fewer ranks or partitioner=range",
+        )
     return parts
 
 
@@ -83,10 +111,16 @@ def range_parts(n: int, k: int) -> np.ndarray:
 def partition_nodes(src: np.ndarray, dst: np.ndarray, n: int, k: int, cfg) -> np.ndarray:
     """Part id per node for the partitioner config ``cfg``."""
     if k > n:
-        raise PlanError("world size", f"{k} parts requested for a graph of {n} nodes.",
-                        "use at most as many parts as nodes")
+        raise PlanError(
+            "world size",
+            f"{k} parts requested for a graph of {n} nodes.",
+            "use at most as many parts as nodes",
+        )
     name = cfg.name
-    objective, row_weight = str(getattr(cfg, "objective", "cut")), float(getattr(cfg, "row_weight", 0))
+    objective, row_weight = (
+        str(getattr(cfg, "objective", "cut")),
+        float(getattr(cfg, "row_weight", 0)),
+    )
     if name == "metis":
         return metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights, objective, row_weight)
     if name == "random":
@@ -99,9 +133,19 @@ def partition_nodes(src: np.ndarray, dst: np.ndarray, n: int, k: int, cfg) -> np
         return ldg_parts(*csr_from_edges(src, dst, n), k, cfg.vertex_weights, cfg.imbalance_eps)
     if name == "volume":
         parts = metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights, objective, row_weight)
-        return refine_max_send(src, dst, n, parts, k, cfg.imbalance_eps, cfg.max_volume_growth,
-                               max_moves=max(1, cfg.refine_rounds) * k * 4)
-    raise PlanError("partitioner", f"unknown partitioner '{name}'.", f"use one of {', '.join(PARTITIONERS)}")
+        return refine_max_send(
+            src,
+            dst,
+            n,
+            parts,
+            k,
+            cfg.imbalance_eps,
+            cfg.max_volume_growth,
+            max_moves=max(1, cfg.refine_rounds) * k * 4,
+        )
+    raise PlanError(
+        "partitioner", f"unknown partitioner '{name}'.", f"use one of {', '.join(PARTITIONERS)}"
+    )
 
 
 class PartCounts:
@@ -162,14 +206,24 @@ class PartCounts:
             self.new_values = np.concatenate([self.new_values, amounts[~new_found]])[order]
 
     def remote_parts(self, parts: np.ndarray, n: int) -> np.ndarray:
-        """D(u) for every u: the number of other parts holding an out-neighbour of u (before any move)."""
+        """D(u) for every u: the number of other parts holding an out-neighbour of u (before any
+        move)."""
         owner = self.keys // self.k
         remote = (self.values > 0) & (self.keys % self.k != parts[owner])
         return np.bincount(owner[remote], minlength=n).astype(np.int64)
 
 
-def refine_max_send(src: np.ndarray, dst: np.ndarray, n: int, parts: np.ndarray, k: int, eps: float,
-                    max_growth: float, max_moves: int, candidates: int = 48) -> np.ndarray:
+def refine_max_send(
+    src: np.ndarray,
+    dst: np.ndarray,
+    n: int,
+    parts: np.ndarray,
+    k: int,
+    eps: float,
+    max_growth: float,
+    max_moves: int,
+    candidates: int = 48,
+) -> np.ndarray:
     """Greedy refinement that lowers the maximum send volume.
 
     Send volume of part p = Σ_{u∈p} D(u), D(u) = number of other parts that
@@ -218,7 +272,9 @@ def refine_max_send(src: np.ndarray, dst: np.ndarray, n: int, parts: np.ndarray,
             delta = _move_delta(int(u), s, t, parts, counts, in_adj, k)
             new_send = send + delta
             # progress: max send drops, or stays while the heaviest sender s sheds load
-            if new_send.max() > current_max or (new_send.max() == current_max and new_send[s] >= send[s]):
+            if new_send.max() > current_max or (
+                new_send.max() == current_max and new_send[s] >= send[s]
+            ):
                 continue
             if nnz[t] + row_nnz[u] > nnz_cap:
                 continue
@@ -244,8 +300,9 @@ def _in_neighbours(u: int, in_adj: sp.csr_matrix) -> Tuple[np.ndarray, np.ndarra
     return w[keep], mult[keep]
 
 
-def _move_delta(u: int, s: int, t: int, parts: np.ndarray, counts: PartCounts, in_adj: sp.csr_matrix,
-                k: int) -> np.ndarray:
+def _move_delta(
+    u: int, s: int, t: int, parts: np.ndarray, counts: PartCounts, in_adj: sp.csr_matrix, k: int
+) -> np.ndarray:
     """Change of every part's send volume if u moves from s to t."""
     delta = np.zeros(k, dtype=np.int64)
     present = counts.row(u) > 0
@@ -262,8 +319,16 @@ def _move_delta(u: int, s: int, t: int, parts: np.ndarray, counts: PartCounts, i
     return delta
 
 
-def _apply_move(u: int, s: int, t: int, parts: np.ndarray, counts: PartCounts, d: np.ndarray, send: np.ndarray,
-                in_adj: sp.csr_matrix) -> None:
+def _apply_move(
+    u: int,
+    s: int,
+    t: int,
+    parts: np.ndarray,
+    counts: PartCounts,
+    d: np.ndarray,
+    send: np.ndarray,
+    in_adj: sp.csr_matrix,
+) -> None:
     w, mult = _in_neighbours(u, in_adj)
     counts.add(w, s, -mult)
     counts.add(w, t, mult)

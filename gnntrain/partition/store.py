@@ -14,6 +14,7 @@ No pickle: arrays are ``.npy`` read with ``allow_pickle=False`` and memory-mappe
 BLAKE2b digest is in ``meta.json``: a part that does not match is reported and rebuilt, never
 used (docs/design.md#partition-store).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,12 +35,14 @@ from gnntrain.partition.chunks import ChunkLayout
 from gnntrain.registry import Registry
 
 FORMAT_VERSION = 1
-# the dataclasses a part may hold, rebuilt by their name (no pickle): each mode's rank payload, ChunkLayout
+# the dataclasses a part may hold, rebuilt by their name (no pickle): each mode's rank payload,
+# ChunkLayout
 RECORDS: Registry[type] = Registry("store record")
 
 
 def store_record(cls: type) -> type:
-    """Class decorator: a dataclass that a part may hold (a mode's typed rank payload), written field by
+    """Class decorator: a dataclass that a part may hold (a mode's typed rank payload), written
+    field by
     field and rebuilt by its class name; a second class under a taken name is refused."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls.__name__}: only a dataclass can be a store record")
@@ -47,9 +50,20 @@ def store_record(cls: type) -> type:
 
 
 store_record(ChunkLayout)
-_TORCH_DTYPES = {str(t).replace("torch.", ""): t for t in (torch.float32, torch.float64, torch.int64, torch.int32,
-                                                            torch.int16, torch.int8, torch.uint8, torch.bool,
-                                                            torch.float16)}
+_TORCH_DTYPES = {
+    str(t).replace("torch.", ""): t
+    for t in (
+        torch.float32,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+        torch.float16,
+    )
+}
 
 
 class StoreError(ArtifactError):
@@ -91,9 +105,15 @@ class _Writer:
             return self.ragged_written[id(value)]
         lengths = np.array([v.size for v in value], dtype=np.int64)
         flat = np.concatenate(value) if value else np.zeros(0)
-        where = f"shared/r{len(self.ragged_written)}" if id(value) in self.shared_ids else f"{part_dir}/{name}"
-        node = {"ragged": {"ndarray": self._save(f"{where}.flat.npy", flat)},
-                "lengths": {"ndarray": self._save(f"{where}.lengths.npy", lengths)}}
+        where = (
+            f"shared/r{len(self.ragged_written)}"
+            if id(value) in self.shared_ids
+            else f"{part_dir}/{name}"
+        )
+        node = {
+            "ragged": {"ndarray": self._save(f"{where}.flat.npy", flat)},
+            "lengths": {"ndarray": self._save(f"{where}.lengths.npy", lengths)},
+        }
         if id(value) in self.shared_ids:
             self.ragged_written[id(value)] = node
         return node
@@ -102,24 +122,38 @@ class _Writer:
         if isinstance(value, (torch.Tensor, np.ndarray)):
             return self.array(value, name, part_dir, shared)
         if dataclasses.is_dataclass(value) and type(value).__name__ in RECORDS:
-            return {"record": type(value).__name__,
-                    "fields": {f.name: self.encode(getattr(value, f.name), f"{name}.{f.name}", part_dir, shared)
-                               for f in dataclasses.fields(value)}}
+            return {
+                "record": type(value).__name__,
+                "fields": {
+                    f.name: self.encode(
+                        getattr(value, f.name), f"{name}.{f.name}", part_dir, shared
+                    )
+                    for f in dataclasses.fields(value)
+                },
+            }
         if isinstance(value, dict):
             if not all(isinstance(k, str) for k in value):
                 raise TypeError(f"{name}: only string keys can be stored")
-            return {"dict": {k: self.encode(v, f"{name}.{k}", part_dir, shared) for k, v in value.items()}}
+            return {
+                "dict": {
+                    k: self.encode(v, f"{name}.{k}", part_dir, shared) for k, v in value.items()
+                }
+            }
         if isinstance(value, (list, tuple)):
             if len(value) > 8 and all(isinstance(v, np.ndarray) and v.ndim == 1 for v in value):
                 return self.ragged(value, name, part_dir)
             kind = "tuple" if isinstance(value, tuple) else "list"
-            return {kind: [self.encode(v, f"{name}.{i}", part_dir, shared) for i, v in enumerate(value)]}
+            return {
+                kind: [self.encode(v, f"{name}.{i}", part_dir, shared) for i, v in enumerate(value)]
+            }
         if isinstance(value, (np.integer, np.floating, np.bool_)):
             value = value.item()
         if value is None or isinstance(value, (bool, int, float, str)):
             return {"value": value}
-        raise TypeError(f"{name}: a {type(value).__name__} cannot be stored (arrays, numbers, strings, dicts, "
-                        f"lists and {sorted(RECORDS)} can)")
+        raise TypeError(
+            f"{name}: a {type(value).__name__} cannot be stored (arrays, numbers, strings, dicts, "
+            f"lists and {sorted(RECORDS)} can)"
+        )
 
 
 def write_store(directory: Path, parts: Sequence[Dict[str, Any]], meta: Dict[str, Any]) -> None:
@@ -143,12 +177,19 @@ def write_store(directory: Path, parts: Sequence[Dict[str, Any]], meta: Dict[str
         tree = {k: writer.encode(v, k, f"part{rank}", shared) for k, v in part.items()}
         (staging / f"part{rank}").mkdir(parents=True, exist_ok=True)
         (staging / f"part{rank}" / "tree.json").write_text(json.dumps(tree))
-        writer.files[f"part{rank}/tree.json"] = {"bytes": (staging / f"part{rank}" / "tree.json").stat().st_size}
+        writer.files[f"part{rank}/tree.json"] = {
+            "bytes": (staging / f"part{rank}" / "tree.json").stat().st_size
+        }
         part_files.append(sorted(set(writer.files) - before) + _shared_refs(tree))
     files = describe_files(staging, writer.files)
-    full = dict(meta, format_version=FORMAT_VERSION, num_parts=len(parts), files=files,
-                parts=[sorted(set(rels)) for rels in part_files],
-                bytes_per_part=[sum(files[f]["bytes"] for f in set(rels)) for rels in part_files])
+    full = dict(
+        meta,
+        format_version=FORMAT_VERSION,
+        num_parts=len(parts),
+        files=files,
+        parts=[sorted(set(rels)) for rels in part_files],
+        bytes_per_part=[sum(files[f]["bytes"] for f in set(rels)) for rels in part_files],
+    )
     publish(staging, directory, full)
 
 
@@ -192,13 +233,16 @@ def read_meta(directory: Path) -> Optional[Dict[str, Any]]:
     except OSError:
         return None
     except ValueError as exc:
-        warnings.warn(f"partition store {path} is corrupt ({exc}); rebuilding the store", stacklevel=2)
+        warnings.warn(
+            f"partition store {path} is corrupt ({exc}); rebuilding the store", stacklevel=2
+        )
         return None
     return meta if meta.get("format_version") == FORMAT_VERSION else None
 
 
 def verify_part(directory: Path, meta: Dict[str, Any], rank: int) -> None:
-    """Check part ``rank``'s files (and the shared ones it uses): each must have its size, and a file
+    """Check part ``rank``'s files (and the shared ones it uses): each must have its size, and a
+    file
     written to since the store was built (its mtime moved) must match its digest. An untouched file
     is not read here, so a rank's start does not page its whole part in (the digests were taken when
     the part was built); ``GNNTRAIN_VERIFY_PARTS=1`` checks every digest."""
@@ -208,8 +252,9 @@ def verify_part(directory: Path, meta: Dict[str, Any], rank: int) -> None:
         raise StoreError(str(exc)) from None
 
 
-def open_part(directory: Path, rank: int, meta: Optional[Dict[str, Any]] = None, verify: bool = True
-              ) -> Dict[str, Any]:
+def open_part(
+    directory: Path, rank: int, meta: Optional[Dict[str, Any]] = None, verify: bool = True
+) -> Dict[str, Any]:
     """Part ``rank``'s fields, its arrays memory-mapped copy-on-write; raises StoreError when a
     file is missing, foreign or corrupt."""
     directory = Path(directory)
@@ -233,11 +278,16 @@ def _load_array(directory: Path, rel: str) -> np.ndarray:
 
 def _decode(node: Dict[str, Any], directory: Path):
     if "record" in node:
-        return RECORDS[node["record"]](**{k: _decode(v, directory) for k, v in node["fields"].items()})
+        return RECORDS[node["record"]](
+            **{k: _decode(v, directory) for k, v in node["fields"].items()}
+        )
     if "ragged" in node:
-        flat, lengths = np.asarray(_decode(node["ragged"], directory)), np.asarray(_decode(node["lengths"], directory))
+        flat, lengths = (
+            np.asarray(_decode(node["ragged"], directory)),
+            np.asarray(_decode(node["lengths"], directory)),
+        )
         return list(np.split(flat, np.cumsum(lengths)[:-1])) if lengths.size else []
-    (kind, body), = node.items()
+    ((kind, body),) = node.items()
     if kind == "tensor":
         array = _load_array(directory, body)
         return torch.from_numpy(array) if array.ndim else torch.tensor(array.item())
@@ -270,8 +320,13 @@ def ensure_store(directory: Path, build: Callable[[], tuple]) -> Dict[str, Any]:
     return meta
 
 
-def open_or_build(directory: Path, rank: int, build: Callable[[], tuple], warn: Callable[[str], None],
-                  verify: bool = True) -> tuple:
+def open_or_build(
+    directory: Path,
+    rank: int,
+    build: Callable[[], tuple],
+    warn: Callable[[str], None],
+    verify: bool = True,
+) -> tuple:
     """(part ``rank``'s fields, meta): from the store when it is complete and its part checks out,
     else built by ``build() -> (parts, meta)`` under the store's lock (one builder per store,
     whatever the number of ranks and jobs) and then opened."""
@@ -286,7 +341,9 @@ def open_or_build(directory: Path, rank: int, build: Callable[[], tuple], warn: 
             corrupt, corrupt_build = True, meta.get("built_at")
     with file_lock(directory.with_name(f".{directory.name}.lock")):
         meta = read_meta(directory)
-        if meta is None or (corrupt and meta.get("built_at") == corrupt_build):  # not rebuilt meanwhile
+        if meta is None or (
+            corrupt and meta.get("built_at") == corrupt_build
+        ):  # not rebuilt meanwhile
             parts, figures = build()
             write_store(directory, parts, dict(figures, built_at=time.time()))
             meta = read_meta(directory)

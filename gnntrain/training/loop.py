@@ -6,6 +6,7 @@ A mode's ``strategy`` (:class:`~gnntrain.modes.ModeSpec`) says how a rank trains
 counts correct predictions (:class:`~gnntrain.modes.strategy.RankStrategy`);
 :func:`train_rank` builds it and runs it here.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,7 +33,8 @@ from gnntrain.runtime import RankContext, peak_device_bytes, peak_host_bytes
 
 
 def train_rank(mode, shard, ctx: RankContext) -> Dict[str, Any]:
-    """One rank's whole run: the mode builds its strategy from the shard (setup), the loop trains it,
+    """One rank's whole run: the mode builds its strategy from the shard (setup), the loop trains
+    it,
     then the run's totals and the mode's own figures are gathered (collectives, on every rank)."""
     start = time.perf_counter()
     strategy = mode.spec.strategy(mode, shard, ctx)
@@ -67,7 +69,9 @@ def inject_fault(rank: int, epoch: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if action == "hang":
         time.sleep(3600)
-    if action == "ctrl-c":  # what a terminal's Ctrl-C does: SIGINT to the launcher and every rank, mid-epoch
+    if (
+        action == "ctrl-c"
+    ):  # what a terminal's Ctrl-C does: SIGINT to the launcher and every rank, mid-epoch
         os.killpg(os.getpgrp(), signal.SIGINT)
     if action == "term-launcher":  # a batch system's or a user's SIGTERM to the launcher alone
         os.kill(int(os.environ.get("GNNTRAIN_LAUNCHER_PID") or os.getppid()), signal.SIGTERM)
@@ -92,25 +96,46 @@ class EpochLoop:
 
     def run(self) -> Dict[str, Any]:
         """Train; returns ``{"history": [...], "accuracy": {split: value}}``."""
-        ctx, model, optimizer, task, train_cfg = self.ctx, self.model, self.optimizer, self.task, self.cfg.train
+        ctx, model, optimizer, task, train_cfg = (
+            self.ctx,
+            self.model,
+            self.optimizer,
+            self.task,
+            self.cfg.train,
+        )
         if ctx.plan.settings.predicting:
             from gnntrain.training.predict import run_predict
 
-            return {"history": [], "accuracy": {}, "predict": run_predict(ctx, model, task, self.num_nodes)}
+            return {
+                "history": [],
+                "accuracy": {},
+                "predict": run_predict(ctx, model, task, self.num_nodes),
+            }
         comm, ledger = ctx.comm, ctx.comm.ledger
-        epochs, eval_every, every = int(train_cfg.epochs), int(train_cfg.eval_every), int(train_cfg.checkpoint_every)
+        epochs, eval_every, every = (
+            int(train_cfg.epochs),
+            int(train_cfg.eval_every),
+            int(train_cfg.checkpoint_every),
+        )
         history: List[Dict[str, Any]] = []
         accuracy: Dict[str, float] = {}
         start_epoch = 0
         resumed: Optional[Dict[str, Any]] = None
         checkpointer = run_checkpointer(self.cfg, ctx.run_dir, ctx.plan.plan_hash)
         if checkpointer is not None and resume_requested(self.cfg):
-            state = checkpointer.load_latest()  # run_training already refused foreign or missing ones
+            state = (
+                checkpointer.load_latest()
+            )  # run_training already refused foreign or missing ones
             if state is not None:
                 model.load_state_dict(state["model"])
                 optimizer.load_state_dict(state["optimizer"])
-                for group in optimizer.param_groups:  # this run's lr and weight decay, not the checkpoint's
-                    group["lr"], group["weight_decay"] = float(train_cfg.lr), float(train_cfg.weight_decay)
+                for (
+                    group
+                ) in optimizer.param_groups:  # this run's lr and weight decay, not the checkpoint's
+                    group["lr"], group["weight_decay"] = (
+                        float(train_cfg.lr),
+                        float(train_cfg.weight_decay),
+                    )
                 torch.set_rng_state(state["rng"])
                 history, start_epoch = list(state["history"]), int(state["epoch"])
                 resumed = {"from_epoch": start_epoch, "changed": resume_changes(state, self.cfg)}
@@ -132,17 +157,32 @@ class EpochLoop:
                 model.eval()
                 with ledger.in_phase(Phase.eval), torch.no_grad():
                     correct = task.evaluate(epoch)
-            record = epoch_record(comm, epoch, stats.loss, correct, stats.seconds, stats.stages, self.global_counts,
-                                  loss_divisor=stats.loss_divisor, other_stage=stats.other_stage,
-                                  stop=STOP.requested)
-            stop = bool(record.pop("stop"))  # every rank's flag, reduced: all ranks stop after the same epoch
+            record = epoch_record(
+                comm,
+                epoch,
+                stats.loss,
+                correct,
+                stats.seconds,
+                stats.stages,
+                self.global_counts,
+                loss_divisor=stats.loss_divisor,
+                other_stage=stats.other_stage,
+                stop=STOP.requested,
+            )
+            stop = bool(
+                record.pop("stop")
+            )  # every rank's flag, reduced: all ranks stop after the same epoch
             record.update(stats.extra)
             if resumed is not None and epoch == start_epoch and resumed["changed"]:
-                record["resume_changed"] = resumed["changed"]  # the first epoch that trained with them
+                record["resume_changed"] = resumed[
+                    "changed"
+                ]  # the first epoch that trained with them
             if correct is not None:
                 accuracy = {s: record[f"{s}_acc"] for s in SPLITS}
             history.append(record)
-            if boundary is not None:  # before the metrics line: an epoch shown there survives preemption
+            if (
+                boundary is not None
+            ):  # before the metrics line: an epoch shown there survives preemption
                 boundary.update(epoch + 1, model, optimizer, history)
             if ctx.recorder is not None:
                 ctx.recorder.epoch(record)
@@ -150,10 +190,20 @@ class EpochLoop:
             if saved and comm.rank == 0:
                 checkpointer.save(epoch + 1, model, optimizer, history)
             if stop and epoch + 1 < epochs:
-                interrupted = {"signal": STOP.name or "SIGINT", "last_epoch": epoch + 1, "epochs": epochs}
-                if comm.rank == 0 and ctx.run_dir is not None and not saved:  # so that the run can resume
-                    (checkpointer or make_checkpointer(self.cfg, checkpoint_dir(self.cfg, ctx.run_dir),
-                                                       ctx.plan.plan_hash)).save(epoch + 1, model, optimizer, history)
+                interrupted = {
+                    "signal": STOP.name or "SIGINT",
+                    "last_epoch": epoch + 1,
+                    "epochs": epochs,
+                }
+                if (
+                    comm.rank == 0 and ctx.run_dir is not None and not saved
+                ):  # so that the run can resume
+                    (
+                        checkpointer
+                        or make_checkpointer(
+                            self.cfg, checkpoint_dir(self.cfg, ctx.run_dir), ctx.plan.plan_hash
+                        )
+                    ).save(epoch + 1, model, optimizer, history)
                 break
         if boundary is not None:
             boundary.close()
@@ -167,21 +217,42 @@ class EpochLoop:
         return result
 
     def _export_model(self) -> None:
-        """model.pt + model.yaml for gnntrain.api.load_model (rank 0 holds every parameter, as every rank does)."""
+        """model.pt + model.yaml for gnntrain.api.load_model (rank 0 holds every parameter, as every
+        rank does)."""
         from gnntrain.models.export import save_trained_model
 
         cfg, plan = self.cfg, self.ctx.plan
         ds = cfg.dataset
-        extra = {"mode": plan.mode, "world_size": plan.world_size, "epochs": int(cfg.train.epochs),
-                 "plan_hash": plan.plan_hash,
-                 "dataset": {"name": str(ds.name), "path": ds.get("path"), "num_nodes": int(ds.num_nodes),
-                             "feat_dim": int(ds.feat_dim), "num_classes": int(ds.num_classes)}}
-        save_trained_model(self.ctx.run_dir, self.model, bool(cfg.model.self_loop), plan.dtype, extra)
+        extra = {
+            "mode": plan.mode,
+            "world_size": plan.world_size,
+            "epochs": int(cfg.train.epochs),
+            "plan_hash": plan.plan_hash,
+            "dataset": {
+                "name": str(ds.name),
+                "path": ds.get("path"),
+                "num_nodes": int(ds.num_nodes),
+                "feat_dim": int(ds.feat_dim),
+                "num_classes": int(ds.num_classes),
+            },
+        }
+        save_trained_model(
+            self.ctx.run_dir, self.model, bool(cfg.model.self_loop), plan.dtype, extra
+        )
 
 
-def epoch_record(comm, epoch: int, loss: float, correct: Optional[List[float]], epoch_time: float,
-                 stages: Dict[str, float], global_counts: Dict[str, int], loss_divisor: float = 1.0,
-                 other_stage: bool = True, stop: bool = False) -> Dict[str, Any]:
+def epoch_record(
+    comm,
+    epoch: int,
+    loss: float,
+    correct: Optional[List[float]],
+    epoch_time: float,
+    stages: Dict[str, float],
+    global_counts: Dict[str, int],
+    loss_divisor: float = 1.0,
+    other_stage: bool = True,
+    stop: bool = False,
+) -> Dict[str, Any]:
     """One epoch's metrics row, reduced over ranks (a collective).
 
     ``loss`` (this rank's part; the row holds the sum / ``loss_divisor``) and
@@ -195,24 +266,38 @@ def epoch_record(comm, epoch: int, loss: float, correct: Optional[List[float]], 
     comm_time = ledger.seconds(Phase.train)
     stats = [float(loss)] + list(correct or [])
     totals = comm.reduce_stats(stats + sent)
-    maxima = comm.reduce_stats([float(sum(s for k, s in zip(KINDS, sent) if k not in NOT_TRAFFIC)),
-                                epoch_time, comm_time, *stages.values(), float(stop)], op="max")
+    maxima = comm.reduce_stats(
+        [
+            float(sum(s for k, s in zip(KINDS, sent) if k not in NOT_TRAFFIC)),
+            epoch_time,
+            comm_time,
+            *stages.values(),
+            float(stop),
+        ],
+        op="max",
+    )
     stop_any = maxima.pop() > 0  # a stop any rank was asked for (Ctrl-C, SIGTERM), agreed by all
-    by_kind = {k: int(v) for k, v in zip(KINDS, totals[len(stats):len(stats) + len(KINDS)]) if v}
+    by_kind = {k: int(v) for k, v in zip(KINDS, totals[len(stats) : len(stats) + len(KINDS)]) if v}
     record = {
-        "epoch": epoch, "loss": totals[0] / loss_divisor,
+        "epoch": epoch,
+        "loss": totals[0] / loss_divisor,
         "epoch_time_s": maxima[1],
         "comm_bytes": int(sum(v for k, v in by_kind.items() if k not in NOT_TRAFFIC)),
-        "comm_by_kind": by_kind, "max_rank_send": int(maxima[0]),
+        "comm_by_kind": by_kind,
+        "max_rank_send": int(maxima[0]),
         "time_breakdown_s": {"compute": max(0.0, maxima[1] - maxima[2]), "comm": maxima[2]},
     }
     if stages:
         slowest = dict(zip(stages, maxima[3:]))
         record["time_breakdown_s"].update(slowest)
         if other_stage:
-            record["time_breakdown_s"]["other"] = max(0.0, maxima[1] - maxima[2] - sum(slowest.values()))
+            record["time_breakdown_s"]["other"] = max(
+                0.0, maxima[1] - maxima[2] - sum(slowest.values())
+            )
     if correct is not None:
-        record.update({f"{s}_acc": totals[1 + i] / max(1, global_counts[s]) for i, s in enumerate(SPLITS)})
+        record.update(
+            {f"{s}_acc": totals[1 + i] / max(1, global_counts[s]) for i, s in enumerate(SPLITS)}
+        )
     record["stop"] = stop_any
     return record
 
@@ -225,15 +310,25 @@ def run_totals(ctx: RankContext, setup_s: float = 0.0) -> Dict[str, Any]:
     slots[comm.rank] = float(peak_host_bytes())
     slots[comm.world_size + comm.rank] = float(peak_device_bytes(device) or 0)
     peaks = comm.reduce_stats(slots)
-    host, dev = [int(x) for x in peaks[:comm.world_size]], [int(x) for x in peaks[comm.world_size:]]
+    host, dev = (
+        [int(x) for x in peaks[: comm.world_size]],
+        [int(x) for x in peaks[comm.world_size :]],
+    )
     any_device = any(dev)
-    setup_bytes, unweighted, weighted = comm.reduce_stats([float(comm.ledger.total_sent(Phase.setup)),
-                                                           float(SPMM_CALLS["unweighted"]),
-                                                           float(SPMM_CALLS["weighted"])])
+    setup_bytes, unweighted, weighted = comm.reduce_stats(
+        [
+            float(comm.ledger.total_sent(Phase.setup)),
+            float(SPMM_CALLS["unweighted"]),
+            float(SPMM_CALLS["weighted"]),
+        ]
+    )
     return {
         "spmm_calls": {"unweighted": int(unweighted), "weighted": int(weighted)},
-        "peak_memory_bytes": {"host_max_rank": max(host), "device_max_rank": max(dev) if any_device else None,
-                              "host_per_rank": host, "device_per_rank": dev if any_device else None},
+        "peak_memory_bytes": {
+            "host_max_rank": max(host),
+            "device_max_rank": max(dev) if any_device else None,
+            "host_per_rank": host,
+            "device_per_rank": dev if any_device else None,
+        },
         "setup": {"preprocess_s": ctx.preprocess_s + setup_s, "setup_comm_bytes": int(setup_bytes)},
     }
-

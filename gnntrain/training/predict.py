@@ -6,6 +6,7 @@ rows with their global node ids to a part file; after a barrier rank 0 assembles
 order: a ``.npy`` of values, or a Parquet file whose first column holds the user's own node IDs
 (``node_ids.parquet`` of an ingested graph; 0..N-1 otherwise).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -44,7 +45,8 @@ def _user_ids(cfg, num_nodes: int):
 
 
 def assemble(cfg, out: Path, fmt: str, what: str, num_nodes: int, world: int) -> Dict[str, Any]:
-    """Rank 0, after every rank wrote its part: one output in node order (every node exactly covered)."""
+    """Rank 0, after every rank wrote its part: one output in node order (every node exactly
+    covered)."""
     out = Path(out)
     parts = out.parent / PARTS
     values: Optional[np.ndarray] = None
@@ -63,7 +65,9 @@ def assemble(cfg, out: Path, fmt: str, what: str, num_nodes: int, world: int) ->
         seen[ids] = True
     if values is None or not seen.all():
         missing = int((~seen).sum())
-        raise GnnTrainError(f"predict: {missing} of {num_nodes} nodes got no prediction (a rank wrote no rows).")
+        raise GnnTrainError(
+            f"predict: {missing} of {num_nodes} nodes got no prediction (a rank wrote no rows)."
+        )
     values.flush()
     if fmt == "npy":
         del values
@@ -90,8 +94,11 @@ def _write_parquet(cfg, out: Path, values: np.ndarray, what: str, num_nodes: int
         for lo in range(0, num_nodes, ROWS_PER_WRITE):
             hi = min(num_nodes, lo + ROWS_PER_WRITE)
             block = np.asarray(values[lo:hi])
-            cols = [ids.slice(lo, hi - lo)] + ([pa.array(block)] if block.ndim == 1 else
-                                                [pa.array(block[:, j]) for j in range(width)])
+            cols = [ids.slice(lo, hi - lo)] + (
+                [pa.array(block)]
+                if block.ndim == 1
+                else [pa.array(block[:, j]) for j in range(width)]
+            )
             writer.write_table(pa.Table.from_arrays(cols, schema=schema))
     tmp.replace(out)
 

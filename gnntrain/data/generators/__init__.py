@@ -9,6 +9,7 @@ The same blocks build the in-memory :class:`~gnntrain.data.graph.GraphData` (:fu
 ``dataset=csbm``) and the on-disk folder that ``gnntrain generate`` writes in bounded memory
 (:mod:`gnntrain.data.ingest.generated`), so both hold one graph, whatever the machine.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,7 +32,8 @@ FeatureRows = Callable[[int, int], np.ndarray]  # rows [lo, hi) as float32
 
 
 def block_rng(seed: int, stream: int, block: int) -> np.random.Generator:
-    """The random stream of one block: a function of (seed, stream, block) only, so any block can be drawn
+    """The random stream of one block: a function of (seed, stream, block) only, so any block can be
+    drawn
     alone, and a graph does not depend on how many blocks a machine holds at once."""
     return np.random.default_rng([int(seed), int(stream), int(block)])
 
@@ -43,11 +45,15 @@ def row_blocks(num_nodes: int) -> Iterator[Tuple[int, int]]:
 
 @dataclass(frozen=True)
 class GraphBlocks:
-    """A generated graph before it is assembled: what the in-memory graph and the on-disk folder are built from.
+    """A generated graph before it is assembled: what the in-memory graph and the on-disk folder are
+    built from.
 
-    ``edge_blocks()`` yields raw (src, dst) int64 arrays (self-loops and repeats allowed: assembly drops them,
-    and adds the reverse edges where ``symmetrize``); ``feature_rows(lo, hi)`` draws rows [lo, hi) with lo a
-    multiple of ROW_BLOCK; ``labels(indptr, indices, features)`` gives every node's label from the assembled
+    ``edge_blocks()`` yields raw (src, dst) int64 arrays (self-loops and repeats allowed: assembly
+    drops them,
+    and adds the reverse edges where ``symmetrize``); ``feature_rows(lo, hi)`` draws rows [lo, hi)
+    with lo a
+    multiple of ROW_BLOCK; ``labels(indptr, indices, features)`` gives every node's label from the
+    assembled
     CSR by destination (sources sorted within a row) and a reader of the feature rows."""
 
     name: str
@@ -66,15 +72,19 @@ class GraphBlocks:
 
 @dataclass(frozen=True)
 class Generator:
-    """A generated dataset. ``config`` is its parameters: :class:`DatasetConfig` plus the generator's own
-    fields, stored for Hydra as ``dataset/<name>_schema`` (what ``configs/dataset/<name>.yaml`` extends),
+    """A generated dataset. ``config`` is its parameters: :class:`DatasetConfig` plus the
+    generator's own
+    fields, stored for Hydra as ``dataset/<name>_schema`` (what ``configs/dataset/<name>.yaml``
+    extends),
     and every field of it but the descriptive ones (``DatasetConfig.DESCRIPTIVE``) is in the graph's
     content hash (:func:`params_hash`): a new parameter cannot be left out of it."""
 
     name: str
     config: type  # a DatasetConfig subclass (or DatasetConfig itself)
     blocks: Callable[[Any], GraphBlocks]  # the dataset section -> its graph in blocks
-    directed_edges: Callable[[Any], int]  # the dataset section -> directed edges (both directions counted)
+    directed_edges: Callable[
+        [Any], int
+    ]  # the dataset section -> directed edges (both directions counted)
     check: Callable[[Any], None] = lambda ds: None  # raises PlanError for keys it cannot use
     description: str = ""
 
@@ -92,31 +102,43 @@ def register_generator(generator: Generator) -> Generator:
     if not (isinstance(generator.config, type) and issubclass(generator.config, DatasetConfig)):
         raise TypeError(f"generator {generator.name}: its config must be a DatasetConfig dataclass")
     GENERATORS.add(generator.name, generator)
-    ConfigStore.instance().store(group="dataset", name=f"{generator.name}_schema", node=generator.config)
+    ConfigStore.instance().store(
+        group="dataset", name=f"{generator.name}_schema", node=generator.config
+    )
     return generator
 
 
 def get_generator(name: str) -> Generator:
     if name not in GENERATORS:
-        raise DatasetError(f"dataset '{name}': no generator of that name; use one of {sorted(GENERATORS)}")
+        raise DatasetError(
+            f"dataset '{name}': no generator of that name; use one of {sorted(GENERATORS)}"
+        )
     return GENERATORS[name]
 
 
 def generator_params(cfg, name: str = "") -> Dict[str, Any]:
-    """Every parameter that shapes the generated graph of the dataset section ``cfg``: each field of its
-    generator's config but the descriptive ones, as plain JSON values (defaults where ``cfg`` omits one)."""
+    """Every parameter that shapes the generated graph of the dataset section ``cfg``: each field of
+    its
+    generator's config but the descriptive ones, as plain JSON values (defaults where ``cfg`` omits
+    one)."""
     from omegaconf import OmegaConf
 
     config = get_generator(name or str(cfg["name"])).config
     given = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
-    values = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(config), given), resolve=True)
-    return {f.name: values[f.name] for f in fields(config) if f.name not in DatasetConfig.DESCRIPTIVE}
+    values = OmegaConf.to_container(
+        OmegaConf.merge(OmegaConf.structured(config), given), resolve=True
+    )
+    return {
+        f.name: values[f.name] for f in fields(config) if f.name not in DatasetConfig.DESCRIPTIVE
+    }
 
 
 def params_hash(kind: str, cfg) -> str:
     """The content hash of a generated graph: its generator and every parameter that shapes it."""
     payload = generator_params(cfg, kind)
-    return hashlib.sha1(json.dumps([kind, ALGORITHM, payload], sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha1(
+        json.dumps([kind, ALGORITHM, payload], sort_keys=True).encode()
+    ).hexdigest()[:16]
 
 
 def fractions(cfg) -> Tuple[float, float, float]:
@@ -124,7 +146,8 @@ def fractions(cfg) -> Tuple[float, float, float]:
 
 
 def materialize(blocks: GraphBlocks):
-    """The GraphData of ``blocks``: edges cleaned as :func:`~gnntrain.data.graph.clean_edges` does (no self-loops,
+    """The GraphData of ``blocks``: edges cleaned as :func:`~gnntrain.data.graph.clean_edges` does
+    (no self-loops,
     no repeats, sorted by (dst, src)), which is the CSR the on-disk folder stores."""
     import torch
 
@@ -132,8 +155,12 @@ def materialize(blocks: GraphBlocks):
 
     n = blocks.num_nodes
     drawn = list(blocks.edge_blocks())
-    src = torch.from_numpy(np.concatenate([s for s, _ in drawn]) if drawn else np.zeros(0, np.int64))
-    dst = torch.from_numpy(np.concatenate([d for _, d in drawn]) if drawn else np.zeros(0, np.int64))
+    src = torch.from_numpy(
+        np.concatenate([s for s, _ in drawn]) if drawn else np.zeros(0, np.int64)
+    )
+    dst = torch.from_numpy(
+        np.concatenate([d for _, d in drawn]) if drawn else np.zeros(0, np.int64)
+    )
     del drawn
     src, dst = clean_edges(src, dst, n, symmetrize=blocks.symmetrize)
     features = np.empty((n, blocks.feat_dim), dtype=np.float32)
@@ -144,9 +171,18 @@ def materialize(blocks: GraphBlocks):
     labels = blocks.labels(indptr, src.numpy(), lambda lo, hi: features[lo:hi])
     train, val, test = split_masks(n, blocks.fractions, blocks.seed)
     return GraphData(
-        name=blocks.name, num_nodes=n, src=src, dst=dst, features=torch.from_numpy(features),
-        labels=torch.from_numpy(np.asarray(labels, dtype=np.int64)), train_mask=train, val_mask=val, test_mask=test,
-        num_classes=blocks.num_classes, content_hash=blocks.content_hash, origin=blocks.origin,
+        name=blocks.name,
+        num_nodes=n,
+        src=src,
+        dst=dst,
+        features=torch.from_numpy(features),
+        labels=torch.from_numpy(np.asarray(labels, dtype=np.int64)),
+        train_mask=train,
+        val_mask=val,
+        test_mask=test,
+        num_classes=blocks.num_classes,
+        content_hash=blocks.content_hash,
+        origin=blocks.origin,
     )
 
 

@@ -1,5 +1,7 @@
-"""The contextual stochastic block model (Deshpande et al., Contextual Stochastic Block Models, 2018):
+"""The contextual stochastic block model (Deshpande et al., Contextual Stochastic Block Models,
+2018):
 the default dataset."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,7 +54,9 @@ def csbm_blocks(cfg) -> GraphBlocks:
             rng = block_rng(seed, EDGES, block)
             u = rng.integers(0, n, size=m)
             same = rng.random(m) < intra
-            target_class = np.where(same, labels[u], (labels[u] + rng.integers(1, max(c, 2), size=m)) % c)
+            target_class = np.where(
+                same, labels[u], (labels[u] + rng.integers(1, max(c, 2), size=m)) % c
+            )
             size = np.maximum(class_size[target_class], 1)
             yield u, order[class_start[target_class] + (rng.random(m) * size).astype(np.int64)]
 
@@ -61,9 +65,18 @@ def csbm_blocks(cfg) -> GraphBlocks:
         return (means[labels[lo:hi]] + noise).astype(np.float32)
 
     return GraphBlocks(
-        name="csbm", num_nodes=n, feat_dim=f, num_classes=c, symmetrize=True, seed=seed, fractions=fractions(cfg),
-        content_hash="csbm-" + params_hash("csbm", cfg), origin="generated (csbm)", edge_blocks=edge_blocks,
-        feature_rows=feature_rows, labels=lambda indptr, indices, features: labels,
+        name="csbm",
+        num_nodes=n,
+        feat_dim=f,
+        num_classes=c,
+        symmetrize=True,
+        seed=seed,
+        fractions=fractions(cfg),
+        content_hash="csbm-" + params_hash("csbm", cfg),
+        origin="generated (csbm)",
+        edge_blocks=edge_blocks,
+        feature_rows=feature_rows,
+        labels=lambda indptr, indices, features: labels,
     )
 
 
@@ -74,16 +87,25 @@ def make_csbm(cfg) -> GraphData:
 def check(ds) -> None:
     n = int(_number(ds, "num_nodes"))
     if not _number(ds, "avg_degree") > 0:
-        raise PlanError("dataset.avg_degree", f"must be > 0 (got {ds.avg_degree}).",
-                        "set dataset.avg_degree to a positive value, e.g. 4")
+        raise PlanError(
+            "dataset.avg_degree",
+            f"must be > 0 (got {ds.avg_degree}).",
+            "set dataset.avg_degree to a positive value, e.g. 4",
+        )
     if _number(ds, "avg_degree") > n - 1:
-        raise PlanError("dataset.avg_degree", f"{ds.avg_degree} is more than a simple graph on num_nodes={n} "
-                        f"nodes allows (at most {n - 1}: each node links to every other once).",
-                        "lower dataset.avg_degree or raise dataset.num_nodes")
+        raise PlanError(
+            "dataset.avg_degree",
+            f"{ds.avg_degree} is more than a simple graph on num_nodes={n} "
+            f"nodes allows (at most {n - 1}: each node links to every other once).",
+            "lower dataset.avg_degree or raise dataset.num_nodes",
+        )
     _in_unit_interval(ds, "intra_ratio", "the fraction of edges inside a class")
     if not _number(ds, "feature_snr") >= 0:
-        raise PlanError("dataset.feature_snr", f"must be >= 0 (got {ds.feature_snr}).",
-                        "set dataset.feature_snr to 0 or more")
+        raise PlanError(
+            "dataset.feature_snr",
+            f"must be >= 0 (got {ds.feature_snr}).",
+            "set dataset.feature_snr to 0 or more",
+        )
 
 
 @dataclass
@@ -95,7 +117,13 @@ class CsbmConfig(DatasetConfig):
     feature_snr: float = 1.0  # distance of class means in units of the noise std
 
 
-register_generator(Generator(
-    name="csbm", config=CsbmConfig, blocks=csbm_blocks,
-    directed_edges=lambda ds: int(round(int(ds.num_nodes) * float(ds.avg_degree))),
-    check=check, description="contextual SBM: classes, intra-class edge ratio, Gaussian features"))
+register_generator(
+    Generator(
+        name="csbm",
+        config=CsbmConfig,
+        blocks=csbm_blocks,
+        directed_edges=lambda ds: int(round(int(ds.num_nodes) * float(ds.avg_degree))),
+        check=check,
+        description="contextual SBM: classes, intra-class edge ratio, Gaussian features",
+    )
+)

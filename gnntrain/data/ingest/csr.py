@@ -6,6 +6,7 @@ their row's fill pointer (pass 2), then sorts and de-duplicates each row block i
 shrinks the file to the final length by rewriting its ``.npy`` header. Peak memory: the indices
 array (file-backed pages) plus a few arrays of N and one batch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,13 +31,20 @@ class CsrStats:
 
 
 def _rewrite_npy_length(path: Path, dtype: np.dtype, length: int) -> None:
-    """Shrink a 1-D ``.npy`` file in place: same header size (padded with spaces), new shape, truncated."""
+    """Shrink a 1-D ``.npy`` file in place: same header size (padded with spaces), new shape,
+    truncated."""
     with open(path, "r+b") as f:
         version = np.lib.format.read_magic(f)
         f.seek(0)
         read_npy_header(f)  # moves f to the data offset
         offset = f.tell()
-        fields = repr({"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (length,)})
+        fields = repr(
+            {
+                "descr": np.lib.format.dtype_to_descr(dtype),
+                "fortran_order": False,
+                "shape": (length,),
+            }
+        )
         prefix = 8 + (2 if version == (1, 0) else 4)
         room = offset - prefix
         text = fields.encode("latin1")
@@ -48,8 +56,15 @@ def _rewrite_npy_length(path: Path, dtype: np.dtype, length: int) -> None:
 
 
 class CsrBuilder:
-    def __init__(self, work: Path, num_nodes: int, symmetrize: bool, self_loops: str, duplicates: str,
-                 name_of: Callable[[int], str]):
+    def __init__(
+        self,
+        work: Path,
+        num_nodes: int,
+        symmetrize: bool,
+        self_loops: str,
+        duplicates: str,
+        name_of: Callable[[int], str],
+    ):
         self.work, self.n, self.symmetrize = Path(work), int(num_nodes), bool(symmetrize)
         self.self_loops, self.duplicates, self.name_of = self_loops, duplicates, name_of
         self.dtype = index_dtype(self.n)
@@ -67,9 +82,11 @@ class CsrBuilder:
         if loop.any():
             if self.self_loops == "error":
                 i = int(np.flatnonzero(loop)[0])
-                raise DatasetError(f"ingest: {locate(i)} is a self-loop (node {self.name_of(int(src[i]))}); "
-                                   f"--self-loops error refuses them. Use --self-loops drop (the models add their "
-                                   f"own self-loops where they want them).")
+                raise DatasetError(
+                    f"ingest: {locate(i)} is a self-loop (node {self.name_of(int(src[i]))}); "
+                    f"--self-loops error refuses them. Use --self-loops drop (the models add their "
+                    f"own self-loops where they want them)."
+                )
             self.loops += int(loop.sum())
             src, dst = src[~loop], dst[~loop]
         src = src.astype(self.dtype, copy=False)
@@ -84,12 +101,19 @@ class CsrBuilder:
     def _pairs(self):
         """The stored edges again, a block at a time (and reversed when symmetrising)."""
         item = self.dtype.itemsize
-        with open(self.work / ".edges-src.raw", "rb") as fs, open(self.work / ".edges-dst.raw", "rb") as fd:
+        with (
+            open(self.work / ".edges-src.raw", "rb") as fs,
+            open(self.work / ".edges-dst.raw", "rb") as fd,
+        ):
             for start in range(0, self.kept, SCATTER_EDGES):
                 count = min(SCATTER_EDGES, self.kept - start)
                 s = np.fromfile(fs, dtype=self.dtype, count=count)
                 d = np.fromfile(fd, dtype=self.dtype, count=count)
-                assert s.shape[0] == count and d.shape[0] == count and fs.tell() == (start + count) * item
+                assert (
+                    s.shape[0] == count
+                    and d.shape[0] == count
+                    and fs.tell() == (start + count) * item
+                )
                 yield s, d
                 if self.symmetrize:
                     yield d, s
@@ -101,13 +125,19 @@ class CsrBuilder:
         np.cumsum(self.degree, out=indptr[1:])
         total = int(indptr[-1])
         path = self.work / "indices.npy"
-        indices = np.lib.format.open_memmap(path, mode="w+", dtype=self.dtype, shape=(max(total, 1),))
+        indices = np.lib.format.open_memmap(
+            path, mode="w+", dtype=self.dtype, shape=(max(total, 1),)
+        )
         fill = indptr[:-1].copy()
         done = 0
         for s, d in self._pairs():  # pass 2: scatter every source into its destination's row
             order = np.argsort(d, kind="stable")
             ds = d[order]
-            starts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]]) if ds.shape[0] else np.zeros(0, np.int64)
+            starts = (
+                np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]])
+                if ds.shape[0]
+                else np.zeros(0, np.int64)
+            )
             lengths = np.diff(np.r_[starts, ds.shape[0]])
             rows = ds[starts].astype(np.int64)
             within = np.arange(ds.shape[0], dtype=np.int64) - np.repeat(starts, lengths)
@@ -123,10 +153,16 @@ class CsrBuilder:
         del indices
         _rewrite_npy_length(path, self.dtype, int(final[-1]))
         np.save(self.work / "indptr.npy", final)
-        return CsrStats(num_entries_read=self.read, self_loops=self.loops, duplicates=duplicates,
-                        num_edges=int(final[-1]))
+        return CsrStats(
+            num_entries_read=self.read,
+            self_loops=self.loops,
+            duplicates=duplicates,
+            num_edges=int(final[-1]),
+        )
 
-    def _dedupe_rows(self, indices: np.ndarray, indptr: np.ndarray, progress) -> "tuple[np.ndarray, int]":
+    def _dedupe_rows(
+        self, indices: np.ndarray, indptr: np.ndarray, progress
+    ) -> "tuple[np.ndarray, int]":
         """Pass 3: sort each row's sources, drop repeats, and compact the array in place."""
         n = self.n
         final = np.zeros(n + 1, dtype=np.int64)
@@ -138,8 +174,10 @@ class CsrBuilder:
             stop = int(np.searchsorted(indptr, indptr[row] + SORT_ENTRIES, side="right")) - 1
             stop = min(n, max(stop, row + 1))
             lo, hi = int(indptr[row]), int(indptr[stop])
-            deg = np.diff(indptr[row:stop + 1])
-            key = np.repeat(np.arange(stop - row, dtype=np.int64), deg) * n + indices[lo:hi].astype(np.int64)
+            deg = np.diff(indptr[row : stop + 1])
+            key = np.repeat(np.arange(stop - row, dtype=np.int64), deg) * n + indices[lo:hi].astype(
+                np.int64
+            )
             key.sort()
             keep = np.ones(key.shape[0], dtype=bool)
             keep[1:] = key[1:] != key[:-1]
@@ -147,14 +185,21 @@ class CsrBuilder:
             if repeats and self.duplicates == "error":
                 first = int(np.flatnonzero(~keep)[0])
                 r, c = divmod(int(key[first]), n)
-                reverse = " (counting the reverse edges that symmetrising adds)" if self.symmetrize else ""
-                raise DatasetError(f"ingest: the edge {self.name_of(c)} -> {self.name_of(row + r)} appears more than "
-                                   f"once{reverse}; --duplicates error refuses repeats. Use --duplicates drop.")
+                reverse = (
+                    " (counting the reverse edges that symmetrising adds)"
+                    if self.symmetrize
+                    else ""
+                )
+                raise DatasetError(
+                    f"ingest: the edge {self.name_of(c)} -> {self.name_of(row + r)} appears more "
+                    "than "
+                    f"once{reverse}; --duplicates error refuses repeats. Use --duplicates drop."
+                )
             duplicates += repeats
             key = key[keep]
             counts = np.bincount(key // n, minlength=stop - row)
-            indices[write:write + key.shape[0]] = (key % n).astype(self.dtype)
-            final[row + 1:stop + 1] = write + np.cumsum(counts)
+            indices[write : write + key.shape[0]] = (key % n).astype(self.dtype)
+            final[row + 1 : stop + 1] = write + np.cumsum(counts)
             write += int(key.shape[0])
             row = stop
             progress("removing duplicates", hi, int(indptr[-1]))
@@ -166,5 +211,11 @@ def degree_summary(indptr: np.ndarray) -> Dict[str, float]:
     if deg.shape[0] == 0:
         return {}
     p = np.percentile(deg, [50, 90, 99])
-    return {"isolated": int((deg == 0).sum()), "p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2]),
-            "max": int(deg.max()), "mean": float(deg.mean())}
+    return {
+        "isolated": int((deg == 0).sum()),
+        "p50": float(p[0]),
+        "p90": float(p[1]),
+        "p99": float(p[2]),
+        "max": int(deg.max()),
+        "mean": float(deg.mean()),
+    }

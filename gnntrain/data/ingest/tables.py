@@ -5,6 +5,7 @@ file line or row of each row), so an error names the file and the line a user ca
 CSV blocks are parsed by pyarrow's multi-threaded reader; comment and blank lines are
 removed before parsing, with the line numbers kept.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -30,13 +31,25 @@ def table_format(path: Path, given: str = "auto") -> str:
     for suffix in (".gz", ".bz2"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
-    for ext, kind in ((".csv", "csv"), (".txt", "csv"), (".tsv", "tsv"), (".parquet", "parquet"),
-                      (".pq", "parquet"), (".npy", "npy"), (".npz", "npz"), (".pt", "pyg"), (".pth", "pyg"),
-                      (".bin", "dgl"), (".dgl", "dgl")):
+    for ext, kind in (
+        (".csv", "csv"),
+        (".txt", "csv"),
+        (".tsv", "tsv"),
+        (".parquet", "parquet"),
+        (".pq", "parquet"),
+        (".npy", "npy"),
+        (".npz", "npz"),
+        (".pt", "pyg"),
+        (".pth", "pyg"),
+        (".bin", "dgl"),
+        (".dgl", "dgl"),
+    ):
         if name.endswith(ext):
             return kind
-    raise DatasetError(f"ingest: cannot tell the format of {path} from its name. Name the format, e.g. "
-                       f"--edges-format csv (csv, tsv, parquet, npy, npz, pyg, dgl).")
+    raise DatasetError(
+        f"ingest: cannot tell the format of {path} from its name. Name the format, e.g. "
+        f"--edges-format csv (csv, tsv, parquet, npy, npz, pyg, dgl)."
+    )
 
 
 def require_file(path: Path, option: str) -> Path:
@@ -79,7 +92,8 @@ def _split_fields(line: str, delimiter: str) -> List[str]:
 
 
 class _Table:
-    """What CSV and Parquet tables share: their column names, and picking a column by name or position."""
+    """What CSV and Parquet tables share: their column names, and picking a column by name or
+    position."""
 
     path: Path
     names: List[str]
@@ -87,18 +101,23 @@ class _Table:
     headerless = False  # a CSV without header: columns are named by their 0-based index
 
     def column(self, wanted: Optional[str], default_index: int, option: str) -> str:
-        """The column name for ``wanted`` (a name, or an index without a header), or the ``default_index``-th."""
+        """The column name for ``wanted`` (a name, or an index without a header), or the
+        ``default_index``-th."""
         if wanted is None or wanted == "":
             if default_index >= self.width:
-                raise DatasetError(f"ingest: {self.path} has {self.width} column(s); {option} needs a column at "
-                                   f"position {default_index}.")
+                raise DatasetError(
+                    f"ingest: {self.path} has {self.width} column(s); {option} needs a column at "
+                    f"position {default_index}."
+                )
             return self.names[default_index]
         if wanted in self.names:
             return wanted
         if self.headerless and re.fullmatch(r"\d+", str(wanted)) and int(wanted) < self.width:
             return str(int(wanted))
         shown = f"0..{self.width - 1} (no header)" if self.headerless else ", ".join(self.names)
-        raise DatasetError(f"ingest: {self.path} has no column {wanted!r} ({option}); its columns are {shown}.")
+        raise DatasetError(
+            f"ingest: {self.path} has no column {wanted!r} ({option}); its columns are {shown}."
+        )
 
 
 class CsvTable(_Table):
@@ -109,7 +128,9 @@ class CsvTable(_Table):
         self.options = options
         self.delimiter = options.delimiter or ("\t" if kind == "tsv" else ",")
         if len(self.delimiter) != 1:
-            raise DatasetError(f"ingest: --delimiter must be one character (got {self.delimiter!r}).")
+            raise DatasetError(
+                f"ingest: --delimiter must be one character (got {self.delimiter!r})."
+            )
         self.size = path.stat().st_size
         with _open_bytes(path) as f:
             first = b""
@@ -117,7 +138,9 @@ class CsvTable(_Table):
                 raw = f.readline()
                 if not raw:
                     break
-                if raw.strip() and not (options.comment and raw.lstrip().startswith(options.comment.encode())):
+                if raw.strip() and not (
+                    options.comment and raw.lstrip().startswith(options.comment.encode())
+                ):
                     first = raw
                     break
         if not first:
@@ -125,12 +148,18 @@ class CsvTable(_Table):
         try:
             fields = _split_fields(first.decode("utf-8").rstrip("\r\n"), self.delimiter)
         except UnicodeDecodeError:
-            raise DatasetError(f"ingest: {path} is not UTF-8 text; is it really a {kind.upper()} file?") from None
+            raise DatasetError(
+                f"ingest: {path} is not UTF-8 text; is it really a {kind.upper()} file?"
+            ) from None
         self.width = len(fields)
-        self.names = [f.strip() for f in fields] if options.header else [str(i) for i in range(self.width)]
+        self.names = (
+            [f.strip() for f in fields] if options.header else [str(i) for i in range(self.width)]
+        )
         self.headerless = not options.header
         if options.header and len(set(self.names)) != len(self.names):
-            raise DatasetError(f"ingest: {path}: the header repeats a column name ({', '.join(self.names)}).")
+            raise DatasetError(
+                f"ingest: {path}: the header repeats a column name ({', '.join(self.names)})."
+            )
 
     def batches(self, columns: Sequence[str], types: Dict[str, object]) -> Iterator[Batch]:
         import pyarrow as pa
@@ -138,8 +167,12 @@ class CsvTable(_Table):
 
         read = pacsv.ReadOptions(column_names=self.names, use_threads=True, block_size=16 << 20)
         parse = pacsv.ParseOptions(delimiter=self.delimiter, newlines_in_values=False)
-        convert = pacsv.ConvertOptions(include_columns=list(columns), column_types=types, strings_can_be_null=False,
-                                       quoted_strings_can_be_null=False)
+        convert = pacsv.ConvertOptions(
+            include_columns=list(columns),
+            column_types=types,
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        )
         line = 1  # 1-based number of the next line in the file
         skip_header = self.options.header
         carry = b""
@@ -154,7 +187,7 @@ class CsvTable(_Table):
                     if cut < 0:
                         carry = data
                         continue
-                    block, carry = data[:cut + 1], data[cut + 1:]
+                    block, carry = data[: cut + 1], data[cut + 1 :]
                 if block:
                     if not block.endswith(b"\n"):
                         block += b"\n"
@@ -162,22 +195,35 @@ class CsvTable(_Table):
                     skip_header = skip_header and not header_seen
                     if len(lines):
                         try:
-                            table = pacsv.read_csv(io.BytesIO(kept), read_options=read, parse_options=parse,
-                                                   convert_options=convert)
+                            table = pacsv.read_csv(
+                                io.BytesIO(kept),
+                                read_options=read,
+                                parse_options=parse,
+                                convert_options=convert,
+                            )
                         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                             raise self._explain(exc, kept, lines, columns, types) from None
                         done = f.fileobj.tell() if isinstance(f, gzip.GzipFile) else f.tell()
-                        yield Batch(table.select(list(columns)), lines, "line", min(self.size, done))
+                        yield Batch(
+                            table.select(list(columns)), lines, "line", min(self.size, done)
+                        )
                 if not chunk:
                     return
 
-    def _clean(self, block: bytes, line: int, skip_header: bool) -> Tuple[bytes, np.ndarray, int, bool]:
+    def _clean(
+        self, block: bytes, line: int, skip_header: bool
+    ) -> Tuple[bytes, np.ndarray, int, bool]:
         """Drop the header, comment and blank lines: (kept bytes, the file line of every kept line,
         the next line's number, whether the header was consumed)."""
         comment = self.options.comment.encode() if self.options.comment else b""
         count = block.count(b"\n")
-        if (not comment or comment not in block) and b"\n\n" not in block and not block.startswith(b"\n") \
-                and b"\n\r\n" not in block and not block.startswith(b"\r\n"):
+        if (
+            (not comment or comment not in block)
+            and b"\n\n" not in block
+            and not block.startswith(b"\n")
+            and b"\n\r\n" not in block
+            and not block.startswith(b"\r\n")
+        ):
             # the common case: every line is data (the header aside), numbered without a Python loop
             start = 0
             if skip_header:
@@ -201,11 +247,21 @@ class CsvTable(_Table):
             kept.append(raw)
             numbers.append(line + i)
         next_line = line + len(raw_lines)
-        return (b"\n".join(kept) + (b"\n" if kept else b""), np.asarray(numbers, dtype=np.int64), next_line,
-                skip_header and header_done)
+        return (
+            b"\n".join(kept) + (b"\n" if kept else b""),
+            np.asarray(numbers, dtype=np.int64),
+            next_line,
+            skip_header and header_done,
+        )
 
-    def _explain(self, exc: Exception, kept: bytes, lines: np.ndarray, columns: Sequence[str],
-                 types: Dict[str, object]) -> DatasetError:
+    def _explain(
+        self,
+        exc: Exception,
+        kept: bytes,
+        lines: np.ndarray,
+        columns: Sequence[str],
+        types: Dict[str, object],
+    ) -> DatasetError:
         """Find the line pyarrow refused and say what is wrong with it."""
         import pyarrow as pa
 
@@ -216,8 +272,10 @@ class CsvTable(_Table):
             except UnicodeDecodeError:
                 return DatasetError(f"ingest: {self.path} line {number}: not UTF-8 text.")
             if len(fields) != self.width:
-                return DatasetError(f"ingest: {self.path} line {number}: expected {self.width} column(s), found "
-                                    f"{len(fields)}: {raw.decode('utf-8', 'replace')[:80]!r}.")
+                return DatasetError(
+                    f"ingest: {self.path} line {number}: expected {self.width} column(s), found "
+                    f"{len(fields)}: {raw.decode('utf-8', 'replace')[:80]!r}."
+                )
             for name in columns:
                 kind = types.get(name)
                 value = fields[index[name]].strip()
@@ -226,9 +284,15 @@ class CsvTable(_Table):
                         int(value) if pa.types.is_integer(kind) else float(value)
                     except ValueError:
                         what = "an integer" if pa.types.is_integer(kind) else "a number"
-                        hint = " (string node IDs: --id-type string)" if pa.types.is_integer(kind) else ""
-                        return DatasetError(f"ingest: {self.path} line {number}, column {name!r}: {value!r} is not "
-                                            f"{what}{hint}.")
+                        hint = (
+                            " (string node IDs: --id-type string)"
+                            if pa.types.is_integer(kind)
+                            else ""
+                        )
+                        return DatasetError(
+                            f"ingest: {self.path} line {number}, column {name!r}: {value!r} is not "
+                            f"{what}{hint}."
+                        )
         return DatasetError(f"ingest: {self.path}: cannot parse: {exc}")
 
 
@@ -242,8 +306,9 @@ class ParquetTable(_Table):
         try:
             self.file = pq.ParquetFile(path)
         except Exception as exc:
-            raise DatasetError(f"ingest: {path} is not a readable Parquet file ({type(exc).__name__}: "
-                               f"{exc}).") from None
+            raise DatasetError(
+                f"ingest: {path} is not a readable Parquet file ({type(exc).__name__}: {exc})."
+            ) from None
         self.schema = self.file.schema_arrow
         self.names = list(self.schema.names)
         self.width = len(self.names)
@@ -259,13 +324,22 @@ class ParquetTable(_Table):
             for name, kind in types.items():
                 if name in table.column_names and table.schema.field(name).type != kind:
                     try:
-                        table = table.set_column(table.column_names.index(name), name, table[name].cast(kind))
+                        table = table.set_column(
+                            table.column_names.index(name), name, table[name].cast(kind)
+                        )
                     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                        raise DatasetError(f"ingest: {self.path}, column {name!r} ({table.schema.field(name).type}) "
-                                           f"cannot be read as {kind}: {exc}") from None
+                        raise DatasetError(
+                            f"ingest: {self.path}, column {name!r} "
+                            f"({table.schema.field(name).type}) "
+                            f"cannot be read as {kind}: {exc}"
+                        ) from None
             n = table.num_rows
-            yield Batch(table.select(list(columns)), np.arange(row, row + n, dtype=np.int64), "row",
-                        int(self.size * min(1.0, (row + n) / total)))
+            yield Batch(
+                table.select(list(columns)),
+                np.arange(row, row + n, dtype=np.int64),
+                "row",
+                int(self.size * min(1.0, (row + n) / total)),
+            )
             row += n
 
 
@@ -278,7 +352,8 @@ def open_table(path: Path, kind: str, csv: CsvOptions):
 
 
 def id_type_of(table, column: str, given: str) -> "object":
-    """The pyarrow type node IDs are read as: int64 or large_string (``given`` = auto|int|string)."""
+    """The pyarrow type node IDs are read as: int64 or large_string (``given`` =
+    auto|int|string)."""
     import pyarrow as pa
 
     if given == "int":
@@ -293,7 +368,11 @@ def id_type_of(table, column: str, given: str) -> "object":
     if first is None:
         return pa.int64()
     values = first.table.column(column).to_numpy(zero_copy_only=False)[:100000]
-    return pa.int64() if all(re.fullmatch(r"\s*[-+]?\d+\s*", str(v)) for v in values) else pa.large_string()
+    return (
+        pa.int64()
+        if all(re.fullmatch(r"\s*[-+]?\d+\s*", str(v)) for v in values)
+        else pa.large_string()
+    )
 
 
 Progress = Callable[[str, int, int], None]  # (stage, done bytes, total bytes)

@@ -1,6 +1,7 @@
 """``mode=hongtu``: full-graph training with host-resident vertex data, chunked
 layer-major execution, a recomputation–caching hybrid and deduplicated
-transfers (HongTu: Scalable Full-Graph GNN Training on Multiple GPUs (via communication-optimized CPU data
+transfers (HongTu: Scalable Full-Graph GNN Training on Multiple GPUs (via communication-optimized
+CPU data
 offloading); docs/design.md#hongtu).
 
 Placement (§4). Each rank is one device with its host memory. The host holds,
@@ -33,6 +34,7 @@ buffers), :mod:`.engine` (the layer-major engine), :mod:`.tiers` (host and disk
 tables), :mod:`.direct` (the direct path), :mod:`.strategy` (the rank side) and
 :mod:`.mode` (the planner, prepare and the registered spec).
 """
+
 from gnntrain.modes.hongtu.config import HongTuConfig, parse_bytes
 from gnntrain.modes.hongtu.mode import HONGTU, HongTuPlanner
 

@@ -1,4 +1,5 @@
 """The device memory arena: an accounted cap on one rank's device working set (HongTu §4)."""
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -14,8 +15,10 @@ class DeviceMemoryExceeded(RuntimeError):
 
 
 def cuda_peak_reader(device: torch.device) -> Callable[[], int]:
-    """``torch.cuda.max_memory_allocated(device)`` without its cost: that call flattens every allocator statistic
-    into a new dict (about 0.3 ms, measured on an H200: a dozen milliseconds of a small graph's HongTu epoch at
+    """``torch.cuda.max_memory_allocated(device)`` without its cost: that call flattens every
+    allocator statistic
+    into a new dict (about 0.3 ms, measured on an H200: a dozen milliseconds of a small graph's
+    HongTu epoch at
     one reading per hold); the nested statistics hold the same number."""
     index = torch.device(device).index
     index = torch.cuda.current_device() if index is None else index
@@ -25,6 +28,7 @@ def cuda_peak_reader(device: torch.device) -> Callable[[], int]:
             return int(torch._C._cuda_memoryStats(index)["allocated_bytes"]["all"]["peak"])
         except (AttributeError, KeyError, TypeError):  # another torch's layout: the public call
             return int(torch.cuda.max_memory_allocated(index))
+
     return peak
 
 
@@ -61,20 +65,25 @@ class DeviceArena:
                 parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in self.held.items() if v)
                 raise DeviceMemoryExceeded(
                     f"device working set {format_bytes(self.peak)} exceeds mode.device_memory "
-                    f"{format_bytes(self.cap)} ({parts}); {self._fix()}")
+                    f"{format_bytes(self.cap)} ({parts}); {self._fix()}"
+                )
         if self.allocator_peak is not None:
             self.allocator_max = max(self.allocator_max, int(self.allocator_peak()))
             if self.cap and self.allocator_max > self.cap:
                 raise DeviceMemoryExceeded(
-                    f"the device allocator's peak {format_bytes(self.allocator_max)} exceeds mode.device_memory "
-                    f"{format_bytes(self.cap)} (the working-set ledger counted {format_bytes(self.peak)}); "
-                    f"{self._fix()}")
+                    f"the device allocator's peak {format_bytes(self.allocator_max)} exceeds "
+                    "mode.device_memory "
+                    f"{format_bytes(self.cap)} (the working-set ledger counted "
+                    f"{format_bytes(self.peak)}); "
+                    f"{self._fix()}"
+                )
 
     def hold_tensors(self, tag: str, *tensors: Optional[torch.Tensor]) -> None:
         self.hold(tag, tensor_bytes(*tensors))
 
     def rename(self, old: str, new: str) -> None:
-        """The bytes held as ``old`` are now held as ``new`` (e.g. this batch's rows become the previous)."""
+        """The bytes held as ``old`` are now held as ``new`` (e.g. this batch's rows become the
+        previous)."""
         self.drop(new)
         self.held[new] = self.held.pop(old, 0)
 
@@ -101,5 +110,3 @@ class DeviceArena:
 
 def tensor_bytes(*tensors: Optional[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
-
-

@@ -1,4 +1,5 @@
 """HongTu's options, constants and the device-memory size parser."""
+
 from __future__ import annotations
 
 import re
@@ -12,22 +13,42 @@ DEDUP = ("none", "p2p", "reuse", "p2p+reuse")
 REORGANIZE_VERSION = 3  # bump when Algorithm 4 changes: cached batch orders are keyed by it
 
 
-
 @dataclass
 class HongTuConfig(ModeConfig):
     name: str = "hongtu"
-    chunks: int = 4  # n chunks per partition; 0 = the smallest n whose device working set fits device_memory
+    chunks: int = (
+        4  # n chunks per partition; 0 = the smallest n whose device working set fits device_memory
+    )
     dedup: str = "p2p+reuse"  # none | p2p | reuse | p2p+reuse
-    reorganize: bool = True  # greedy chunk-to-batch assignment and batch order (Algorithm 4), cached
-    device_memory: Optional[str] = None  # e.g. "1GiB"; null = the hardware profile's device_memory_gb (0 = no cap)
-    host_budget: Optional[str] = None  # vertex tables a rank keeps in host memory, e.g. "2GiB"; the rest on disk.
-    # null: what the profile's host memory leaves after the rest of the estimate (no disk tier where all fits)
+    reorganize: bool = (
+        True  # greedy chunk-to-batch assignment and batch order (Algorithm 4), cached
+    )
+    device_memory: Optional[str] = (
+        None  # e.g. "1GiB"; null = the hardware profile's device_memory_gb (0 = no cap)
+    )
+    host_budget: Optional[str] = (
+        None  # vertex tables a rank keeps in host memory, e.g. "2GiB"; the rest on disk.
+    )
+    # null: what the profile's host memory leaves after the rest of the estimate (no disk tier where
+    # all fits)
     disk_dir: Optional[str] = None  # the disk tier's scratch folder; null = <cache_dir>/disk-tier
-    direct: bool = False  # one rank on a CPU device: the SpMM reads neighbours in place, topology from the CSR
+    direct: bool = (
+        False  # one rank on a CPU device: the SpMM reads neighbours in place, topology from the CSR
+    )
 
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def parse_bytes(text: Any, key: str = "mode.device_memory") -> int:

@@ -1,11 +1,16 @@
 """HongTu's direct path: one rank on a CPU device reads its chunks' neighbours where they lie.
 
-HongTu (Scalable Full-Graph GNN Training on Multiple GPUs, §4) gathers a chunk's in-neighbour rows into
-device memory because a GPU cannot read host memory at full speed. A CPU can: with ``mode.direct=true``
+HongTu (Scalable Full-Graph GNN Training on Multiple GPUs, §4) gathers a chunk's in-neighbour rows
+into
+device memory because a GPU cannot read host memory at full speed. A CPU can: with
+``mode.direct=true``
 the native SpMM reads source rows straight from the vertex tables (host tensors, or the disk tier's
-memory-mapped files) by their global row numbers, and a chunk's topology is a slice of the graph's CSR
-(``indptr[lo:hi + 1]`` over the whole ``indices``), memory-mapped from an ingested folder. No gather, no
-per-chunk adjacency, no COO: a chunk's working set is its own rows, and the graph is never held as an
+memory-mapped files) by their global row numbers, and a chunk's topology is a slice of the graph's
+CSR
+(``indptr[lo:hi + 1]`` over the whole ``indices``), memory-mapped from an ingested folder. No
+gather, no
+per-chunk adjacency, no COO: a chunk's working set is its own rows, and the graph is never held as
+an
 edge list (docs/design.md#hongtu, "The direct path").
 
 The schedule stays HongTu's: forward is layer-major over row chunks, writing each layer's output and
@@ -13,10 +18,13 @@ its aggregation (the cache) chunk by chunk; backward reloads a chunk's output gr
 aggregation, recomputes the update, and writes the aggregation's gradient over the cache in place.
 The input gradient is then one more pass: a chunk's rows of ∇x^l pull from that table through the
 transposed CSR (the same arrays when the graph is symmetric), so every write is a sequential chunk
-range, never a scatter. The first layer's aggregation of the fixed input features is computed once per
-run (dropout never touches the inputs). Exact: the same products as ``mode=single`` in another order of
+range, never a scatter. The first layer's aggregation of the fixed input features is computed once
+per
+run (dropout never touches the inputs). Exact: the same products as ``mode=single`` in another order
+of
 summation (float64 agrees to 1e-12).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,7 +42,9 @@ from gnntrain.modes.hongtu.tiers import DISK, VertexTables
 if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.models.registry import ModelFamily
 
-ROWS_PER_CHUNK = 1 << 16  # mode.chunks=0: chunks of 65,536 rows (32 MiB per 128-wide float32 buffer)
+ROWS_PER_CHUNK = (
+    1 << 16
+)  # mode.chunks=0: chunks of 65,536 rows (32 MiB per 128-wide float32 buffer)
 
 
 def chunk_ranges(num_nodes: int, chunks: int) -> List[Tuple[int, int]]:
@@ -46,7 +56,8 @@ def chunk_ranges(num_nodes: int, chunks: int) -> List[Tuple[int, int]]:
 
 @dataclass
 class DirectGraph:
-    """The graph as a destination-sorted CSR and its transpose (the same arrays when symmetric), without
+    """The graph as a destination-sorted CSR and its transpose (the same arrays when symmetric),
+    without
     the model's self-loops, which the products add as a diagonal term."""
 
     num_nodes: int
@@ -62,7 +73,8 @@ class DirectGraph:
         return int(self.indices.shape[0]) + (self.num_nodes if self.self_loop else 0)
 
     def scales(self) -> Tuple[torch.Tensor, torch.Tensor]:
-        """float64 (src_scale, dst_scale): edge u→v weighs src_scale[u]·dst_scale[v] (edge_weights' factors)."""
+        """float64 (src_scale, dst_scale): edge u→v weighs src_scale[u]·dst_scale[v] (edge_weights'
+        factors)."""
         loop = 1 if self.self_loop else 0
         ones = torch.ones(self.num_nodes, dtype=torch.float64)
         if self.normalization == "sum":
@@ -75,15 +87,19 @@ class DirectGraph:
 
 
 def _csr_of(rows: np.ndarray, cols: np.ndarray, num_nodes: int) -> Tuple[np.ndarray, np.ndarray]:
-    """(indptr, indices) of edges rows→cols, columns ascending per row: the native kernel's own builder."""
+    """(indptr, indices) of edges rows→cols, columns ascending per row: the native kernel's own
+    builder."""
     from gnntrain.models._native import _csr
 
-    indptr, indices, _ = _csr(torch.from_numpy(rows), torch.from_numpy(cols), num_nodes, num_nodes, None)
+    indptr, indices, _ = _csr(
+        torch.from_numpy(rows), torch.from_numpy(cols), num_nodes, num_nodes, None
+    )
     return indptr, indices
 
 
 def direct_graph(data, self_loop: bool, normalization: str) -> DirectGraph:
-    """The CSR pair of ``data``: an ingested folder's mapped CSR as it is (its transpose built in memory
+    """The CSR pair of ``data``: an ingested folder's mapped CSR as it is (its transpose built in
+    memory
     only when the graph is not symmetric), else one built from the edge lists."""
     n = int(data.num_nodes)
     csr = getattr(data, "csr", None)
@@ -100,18 +116,25 @@ def direct_graph(data, self_loop: bool, normalization: str) -> DirectGraph:
     return DirectGraph(n, indptr, indices, t_indptr, t_indices, self_loop, normalization)
 
 
-def direct_disk_traffic(num_nodes: int, dims: Sequence[int], tiers: Dict[str, str], self_row: bool,
-                        value_bytes: int) -> Dict[str, int]:
-    """Disk-tier bytes of one training epoch after the first (the first also writes cache0 once): every
-    chunk-range read and write of a table on disk, and one whole pass of the table a product reads."""
+def direct_disk_traffic(
+    num_nodes: int, dims: Sequence[int], tiers: Dict[str, str], self_row: bool, value_bytes: int
+) -> Dict[str, int]:
+    """Disk-tier bytes of one training epoch after the first (the first also writes cache0 once):
+    every
+    chunk-range read and write of a table on disk, and one whole pass of the table a product
+    reads."""
     on_disk = {name for name, tier in tiers.items() if tier == DISK}
     layers = len(dims) - 1
     table = lambda name, width: num_nodes * width * value_bytes if name in on_disk else 0
-    read = table("cache0", dims[0]) if layers else 0  # layer 0 reads the fixed inputs' cached product
+    read = (
+        table("cache0", dims[0]) if layers else 0
+    )  # layer 0 reads the fixed inputs' cached product
     write = 0
     for layer in range(1, layers):  # forward
         d = dims[layer]
-        read += table(f"act{layer}", d) * (2 if self_row else 1)  # the product's pass (+ the chunk's own rows)
+        read += table(f"act{layer}", d) * (
+            2 if self_row else 1
+        )  # the product's pass (+ the chunk's own rows)
         write += table(f"cache{layer}", d)
         if layer + 1 < layers:
             write += table(f"act{layer + 1}", dims[layer + 1])
@@ -135,10 +158,14 @@ def direct_disk_traffic(num_nodes: int, dims: Sequence[int], tiers: Dict[str, st
 
 
 def direct_memory(ctx, tiers: Dict[str, str], chunks: int):
-    """Host bytes of the direct path (a MemoryEstimate): the CSR and its row scales, the input features, the
-    tables kept on the host, the logits, one chunk's working set, and - where tables a product reads at
-    random rows (activations, caches) are on disk - the page cache that must hold the largest of them through
-    its layer (docs/design.md#hongtu: the page cache is the buffer; the features play that part in layer 0,
+    """Host bytes of the direct path (a MemoryEstimate): the CSR and its row scales, the input
+    features, the
+    tables kept on the host, the logits, one chunk's working set, and - where tables a product reads
+    at
+    random rows (activations, caches) are on disk - the page cache that must hold the largest of
+    them through
+    its layer (docs/design.md#hongtu: the page cache is the buffer; the features play that part in
+    layer 0,
     so only what exceeds them is added). The transposed CSR of a directed graph comes on top."""
     from gnntrain.modes.hongtu.tiers import HOST, table_width
     from gnntrain.plan_types import MemoryEstimate
@@ -149,28 +176,53 @@ def direct_memory(ctx, tiers: Dict[str, str], chunks: int):
     features = n * ctx.feat_dim * b
     size = {name: n * table_width(name, dims) * b for name in tiers}
     on_host = sum(v for name, v in size.items() if tiers[name] == HOST)
-    random_reads = max([v for name, v in size.items() if tiers[name] != HOST and not name.startswith("grad")] + [0])
+    random_reads = max(
+        [v for name, v in size.items() if tiers[name] != HOST and not name.startswith("grad")] + [0]
+    )
     rows = ROWS_PER_CHUNK if chunks <= 0 else -(-n // chunks)
-    held = on_host + max(0, random_reads - features) + 3 * n * dims[-1] * b + 8 * n + 8 * rows * max(dims) * b
-    return MemoryEstimate(graph_bytes=int(graph), feature_bytes=int(features), activation_bytes=int(held),
-                          process_bytes=PROCESS_BYTES)
+    held = (
+        on_host
+        + max(0, random_reads - features)
+        + 3 * n * dims[-1] * b
+        + 8 * n
+        + 8 * rows * max(dims) * b
+    )
+    return MemoryEstimate(
+        graph_bytes=int(graph),
+        feature_bytes=int(features),
+        activation_bytes=int(held),
+        process_bytes=PROCESS_BYTES,
+    )
 
 
 def _process_io() -> Dict[str, int]:
-    """The kernel's block-device bytes of this process (/proc/self/io); empty where there is none."""
+    """The kernel's block-device bytes of this process (/proc/self/io); empty where there is
+    none."""
     try:
         text = open("/proc/self/io").read()
     except OSError:
         return {}
     fields = dict(line.split(": ") for line in text.strip().splitlines())
-    return {k: int(fields[k]) for k in ("read_bytes", "write_bytes", "cancelled_write_bytes") if k in fields}
+    return {
+        k: int(fields[k])
+        for k in ("read_bytes", "write_bytes", "cancelled_write_bytes")
+        if k in fields
+    }
 
 
 class DirectEngine:
-    """One CPU rank's layer-major schedule over row chunks, reading neighbours in place (module docstring)."""
+    """One CPU rank's layer-major schedule over row chunks, reading neighbours in place (module
+    docstring)."""
 
-    def __init__(self, graph: DirectGraph, chunks: List[Tuple[int, int]], family: "ModelFamily",
-                 dtype: torch.dtype, tables: VertexTables, comm):
+    def __init__(
+        self,
+        graph: DirectGraph,
+        chunks: List[Tuple[int, int]],
+        family: "ModelFamily",
+        dtype: torch.dtype,
+        tables: VertexTables,
+        comm,
+    ):
         from gnntrain.models._native import _compiled
 
         self.graph, self.chunks, self.family = graph, chunks, family
@@ -178,7 +230,9 @@ class DirectEngine:
         self.scaled_spmm = _compiled()[0]
         src_scale, dst_scale = graph.scales()
         self.src_scale, self.dst_scale = src_scale.to(dtype), dst_scale.to(dtype)
-        self.loop_scale = (src_scale * dst_scale).to(dtype).unsqueeze(1) if graph.self_loop else None
+        self.loop_scale = (
+            (src_scale * dst_scale).to(dtype).unsqueeze(1) if graph.self_loop else None
+        )
         self.clock = StageClock(torch.device("cpu"))
         self.value_bytes = torch.empty((), dtype=dtype).element_size()
         self.disk: Dict[str, int] = {}
@@ -204,45 +258,70 @@ class DirectEngine:
         self._count(table, "disk_read", hi - lo, table.shape[1])
         return table[lo:hi]
 
-    def _write(self, table: torch.Tensor, lo: int, hi: int, rows: torch.Tensor, keep_cached: bool = False) -> None:
+    def _write(
+        self, table: torch.Tensor, lo: int, hi: int, rows: torch.Tensor, keep_cached: bool = False
+    ) -> None:
         table[lo:hi] = rows
         self._count(table, "disk_write", hi - lo, table.shape[1])
-        if keep_cached:  # the next layer reads it at random: out of this process, but kept in the page cache
+        if (
+            keep_cached
+        ):  # the next layer reads it at random: out of this process, but kept in the page cache
             self.tables.release_rows(lo, hi, table)
         else:  # read again only by the backward pass, in order: its write-back starts now
             self.tables.evict_rows(lo, hi, table)
 
     def _product(self, h: torch.Tensor, lo: int, hi: int, transpose: bool) -> torch.Tensor:
-        """Rows [lo, hi) of Â·h (or Âᵀ·h): the native scaled SpMM over the CSR slice, source rows read from
+        """Rows [lo, hi) of Â·h (or Âᵀ·h): the native scaled SpMM over the CSR slice, source rows
+        read from
         ``h`` in place (a whole pass of it), plus the self-loop diagonal."""
         g = self.graph
         indptr, indices = (g.t_indptr, g.t_indices) if transpose else (g.indptr, g.indices)
-        col, row = (self.dst_scale, self.src_scale) if transpose else (self.src_scale, self.dst_scale)
+        col, row = (
+            (self.dst_scale, self.src_scale) if transpose else (self.src_scale, self.dst_scale)
+        )
         out = torch.empty(hi - lo, h.shape[1], dtype=h.dtype)
         self._count(h, "disk_read", hi - lo, h.shape[1])  # chunk by chunk, one whole pass of h
         with self.clock.span("spmm"):
-            self.scaled_spmm(indptr[lo:hi + 1], indices, col.numpy(), row[lo:hi].numpy(), h.detach().numpy(),
-                             out.numpy())
+            self.scaled_spmm(
+                indptr[lo : hi + 1],
+                indices,
+                col.numpy(),
+                row[lo:hi].numpy(),
+                h.detach().numpy(),
+                out.numpy(),
+            )
             if self.loop_scale is not None:
                 out.addcmul_(self.loop_scale[lo:hi], h[lo:hi])
         return out
 
     # ---------------------------------------------------------------- layers
-    def _activation(self, model, out: torch.Tensor, layer: int, lo: int, hi: int, last: bool) -> torch.Tensor:
-        """norm, relu, then the dropout of the next layer's input, its mask drawn for rows [lo, hi) only."""
+    def _activation(
+        self, model, out: torch.Tensor, layer: int, lo: int, hi: int, last: bool
+    ) -> torch.Tensor:
+        """norm, relu, then the dropout of the next layer's input, its mask drawn for rows [lo, hi)
+        only."""
         if last:
             return out
         norm = model.hidden_norm(layer + 1)
         p = self.dropout.p if self.dropout is not None else 0.0
         if p <= 0:
             return hidden_activation(out, layer + 1, norm=norm)
-        keep = row_hash_keep_mask(torch.arange(lo, hi), out.shape[1], self.dropout.stream(layer + 1), p)
-        return hidden_activation(out, layer + 1, lambda h, _layer: h * keep.to(h.dtype) / (1.0 - p), norm)
+        keep = row_hash_keep_mask(
+            torch.arange(lo, hi), out.shape[1], self.dropout.stream(layer + 1), p
+        )
+        return hidden_activation(
+            out, layer + 1, lambda h, _layer: h * keep.to(h.dtype) / (1.0 - p), norm
+        )
 
     def _input_aggregation(self, x: torch.Tensor, training: bool) -> Optional[torch.Tensor]:
         """cache0: Â·x of the fixed input features, computed (chunk by chunk) once per run."""
         fixed = not x.requires_grad
-        if fixed and self.fixed_input is x and self._input_version == x._version and self.input_cache is not None:
+        if (
+            fixed
+            and self.fixed_input is x
+            and self._input_version == x._version
+            and self.input_cache is not None
+        ):
             return self.input_cache
         if not (fixed and training):
             return None
@@ -250,7 +329,9 @@ class DirectEngine:
         for lo, hi in self.chunks:  # x is no table: only the write can touch the disk tier
             cache[lo:hi] = self._product(x, lo, hi, transpose=False)
             self.tables.evict_rows(lo, hi, cache)
-        if self.tables.holds(cache):  # once per run, not per epoch: reported apart, not recorded as traffic
+        if self.tables.holds(
+            cache
+        ):  # once per run, not per epoch: reported apart, not recorded as traffic
             self.disk_once = {"disk_write": cache.numel() * self.value_bytes}
         self.fixed_input, self.input_cache, self._input_version = x, cache, x._version
         return cache
@@ -268,28 +349,47 @@ class DirectEngine:
         for layer, layer_mod in enumerate(layers):
             last = layer == len(layers) - 1
             h = self.acts[layer]
-            out_table = self.tables.allocate("logits" if last else f"act{layer + 1}", (n, dims[layer + 1]), x.dtype)
+            out_table = self.tables.allocate(
+                "logits" if last else f"act{layer + 1}", (n, dims[layer + 1]), x.dtype
+            )
             given = cached_input if layer == 0 else None
-            cache = given if given is not None else (
-                self.tables.allocate(f"cache{layer}", (n, dims[layer]), x.dtype) if training else None)
+            cache = (
+                given
+                if given is not None
+                else (
+                    self.tables.allocate(f"cache{layer}", (n, dims[layer]), x.dtype)
+                    if training
+                    else None
+                )
+            )
             for lo, hi in self.chunks:
-                agg = self._read(given, lo, hi) if given is not None else self._product(h, lo, hi, transpose=False)
+                agg = (
+                    self._read(given, lo, hi)
+                    if given is not None
+                    else self._product(h, lo, hi, transpose=False)
+                )
                 h_v = self._read(h, lo, hi) if self.family.self_row else None
                 with self.clock.span("update"):
-                    out = layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached))
+                    out = layer_mod.update(
+                        h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached)
+                    )
                     y = self._activation(model, out, layer, lo, hi, last)
                 self._write(out_table, lo, hi, y, keep_cached=True)
                 if cache is not None and given is None:
                     self._write(cache, lo, hi, agg)
-            if layer > 0 and not self.family.self_row:  # backward never reads this layer's input again
+            if (
+                layer > 0 and not self.family.self_row
+            ):  # backward never reads this layer's input again
                 self.tables.evict_rows(0, None, h)
             self.acts.append(out_table)
             self.cache.append(cache)
         return self.acts[-1]
 
     def run_backward(self, model, grad_logits: torch.Tensor) -> List[torch.Tensor]:
-        """Layer-major backward: per chunk the update is recomputed from the cached aggregation (HongTu §4.3);
-        the aggregation's gradient replaces the cache, then ∇x^l pulls it through the transposed CSR."""
+        """Layer-major backward: per chunk the update is recomputed from the cached aggregation
+        (HongTu §4.3);
+        the aggregation's gradient replaces the cache, then ∇x^l pulls it through the transposed
+        CSR."""
         layers = list(model.layers)
         params = list(model.parameters())
         index = {id(p): i for i, p in enumerate(params)}
@@ -299,21 +399,33 @@ class DirectEngine:
             layer_mod, last = layers[layer], layer == len(layers) - 1
             want_input_grad = layer > 0
             cache, h = self.cache[layer], self.acts[layer]
-            grad_table = (self.tables.allocate(f"grad{layer}", tuple(h.shape), h.dtype) if want_input_grad else None)
+            grad_table = (
+                self.tables.allocate(f"grad{layer}", tuple(h.shape), h.dtype)
+                if want_input_grad
+                else None
+            )
             norm = None if last else model.hidden_norm(layer + 1)
-            layer_params = list(layer_mod.parameters()) + ([] if norm is None else list(norm.parameters()))
+            layer_params = list(layer_mod.parameters()) + (
+                [] if norm is None else list(norm.parameters())
+            )
             for i, (lo, hi) in enumerate(self.chunks):
                 if i + 1 < len(self.chunks):  # the next chunk's rows, read ahead
                     self.tables.prefetch_rows(*self.chunks[i + 1], grad_next, cache)
                 g = self._read(grad_next, lo, hi)
                 agg = self._read(cache, lo, hi).clone().requires_grad_(want_input_grad)
-                h_v = self._read(h, lo, hi).clone().requires_grad_(want_input_grad) if self.family.self_row else None
+                h_v = (
+                    self._read(h, lo, hi).clone().requires_grad_(want_input_grad)
+                    if self.family.self_row
+                    else None
+                )
                 inputs = [t for t in (agg, h_v) if t is not None and want_input_grad]
                 with self.clock.span("update"), torch.enable_grad():
-                    out = layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached))
+                    out = layer_mod.update(
+                        h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached)
+                    )
                     y = self._activation(model, out, layer, lo, hi, last)
                     grads = torch.autograd.grad(y, layer_params + inputs, g, allow_unused=True)
-                for p, gp in zip(layer_params, grads[:len(layer_params)]):
+                for p, gp in zip(layer_params, grads[: len(layer_params)]):
                     if gp is not None:
                         sums[index[id(p)]] += gp
                 if want_input_grad:
@@ -333,7 +445,8 @@ class DirectEngine:
         return sums
 
     def _finish_pass(self) -> None:
-        """The training epoch's disk-tier bytes (counted) and the kernel's block I/O of this process."""
+        """The training epoch's disk-tier bytes (counted) and the kernel's block I/O of this
+        process."""
         end = _process_io()
         self.disk_last = dict(self.disk)
         self.io_last = {k: end[k] - self._io_start.get(k, 0) for k in end}
@@ -341,33 +454,67 @@ class DirectEngine:
 
 # ------------------------------------------------------------------ the mode's side
 def whole_graph_partitioning(num_nodes: int):
-    """One part holding every node in its own order: the direct path's partitioning, made without the edges."""
+    """One part holding every node in its own order: the direct path's partitioning, made without
+    the edges."""
     from gnntrain.partition.layout import Partitioning, PartitionMetrics
 
     ids = np.arange(num_nodes, dtype=np.int64)
-    metrics = PartitionMetrics(num_parts=1, edge_cut=0, total_volume=0, max_send_volume=0, max_recv_volume=0,
-                               send_imbalance=0.0, nnz_balance=1.0, vertex_balance=1.0, send_volume=(0,),
-                               recv_volume=(0,))
-    return Partitioning(parts=np.zeros(num_nodes, dtype=np.int64), perm=ids, inverse=ids,
-                        offsets=np.array([0, num_nodes], dtype=np.int64), metrics=metrics)
+    metrics = PartitionMetrics(
+        num_parts=1,
+        edge_cut=0,
+        total_volume=0,
+        max_send_volume=0,
+        max_recv_volume=0,
+        send_imbalance=0.0,
+        nnz_balance=1.0,
+        vertex_balance=1.0,
+        send_volume=(0,),
+        recv_volume=(0,),
+    )
+    return Partitioning(
+        parts=np.zeros(num_nodes, dtype=np.int64),
+        perm=ids,
+        inverse=ids,
+        offsets=np.array([0, num_nodes], dtype=np.int64),
+        metrics=metrics,
+    )
 
 
-def direct_figures(num_nodes: int, chunks: List[Tuple[int, int]], dims: Sequence[int], tiers: Dict[str, str],
-                   self_row: bool, value_bytes: int, host_budget: Optional[int], disk_dir: str) -> Dict[str, object]:
-    """The plan's and the summary's figures of the direct path: chunks, tiers, predicted disk bytes."""
+def direct_figures(
+    num_nodes: int,
+    chunks: List[Tuple[int, int]],
+    dims: Sequence[int],
+    tiers: Dict[str, str],
+    self_row: bool,
+    value_bytes: int,
+    host_budget: Optional[int],
+    disk_dir: str,
+) -> Dict[str, object]:
+    """The plan's and the summary's figures of the direct path: chunks, tiers, predicted disk
+    bytes."""
     from gnntrain.modes.hongtu.tiers import disk_bytes_needed
 
     on_disk = any(tier == DISK for tier in tiers.values())
-    return {"direct": True, "chunks_per_part": len(chunks), "rows_per_chunk": max(hi - lo for lo, hi in chunks),
-            "device_memory_cap": 0,
-            "tiers": {"host_budget": host_budget, "tables": tiers, "disk_dir": disk_dir if on_disk else None,
-                      "disk_bytes_per_rank": disk_bytes_needed(num_nodes, dims, tiers, value_bytes),
-                      "predicted_disk_bytes_per_epoch": direct_disk_traffic(num_nodes, dims, tiers, self_row,
-                                                                            value_bytes)}}
+    return {
+        "direct": True,
+        "chunks_per_part": len(chunks),
+        "rows_per_chunk": max(hi - lo for lo, hi in chunks),
+        "device_memory_cap": 0,
+        "tiers": {
+            "host_budget": host_budget,
+            "tables": tiers,
+            "disk_dir": disk_dir if on_disk else None,
+            "disk_bytes_per_rank": disk_bytes_needed(num_nodes, dims, tiers, value_bytes),
+            "predicted_disk_bytes_per_epoch": direct_disk_traffic(
+                num_nodes, dims, tiers, self_row, value_bytes
+            ),
+        },
+    }
 
 
 class DirectStrategy(FullGraphStrategy):
-    """The direct path's rank: features, labels, logits and the loss on the host; the whole schedule is
+    """The direct path's rank: features, labels, logits and the loss on the host; the whole schedule
+    is
     one autograd node (engine._HongTuEpoch) over :class:`DirectEngine`."""
 
     inputs_on_host = True
@@ -378,9 +525,14 @@ class DirectStrategy(FullGraphStrategy):
         payload = shard.payload  # a DirectPayload
         self.figures = payload.figures
         tables = VertexTables.for_rank(self.figures["tiers"], ctx, shard.rank)
-        self.engine = DirectEngine(payload.graph, payload.chunks,
-                                   model_family(settings.model.name, settings.model.target), ctx.dtype, tables,
-                                   ctx.comm)
+        self.engine = DirectEngine(
+            payload.graph,
+            payload.chunks,
+            model_family(settings.model.name, settings.model.target),
+            ctx.dtype,
+            tables,
+            ctx.comm,
+        )
         self.clock = self.engine.clock
         super().__init__(shard, ctx, settings, aggregate_first=aggregate_first)
 
@@ -397,8 +549,13 @@ class DirectStrategy(FullGraphStrategy):
     def finish(self, result: Dict[str, object]) -> None:
         engine = self.engine
         report = dict(self.figures)
-        report["tiers"] = dict(report["tiers"], measured_disk_bytes_per_epoch={
-            "disk_read": int(engine.disk_last.get("disk_read", 0)),
-            "disk_write": int(engine.disk_last.get("disk_write", 0))},
-            disk_bytes_once_per_run=dict(engine.disk_once), block_io_bytes_last_epoch=dict(engine.io_last))
+        report["tiers"] = dict(
+            report["tiers"],
+            measured_disk_bytes_per_epoch={
+                "disk_read": int(engine.disk_last.get("disk_read", 0)),
+                "disk_write": int(engine.disk_last.get("disk_write", 0)),
+            },
+            disk_bytes_once_per_run=dict(engine.disk_once),
+            block_io_bytes_last_epoch=dict(engine.io_last),
+        )
         result["mode_report"] = report

@@ -1,12 +1,17 @@
 """One rank's HongTu engine: host store, device arena and the layer-major schedule.
 
-On CUDA nothing in the chunk loop waits for the device (HongTu §4.2: transfers overlap compute): loads are
-staged on one side stream (:class:`~gnntrain.modes.staging.HostToDeviceStager`), write-backs run on another
-(:class:`~gnntrain.modes.staging.DeviceToHostQueue`) and land, with their host-side ⊕-adds, only after the next
+On CUDA nothing in the chunk loop waits for the device (HongTu §4.2: transfers overlap compute):
+loads are
+staged on one side stream (:class:`~gnntrain.modes.staging.HostToDeviceStager`), write-backs run on
+another
+(:class:`~gnntrain.modes.staging.DeviceToHostQueue`) and land, with their host-side ⊕-adds, only
+after the next
 chunk's loads and compute are issued; index tensors are on the device before the loop needs them
-(:class:`~gnntrain.modes.hongtu.indices.DeviceIndices`); compute and copies are timed with CUDA events
+(:class:`~gnntrain.modes.hongtu.indices.DeviceIndices`); compute and copies are timed with CUDA
+events
 (:class:`~gnntrain.metrics.clock.DeviceTimeline`), never by settling the device.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
@@ -35,15 +40,26 @@ if TYPE_CHECKING:  # pragma: no cover
 class HongTuEngine(ChunkTransfers):
     """One rank's host store, device arena and the layer-major schedule."""
 
-    def __init__(self, shard: RankShard, ctx, family: "ModelFamily", dedup: str, cap: int,
-                 tables: Optional[VertexTables] = None, estimated_device_bytes: int = 0,
-                 keep_input_aggregation: bool = False):
+    def __init__(
+        self,
+        shard: RankShard,
+        ctx,
+        family: "ModelFamily",
+        dedup: str,
+        cap: int,
+        tables: Optional[VertexTables] = None,
+        estimated_device_bytes: int = 0,
+        keep_input_aggregation: bool = False,
+    ):
         payload: HongTuPayload = shard.payload
         self.layout: ChunkLayout = payload.layout
         self.batches: np.ndarray = payload.batches
         self.ctx, self.comm, self.device, self.dtype = ctx, ctx.comm, ctx.device, ctx.dtype
         self.value_bytes = DTYPE_BYTES[ctx.plan.dtype]
-        self.family, self.dedup = family, dedup  # elementwise: cache the aggregation; else recompute the layer
+        self.family, self.dedup = (
+            family,
+            dedup,
+        )  # elementwise: cache the aggregation; else recompute the layer
         self.rank = shard.rank
         self.lo = int(self.layout.part_offsets[self.rank])
         self.pin = self.device.type == "cuda"
@@ -55,14 +71,18 @@ class HongTuEngine(ChunkTransfers):
         self.tables = tables or VertexTables({}, None)  # the host tier only
         self.tables.pin = self.pin
         self.clock = StageClock(self.device)
-        self.timeline = DeviceTimeline(self.device)  # compute and copy intervals: the overlap, per epoch
+        self.timeline = DeviceTimeline(
+            self.device
+        )  # compute and copy intervals: the overlap, per epoch
         self.timeline_last: Dict[str, float] = {}  # ... of the last training epoch
         self.stager = HostToDeviceStager(self.device, timeline=self.timeline)
         self.d2h = DeviceToHostQueue(self.device, timeline=self.timeline)
         self.fwd = build_sweep(self.layout, self.batches, self.rank, dedup)
         self.bwd = build_sweep(self.layout, self.batches[::-1], self.rank, dedup)
         dst, src, w = shard.edges  # relabelled ids, dst-sorted, dst within this part
-        self.topology: Dict[int, Tuple[SparseAdjacency, SparseAdjacency, torch.Tensor, torch.Tensor]] = {}
+        self.topology: Dict[
+            int, Tuple[SparseAdjacency, SparseAdjacency, torch.Tensor, torch.Tensor]
+        ] = {}
         kernel = ctx.plan.kernel
         for step in self.fwd.steps:
             c = step.chunk
@@ -72,40 +92,61 @@ class HongTuEngine(ChunkTransfers):
             d_local = dst[e_lo:e_hi] - v_lo
             s_local = _positions(rows, src[e_lo:e_hi].numpy())
             v_pos = _positions(rows, np.arange(v_lo, v_hi))
-            fwd = SparseAdjacency(d_local, s_local, w[e_lo:e_hi], v_hi - v_lo, rows.size, kernel=kernel)
-            bwd = SparseAdjacency(s_local, d_local, transposed(w[e_lo:e_hi]), rows.size, v_hi - v_lo, kernel=kernel)
+            fwd = SparseAdjacency(
+                d_local, s_local, w[e_lo:e_hi], v_hi - v_lo, rows.size, kernel=kernel
+            )
+            bwd = SparseAdjacency(
+                s_local, d_local, transposed(w[e_lo:e_hi]), rows.size, v_hi - v_lo, kernel=kernel
+            )
             self.topology[c] = (fwd, bwd, v_pos, torch.stack([d_local, s_local]))
-        # what a device budget leaves above the planned working set (None: no cap) holds the index packs (half
+        # what a device budget leaves above the planned working set (None: no cap) holds the index
+        # packs (half
         # of it at most) and the write-backs still in flight; beyond it the loop lands them at once
         headroom = None if not cap else max(0, cap - int(estimated_device_bytes))
-        self.indices = DeviceIndices(self.device, {"fwd": self.fwd.steps, "bwd": self.bwd.steps},
-                                     {c: t[2] for c, t in self.topology.items()}, self.fwd.p2p,
-                                     None if headroom is None else headroom // 2)
-        # loads and write-backs in flight share the rest, each at least the two slices the estimate counts
+        self.indices = DeviceIndices(
+            self.device,
+            {"fwd": self.fwd.steps, "bwd": self.bwd.steps},
+            {c: t[2] for c, t in self.topology.items()},
+            self.fwd.p2p,
+            None if headroom is None else headroom // 2,
+        )
+        # loads and write-backs in flight share the rest, each at least the two slices the estimate
+        # counts
         share = None if headroom is None else max(0, headroom - self.indices.most_bytes_held()) // 2
         self.in_flight_limit = None if share is None else max(2 * STAGING_SLICE_BYTES, share)
         self.stager.in_flight_limit = self.in_flight_limit
         self.rows: Dict[Tuple[str, str], int] = {}  # (direction, kind) → rows of the current pass
-        self.rows_last: Dict[Tuple[str, str], int] = {}  # ... of the last training epoch (forward + backward)
-        self.disk: Dict[str, int] = {}  # disk-tier bytes (disk_read, disk_write) of the current pass
+        self.rows_last: Dict[
+            Tuple[str, str], int
+        ] = {}  # ... of the last training epoch (forward + backward)
+        self.disk: Dict[
+            str, int
+        ] = {}  # disk-tier bytes (disk_read, disk_write) of the current pass
         self.disk_last: Dict[str, int] = {}  # ... of the last training epoch
         self.p = 0.0
-        self.device_topology: Optional[Tuple[Tuple[int, int], SparseAdjacency]] = None  # the current chunk's only
+        self.device_topology: Optional[Tuple[Tuple[int, int], SparseAdjacency]] = (
+            None  # the current chunk's only
+        )
         self.acts: List[torch.Tensor] = []
         self.cache: List[Optional[torch.Tensor]] = []
         self.masks: List[Optional[Union[torch.Tensor, str]]] = []
         self.dropout = None
         self._pinned_inputs: Optional[Tuple[tuple, torch.Tensor]] = None
-        # A·x of the fixed inputs, chunk by chunk: the first layer's cache table, kept from the pass that wrote it
-        # while the inputs are unchanged (train.cache_input_aggregation; dropout never touches the inputs)
+        # A·x of the fixed inputs, chunk by chunk: the first layer's cache table, kept from the pass
+        # that wrote it
+        # while the inputs are unchanged (train.cache_input_aggregation; dropout never touches the
+        # inputs)
         self.keep_input_aggregation = keep_input_aggregation and family.elementwise
         self._input_aggregation: Optional[Tuple[tuple, torch.Tensor]] = None
         self.input_kept = self.input_kept_last = False
-        self._written: Dict[int, Optional[List[Tuple[int, int]]]] = {}  # zeroed table → row ranges written
+        self._written: Dict[
+            int, Optional[List[Tuple[int, int]]]
+        ] = {}  # zeroed table → row ranges written
 
     # --------------------------------------------------------------- layers
     def _activation(self, model, out: torch.Tensor, layer: int, c: int, last: bool) -> torch.Tensor:
-        """norm, relu, then the replayed dropout mask of the next layer's input (GNN.forward's order)."""
+        """norm, relu, then the replayed dropout mask of the next layer's input (GNN.forward's
+        order)."""
         if last:
             return out
         norm = model.hidden_norm(layer + 1)
@@ -115,18 +156,25 @@ class HongTuEngine(ChunkTransfers):
         if isinstance(mask, torch.Tensor):
             keep = mask[self._local(c)].to(device=self.device, dtype=out.dtype)
         else:  # on a GPU: the chunk's rows of the mask drawn there (the same bits as the host's)
-            keep = self.dropout.keep_mask(out.shape[1], layer + 1, self._local(c), self.device).to(out.dtype)
+            keep = self.dropout.keep_mask(out.shape[1], layer + 1, self._local(c), self.device).to(
+                out.dtype
+            )
         return hidden_activation(out, layer + 1, lambda h, _layer: h * keep / (1.0 - self.p), norm)
 
-    def _layer_forward(self, layer_mod, layer: int, c: int, h_n: torch.Tensor, cache: bool, v_pos: Index
-                       ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def _layer_forward(
+        self, layer_mod, layer: int, c: int, h_n: torch.Tensor, cache: bool, v_pos: Index
+    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         if not self.family.elementwise:  # attention over the chunk's edges
             _, _, v_index, edges = self.topology[c]
             edges = edges.to(self.device)
-            return layer_mod.update(None, layer_mod.attend(h_n, edges[0], edges[1], v_index.to(self.device))), None
+            return layer_mod.update(
+                None, layer_mod.attend(h_n, edges[0], edges[1], v_index.to(self.device))
+            ), None
         agg = self._device_adj(c, 0).spmm(h_n)
         h_v = h_n[v_pos]
-        return layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached)), (agg if cache else None)
+        return layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached)), (
+            agg if cache else None
+        )
 
     def _device_adj(self, c: int, which: int) -> SparseAdjacency:
         """Chunk ``c``'s forward (``which=0``) or backward (1) adjacency on the device. Only the
@@ -144,8 +192,13 @@ class HongTuEngine(ChunkTransfers):
 
     def _topology_bytes(self, c: int) -> int:
         fwd_adj = self.topology[c][0]
-        return topology_bytes(fwd_adj.num_dst, fwd_adj.num_edges, fwd_adj.num_src, self.family.elementwise,
-                              self.value_bytes)
+        return topology_bytes(
+            fwd_adj.num_dst,
+            fwd_adj.num_edges,
+            fwd_adj.num_src,
+            self.family.elementwise,
+            self.value_bytes,
+        )
 
     def run_forward(self, model, x: torch.Tensor, dropout, training: bool) -> torch.Tensor:
         """Layer-major forward over all batches; returns the host logits of this rank's rows."""
@@ -155,7 +208,9 @@ class HongTuEngine(ChunkTransfers):
         self.masks = [None] * (len(layers) + 1)
         self.dropout = dropout
         if self.p > 0:
-            for i in range(1, len(layers)):  # a GPU draws each chunk's rows where it uses them ("device")
+            for i in range(
+                1, len(layers)
+            ):  # a GPU draws each chunk's rows where it uses them ("device")
                 self.masks[i] = "device" if self.pin else dropout.keep_mask(model.spec.dims[i], i)
         x_key = _inputs_key(x)
         if self.pin and not x.is_pinned():
@@ -163,22 +218,31 @@ class HongTuEngine(ChunkTransfers):
         self.timeline.reset()
         self.acts = [x]
         self.cache = []
-        kept = self._input_aggregation if self.keep_input_aggregation and not x.requires_grad else None
+        kept = (
+            self._input_aggregation if self.keep_input_aggregation and not x.requires_grad else None
+        )
         if kept is not None and kept[0] != x_key:
             kept = self._input_aggregation = None
-        self.input_kept = kept is not None  # this pass's first layer reads A·x kept from an earlier pass
+        self.input_kept = (
+            kept is not None
+        )  # this pass's first layer reads A·x kept from an earlier pass
         for layer, layer_mod in enumerate(layers):
             last = layer == len(layers) - 1
             d_out = model.spec.dims[layer + 1]
-            out_host = self._host("logits" if last else f"act{layer + 1}", (x.shape[0], d_out), x, zeroed=False)
+            out_host = self._host(
+                "logits" if last else f"act{layer + 1}", (x.shape[0], d_out), x, zeroed=False
+            )
             if layer == 0 and kept is not None:
                 self._kept_input_layer(model, layer_mod, x, kept[1], out_host, last)
                 self.acts.append(out_host)
                 self.cache.append(kept[1])
                 continue
             keep = layer == 0 and self.keep_input_aggregation and not x.requires_grad
-            cache_host = (self._host(f"cache{layer}", (x.shape[0], model.spec.dims[layer]), x, zeroed=False)
-                          if (training or keep) and self.family.elementwise else None)
+            cache_host = (
+                self._host(f"cache{layer}", (x.shape[0], model.spec.dims[layer]), x, zeroed=False)
+                if (training or keep) and self.family.elementwise
+                else None
+            )
             prev = None
             for t, step in enumerate(self.fwd.steps):
                 c = step.chunk
@@ -188,22 +252,36 @@ class HongTuEngine(ChunkTransfers):
                 resident = self.gather(step, idx, self.fwd, self.acts[layer], prev, "fwd")
                 h_n = resident if idx.need_pos is None else resident[idx.need_pos]
                 with self.timeline.span("compute"):
-                    out, agg = self._layer_forward(layer_mod, layer, c, h_n, cache_host is not None, idx.v_pos)
+                    out, agg = self._layer_forward(
+                        layer_mod, layer, c, h_n, cache_host is not None, idx.v_pos
+                    )
                     y = self._activation(model, out, layer, c, last)
-                # + the SpMM's scaled copy of h_n and the chunk's own rows h_v (cost.batch_bytes), freed by now
+                # + the SpMM's scaled copy of h_n and the chunk's own rows h_v (cost.batch_bytes),
+                # freed by now
                 # but alive at the layer's peak
-                self.arena.hold("chunk", tensor_bytes(h_n if step.need_pos is not None else None, out, y, agg)
-                                + ((h_n.shape[0] + out.shape[0]) * h_n.shape[1] * h_n.element_size()
-                                   if self.family.elementwise else 0))
+                self.arena.hold(
+                    "chunk",
+                    tensor_bytes(h_n if step.need_pos is not None else None, out, y, agg)
+                    + (
+                        (h_n.shape[0] + out.shape[0]) * h_n.shape[1] * h_n.element_size()
+                        if self.family.elementwise
+                        else 0
+                    ),
+                )
                 local = self._local(c)
                 self.to_host(out_host, local, y, "fwd", add=False)
                 if cache_host is not None:
                     self.to_host(cache_host, local, agg, "fwd", add=False)
-                self.d2h.then(lambda lo=local.start, hi=local.stop, tables=(out_host, cache_host):
-                              self.tables.release_rows(lo, hi, *tables))
+                self.d2h.then(
+                    lambda lo=local.start, hi=local.stop, tables=(out_host, cache_host): (
+                        self.tables.release_rows(lo, hi, *tables)
+                    )
+                )
                 del out, y, agg, h_n
                 self.arena.drop("chunk")
-                self._land(keep=1)  # the previous chunk's write-backs: issued before this chunk's compute
+                self._land(
+                    keep=1
+                )  # the previous chunk's write-backs: issued before this chunk's compute
                 prev = resident
                 self.arena.rename("fwd_resident", "fwd_resident_prev")
             self._land(keep=0)  # the next layer reads this one's outputs
@@ -216,22 +294,39 @@ class HongTuEngine(ChunkTransfers):
             self._close_timeline()
         return self.acts[-1]
 
-    def _kept_input_layer(self, model, layer_mod, x: torch.Tensor, aggregated: torch.Tensor, out_host: torch.Tensor,
-                          last: bool) -> None:
-        """The first layer from its kept aggregation A·x: each chunk loads its own rows of it (and of x where the
-        update reads the row itself), with no neighbour gather and no SpMM, and writes its output."""
+    def _kept_input_layer(
+        self,
+        model,
+        layer_mod,
+        x: torch.Tensor,
+        aggregated: torch.Tensor,
+        out_host: torch.Tensor,
+        last: bool,
+    ) -> None:
+        """The first layer from its kept aggregation A·x: each chunk loads its own rows of it (and
+        of x where the
+        update reads the row itself), with no neighbour gather and no SpMM, and writes its
+        output."""
         for step in self.fwd.steps:
             c = step.chunk
             local = self._local(c)
-            agg = self.to_device(aggregated, local, "fwd", rows_kind="h2d_kept")  # own rows, not a gather
-            h_v = self.to_device(x, local, "fwd", rows_kind="h2d_kept") if self.family.self_row else None
+            agg = self.to_device(
+                aggregated, local, "fwd", rows_kind="h2d_kept"
+            )  # own rows, not a gather
+            h_v = (
+                self.to_device(x, local, "fwd", rows_kind="h2d_kept")
+                if self.family.self_row
+                else None
+            )
             with self.timeline.span("compute"):
                 out = layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached))
                 y = self._activation(model, out, 0, c, last)
             self.arena.hold("chunk", tensor_bytes(agg, h_v, out, y))
             self.to_host(out_host, local, y, "fwd", add=False)
             self.tables.release_rows(local.start, local.stop, aggregated)
-            self.d2h.then(lambda lo=local.start, hi=local.stop: self.tables.release_rows(lo, hi, out_host))
+            self.d2h.then(
+                lambda lo=local.start, hi=local.stop: self.tables.release_rows(lo, hi, out_host)
+            )
             del out, y, agg, h_v
             self.arena.drop("chunk")
             self._land(keep=1)
@@ -239,21 +334,24 @@ class HongTuEngine(ChunkTransfers):
         self.arena.drop("d2h_in_flight")
 
     def _pinned(self, x: torch.Tensor) -> torch.Tensor:
-        """A pinned copy of the input features, made once while they are unchanged (not at every epoch)."""
+        """A pinned copy of the input features, made once while they are unchanged (not at every
+        epoch)."""
         key = _inputs_key(x)
         if self._pinned_inputs is None or self._pinned_inputs[0] != key:
             self._pinned_inputs = (key, x.pin_memory())
         return self._pinned_inputs[1]
 
     def _close_timeline(self) -> Dict[str, float]:
-        """The pass's device intervals (:class:`DeviceTimeline`): compute into the stage clock, the rest kept."""
+        """The pass's device intervals (:class:`DeviceTimeline`): compute into the stage clock, the
+        rest kept."""
         figures = self.timeline.resolve()
         self.clock.add("device_compute", figures.get("compute_s", 0.0))
         self.timeline.reset()
         return figures
 
     def run_backward(self, model, grad_logits: torch.Tensor) -> List[torch.Tensor]:
-        """Layer-major backward (HongTu Algorithm 1, backward loop: lines 14–21 as printed, 12–19 in the §4.3
+        """Layer-major backward (HongTu Algorithm 1, backward loop: lines 14–21 as printed, 12–19 in
+        the §4.3
         prose); returns the parameter gradients."""
         layers = list(model.layers)
         params = list(model.parameters())
@@ -263,11 +361,22 @@ class HongTuEngine(ChunkTransfers):
             layer_mod = layers[layer]
             last = layer == len(layers) - 1
             want_input_grad = layer > 0
-            grad_host = self._host(f"grad{layer}", self.acts[layer].shape, grad_next) if want_input_grad else None
-            sequential = [grad_next] + ([self.cache[layer]] if self.family.elementwise else []) + (
-                [self.acts[layer]] if self.family.self_row else [])
-            norm = None if last else model.hidden_norm(layer + 1)  # part of this layer's recomputed output
-            layer_params = list(layer_mod.parameters()) + ([] if norm is None else list(norm.parameters()))
+            grad_host = (
+                self._host(f"grad{layer}", self.acts[layer].shape, grad_next)
+                if want_input_grad
+                else None
+            )
+            sequential = (
+                [grad_next]
+                + ([self.cache[layer]] if self.family.elementwise else [])
+                + ([self.acts[layer]] if self.family.self_row else [])
+            )
+            norm = (
+                None if last else model.hidden_norm(layer + 1)
+            )  # part of this layer's recomputed output
+            layer_params = list(layer_mod.parameters()) + (
+                [] if norm is None else list(norm.parameters())
+            )
             index = {id(p): i for i, p in enumerate(params)}
             prev_inputs = prev_sums = None
             for index_in_sweep, step in enumerate(self.bwd.steps):
@@ -276,7 +385,9 @@ class HongTuEngine(ChunkTransfers):
                 idx = self.indices.step("bwd", index_in_sweep)
                 self.arena.hold("indices", self.indices.bytes_held())
                 v_pos = idx.v_pos
-                if index_in_sweep + 1 < len(self.bwd.steps):  # the next chunk's own rows, read ahead
+                if index_in_sweep + 1 < len(
+                    self.bwd.steps
+                ):  # the next chunk's own rows, read ahead
                     ahead = self._local(self.bwd.steps[index_in_sweep + 1].chunk)
                     self.tables.prefetch_rows(ahead.start, ahead.stop, *sequential)
                 self.arena.hold("topology", self._topology_bytes(c))
@@ -284,51 +395,71 @@ class HongTuEngine(ChunkTransfers):
                 with torch.enable_grad():
                     if self.family.elementwise:
                         agg = self.to_device(self.cache[layer], local, "bwd").requires_grad_(True)
-                        h_v = (self.to_device(self.acts[layer], local, "bwd")
-                               if self.family.self_row else None)
+                        h_v = (
+                            self.to_device(self.acts[layer], local, "bwd")
+                            if self.family.self_row
+                            else None
+                        )
                         if h_v is not None and want_input_grad:
                             h_v.requires_grad_(True)
                         inputs = [agg] + ([h_v] if h_v is not None and want_input_grad else [])
-                        # + autograd's gradient of agg and the backward SpMM's scaled copy of it (cost.batch_bytes)
+                        # + autograd's gradient of agg and the backward SpMM's scaled copy of it
+                        # (cost.batch_bytes)
                         self.arena.hold("chunk", tensor_bytes(g, agg, h_v) + 2 * tensor_bytes(agg))
                         with self.timeline.span("compute"):
-                            with self.arena.saved_tensors("recompute", exclude=params + inputs + [g]):
-                                out = layer_mod.update(h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached))
+                            with self.arena.saved_tensors(
+                                "recompute", exclude=params + inputs + [g]
+                            ):
+                                out = layer_mod.update(
+                                    h_v, layer_mod.aggregate(h_v, lambda _, cached=agg: cached)
+                                )
                                 y = self._activation(model, out, layer, c, last)
-                            grads = torch.autograd.grad(y, layer_params + inputs, g, allow_unused=True)
+                            grads = torch.autograd.grad(
+                                y, layer_params + inputs, g, allow_unused=True
+                            )
                             block = None
                             if want_input_grad:
                                 block = self._device_adj(c, 1).spmm(grads[len(layer_params)])
                                 if h_v is not None:
                                     add_rows(block, v_pos, grads[len(layer_params) + 1])
                     else:  # GAT: recompute the whole layer from reloaded neighbour rows
-                        resident = self.gather(step, idx, self.bwd, self.acts[layer], prev_inputs, "bwd")
+                        resident = self.gather(
+                            step, idx, self.bwd, self.acts[layer], prev_inputs, "bwd"
+                        )
                         prev_inputs = resident
                         self.arena.rename("bwd_resident", "bwd_resident_prev")
                         h_n = resident if idx.need_pos is None else resident[idx.need_pos]
                         h_n = h_n.detach().requires_grad_(want_input_grad)
                         self.arena.hold_tensors("chunk", g)
                         with self.timeline.span("compute"):
-                            with self.arena.saved_tensors("recompute", exclude=params + [h_n, resident, g]):
+                            with self.arena.saved_tensors(
+                                "recompute", exclude=params + [h_n, resident, g]
+                            ):
                                 out, _ = self._layer_forward(layer_mod, layer, c, h_n, False, v_pos)
                                 y = self._activation(model, out, layer, c, last)
                             inputs = [h_n] if want_input_grad else []
-                            grads = torch.autograd.grad(y, layer_params + inputs, g, allow_unused=True)
+                            grads = torch.autograd.grad(
+                                y, layer_params + inputs, g, allow_unused=True
+                            )
                             block = grads[len(layer_params)] if want_input_grad else None
-                for p, gp in zip(layer_params, grads[:len(layer_params)]):
+                for p, gp in zip(layer_params, grads[: len(layer_params)]):
                     if gp is not None:
                         sums[index[id(p)]] += gp
                 self.arena.drop("recompute")
                 if block is not None:
                     self.arena.hold_tensors("grad_block", block)
-                    prev_sums = self.scatter_add(step, idx, self.bwd, grad_host, block, prev_sums, "bwd")
+                    prev_sums = self.scatter_add(
+                        step, idx, self.bwd, grad_host, block, prev_sums, "bwd"
+                    )
                     self.arena.rename("bwd_grad_sums", "bwd_grad_sums_prev")
                 del block, grads
                 self.arena.drop("chunk", "grad_block")
                 self.tables.release_rows(local.start, local.stop, *sequential)
                 self._land(keep=1)
             self._land(keep=0)  # the next layer down reads this layer's input gradient
-            self.arena.drop("bwd_resident_prev", "bwd_grad_sums_prev", "topology", "indices", "d2h_in_flight")
+            self.arena.drop(
+                "bwd_resident_prev", "bwd_grad_sums_prev", "topology", "indices", "d2h_in_flight"
+            )
             grad_next = grad_host
         self.rows_last, self.disk_last = dict(self.rows), dict(self.disk)
         self.input_kept_last = self.input_kept
@@ -352,6 +483,7 @@ class _HongTuEpoch(torch.autograd.Function):
 
 
 def _inputs_key(x: torch.Tensor) -> tuple:
-    """What identifies the input features between passes: their storage, version, shape and dtype (a pinned
+    """What identifies the input features between passes: their storage, version, shape and dtype (a
+    pinned
     copy or a kept A·x of them stays valid while it is unchanged)."""
     return (x.data_ptr(), x._version, tuple(x.shape), x.dtype, x.requires_grad)

@@ -14,18 +14,23 @@ from gnntrain.partition.store import store_record
 @store_record
 @dataclass
 class HongTuPayload:
-    """The gather engine's rank (HongTu §4-§5): its chunks, their transfer order and the plan's figures."""
+    """The gather engine's rank (HongTu §4-§5): its chunks, their transfer order and the plan's
+    figures."""
 
     layout: ChunkLayout  # every part's chunks and their neighbour lists (deduplicated per §5)
     batches: np.ndarray  # the chunk order the reorganisation chose (§5.2)
-    figures: Dict[str, Any]  # tiers, device cap, estimated device bytes, volumes: what the rank reports
+    figures: Dict[
+        str, Any
+    ]  # tiers, device cap, estimated device bytes, volumes: what the rank reports
 
 
 @dataclass
 class DirectPayload:
-    """The direct path's one rank: the graph in its own order, its chunks and the figures (held in memory,
+    """The direct path's one rank: the graph in its own order, its chunks and the figures (held in
+    memory,
     never stored: one rank, no partition store)."""
 
-    graph: Any  # a gnntrain.modes.hongtu.direct.DirectGraph (direct imports the engine, which imports this)
+    # a gnntrain.modes.hongtu.direct.DirectGraph (direct imports the engine, which imports this)
+    graph: Any
     chunks: List[Tuple[int, int]]
     figures: Dict[str, Any]

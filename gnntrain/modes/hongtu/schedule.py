@@ -1,5 +1,6 @@
 """Sweeps over the chunk batches: what each rank loads, keeps, exchanges and flushes at
 each step (HongTu Algorithm 1 with the §5 deduplication)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,7 +46,9 @@ class Step:
     # arrivals
     load_rows: torch.Tensor  # own host rows loaded (local index)
     load_pos: torch.Tensor
-    give_counts: List[int]  # rows this rank hands each rank (from its device with p2p, else its host)
+    give_counts: List[
+        int
+    ]  # rows this rank hands each rank (from its device with p2p, else its host)
     give_index: torch.Tensor  # positions in D_t (p2p) or own host rows (no p2p), by destination
     take_counts: List[int]
     take_pos: torch.Tensor  # positions in D_t of rows from other ranks, by source
@@ -75,7 +78,7 @@ def build_sweep(layout: ChunkLayout, order: np.ndarray, rank: int, dedup: str) -
 
     def split_by_owner(rows: np.ndarray) -> List[np.ndarray]:
         cuts = np.searchsorted(rows, po)
-        return [rows[cuts[k]:cuts[k + 1]] for k in range(m)]
+        return [rows[cuts[k] : cuts[k + 1]] for k in range(m)]
 
     resident: List[List[np.ndarray]] = []  # D[t][k]
     for sets in need:
@@ -97,11 +100,15 @@ def build_sweep(layout: ChunkLayout, order: np.ndarray, rank: int, dedup: str) -
 
     def evictions(k: int, t: int) -> List[np.ndarray]:
         if reuse and t + 1 < steps_t:
-            return split_by_owner(np.setdiff1d(resident[t][k], resident[t + 1][k], assume_unique=True))
+            return split_by_owner(
+                np.setdiff1d(resident[t][k], resident[t + 1][k], assume_unique=True)
+            )
         return split_by_owner(resident[t][k])
 
     # every rank takes part in an exchange if any rank holds a row it does not own
-    moves = m > 1 and any(np.any((d < po[k]) | (d >= po[k + 1])) for sets in resident for k, d in enumerate(sets))
+    moves = m > 1 and any(
+        np.any((d < po[k]) | (d >= po[k + 1])) for sets in resident for k, d in enumerate(sets)
+    )
     steps = []
     for t in range(steps_t):
         d_t = resident[t][rank]
@@ -118,39 +125,60 @@ def build_sweep(layout: ChunkLayout, order: np.ndarray, rank: int, dedup: str) -
         recv = others_evict
         give_all = np.concatenate(give)
         recv_all = np.concatenate(recv)
-        steps.append(Step(
-            chunk=layout.chunk(rank, int(order[t][rank])), resident=d_t,
-            need_pos=None if d_t.size == mine.size else _positions(d_t, mine),
-            kept_prev=_positions(prev, kept_rows), kept_now=_positions(d_t, kept_rows),
-            load_rows=_as_index(arrive[rank] - lo), load_pos=_positions(d_t, arrive[rank]),
-            give_counts=[x.size for x in give],
-            give_index=_positions(d_t, give_all) if p2p else _as_index(give_all - lo),
-            take_counts=[x.size for x in take], take_pos=_positions(d_t, np.concatenate(take)),
-            flush_pos=_positions(d_t, evict[rank]), flush_rows=_as_index(evict[rank] - lo),
-            send_counts=[x.size for x in send], send_pos=_positions(d_t, np.concatenate(send)),
-            recv_counts=[x.size for x in recv],
-            recv_index=_positions(d_t, recv_all) if p2p else _as_index(recv_all - lo),
-        ))
+        steps.append(
+            Step(
+                chunk=layout.chunk(rank, int(order[t][rank])),
+                resident=d_t,
+                need_pos=None if d_t.size == mine.size else _positions(d_t, mine),
+                kept_prev=_positions(prev, kept_rows),
+                kept_now=_positions(d_t, kept_rows),
+                load_rows=_as_index(arrive[rank] - lo),
+                load_pos=_positions(d_t, arrive[rank]),
+                give_counts=[x.size for x in give],
+                give_index=_positions(d_t, give_all) if p2p else _as_index(give_all - lo),
+                take_counts=[x.size for x in take],
+                take_pos=_positions(d_t, np.concatenate(take)),
+                flush_pos=_positions(d_t, evict[rank]),
+                flush_rows=_as_index(evict[rank] - lo),
+                send_counts=[x.size for x in send],
+                send_pos=_positions(d_t, np.concatenate(send)),
+                recv_counts=[x.size for x in recv],
+                recv_index=_positions(d_t, recv_all) if p2p else _as_index(recv_all - lo),
+            )
+        )
     return Sweep(steps=steps, p2p=p2p, needs_exchange=bool(moves))
 
 
-
-
-def epoch_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "ModelFamily", dims: List[int],
-                  value_bytes: int, input_kept: bool = False) -> Dict[str, int]:
-    """Bytes one training epoch moves, all ranks, by ledger kind (``h2d``, ``d2h``, ``peer``, and the
-    avoided ``reused``), read off every rank's sweeps: what :class:`~gnntrain.modes.hongtu.engine.HongTuEngine`
+def epoch_traffic(
+    layout: ChunkLayout,
+    batches: np.ndarray,
+    dedup: str,
+    model: "ModelFamily",
+    dims: List[int],
+    value_bytes: int,
+    input_kept: bool = False,
+) -> Dict[str, int]:
+    """Bytes one training epoch moves, all ranks, by ledger kind (``h2d``, ``d2h``, ``peer``, and
+    the
+    avoided ``reused``), read off every rank's sweeps: what
+    :class:`~gnntrain.modes.hongtu.engine.HongTuEngine`
     records, known once the graph is chunked.
 
-    Per layer l (input width d_l): forward loads the sweep's arrivals at d_l (own rows from the host,
-    others' rows from their device with p2p, else from their host) and writes the chunk outputs (d_l+1)
+    Per layer l (input width d_l): forward loads the sweep's arrivals at d_l (own rows from the
+    host,
+    others' rows from their device with p2p, else from their host) and writes the chunk outputs
+    (d_l+1)
     and, for cached models, the aggregation (d_l) to the host; backward loads the output gradient
-    (d_l+1) and the cached aggregation (plus the own input row for SAGE/GIN; GAT instead re-gathers like
-    forward), then, for l > 0, hands the gradient rows leaving each device to their owner (peer, or d2h)
+    (d_l+1) and the cached aggregation (plus the own input row for SAGE/GIN; GAT instead re-gathers
+    like
+    forward), then, for l > 0, hands the gradient rows leaving each device to their owner (peer, or
+    d2h)
     and flushes its own (d2h). Reuse counts the rows a carried device buffer kept.
 
-    ``input_kept`` (train.cache_input_aggregation, the steady epochs after the first): the first layer's
-    forward loads its own rows of the kept A·x (and of x where the update reads the row itself) instead of
+    ``input_kept`` (train.cache_input_aggregation, the steady epochs after the first): the first
+    layer's
+    forward loads its own rows of the kept A·x (and of x where the update reads the row itself)
+    instead of
     gathering, and writes no cache.
     """
     p2p, cached, self_row = "p2p" in dedup, model.elementwise, model.self_row
@@ -160,8 +188,9 @@ def epoch_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "
         fwd, bwd = (build_sweep(layout, order, rank, dedup) for order in (batches, batches[::-1]))
         own = int(layout.part_offsets[rank + 1] - layout.part_offsets[rank])
         kept_f, loaded_f, given_f = _sweep_rows(fwd, "kept_now", "load_rows", "give_counts")
-        kept_b, loaded_b, given_b, sent_b, flushed_b = _sweep_rows(bwd, "kept_now", "load_rows", "give_counts",
-                                                                    "send_counts", "flush_rows")
+        kept_b, loaded_b, given_b, sent_b, flushed_b = _sweep_rows(
+            bwd, "kept_now", "load_rows", "give_counts", "send_counts", "flush_rows"
+        )
         for layer, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):
             if layer == 0 and input_kept and cached:
                 moved["h2d"] += own * d_in * (2 if self_row else 1) + own * d_out
@@ -184,12 +213,23 @@ def epoch_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "
     return {kind: rows * value_bytes for kind, rows in moved.items()}
 
 
-def disk_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "ModelFamily", dims: List[int],
-                 value_bytes: int, on_disk: Set[str], input_kept: bool = False) -> Dict[str, int]:
+def disk_traffic(
+    layout: ChunkLayout,
+    batches: np.ndarray,
+    dedup: str,
+    model: "ModelFamily",
+    dims: List[int],
+    value_bytes: int,
+    on_disk: Set[str],
+    input_kept: bool = False,
+) -> Dict[str, int]:
     """Bytes one training epoch reads from and writes to the disk tier, all ranks: the rows of
-    :func:`epoch_traffic` whose host side is a table in ``on_disk`` (names of :mod:`.tiers`; the input
-    features, the logits and their gradient stay on the host). A ⊕-add reads and writes its rows. With
-    ``input_kept`` the first layer's cache is read in forward too and written only by the first epoch."""
+    :func:`epoch_traffic` whose host side is a table in ``on_disk`` (names of :mod:`.tiers`; the
+    input
+    features, the logits and their gradient stay on the host). A ⊕-add reads and writes its rows.
+    With
+    ``input_kept`` the first layer's cache is read in forward too and written only by the first
+    epoch."""
     p2p, cached, self_row = "p2p" in dedup, model.elementwise, model.self_row
     layers = len(dims) - 1
     io = {"disk_read": 0, "disk_write": 0}
@@ -197,15 +237,22 @@ def disk_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "M
         fwd, bwd = (build_sweep(layout, order, rank, dedup) for order in (batches, batches[::-1]))
         own = int(layout.part_offsets[rank + 1] - layout.part_offsets[rank])
         loaded_f, given_f = _sweep_rows(fwd, "load_rows", "give_counts")
-        loaded_b, given_b, sent_b, flushed_b = _sweep_rows(bwd, "load_rows", "give_counts", "send_counts",
-                                                           "flush_rows")
+        loaded_b, given_b, sent_b, flushed_b = _sweep_rows(
+            bwd, "load_rows", "give_counts", "send_counts", "flush_rows"
+        )
         for layer, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):
             act_in = f"act{layer}" in on_disk
-            gathered = (loaded_f + (0 if p2p else given_f)) + (0 if cached else loaded_b + (0 if p2p else given_b))
-            io["disk_read"] += (gathered + (own if cached and self_row else 0)) * d_in if act_in else 0
+            gathered = (loaded_f + (0 if p2p else given_f)) + (
+                0 if cached else loaded_b + (0 if p2p else given_b)
+            )
+            io["disk_read"] += (
+                (gathered + (own if cached and self_row else 0)) * d_in if act_in else 0
+            )
             if layer + 1 < layers and f"act{layer + 1}" in on_disk:
                 io["disk_write"] += own * d_out
-            if layer + 1 < layers and f"grad{layer + 1}" in on_disk:  # backward reads the output gradient
+            if (
+                layer + 1 < layers and f"grad{layer + 1}" in on_disk
+            ):  # backward reads the output gradient
                 io["disk_read"] += own * d_out
             if cached and f"cache{layer}" in on_disk:  # written forward, read backward
                 kept_input = layer == 0 and input_kept  # read forward instead of written
@@ -219,7 +266,10 @@ def disk_traffic(layout: ChunkLayout, batches: np.ndarray, dedup: str, model: "M
 
 
 def _sweep_rows(sweep: Sweep, *fields: str) -> List[int]:
-    """Rows summed over a sweep's steps, one total per Step field (index tensors or per-rank counts)."""
+    """Rows summed over a sweep's steps, one total per Step field (index tensors or per-rank
+    counts)."""
+
     def rows(value) -> int:
         return int(value.numel()) if isinstance(value, torch.Tensor) else int(sum(value))
+
     return [sum(rows(getattr(step, name)) for step in sweep.steps) for name in fields]

@@ -2,10 +2,12 @@
 
 HongTu (Scalable Full-Graph GNN Training on Multiple GPUs, §4.1) keeps every layer's vertex data
 (activations, cached aggregations, gradients) in host memory and streams chunks through the device.
-When ``mode.host_budget`` cannot hold them, tables go to files instead, one file per table, row-major
+When ``mode.host_budget`` cannot hold them, tables go to files instead, one file per table,
+row-major
 in the partition's relabelled order, so a chunk's own rows are one contiguous byte range. The files
 are memory-mapped (shared: writes reach the file, the page cache is the buffer and the kernel writes
-dirty pages behind). The schedule is known in advance, so the engine advises the kernel: the rows the
+dirty pages behind). The schedule is known in advance, so the engine advises the kernel: the rows
+the
 next chunk reads are asked for ahead (``MADV_WILLNEED``) and a finished chunk's written range is
 released (``MADV_DONTNEED``; the page cache keeps it until written back). The engine works on mapped
 tables as on any host tensor, so the disk tier is exact by construction.
@@ -15,6 +17,7 @@ Which tables go first: caches (read and written one chunk range at a time) befor
 input features and the logits stay on the host. Files are scratch: made per run under
 ``mode.disk_dir`` and removed when the engine closes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,9 +52,11 @@ def table_width(name: str, dims: Sequence[int]) -> int:
     return int(dims[int(re.search(r"\d+$", name).group())])
 
 
-def assign_tiers(rows: int, dims: Sequence[int], cached: bool, value_bytes: int,
-                 budget: Optional[int]) -> Dict[str, str]:
-    """Table → tier for a rank of ``rows`` rows: everything on the host under no budget; otherwise the
+def assign_tiers(
+    rows: int, dims: Sequence[int], cached: bool, value_bytes: int, budget: Optional[int]
+) -> Dict[str, str]:
+    """Table → tier for a rank of ``rows`` rows: everything on the host under no budget; otherwise
+    the
     disk tier takes tables in :func:`table_names` order until the rest fits ``budget`` bytes."""
     names = table_names(len(dims) - 1, cached)
     tiers = dict.fromkeys(names, HOST)
@@ -67,7 +72,9 @@ def assign_tiers(rows: int, dims: Sequence[int], cached: bool, value_bytes: int,
     return tiers
 
 
-def disk_bytes_needed(rows: int, dims: Sequence[int], tiers: Dict[str, str], value_bytes: int) -> int:
+def disk_bytes_needed(
+    rows: int, dims: Sequence[int], tiers: Dict[str, str], value_bytes: int
+) -> int:
     """File bytes one rank's disk tier holds at its peak (every disk table at once)."""
     return sum(rows * table_width(n, dims) * value_bytes for n, t in tiers.items() if t == DISK)
 
@@ -76,8 +83,10 @@ OWNER = "owner"  # in a rank's scratch folder: "<host> <pid>" of the process who
 
 
 def remove_stale_scratch(folder: Path) -> int:
-    """Remove the rank folders under ``folder`` whose owner process on this host is gone (a killed run's
-    tables: scratch that nothing will read); returns the bytes freed. Folders of other hosts (a shared disk)
+    """Remove the rank folders under ``folder`` whose owner process on this host is gone (a killed
+    run's
+    tables: scratch that nothing will read); returns the bytes freed. Folders of other hosts (a
+    shared disk)
     and of live processes stay."""
     from gnntrain.data.ondisk import _alive
 
@@ -87,7 +96,12 @@ def remove_stale_scratch(folder: Path) -> int:
             host, pid = owner.read_text().split()
         except (OSError, ValueError):
             continue
-        if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+        if (
+            host != socket.gethostname()
+            or not pid.isdigit()
+            or int(pid) == os.getpid()
+            or _alive(int(pid))
+        ):
             continue
         freed += sum(f.stat().st_blocks * 512 for f in owner.parent.iterdir() if f.is_file())
         shutil.rmtree(owner.parent, ignore_errors=True)
@@ -97,7 +111,8 @@ def remove_stale_scratch(folder: Path) -> int:
 
 
 def check_free_space(folder: Path, needed: int) -> None:
-    """Refuse at plan time when the folder's file system cannot hold the disk tier (after removing the tables
+    """Refuse at plan time when the folder's file system cannot hold the disk tier (after removing
+    the tables
     of killed runs, :func:`remove_stale_scratch`: a resumed run's own included)."""
     remove_stale_scratch(folder)
     probe = Path(folder).expanduser()
@@ -105,9 +120,12 @@ def check_free_space(folder: Path, needed: int) -> None:
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if needed > free:
-        raise PlanError("mode.disk_dir", f"the disk tier needs {format_bytes(needed)} in {folder}, but only "
-                        f"{format_bytes(free)} is free there.",
-                        "free space there, point mode.disk_dir at a larger disk, or raise mode.host_budget")
+        raise PlanError(
+            "mode.disk_dir",
+            f"the disk tier needs {format_bytes(needed)} in {folder}, but only "
+            f"{format_bytes(free)} is free there.",
+            "free space there, point mode.disk_dir at a larger disk, or raise mode.host_budget",
+        )
 
 
 @dataclass
@@ -149,17 +167,22 @@ class DiskTable:
         self._advise(mmap.MADV_WILLNEED, lo, hi)
 
     def release(self, lo: int, hi: int) -> None:
-        """Drop rows [lo, hi) from this process's memory (the page cache keeps what is not written yet)."""
+        """Drop rows [lo, hi) from this process's memory (the page cache keeps what is not written
+        yet)."""
         self._advise(mmap.MADV_DONTNEED, lo, hi)
 
     def evict(self, lo: int = 0, hi: Optional[int] = None) -> None:
-        """Drop rows [lo, hi) (all by default) from the page cache too: their dirty pages start their write-back
-        and clean ones leave memory (``POSIX_FADV_DONTNEED``), so a table read once more, much later, stops
+        """Drop rows [lo, hi) (all by default) from the page cache too: their dirty pages start
+        their write-back
+        and clean ones leave memory (``POSIX_FADV_DONTNEED``), so a table read once more, much
+        later, stops
         holding memory the next table's random reads need."""
         hi = self.tensor.shape[0] if hi is None else hi
         self.release(lo, hi)
         if self.fd >= 0 and hi > lo:
-            os.posix_fadvise(self.fd, lo * self.row_bytes, (hi - lo) * self.row_bytes, os.POSIX_FADV_DONTNEED)
+            os.posix_fadvise(
+                self.fd, lo * self.row_bytes, (hi - lo) * self.row_bytes, os.POSIX_FADV_DONTNEED
+            )
 
     def close(self) -> None:
         self.tensor = torch.empty(0)
@@ -177,8 +200,10 @@ class DiskTable:
 
 @dataclass
 class VertexTables:
-    """One rank's vertex tables: host tensors, or disk tables in ``scratch`` (this rank's folder: emptied
-    on first use, so a resumed run rebuilds what a killed one left, and removed by :meth:`close`)."""
+    """One rank's vertex tables: host tensors, or disk tables in ``scratch`` (this rank's folder:
+    emptied
+    on first use, so a resumed run rebuilds what a killed one left, and removed by
+    :meth:`close`)."""
 
     tiers: Dict[str, str]
     scratch: Optional[Path]
@@ -194,8 +219,11 @@ class VertexTables:
     def on_disk(self, name: str) -> bool:
         return self.tiers.get(name) == DISK and self.scratch is not None
 
-    def allocate(self, name: str, shape: Tuple[int, int], dtype: torch.dtype, zeroed: bool = True) -> torch.Tensor:
-        """A table ``name``, zeroed (a new file is: ``zeroed=False`` only spares host memory the fill); a disk
+    def allocate(
+        self, name: str, shape: Tuple[int, int], dtype: torch.dtype, zeroed: bool = True
+    ) -> torch.Tensor:
+        """A table ``name``, zeroed (a new file is: ``zeroed=False`` only spares host memory the
+        fill); a disk
         table replaces the file of its previous allocation."""
         if not self.on_disk(name):
             make = torch.zeros if zeroed else torch.empty
@@ -214,7 +242,9 @@ class VertexTables:
     def _of(self, tensor: Optional[torch.Tensor]) -> Optional[DiskTable]:
         if tensor is None or not self.disk:
             return None
-        return next((t for t in self.disk.values() if t.tensor.data_ptr() == tensor.data_ptr()), None)
+        return next(
+            (t for t in self.disk.values() if t.tensor.data_ptr() == tensor.data_ptr()), None
+        )
 
     def holds(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` is one of this rank's disk tables."""
@@ -229,7 +259,8 @@ class VertexTables:
             table.release(lo, hi)
 
     def evict_rows(self, lo: int, hi: Optional[int], *tensors: Optional[torch.Tensor]) -> None:
-        """:meth:`DiskTable.evict` of rows [lo, hi) (hi None: to the end) of each disk table in ``tensors``."""
+        """:meth:`DiskTable.evict` of rows [lo, hi) (hi None: to the end) of each disk table in
+        ``tensors``."""
         for table in filter(None, map(self._of, tensors)):
             table.evict(lo, hi)
 
@@ -252,5 +283,9 @@ def scratch_folder(folder: Optional[str], ctx, rank: int) -> Optional[Path]:
     tables on disk."""
     if folder is None:
         return None
-    run = str(Path(ctx.run_dir).resolve()) if ctx.run_dir is not None else f"{ctx.plan.plan_hash}-{os.getpid()}"
+    run = (
+        str(Path(ctx.run_dir).resolve())
+        if ctx.run_dir is not None
+        else f"{ctx.plan.plan_hash}-{os.getpid()}"
+    )
     return Path(folder) / f"run-{hashlib.sha256(run.encode()).hexdigest()[:12]}" / f"rank{rank}"

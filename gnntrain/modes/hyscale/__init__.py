@@ -1,5 +1,6 @@
 """``mode=hyscale``: hybrid CPU + accelerator mini-batch training with
-two-stage prefetch and dynamic resource management (HyScale-GNN: A Scalable Hybrid GNN Training System on
+two-stage prefetch and dynamic resource management (HyScale-GNN: A Scalable Hybrid GNN Training
+System on
 Single-Node Heterogeneous Architecture;
 docs/design.md#hyscale).
 
@@ -26,7 +27,8 @@ docs/design.md#hyscale).
   balance_thread resizes the pool and the training threads of CPU trainers.
 * **Initial shares** (§V): the performance model's split, with T_samp measured
   at start, unless ``mode.shares`` gives one.
-* **Gradient sync** (§III-A "Synchronizer"; synchronous SGD as in §II-B): synchronous. Loss = Σ CE over a
+* **Gradient sync** (§III-A "Synchronizer"; synchronous SGD as in §II-B): synchronous. Loss = Σ CE
+over a
   trainer's slice
   / global batch size, and gradients are all-reduced with SUM, so trainer i's
   mean gradient enters with weight b_i/B (unbiased for uneven shares).
@@ -49,6 +51,7 @@ Modules: :mod:`.config` (options), :mod:`.batches` (global batches and shares),
 :mod:`.threads` (host threads per trainer),
 :mod:`.trainer` (one trainer's epochs) and :mod:`.mode` (the planner and the registered spec).
 """
+
 from gnntrain.modes.hyscale.batches import global_batches, split_batch
 from gnntrain.modes.hyscale.config import HyScaleConfig
 from gnntrain.modes.hyscale.drm import DRMState, algorithm1, drm_step, floor_shares, rebalance
@@ -56,6 +59,18 @@ from gnntrain.modes.hyscale.mode import HYSCALE, HyScalePlanner
 from gnntrain.modes.hyscale.perf_model import frontier_sizes, predict_times
 from gnntrain.modes.hyscale.sampler import NeighborSampler
 
-__all__ = ["DRMState", "HYSCALE", "HyScaleConfig", "HyScalePlanner", "NeighborSampler", "algorithm1", "drm_step",
-           "floor_shares",
-           "frontier_sizes", "global_batches", "predict_times", "rebalance", "split_batch"]
+__all__ = [
+    "DRMState",
+    "HYSCALE",
+    "HyScaleConfig",
+    "HyScalePlanner",
+    "NeighborSampler",
+    "algorithm1",
+    "drm_step",
+    "floor_shares",
+    "frontier_sizes",
+    "global_batches",
+    "predict_times",
+    "rebalance",
+    "split_batch",
+]

@@ -1,4 +1,5 @@
 """HyScale's options and the DRM timing constants."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,8 +8,11 @@ from typing import List
 
 from gnntrain.config.schema import ModeConfig
 
-DRM_LAG = 3  # a decision after iteration t applies to batch t + DRM_LAG (depth-2 queue + the batch in flight)
-DRM_WARMUP = 1  # the run's first iterations pay one-time costs (allocations, lazy init): DRM ignores them
+# a decision after iteration t applies to batch t + DRM_LAG (depth-2 queue + the batch in flight)
+DRM_LAG = 3
+DRM_WARMUP = (
+    1  # the run's first iterations pay one-time costs (allocations, lazy init): DRM ignores them
+)
 
 
 class SamplerKind(str, Enum):
@@ -24,17 +28,21 @@ class HyScaleConfig(ModeConfig):
     name: str = "hyscale"
     cpu_trainers: int = 1
     accel_trainers: int = 1
-    fanouts: List[int] = field(default_factory=lambda: [25, 10])  # per layer, input side first; -1 = all
+    fanouts: List[int] = field(
+        default_factory=lambda: [25, 10]
+    )  # per layer, input side first; -1 = all
     batch_size: int = 1024  # global: split across the trainers by their shares
     prefetch: bool = True  # depth-2 two-stage prefetch (§IV-B); false = serial stages
     drm: bool = True  # dynamic resource management (§IV-A)
     shares: List[float] = field(default_factory=list)  # initial share per trainer; empty = equal
     drm_min_share: float = 0.05  # no trainer's share falls below this fraction of the batch
     drm_ema: float = 0.5  # weight of the newest throughput sample in the EMA
-    slowdown: List[float] = field(default_factory=list)  # per trainer >= 1: emulate a slower device (tests)
+    slowdown: List[float] = field(
+        default_factory=list
+    )  # per trainer >= 1: emulate a slower device (tests)
     sampler: SamplerKind = SamplerKind.auto  # auto = dgl where DGL imports, else torch
-    # host threads of an accelerator trainer's sampler pool (§III-B: cores reserved for its sampling and
-    # loading); 0 = auto (an even share of the host's cores); CPU trainers' pools come from their own share
+    # host threads of an accelerator trainer's sampler pool (§III-B: cores reserved for its sampling
+    # and
+    # loading); 0 = auto (an even share of the host's cores); CPU trainers' pools come from their
+    # own share
     sampler_threads: int = 0
-
-

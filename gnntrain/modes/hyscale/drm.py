@@ -1,4 +1,6 @@
-"""Dynamic resource management (HyScale §IV-A, Algorithm 1): bottleneck detection and share rebalancing."""
+"""Dynamic resource management (HyScale §IV-A, Algorithm 1): bottleneck detection and share
+rebalancing."""
+
 from __future__ import annotations
 
 import threading
@@ -43,7 +45,9 @@ def algorithm1(stages: Dict[str, float], threads: Dict[str, int]) -> Tuple[str, 
     pair = {"T_SC": "sample", "T_TC": "train"}.get(bottleneck)
     if bottleneck == "T_SC" and (fastest == "T_SA" or (fastest == "T_Accel" and second == "T_SA")):
         return bottleneck, "balance_work", "sample"
-    if bottleneck == "T_TC" and (fastest == "T_Accel" or (fastest == "T_SA" and second == "T_Accel")):
+    if bottleneck == "T_TC" and (
+        fastest == "T_Accel" or (fastest == "T_SA" and second == "T_Accel")
+    ):
         return bottleneck, "balance_work", "train"
     if donor != bottleneck and threads.get(donor, 1) > 1:
         return bottleneck, "balance_thread", donor
@@ -52,8 +56,14 @@ def algorithm1(stages: Dict[str, float], threads: Dict[str, int]) -> Tuple[str, 
     return bottleneck, "none", None
 
 
-def rebalance(shares: Sequence[float], rates: Sequence[float], batch: Sequence[int], seconds: Sequence[float],
-              ema: float, min_share: float) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
+def rebalance(
+    shares: Sequence[float],
+    rates: Sequence[float],
+    batch: Sequence[int],
+    seconds: Sequence[float],
+    ema: float,
+    min_share: float,
+) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
     """Damped proportional rule: shares ∝ EMA of measured throughput b_i/t_i, floored at
     ``min_share``; the shares sum to 1, so the global batch stays fixed."""
     new_rates = []
@@ -99,8 +109,14 @@ def side_stages(times: Sequence[Dict[str, float]], accel: Sequence[bool]) -> Dic
     return stages
 
 
-def drm_step(state: DRMState, times: Sequence[Dict[str, float]], batch: Sequence[int], accel: Sequence[bool],
-             ema: float, min_share: float) -> DRMState:
+def drm_step(
+    state: DRMState,
+    times: Sequence[Dict[str, float]],
+    batch: Sequence[int],
+    accel: Sequence[bool],
+    ema: float,
+    min_share: float,
+) -> DRMState:
     """One DRM decision from one iteration's per-trainer stage times (pure: no clocks)."""
     bottleneck, action, arg = algorithm1(side_stages(times, accel), state.threads)
     rates, shares, threads = dict(state.rates), state.shares, dict(state.threads)
@@ -109,13 +125,19 @@ def drm_step(state: DRMState, times: Sequence[Dict[str, float]], batch: Sequence
             seconds = [t["train"] + (t["transfer"] if a else 0.0) for t, a in zip(times, accel)]
         else:
             seconds = [t["sample"] for t in times]
-        shares, rates[arg] = rebalance(shares, rates.get(arg, (0.0,) * len(shares)), batch, seconds, ema,
-                                       min_share)
+        shares, rates[arg] = rebalance(
+            shares, rates.get(arg, (0.0,) * len(shares)), batch, seconds, ema, min_share
+        )
     elif action == "balance_thread":
         threads[arg] -= 1
         threads[bottleneck] = threads.get(bottleneck, 1) + 1
-    return DRMState(shares=tuple(shares), rates=rates, threads=threads, bottleneck=bottleneck,
-                    action=f"{action}({arg})" if arg else action)
+    return DRMState(
+        shares=tuple(shares),
+        rates=rates,
+        threads=threads,
+        bottleneck=bottleneck,
+        action=f"{action}({arg})" if arg else action,
+    )
 
 
 class ShareSchedule:
@@ -134,5 +156,3 @@ class ShareSchedule:
         with self._cond:
             self._cond.wait_for(lambda: k in self._shares)
             return self._shares[k]
-
-

@@ -1,4 +1,5 @@
 """HyScale's performance model (§V): predicted stage times per iteration."""
+
 from __future__ import annotations
 
 import math
@@ -8,8 +9,9 @@ from gnntrain.config.schema import option_value
 from gnntrain.modes.hyscale.batches import initial_shares
 
 
-def frontier_sizes(batch: float, fanouts: Sequence[int], num_nodes: int,
-                   avg_degree: float) -> List[Tuple[float, float]]:
+def frontier_sizes(
+    batch: float, fanouts: Sequence[int], num_nodes: int, avg_degree: float
+) -> List[Tuple[float, float]]:
     """Expected (src rows, edges) per layer, input side first, for ``batch`` seeds:
     k_eff = min(fanout, d̄) edges per row; new rows as balls into N bins."""
     out = []
@@ -23,7 +25,9 @@ def frontier_sizes(batch: float, fanouts: Sequence[int], num_nodes: int,
     return out[::-1]
 
 
-def predict_times(ctx, hw, options, threads, shares: Optional[Sequence[float]] = None) -> Dict[str, Any]:
+def predict_times(
+    ctx, hw, options, threads, shares: Optional[Sequence[float]] = None
+) -> Dict[str, Any]:
     """HyScale-GNN §V, eqs. 6–13, per iteration, from the hardware profile.
 
     T_load = Σ_i |V0_i|·f0·S / BW_mem; T_trans = max over accelerators |V0_i|·f0·S / BW_pcie;
@@ -62,30 +66,50 @@ def predict_times(ctx, hw, options, threads, shares: Optional[Sequence[float]] =
         trainer_s.append((forward + backward) * slow[i])  # mode.slowdown emulates a slower device
     t_sync = 2 * ctx.param_bytes / (float(hw.h2d_gbps) * 1e9)
     t_prop = max(trainer_s) + t_sync
-    return {"T_load_s": t_load, "T_trans_s": t_trans, "T_sync_s": t_sync, "T_prop_s": t_prop,
-            "T_exec_s": max(t_load, t_trans, t_prop), "V0_per_trainer": [round(v, 1) for v in v0],
-            "T_trainer_s": trainer_s, "T_load_per_trainer_s": loads, "T_trans_per_trainer_s": transfers,
-            "batch_per_trainer": [batch * sh for sh in shares]}
+    return {
+        "T_load_s": t_load,
+        "T_trans_s": t_trans,
+        "T_sync_s": t_sync,
+        "T_prop_s": t_prop,
+        "T_exec_s": max(t_load, t_trans, t_prop),
+        "V0_per_trainer": [round(v, 1) for v in v0],
+        "T_trainer_s": trainer_s,
+        "T_load_per_trainer_s": loads,
+        "T_trans_per_trainer_s": transfers,
+        "batch_per_trainer": [batch * sh for sh in shares],
+    }
 
 
 def per_seed_costs(model: Dict[str, Any]) -> Dict[str, List[float]]:
-    """Seconds per seed of each trainer's train, transfer and load stages, from :func:`predict_times`
+    """Seconds per seed of each trainer's train, transfer and load stages, from
+    :func:`predict_times`
     (linear in the trainer's seeds: what the initial split and DRM's proportional rule assume)."""
+
     def per(values):
         return [v / b if b > 0 else 0.0 for v, b in zip(values, model["batch_per_trainer"])]
 
-    return {"train": per(model["T_trainer_s"]), "transfer": per(model["T_trans_per_trainer_s"]),
-            "load": per(model["T_load_per_trainer_s"]), "sync_s": model["T_sync_s"]}
+    return {
+        "train": per(model["T_trainer_s"]),
+        "transfer": per(model["T_trans_per_trainer_s"]),
+        "load": per(model["T_load_per_trainer_s"]),
+        "sync_s": model["T_sync_s"],
+    }
 
 
 def trainer_cost(costs: Dict[str, Any], samp_per_seed: Sequence[float]) -> List[float]:
-    """Seconds per seed of each trainer in the pipeline: its slowest stage (§V eq. 6 per trainer)."""
-    return [max(s, t, tr, ld) for s, t, tr, ld in zip(samp_per_seed, costs["train"], costs["transfer"],
-                                                       costs["load"])]
+    """Seconds per seed of each trainer in the pipeline: its slowest stage (§V eq. 6 per
+    trainer)."""
+    return [
+        max(s, t, tr, ld)
+        for s, t, tr, ld in zip(samp_per_seed, costs["train"], costs["transfer"], costs["load"])
+    ]
 
 
-def model_shares(costs: Dict[str, Any], samp_per_seed: Sequence[float], min_share: float) -> Tuple[float, ...]:
-    """HyScale §III-B/§V: the initial workload split from the performance model. Each trainer's share
+def model_shares(
+    costs: Dict[str, Any], samp_per_seed: Sequence[float], min_share: float
+) -> Tuple[float, ...]:
+    """HyScale §III-B/§V: the initial workload split from the performance model. Each trainer's
+    share
     ∝ 1 / its per-seed time (T_samp measured, the rest predicted), so every trainer's slowest stage
     takes the same time; floored at ``min_share`` like DRM's rule."""
     from gnntrain.modes.hyscale.drm import floor_shares
@@ -97,19 +121,35 @@ def model_shares(costs: Dict[str, Any], samp_per_seed: Sequence[float], min_shar
     return floor_shares([r / sum(rate) for r in rate], min_share)
 
 
-def model_iteration_s(costs: Dict[str, Any], samp_per_seed: Sequence[float], shares: Sequence[float],
-                      batch: int, pipelined: bool = True) -> Dict[str, float]:
-    """The model's per-iteration stage times for ``shares`` of a global ``batch``. Pipelined (prefetch, §IV-B):
-    eq. 6, the slowest stage, T_exec = max(T_samp, T_load, T_trans, T_prop). Serial (prefetch off): each
-    trainer samples, loads, copies and trains in turn, then all sync: T_exec = max_i Σ_stages + T_sync."""
+def model_iteration_s(
+    costs: Dict[str, Any],
+    samp_per_seed: Sequence[float],
+    shares: Sequence[float],
+    batch: int,
+    pipelined: bool = True,
+) -> Dict[str, float]:
+    """The model's per-iteration stage times for ``shares`` of a global ``batch``. Pipelined
+    (prefetch, §IV-B):
+    eq. 6, the slowest stage, T_exec = max(T_samp, T_load, T_trans, T_prop). Serial (prefetch off):
+    each
+    trainer samples, loads, copies and trains in turn, then all sync: T_exec = max_i Σ_stages +
+    T_sync."""
     b = [batch * s for s in shares]
     t_samp = max(x * n for x, n in zip(samp_per_seed, b))
     t_load = sum(x * n for x, n in zip(costs["load"], b))
     t_trans = max(x * n for x, n in zip(costs["transfer"], b))
     t_prop = max(x * n for x, n in zip(costs["train"], b)) + costs["sync_s"]
-    serial = max(n * (sp + tr + tf + ld) for n, sp, tr, tf, ld in zip(b, samp_per_seed, costs["train"],
-                                                                     costs["transfer"], costs["load"]))
+    serial = max(
+        n * (sp + tr + tf + ld)
+        for n, sp, tr, tf, ld in zip(
+            b, samp_per_seed, costs["train"], costs["transfer"], costs["load"]
+        )
+    )
     t_exec = max(t_samp, t_load, t_trans, t_prop) if pipelined else serial + costs["sync_s"]
-    return {"T_samp_s": t_samp, "T_load_s": t_load, "T_trans_s": t_trans, "T_prop_s": t_prop, "T_exec_s": t_exec}
-
-
+    return {
+        "T_samp_s": t_samp,
+        "T_load_s": t_load,
+        "T_trans_s": t_trans,
+        "T_prop_s": t_prop,
+        "T_exec_s": t_exec,
+    }

@@ -1,5 +1,7 @@
-"""The HyScale pipeline (§III-B, §IV-B): a pool of sampler threads drawing batches ahead of training,
+"""The HyScale pipeline (§III-B, §IV-B): a pool of sampler threads drawing batches ahead of
+training,
 the feature loader and the transfer thread feeding the trainer."""
+
 from __future__ import annotations
 
 import queue
@@ -47,11 +49,26 @@ class SamplerPool:
     once, each with ``threads // active`` intra-op threads, from the next draw on.
     """
 
-    def __init__(self, draw: Callable[[int], Any], workers: int, threads: int, depth: int, end: int,
-                 ready: Optional[Callable[[int], Any]] = None):
-        self.draw, self.workers, self.depth, self.end = draw, max(1, int(workers)), max(0, int(depth)), int(end)
-        self.ready = ready  # blocks until draw k may start (its shares are decided), before it takes a slot
-        # daemon threads (not a ThreadPoolExecutor, whose threads the interpreter joins at exit: a draw
+    def __init__(
+        self,
+        draw: Callable[[int], Any],
+        workers: int,
+        threads: int,
+        depth: int,
+        end: int,
+        ready: Optional[Callable[[int], Any]] = None,
+    ):
+        self.draw, self.workers, self.depth, self.end = (
+            draw,
+            max(1, int(workers)),
+            max(0, int(depth)),
+            int(end),
+        )
+        self.ready = (
+            ready  # blocks until draw k may start (its shares are decided), before it takes a slot
+        )
+        # daemon threads (not a ThreadPoolExecutor, whose threads the interpreter joins at exit: a
+        # draw
         # waiting for shares that never come would then hang a failed rank's exit)
         self._tasks: "queue.Queue" = queue.Queue()
         for i in range(self.workers):
@@ -105,7 +122,8 @@ class SamplerPool:
             self._next += 1
 
     def get(self, k: int):
-        """The batch of iteration ``k`` (called in k order), submitting draws up to ``k + depth``."""
+        """The batch of iteration ``k`` (called in k order), submitting draws up to ``k +
+        depth``."""
         if self._next is None:
             self._next = k
         self._fill(k + self.depth)
@@ -122,23 +140,45 @@ class SamplerPool:
 
 
 class BatchPipeline:
-    """HyScale-GNN §IV-B over one epoch's iterations ``ks``: the sampler pool draws (``pool``, several
-    batches at once) → the loader thread gathers features in k order (``load``) → the transfer thread
+    """HyScale-GNN §IV-B over one epoch's iterations ``ks``: the sampler pool draws (``pool``,
+    several
+    batches at once) → the loader thread gathers features in k order (``load``) → the transfer
+    thread
     copies (``transfer``) → the caller trains; each queue holds one batch. With ``prefetch=False``
     the caller runs draw, load and transfer itself, in order."""
 
-    def __init__(self, draw: Callable[[int], Batch], load: Callable[[Batch], Batch],
-                 transfer: Callable[[Batch], Batch], ks: Sequence[int], prefetch: bool,
-                 pool: Optional[SamplerPool] = None):
-        self.draw, self.load, self.transfer, self.ks, self.prefetch = draw, load, transfer, list(ks), prefetch
+    def __init__(
+        self,
+        draw: Callable[[int], Batch],
+        load: Callable[[Batch], Batch],
+        transfer: Callable[[Batch], Batch],
+        ks: Sequence[int],
+        prefetch: bool,
+        pool: Optional[SamplerPool] = None,
+    ):
+        self.draw, self.load, self.transfer, self.ks, self.prefetch = (
+            draw,
+            load,
+            transfer,
+            list(ks),
+            prefetch,
+        )
         self._out: "queue.Queue" = queue.Queue(maxsize=1)
         if prefetch:
             assert pool is not None
             loaded: "queue.Queue" = queue.Queue(maxsize=1)
-            threading.Thread(target=self._run, args=(lambda k: self.load(pool.get(k)), None, loaded),
-                             daemon=True, name="hyscale-load").start()
-            threading.Thread(target=self._run, args=(lambda b: self.transfer(b), loaded, self._out),
-                             daemon=True, name="hyscale-transfer").start()
+            threading.Thread(
+                target=self._run,
+                args=(lambda k: self.load(pool.get(k)), None, loaded),
+                daemon=True,
+                name="hyscale-load",
+            ).start()
+            threading.Thread(
+                target=self._run,
+                args=(lambda b: self.transfer(b), loaded, self._out),
+                daemon=True,
+                name="hyscale-transfer",
+            ).start()
 
     def _run(self, fn, inbox, outbox) -> None:
         for k in self.ks:

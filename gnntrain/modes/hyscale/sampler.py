@@ -1,5 +1,8 @@
-"""Neighbour sampling: DGL's on one dedicated thread, the torch-native one on any number of pool threads;
-both draw a batch from its own seed, so prefetch on and off, and any thread count, draw the same batches."""
+"""Neighbour sampling: DGL's on one dedicated thread, the torch-native one on any number of pool
+threads;
+both draw a batch from its own seed, so prefetch on and off, and any thread count, draw the same
+batches."""
+
 from __future__ import annotations
 
 import threading
@@ -42,12 +45,20 @@ class NeighborSampler:
     is off for the same reason.
     """
 
-    def __init__(self, dst: torch.Tensor, src: torch.Tensor, weight: torch.Tensor, num_nodes: int,
-                 fanouts: Sequence[int]):
+    def __init__(
+        self,
+        dst: torch.Tensor,
+        src: torch.Tensor,
+        weight: torch.Tensor,
+        num_nodes: int,
+        fanouts: Sequence[int],
+    ):
         import dgl
 
         self._dgl = dgl
-        self.graph = dgl.graph((src, dst), num_nodes=num_nodes)  # edge id = position in (dst, src, weight)
+        self.graph = dgl.graph(
+            (src, dst), num_nodes=num_nodes
+        )  # edge id = position in (dst, src, weight)
         self.weight = weight
         self.deg = self.graph.in_degrees().to(torch.float64)
         self.fanouts = [int(f) for f in fanouts]
@@ -71,9 +82,13 @@ class NeighborSampler:
             dst_global = block.dstdata[dgl.NID]
             sampled = block.in_degrees().to(torch.float64).clamp(min=1)
             scale = self.deg[dst_global] / sampled
-            weight = self.weight[block.edata[dgl.EID]].clone()  # (src, dst) factors; the dst one rescales
+            weight = self.weight[
+                block.edata[dgl.EID]
+            ].clone()  # (src, dst) factors; the dst one rescales
             weight[:, 1] *= scale[dst_local].to(weight.dtype)
-            out.append(Block(dst_local, src_local, weight, block.num_dst_nodes(), block.num_src_nodes()))
+            out.append(
+                Block(dst_local, src_local, weight, block.num_dst_nodes(), block.num_src_nodes())
+            )
         return input_nodes, out
 
 
@@ -87,11 +102,12 @@ def _sampling_thread() -> ThreadPoolExecutor:
     global _SAMPLING_THREAD
     with _SAMPLING_LOCK:
         if _SAMPLING_THREAD is None:
-            # no thread-count initializer: each draw sets one OpenMP thread itself (see NeighborSampler)
-            _SAMPLING_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hyscale-dgl-sampler")
+            # no thread-count initializer: each draw sets one OpenMP thread itself (see
+            # NeighborSampler)
+            _SAMPLING_THREAD = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="hyscale-dgl-sampler"
+            )
         return _SAMPLING_THREAD
-
-
 
 
 class TorchNeighborSampler:
@@ -104,7 +120,8 @@ class TorchNeighborSampler:
     replacement: every candidate edge gets a uniform key and each node keeps its ``fanout``
     smallest keys, which makes every ``fanout``-subset equally likely.
 
-    Thread-safe (``parallel = True``): the sampler pool (:class:`~gnntrain.modes.hyscale.pipeline.SamplerPool`)
+    Thread-safe (``parallel = True``): the sampler pool
+    (:class:`~gnntrain.modes.hyscale.pipeline.SamplerPool`)
     draws several batches at once on its threads. The global → local id scratch is per thread, and
     every op is a torch function that releases the GIL (``index_select`` rather than tensor
     indexing), so concurrent draws overlap.
@@ -112,8 +129,14 @@ class TorchNeighborSampler:
 
     parallel = True  # draws may run concurrently on several threads
 
-    def __init__(self, dst: torch.Tensor, src: torch.Tensor, weight: torch.Tensor, num_nodes: int,
-                 fanouts: Sequence[int]):
+    def __init__(
+        self,
+        dst: torch.Tensor,
+        src: torch.Tensor,
+        weight: torch.Tensor,
+        num_nodes: int,
+        fanouts: Sequence[int],
+    ):
         order = torch.argsort(dst, stable=True)
         self.indices = src[order].to(torch.int64)  # in-neighbours, grouped by destination
         self.edge_ids = order  # position in (dst, src, weight)
@@ -133,7 +156,8 @@ class TorchNeighborSampler:
         return local
 
     def sample(self, seeds: torch.Tensor, seed: int) -> Tuple[torch.Tensor, List[Block]]:
-        """(input nodes, blocks input side first) for ``seeds``; the last block's dst rows are ``seeds``."""
+        """(input nodes, blocks input side first) for ``seeds``; the last block's dst rows are
+        ``seeds``."""
         gen = torch.Generator().manual_seed(int(seed))
         local = self._local()
         frontier = seeds.to(torch.int64)
@@ -150,16 +174,22 @@ class TorchNeighborSampler:
             src_nodes = torch.cat([frontier, new_nodes])
             local.index_fill_(0, src_nodes, -1)
             sampled = torch.bincount(dst_pos, minlength=n_dst).to(torch.float64).clamp(min=1)
-            # (src, dst) factors; the dst one rescales (index_select copies: the table is not touched)
+            # (src, dst) factors; the dst one rescales (index_select copies: the table is not
+            # touched)
             weight = torch.index_select(self.weight, 0, torch.index_select(self.edge_ids, 0, eids))
-            weight[:, 1] *= torch.index_select(self.deg[frontier] / sampled, 0, dst_pos).to(weight.dtype)
+            weight[:, 1] *= torch.index_select(self.deg[frontier] / sampled, 0, dst_pos).to(
+                weight.dtype
+            )
             blocks.append(Block(dst_pos, src_local, weight, n_dst, src_nodes.numel()))
             frontier = src_nodes
         blocks.reverse()
         return frontier, blocks
 
-    def _draw(self, nodes: torch.Tensor, fanout: int, gen: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
-        """CSR positions of the kept in-edges of ``nodes`` and, per kept edge, its node's position."""
+    def _draw(
+        self, nodes: torch.Tensor, fanout: int, gen: torch.Generator
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """CSR positions of the kept in-edges of ``nodes`` and, per kept edge, its node's
+        position."""
         start = torch.index_select(self.indptr, 0, nodes)
         deg = torch.index_select(self.indptr, 0, nodes + 1) - start
         owner = torch.repeat_interleave(torch.arange(nodes.numel()), deg)
@@ -169,12 +199,16 @@ class TorchNeighborSampler:
         if fanout < 0 or owner.numel() == 0 or int(deg.max()) <= fanout:
             return eids, owner
         keys = torch.rand(owner.numel(), generator=gen, dtype=torch.float64)
-        # by node, then by key: one int64 sort (the key's top 32 bits below the node), about twice as fast as
-        # a float64 one; stable, so a (2^-32-likely) tie breaks by CSR position, whatever the thread count
-        order = torch.argsort((owner << 32) | (keys * 2.0 ** 32).to(torch.int64), stable=True)
+        # by node, then by key: one int64 sort (the key's top 32 bits below the node), about twice
+        # as fast as
+        # a float64 one; stable, so a (2^-32-likely) tie breaks by CSR position, whatever the thread
+        # count
+        order = torch.argsort((owner << 32) | (keys * 2.0**32).to(torch.int64), stable=True)
         rank = offset  # after sorting by node the within-node rank is the same arange
         kept = torch.zeros(owner.numel(), dtype=torch.bool)
-        kept.index_fill_(0, order[rank < fanout], True)  # the kept set, in CSR order within each node
+        kept.index_fill_(
+            0, order[rank < fanout], True
+        )  # the kept set, in CSR order within each node
         keep = kept.nonzero().flatten()
         return torch.index_select(eids, 0, keep), torch.index_select(owner, 0, keep)
 
@@ -188,8 +222,15 @@ def resolve_sampler(kind: str) -> str:
     return "dgl" if dgl_available() else "torch"
 
 
-def make_sampler(kind: str, dst: torch.Tensor, src: torch.Tensor, weight: torch.Tensor, num_nodes: int,
-                 fanouts: Sequence[int]):
-    """``kind``: auto, dgl (DGL's sampler on its dedicated thread) or torch (:class:`TorchNeighborSampler`)."""
+def make_sampler(
+    kind: str,
+    dst: torch.Tensor,
+    src: torch.Tensor,
+    weight: torch.Tensor,
+    num_nodes: int,
+    fanouts: Sequence[int],
+):
+    """``kind``: auto, dgl (DGL's sampler on its dedicated thread) or torch
+    (:class:`TorchNeighborSampler`)."""
     cls = NeighborSampler if resolve_sampler(kind) == "dgl" else TorchNeighborSampler
     return cls(dst, src, weight, num_nodes, fanouts)

@@ -1,6 +1,7 @@
 """Host threads per trainer (HyScale §III-B, §IV-A): reserved sampler/loader cores for the
 accelerator trainers, the rest for the CPU trainers, and each rank's split into its sampler pool
 (T_SC), feature loader (T_Load) and training (T_TC) threads, which DRM's balance_thread moves."""
+
 from __future__ import annotations
 
 import os
@@ -45,7 +46,8 @@ def split_threads(budget: int, on_device: bool) -> Dict[str, int]:
 
 def on_this_host(planned: Sequence[int], cores: Optional[int] = None) -> List[int]:
     """The planned threads per rank where this machine has the cores for all of them (the ranks of a
-    HyScale run share one host), else an even share of its cores (a profile's cores_per_node describes
+    HyScale run share one host), else an even share of its cores (a profile's cores_per_node
+    describes
     its nodes, not the machine a run lands on)."""
     cores = len(os.sched_getaffinity(0)) if cores is None else int(cores)
     if sum(planned) <= cores:

@@ -1,4 +1,5 @@
 """One HyScale trainer rank: the pipeline, weighted gradient sync, DRM and evaluation."""
+
 from __future__ import annotations
 
 import copy
@@ -27,22 +28,31 @@ from gnntrain.runtime import RankContext
 from gnntrain.seeding import Stream, derive_seed
 
 
-def block_forward(model, adjs: Sequence[SparseAdjacency], x: torch.Tensor,
-                  dropout: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> torch.Tensor:
+def block_forward(
+    model,
+    adjs: Sequence[SparseAdjacency],
+    x: torch.Tensor,
+    dropout: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+) -> torch.Tensor:
     """The model's aggregate/update layers over sampled blocks (dst rows are the first src rows)."""
+
     def layer_step(i, layer, h):
         adj = adjs[i]
         rows = torch.arange(adj.num_dst, device=h.device)
-        return layer.update(h[:adj.num_dst], layer.aggregate(h, adj.spmm, rows))
+        return layer.update(h[: adj.num_dst], layer.aggregate(h, adj.spmm, rows))
 
-    return run_layers(model, x, layer_step, None if dropout is None else lambda h, _layer: dropout(h))
+    return run_layers(
+        model, x, layer_step, None if dropout is None else lambda h, _layer: dropout(h)
+    )
 
 
 class HyScaleTrainer(RankStrategy):
     """One trainer rank (§III-B): pipeline, weighted sync, DRM, evaluation; an
     :class:`~gnntrain.modes.strategy.RankStrategy` that the one epoch loop runs."""
 
-    def __init__(self, options: HyScaleConfig, shard: RankShard, ctx: RankContext, settings: RunSettings):
+    def __init__(
+        self, options: HyScaleConfig, shard: RankShard, ctx: RankContext, settings: RunSettings
+    ):
         self.o, self.shard, self.ctx, self.settings = options, shard, ctx, settings
         self.comm, self.device, self.dtype = ctx.comm, ctx.device, ctx.dtype
         self.rank, self.world = ctx.comm.rank, ctx.comm.world_size
@@ -52,16 +62,22 @@ class HyScaleTrainer(RankStrategy):
         self.gpu = self.device.type == "cuda"
         self.seed = int(settings.train.seed)
         dst, src, w = shard.edges
-        self.sampler = make_sampler(self.o.sampler.value, dst, src, w, shard.num_global_nodes, self.o.fanouts)
+        self.sampler = make_sampler(
+            self.o.sampler.value, dst, src, w, shard.num_global_nodes, self.o.fanouts
+        )
         self.drop_gen = torch.Generator(device=self.device)  # reseeded per global batch (see step)
         self.features = shard.features.to(self.dtype)  # host memory only (§III-B)
-        # features reach the device through reusable pinned buffers on the stager's side stream (the stager
-        # HongTu's chunk loads use); three buffers: the load thread gathers at most two batches ahead of the
+        # features reach the device through reusable pinned buffers on the stager's side stream (the
+        # stager
+        # HongTu's chunk loads use); three buffers: the load thread gathers at most two batches
+        # ahead of the
         # transfer that empties them (the pipeline's queues of one)
         self.stager = HostToDeviceStager(self.device, buffers=3)
         if self.gpu:
             self.stream = self.stager.stream  # transfers overlap compute on the side stream
-        self.through_host = ctx.plan.backend == "gloo"  # gloo reduces host buffers: stage GPU gradients
+        self.through_host = (
+            ctx.plan.backend == "gloo"
+        )  # gloo reduces host buffers: stage GPU gradients
         self.train_ids = shard.count_masks["train"].nonzero().flatten()
         self.schedule = ShareSchedule()
         slow = [float(s) for s in self.o.slowdown]
@@ -69,19 +85,26 @@ class HyScaleTrainer(RankStrategy):
         spec = model_spec(settings, self.features.shape[1], shard.num_classes)
         self.model = build_model(spec, self.seed, self.dtype).to(self.device)
         self.params = list(self.model.parameters())
-        self.optimizer = torch.optim.Adam(self.params, lr=float(settings.train.lr),
-                                          weight_decay=float(settings.train.weight_decay))
+        self.optimizer = torch.optim.Adam(
+            self.params,
+            lr=float(settings.train.lr),
+            weight_decay=float(settings.train.weight_decay),
+        )
         self.global_counts, self.num_nodes = shard.global_counts, shard.num_global_nodes
         self.batch_size = int(self.o.batch_size)
         self.per_epoch = math.ceil(self.train_ids.numel() / self.batch_size)
         self.n_train = max(1, shard.global_counts["train"])
         self.evaluator = Evaluator(self, self.model) if self.rank == 0 else None
-        # host threads by task (§III-B, §IV-A): every rank's split of its planned threads (capped by the
-        # cores this machine gives it), the same on every rank; DRM's thread state starts from the first
+        # host threads by task (§III-B, §IV-A): every rank's split of its planned threads (capped by
+        # the
+        # cores this machine gives it), the same on every rank; DRM's thread state starts from the
+        # first
         # CPU trainer's (its balance_thread moves CPU tasks' threads)
         plan = ctx.plan
         budgets = on_this_host([plan.threads_of(r) for r in range(self.world)])
-        self.splits = [split_threads(b, str(d).startswith("cuda")) for b, d in zip(budgets, plan.rank_devices)]
+        self.splits = [
+            split_threads(b, str(d).startswith("cuda")) for b, d in zip(budgets, plan.rank_devices)
+        ]
         self.budget = budgets[self.rank]
         self.threads = dict(self.splits[self.rank])
         self._batch_cache: Dict[int, List[torch.Tensor]] = {}
@@ -94,20 +117,34 @@ class HyScaleTrainer(RankStrategy):
         epoch, j = divmod(k, self.per_epoch)
         if epoch not in self._batch_cache:
             self._batch_cache = {e: b for e, b in self._batch_cache.items() if e >= epoch - 1}
-            self._batch_cache[epoch] = global_batches(self.train_ids, self.batch_size, self.seed, epoch)
+            self._batch_cache[epoch] = global_batches(
+                self.train_ids, self.batch_size, self.seed, epoch
+            )
         return self._batch_cache[epoch][j]
 
     def draw(self, k: int) -> Batch:
-        """Sample this trainer's slice of global batch k: one unit, seeded by (seed, trainer, k), on a
+        """Sample this trainer's slice of global batch k: one unit, seeded by (seed, trainer, k), on
+        a
         sampler pool thread (or the caller's)."""
         shares = self.schedule.get(k)
         t0 = time.perf_counter()
         seeds, sizes = trainer_slice(self.global_batch(k), shares, self.rank)
-        input_nodes, blocks = self.sampler.sample(seeds, derive_seed(self.seed, Stream.sampling, self.rank, k))
-        return Batch(k, seeds, sizes, shares, input_nodes, blocks, seconds={"sample": time.perf_counter() - t0})
+        input_nodes, blocks = self.sampler.sample(
+            seeds, derive_seed(self.seed, Stream.sampling, self.rank, k)
+        )
+        return Batch(
+            k,
+            seeds,
+            sizes,
+            shares,
+            input_nodes,
+            blocks,
+            seconds={"sample": time.perf_counter() - t0},
+        )
 
     def load(self, b: Batch) -> Batch:
-        """The feature loader (§III-B): gather the batch's input rows (on CUDA into a pinned buffer), in k
+        """The feature loader (§III-B): gather the batch's input rows (on CUDA into a pinned
+        buffer), in k
         order, on T_Load threads."""
         if self.pool is not None:
             use_threads(self.threads["T_Load"])
@@ -118,7 +155,8 @@ class HyScaleTrainer(RankStrategy):
         return b
 
     def transfer(self, b: Batch) -> Batch:
-        """Host → accelerator: features (through the stager's pinned buffers) and topology (``h2d``);
+        """Host → accelerator: features (through the stager's pinned buffers) and topology
+        (``h2d``);
         CPU trainers skip it."""
         t0 = time.perf_counter()
         staged: StagedRows = b.x
@@ -129,30 +167,64 @@ class HyScaleTrainer(RankStrategy):
             with torch.cuda.stream(self.stream):
                 issued = time.perf_counter()
                 b.x = self.stager.copy(staged)
-                self.stream.synchronize()  # landed: its time is the copy's, as to_device's below are
-                self.comm.record_copy("h2d", staged.rows.numel() * staged.rows.element_size(),
-                                      time.perf_counter() - issued)
+                # landed: its time is the copy's, as to_device's below are
+                self.stream.synchronize()
+                self.comm.record_copy(
+                    "h2d",
+                    staged.rows.numel() * staged.rows.element_size(),
+                    time.perf_counter() - issued,
+                )
                 b.y = to(b.y, self.device)
-                b.blocks = [Block(to(bl.dst, self.device), to(bl.src, self.device), to(bl.weight, self.device),
-                                  bl.num_dst, bl.num_src) for bl in b.blocks]
+                b.blocks = [
+                    Block(
+                        to(bl.dst, self.device),
+                        to(bl.src, self.device),
+                        to(bl.weight, self.device),
+                        bl.num_dst,
+                        bl.num_src,
+                    )
+                    for bl in b.blocks
+                ]
                 b.ready = torch.cuda.Event()
                 b.ready.record(self.stream)
-            b.ready.synchronize()  # the transfer stage (T_trans, which DRM balances) ends when its bytes land
-        else:  # an accelerator trainer emulated on a CPU-only host: a real host copy, counted the same way
+            # the transfer stage (T_trans, which DRM balances) ends when its bytes land
+            b.ready.synchronize()
+        # an accelerator trainer emulated on a CPU-only host: a real host copy, counted the same way
+        else:
             to = self.comm.to_device
             b.x = to(staged.rows, self.device)
-            b.blocks = [Block(to(bl.dst, self.device), to(bl.src, self.device), to(bl.weight, self.device),
-                              bl.num_dst, bl.num_src) for bl in b.blocks]
+            b.blocks = [
+                Block(
+                    to(bl.dst, self.device),
+                    to(bl.src, self.device),
+                    to(bl.weight, self.device),
+                    bl.num_dst,
+                    bl.num_src,
+                )
+                for bl in b.blocks
+            ]
         b.seconds["transfer"] = time.perf_counter() - t0
         return b
 
     def _adjacencies(self, blocks: Sequence[Block]) -> List[SparseAdjacency]:
-        """A batch's sampled blocks as the layers' adjacencies, with the plan's kernel on this trainer's device."""
-        return [SparseAdjacency(bl.dst, bl.src, bl.weight, bl.num_dst, bl.num_src, kernel=self.ctx.plan.kernel,
-                                device=self.device) for bl in blocks]
+        """A batch's sampled blocks as the layers' adjacencies, with the plan's kernel on this
+        trainer's device."""
+        return [
+            SparseAdjacency(
+                bl.dst,
+                bl.src,
+                bl.weight,
+                bl.num_dst,
+                bl.num_src,
+                kernel=self.ctx.plan.kernel,
+                device=self.device,
+            )
+            for bl in blocks
+        ]
 
     def dropout(self, h: torch.Tensor) -> torch.Tensor:
-        """Per-batch dropout from a generator reseeded per (trainer, global batch), so a resumed run replays it."""
+        """Per-batch dropout from a generator reseeded per (trainer, global batch), so a resumed run
+        replays it."""
         p = float(self.settings.model.dropout)
         if p <= 0:
             return h
@@ -166,11 +238,14 @@ class HyScaleTrainer(RankStrategy):
         total = sum(b.sizes)
         optimizer.zero_grad(set_to_none=False)
         ce = 0.0
-        if b.ready is not None:  # made on the side stream: keep the allocator from reusing them too early
+        if (
+            b.ready is not None
+        ):  # made on the side stream: keep the allocator from reusing them too early
             for t in [b.x, b.y] + [t for bl in b.blocks for t in (bl.dst, bl.src, bl.weight)]:
                 t.record_stream(torch.cuda.current_stream(self.device))
         if b.seeds.numel():
-            # dropout masks depend on (seed, trainer, global batch) only, so a resumed run replays them
+            # dropout masks depend on (seed, trainer, global batch) only, so a resumed run replays
+            # them
             self.drop_gen.manual_seed(derive_seed(self.seed, Stream.batch_dropout, self.rank, b.k))
             adjs = self._adjacencies(b.blocks)
             x = b.x.to(self.device, non_blocking=True)
@@ -204,16 +279,26 @@ class HyScaleTrainer(RankStrategy):
         cpu_ranks = [r for r in range(self.world) if not self.accel[r]]
         threads = dict(self.splits[cpu_ranks[0] if cpu_ranks else 0])
         if self.o.prefetch:
-            workers = min(self.threads["T_SC"], DRM_LAG) if getattr(self.sampler, "parallel", False) else 1
+            workers = (
+                min(self.threads["T_SC"], DRM_LAG)
+                if getattr(self.sampler, "parallel", False)
+                else 1
+            )
             end = int(self.settings.train.epochs) * self.per_epoch
-            self.pool = SamplerPool(self.draw, workers, self.threads["T_SC"], DRM_LAG - 1, end, self.schedule.get)
+            self.pool = SamplerPool(
+                self.draw, workers, self.threads["T_SC"], DRM_LAG - 1, end, self.schedule.get
+            )
         if history:
             shares = tuple(history[-1]["hyscale"]["shares"])
             threads = dict(history[-1]["hyscale"].get("threads", threads))
             self.initial = dict(history[0]["hyscale"].get("initial", {}))
         elif self.o.shares:  # the user's split; the calibrated model still predicts its epoch
             shares = initial_shares(self.o, self.world)
-            self.initial = {"source": "mode.shares", "shares": list(shares), **self._calibrate(shares)}
+            self.initial = {
+                "source": "mode.shares",
+                "shares": list(shares),
+                **self._calibrate(shares),
+            }
         else:
             shares = self._model_shares()
         self.state = DRMState(shares=shares, threads=threads)
@@ -230,12 +315,15 @@ class HyScaleTrainer(RankStrategy):
         return shares
 
     def _calibrate(self, shares: Optional[Sequence[float]]) -> Dict[str, Any]:
-        """The §V model's inputs measured on every rank, and its split (``shares`` None) or its prediction for
-        ``shares``. T_samp: this trainer samples an even slice of the first global batch three times (the first
+        """The §V model's inputs measured on every rank, and its split (``shares`` None) or its
+        prediction for
+        ``shares``. T_samp: this trainer samples an even slice of the first global batch three times
+        (the first
         warms up) on its pool's per-draw threads; the pool draws ``active`` batches at once, so the
-        per-iteration cost is the draw time over that. The train, transfer, load and sync costs come from
+        per-iteration cost is the draw time over that. The train, transfer, load and sync costs come
+        from
         :meth:`_probe_stages` (the plan's profile-based guess is kept beside them)."""
-        seeds = self.global_batch(0)[:max(1, math.ceil(self.batch_size / self.world))]
+        seeds = self.global_batch(0)[: max(1, math.ceil(self.batch_size / self.world))]
         probe = derive_seed(self.seed, Stream.sampling, self.rank, 2**40)  # a k no batch has
         before = torch.get_num_threads()
         use_threads(self.pool.per_draw if self.pool is not None else self.budget)
@@ -252,23 +340,41 @@ class HyScaleTrainer(RankStrategy):
         slots[self.rank] = mine
         for j, name in enumerate(("train", "transfer", "load")):
             slots[(j + 1) * self.world + self.rank] = measured[name] / seeds.numel()
-        slots[-1] = measured["sync_s"] / self.world  # every rank times the same collective: their mean
-        shared = self.comm.reduce_stats(slots)  # every rank computes the same split from the same numbers
-        samp = shared[:self.world]
-        costs = {name: shared[(j + 1) * self.world:(j + 2) * self.world]
-                 for j, name in enumerate(("train", "transfer", "load"))}
+        slots[-1] = (
+            measured["sync_s"] / self.world
+        )  # every rank times the same collective: their mean
+        shared = self.comm.reduce_stats(
+            slots
+        )  # every rank computes the same split from the same numbers
+        samp = shared[: self.world]
+        costs = {
+            name: shared[(j + 1) * self.world : (j + 2) * self.world]
+            for j, name in enumerate(("train", "transfer", "load"))
+        }
         costs["sync_s"] = shared[-1]
         if shares is None:
-            shares = tuple(round(x, 6) for x in model_shares(costs, samp, float(self.o.drm_min_share)))
-        return {"shares": list(shares), "T_samp_per_seed_s": samp, "model_per_seed_s": costs,
-                "profile_per_seed_s": self.ctx.plan.mode_details["model seconds per seed"],
-                "predicted_iteration_s": model_iteration_s(costs, samp, shares, self.batch_size,
-                                                           pipelined=bool(self.o.prefetch))}
+            shares = tuple(
+                round(x, 6) for x in model_shares(costs, samp, float(self.o.drm_min_share))
+            )
+        return {
+            "shares": list(shares),
+            "T_samp_per_seed_s": samp,
+            "model_per_seed_s": costs,
+            "profile_per_seed_s": self.ctx.plan.mode_details["model seconds per seed"],
+            "predicted_iteration_s": model_iteration_s(
+                costs, samp, shares, self.batch_size, pipelined=bool(self.o.prefetch)
+            ),
+        }
 
-    def _probe_stages(self, seeds: torch.Tensor, input_nodes: torch.Tensor, blocks: List[Block]) -> Dict[str, float]:
-        """§V's stage costs measured on this rank at start (the paper profiles them; the hardware profile's
-        rates are a plan-time guess): the probe batch's feature gather, host→device copy, forward+backward (on
-        a copy of the model: training is untouched; ``mode.slowdown`` applied) and one gradient all-reduce,
+    def _probe_stages(
+        self, seeds: torch.Tensor, input_nodes: torch.Tensor, blocks: List[Block]
+    ) -> Dict[str, float]:
+        """§V's stage costs measured on this rank at start (the paper profiles them; the hardware
+        profile's
+        rates are a plan-time guess): the probe batch's feature gather, host→device copy,
+        forward+backward (on
+        a copy of the model: training is untouched; ``mode.slowdown`` applied) and one gradient
+        all-reduce,
         each the median of two after a warm-up."""
         model = copy.deepcopy(self.model)
         params = list(model.parameters())
@@ -286,8 +392,10 @@ class HyScaleTrainer(RankStrategy):
         x = self.features.index_select(0, input_nodes)
         load = timed(lambda: self.features.index_select(0, input_nodes))
         transfer = timed(lambda: x.to(self.device, copy=True)) if self.is_accel else 0.0
-        on_device = [Block(*(t.to(self.device) for t in (bl.dst, bl.src, bl.weight)), bl.num_dst, bl.num_src)
-                     for bl in blocks]
+        on_device = [
+            Block(*(t.to(self.device) for t in (bl.dst, bl.src, bl.weight)), bl.num_dst, bl.num_src)
+            for bl in blocks
+        ]
         x_dev, y = x.to(self.device), self.shard.labels[seeds].to(self.device)
 
         def train() -> None:
@@ -298,8 +406,10 @@ class HyScaleTrainer(RankStrategy):
         return {"train": train_s, "transfer": transfer, "load": load, "sync_s": sync}
 
     def _apply_threads(self, threads: Dict[str, int]) -> None:
-        """balance_thread's moves, made real on a CPU trainer (§IV-A): the sampler pool's threads (T_SC),
-        the loader's (T_Load) and the training threads of this rank's main thread (T_TC). A serial run
+        """balance_thread's moves, made real on a CPU trainer (§IV-A): the sampler pool's threads
+        (T_SC),
+        the loader's (T_Load) and the training threads of this rank's main thread (T_TC). A serial
+        run
         (prefetch=false) runs every stage on the main thread with the whole budget."""
         if self.is_accel:
             return
@@ -316,7 +426,9 @@ class HyScaleTrainer(RankStrategy):
         ks = list(range(first_k, first_k + self.per_epoch))
         iterations, ce_sum, t_epoch = [], 0.0, time.perf_counter()
         stage_tot = dict.fromkeys(STAGES + ("sync", "wait"), 0.0)
-        pipeline = BatchPipeline(self.draw, self.load, self.transfer, ks, bool(o.prefetch), self.pool)
+        pipeline = BatchPipeline(
+            self.draw, self.load, self.transfer, ks, bool(o.prefetch), self.pool
+        )
         t_wait = time.perf_counter()
         for b in pipeline:
             wait_s = time.perf_counter() - t_wait
@@ -329,31 +441,56 @@ class HyScaleTrainer(RankStrategy):
             # every trainer's stage times, for DRM and the log (bookkeeping, not training traffic)
             slots = [0.0] * (len(STAGES) + 1) * self.world
             base = self.rank * (len(STAGES) + 1)
-            slots[base:base + len(STAGES) + 1] = [mine[s] for s in STAGES] + [sync_s]
+            slots[base : base + len(STAGES) + 1] = [mine[s] for s in STAGES] + [sync_s]
             gathered = comm.reduce_stats(slots)
-            times = [dict(zip(STAGES + ("sync",), gathered[r * 5:(r + 1) * 5])) for r in range(self.world)]
+            times = [
+                dict(zip(STAGES + ("sync",), gathered[r * 5 : (r + 1) * 5]))
+                for r in range(self.world)
+            ]
             iter_s = time.perf_counter() - t_iter
             decision = ""
             if o.drm and b.k >= DRM_WARMUP:
                 moved = self.state.threads
-                self.state = drm_step(self.state, times, b.sizes, self.accel, float(o.drm_ema),
-                                      float(o.drm_min_share))
+                self.state = drm_step(
+                    self.state, times, b.sizes, self.accel, float(o.drm_ema), float(o.drm_min_share)
+                )
                 decision = f"{self.state.bottleneck}: {self.state.action}"
                 if self.state.threads != moved:
                     self._apply_threads(self.state.threads)
             self.schedule.set(b.k + DRM_LAG, self.state.shares)
-            iterations.append({"iter": b.k, "shares": [round(s, 5) for s in b.shares], "batch": b.sizes,
-                               "input_rows": int(b.input_nodes.numel()),
-                               "stage_s": {s: [round(t[s], 6) for t in times] for s in STAGES + ("sync",)},
-                               "iter_s": round(iter_s, 6), "drm": decision, "threads": dict(self.state.threads)})
+            iterations.append(
+                {
+                    "iter": b.k,
+                    "shares": [round(s, 5) for s in b.shares],
+                    "batch": b.sizes,
+                    "input_rows": int(b.input_nodes.numel()),
+                    "stage_s": {s: [round(t[s], 6) for t in times] for s in STAGES + ("sync",)},
+                    "iter_s": round(iter_s, 6),
+                    "drm": decision,
+                    "threads": dict(self.state.threads),
+                }
+            )
             t_wait = time.perf_counter()
-        extra = {"hyscale": {"shares": list(self.state.shares), "threads": dict(self.state.threads),
-                             "iterations": iterations, "initial": self.initial}}
-        return EpochStats(loss=ce_sum, seconds=time.perf_counter() - t_epoch, stages=stage_tot,
-                          loss_divisor=self.n_train, other_stage=False, extra=extra)
+        extra = {
+            "hyscale": {
+                "shares": list(self.state.shares),
+                "threads": dict(self.state.threads),
+                "iterations": iterations,
+                "initial": self.initial,
+            }
+        }
+        return EpochStats(
+            loss=ce_sum,
+            seconds=time.perf_counter() - t_epoch,
+            stages=stage_tot,
+            loss_divisor=self.n_train,
+            other_stage=False,
+            extra=extra,
+        )
 
     def predict(self, what: str, layer: int):
-        """Rank 0's full-neighbour inference, layer by layer over the whole graph (its evaluation's forward)."""
+        """Rank 0's full-neighbour inference, layer by layer over the whole graph (its evaluation's
+        forward)."""
         if self.evaluator is None:
             return None
         return self.evaluator.predict(what, layer)
@@ -363,19 +500,28 @@ class HyScaleTrainer(RankStrategy):
         return self.evaluator.correct() if self.evaluator is not None else [0.0, 0.0, 0.0]
 
     def _report(self, history: List[Dict[str, Any]]) -> Dict[str, Any]:
-        """summary.json ``mode_report``: shares and stage times per trainer, predicted vs measured."""
+        """summary.json ``mode_report``: shares and stage times per trainer, predicted vs
+        measured."""
         its = [it for h in history for it in h["hyscale"]["iterations"]]
         med = statistics.median
-        per_trainer = {s: [med(it["stage_s"][s][r] for it in its) for r in range(self.world)]
-                       for s in STAGES + ("sync",)}
+        per_trainer = {
+            s: [med(it["stage_s"][s][r] for it in its) for r in range(self.world)]
+            for s in STAGES + ("sync",)
+        }
         accel = self.accel
 
         def measured(it) -> Dict[str, float]:
             st = it["stage_s"]
             trans = [t for t, a in zip(st["transfer"], accel) if a]
             sync = max(st["sync"])
-            return {"T_samp_s": max(st["sample"]), "T_load_s": sum(st["load"]), "T_trans_s": max(trans or [0.0]),
-                    "T_sync_s": sync, "T_prop_s": max(st["train"]) + sync, "T_exec_s": it["iter_s"]}
+            return {
+                "T_samp_s": max(st["sample"]),
+                "T_load_s": sum(st["load"]),
+                "T_trans_s": max(trans or [0.0]),
+                "T_sync_s": sync,
+                "T_prop_s": max(st["train"]) + sync,
+                "T_exec_s": it["iter_s"],
+            }
 
         initial = dict(history[0]["hyscale"].get("initial") or {})
         moves, last = [], None
@@ -386,43 +532,65 @@ class HyScaleTrainer(RankStrategy):
         rows = [measured(it) for it in its]
         got = {k: med(r[k] for r in rows) for k in rows[0]} if rows else {}
         details = self.ctx.plan.mode_details
-        predicted = {k[:-3] + "_s": v / 1e3 for k, v in details["performance model (per iteration)"].items()}
+        predicted = {
+            k[:-3] + "_s": v / 1e3 for k, v in details["performance model (per iteration)"].items()
+        }
         predicted["V0_per_trainer"] = details["predicted |V0| per trainer"]
-        # the model calibrated at start (stage costs measured on each rank) where it ran; else the plan's guess
+        # the model calibrated at start (stage costs measured on each rank) where it ran; else the
+        # plan's guess
         predicted.update(initial.get("predicted_iteration_s") or {})
         if initial.get("model_per_seed_s"):
             predicted["T_sync_s"] = initial["model_per_seed_s"]["sync_s"]
         return {
-            "trainers": [("accel" if a else "cpu") + f":{d}" for a, d in zip(accel, self.ctx.plan.rank_devices)],
+            "trainers": [
+                ("accel" if a else "cpu") + f":{d}"
+                for a, d in zip(accel, self.ctx.plan.rank_devices)
+            ],
             "shares_final": [round(s, 5) for s in history[-1]["hyscale"]["shares"]],
             "shares_per_iteration": [it["shares"] for it in its],
             "batch_per_iteration": [it["batch"] for it in its],
             "stage_time_median_s": per_trainer,
-            "predicted_vs_measured_s": {k: {"predicted": predicted.get(k), "measured": got.get(k)}
-                                        for k in ("T_samp_s", "T_load_s", "T_trans_s", "T_sync_s", "T_prop_s",
-                                                  "T_exec_s")},
+            "predicted_vs_measured_s": {
+                k: {"predicted": predicted.get(k), "measured": got.get(k)}
+                for k in ("T_samp_s", "T_load_s", "T_trans_s", "T_sync_s", "T_prop_s", "T_exec_s")
+            },
             "input_rows_rank0_median": med(it["input_rows"] for it in its) if its else None,
             "predicted_V0_per_trainer": predicted.get("V0_per_trainer"),
-            "iterations": len(its), "prefetch": bool(self.o.prefetch), "drm": bool(self.o.drm),
-            # §III-B/§V: the initial split and what the model predicted for it; the threads per trainer
-            # (sampler pool / loader / training) and balance_thread's moves of the CPU trainers' threads
+            "iterations": len(its),
+            "prefetch": bool(self.o.prefetch),
+            "drm": bool(self.o.drm),
+            # §III-B/§V: the initial split and what the model predicted for it; the threads per
+            # trainer
+            # (sampler pool / loader / training) and balance_thread's moves of the CPU trainers'
+            # threads
             "initial_shares": list(initial.get("shares", its[0]["shares"] if its else [])),
             "initial_shares_source": initial.get("source", "resumed"),
             "model_T_samp_per_seed_s": initial.get("T_samp_per_seed_s"),
             "model_per_seed_s": initial.get("model_per_seed_s"),
-            "profile_per_seed_s": initial.get("profile_per_seed_s"),  # the hardware profile's plan-time guess
+            "profile_per_seed_s": initial.get(
+                "profile_per_seed_s"
+            ),  # the hardware profile's plan-time guess
             "model_predicted_iteration_s": initial.get("predicted_iteration_s"),
             "sampler_pool_threads": [sp["T_SC"] for sp in self.splits],
             "threads_per_trainer": [dict(sp) for sp in self.splits],
             "cpu_threads_over_time": moves,
             "predicted_vs_measured_epoch_s": {
-                "predicted": (initial["predicted_iteration_s"]["T_exec_s"] * self.per_epoch
-                              if "predicted_iteration_s" in initial else None),
+                "predicted": (
+                    initial["predicted_iteration_s"]["T_exec_s"] * self.per_epoch
+                    if "predicted_iteration_s" in initial
+                    else None
+                ),
                 "measured": med(h["epoch_time_s"] for h in history if "epoch_time_s" in h)
-                if any("epoch_time_s" in h for h in history) else None},
-            "table": [["final shares", " / ".join(f"{s:.3f}" for s in history[-1]["hyscale"]["shares"])]]
-            + [[f"{k[:-2]} predicted / measured", f"{_ms(predicted.get(k))} / {_ms(got.get(k))}"]
-               for k in ("T_samp_s", "T_load_s", "T_trans_s", "T_sync_s", "T_prop_s", "T_exec_s")],
+                if any("epoch_time_s" in h for h in history)
+                else None,
+            },
+            "table": [
+                ["final shares", " / ".join(f"{s:.3f}" for s in history[-1]["hyscale"]["shares"])]
+            ]
+            + [
+                [f"{k[:-2]} predicted / measured", f"{_ms(predicted.get(k))} / {_ms(got.get(k))}"]
+                for k in ("T_samp_s", "T_load_s", "T_trans_s", "T_sync_s", "T_prop_s", "T_exec_s")
+            ],
         }
 
 
@@ -443,7 +611,9 @@ class Evaluator:
 
     def predict(self, what: str, layer: int):
         model = self._host_model()
-        values = rows_output(model, lambda: model(self.trainer.features.cpu(), self.adj.spmm), what, layer)
+        values = rows_output(
+            model, lambda: model(self.trainer.features.cpu(), self.adj.spmm), what, layer
+        )
         return torch.arange(self.trainer.shard.num_global_nodes), values
 
     def _host_model(self):
@@ -461,4 +631,3 @@ class Evaluator:
         self.model.train()
         labels = self.trainer.shard.labels
         return [float(((pred == labels) & self.masks[s]).sum()) for s in SPLITS]
-

@@ -1,4 +1,5 @@
-"""``mode=mop``: MixGCN's mixture of parallelism (MixGCN: Scalable GCN Training by Mixture of Parallelism and
+"""``mode=mop``: MixGCN's mixture of parallelism (MixGCN: Scalable GCN Training by Mixture of
+Parallelism and
 Mixture of Accelerators, §3.1.2 and Algorithm 2;
 docs/design.md#mop).
 
@@ -27,13 +28,34 @@ aggregates, and its activated output travels back to columns while chunk c+1
 updates; in backward each chunk's gradient travels while the neighbouring
 chunk's update backward runs. Still exact: the same sums, in the same order.
 
-Modules: :mod:`.layout` (splits and the two moves), :mod:`.pipeline` (chunked, asynchronous moves) and
+Modules: :mod:`.layout` (splits and the two moves), :mod:`.pipeline` (chunked, asynchronous moves)
+and
 :mod:`.mode` (the planner, prepare, strategy and the registered spec).
 """
-from gnntrain.modes.mop.layout import MoPLayout, col_splits, exchanged_elements, floor_splits, row_splits, stage_count
+
+from gnntrain.modes.mop.layout import (
+    MoPLayout,
+    col_splits,
+    exchanged_elements,
+    floor_splits,
+    row_splits,
+    stage_count,
+)
 from gnntrain.modes.mop.mode import MOP, MoPConfig, MoPPlanner
 from gnntrain.modes.mop.pipeline import _FinishToCols, _FinishToRows, _StartToCols, _StartToRows
 
-__all__ = ["MOP", "MoPConfig", "MoPLayout", "MoPPlanner", "_FinishToCols", "_FinishToRows", "_StartToCols",
-           "_StartToRows",
-           "col_splits", "exchanged_elements", "floor_splits", "row_splits", "stage_count"]
+__all__ = [
+    "MOP",
+    "MoPConfig",
+    "MoPLayout",
+    "MoPPlanner",
+    "_FinishToCols",
+    "_FinishToRows",
+    "_StartToCols",
+    "_StartToRows",
+    "col_splits",
+    "exchanged_elements",
+    "floor_splits",
+    "row_splits",
+    "stage_count",
+]

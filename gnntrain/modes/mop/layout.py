@@ -1,5 +1,7 @@
-"""MoP's layouts (MixGCN §3.1.2): floor splits of node rows and feature columns over the m ranks, and
+"""MoP's layouts (MixGCN §3.1.2): floor splits of node rows and feature columns over the m ranks,
+and
 the column-split ↔ row-split all-to-all moves between them."""
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
@@ -8,8 +10,10 @@ import torch
 
 
 def stage_count(num_nodes: int, bandwidth: int) -> int:
-    """MixGCN Proposition 3.5: with RCM bandwidth b, pipeline idleness vanishes once (n - b)/(2n) >= 1/s,
-    so s = ceil(2n / (n - b)) stages; without a usable bandwidth (b >= n) there is nothing to overlap."""
+    """MixGCN Proposition 3.5: with RCM bandwidth b, pipeline idleness vanishes once (n - b)/(2n) >=
+    1/s,
+    so s = ceil(2n / (n - b)) stages; without a usable bandwidth (b >= n) there is nothing to
+    overlap."""
     if bandwidth >= num_nodes:
         return 1
     return -(-2 * num_nodes // (num_nodes - bandwidth))
@@ -21,21 +25,24 @@ def floor_splits(total: int, parts: int) -> List[int]:
 
 
 def row_splits(n: int, m: int, aggregation_ranks: int = 0) -> List[int]:
-    """Row boundaries of the m ranks: floor splits over all of them (MoP), or over the update ranks only
+    """Row boundaries of the m ranks: floor splits over all of them (MoP), or over the update ranks
+    only
     (MoA: the first ``aggregation_ranks`` ranks own no rows)."""
     a = aggregation_ranks
     return floor_splits(n, m) if a == 0 else [0] * a + floor_splits(n, m - a)
 
 
 def col_splits(d: int, m: int, aggregation_ranks: int = 0) -> List[int]:
-    """Column boundaries of the m ranks: floor splits over all of them (MoP), or over the aggregation
+    """Column boundaries of the m ranks: floor splits over all of them (MoP), or over the
+    aggregation
     ranks only (MoA: the update ranks own no columns)."""
     a = aggregation_ranks
     return floor_splits(d, m) if a == 0 else floor_splits(d, a) + [d] * (m - a)
 
 
 def exchanged_elements(n: int, d: int, m: int, aggregation_ranks: int = 0) -> int:
-    """Elements one all-to-all moves between col- and row-split (N·d − Σ n_i·d_i): with MoA's disjoint
+    """Elements one all-to-all moves between col- and row-split (N·d − Σ n_i·d_i): with MoA's
+    disjoint
     groups no rank keeps anything, so all N·d move."""
     rows, cols = row_splits(n, m, aggregation_ranks), col_splits(d, m, aggregation_ranks)
     return n * d - sum((rows[i + 1] - rows[i]) * (cols[i + 1] - cols[i]) for i in range(m))
@@ -80,34 +87,49 @@ class MoPLayout:
         col_layout = [sizes[j] * (cols[me + 1] - cols[me]) for j in range(self.m)]
         return row_layout, col_layout
 
-    def _assemble(self, recv: torch.Tensor, row_counts: List[int], n_rows: int, d: int) -> torch.Tensor:
+    def _assemble(
+        self, recv: torch.Tensor, row_counts: List[int], n_rows: int, d: int
+    ) -> torch.Tensor:
         cols = self.cols(d)
-        return torch.cat([part.reshape(n_rows, cols[j + 1] - cols[j])
-                          for j, part in enumerate(torch.split(recv, row_counts))], dim=1)
+        return torch.cat(
+            [
+                part.reshape(n_rows, cols[j + 1] - cols[j])
+                for j, part in enumerate(torch.split(recv, row_counts))
+            ],
+            dim=1,
+        )
 
     def cols_to_rows(self, z_cols: torch.Tensor, d: int, kind: str) -> torch.Tensor:
         """(N × d_i) column slice → (n_i × d) row block."""
         row_counts, col_counts = self._counts(d, self.sizes)
-        # the rows of rank j form a contiguous block of z_cols, so the flat tensor is already in peer order
+        # the rows of rank j form a contiguous block of z_cols, so the flat tensor is already in
+        # peer order
         recv = self.comm.all_to_all(z_cols.contiguous().reshape(-1), col_counts, row_counts, kind)
         return self._assemble(recv, row_counts, self.n_own, d)
 
-    def start_cols_to_rows(self, z_cols: torch.Tensor, d: int, sizes: Sequence[int], kind: str = "all_to_all_fwd"):
+    def start_cols_to_rows(
+        self, z_cols: torch.Tensor, d: int, sizes: Sequence[int], kind: str = "all_to_all_fwd"
+    ):
         row_counts, col_counts = self._counts(d, sizes)
-        return self.comm.all_to_all_start(z_cols.contiguous().reshape(-1), col_counts, row_counts, kind)
+        return self.comm.all_to_all_start(
+            z_cols.contiguous().reshape(-1), col_counts, row_counts, kind
+        )
 
     def finish_cols_to_rows(self, pending, d: int, sizes: Sequence[int]) -> torch.Tensor:
         row_counts, _ = self._counts(d, sizes)
         return self._assemble(pending.wait(), row_counts, sizes[self.rank], d)
 
-    def rows_to_cols(self, h_rows: torch.Tensor, kind: str, sizes: Optional[Sequence[int]] = None) -> torch.Tensor:
+    def rows_to_cols(
+        self, h_rows: torch.Tensor, kind: str, sizes: Optional[Sequence[int]] = None
+    ) -> torch.Tensor:
         """(n_i × d) row block → (Σ sizes × d_i) column slice."""
         sizes = self.sizes if sizes is None else sizes
         send, row_counts, col_counts, shape = self._row_layout(h_rows, sizes)
         return self.comm.all_to_all(send, row_counts, col_counts, kind).reshape(shape)
 
     def start_rows_to_cols(self, h_rows: torch.Tensor, kind: str, sizes: Sequence[int]):
-        """:meth:`rows_to_cols`, asynchronous: (pending, shape); ``pending.wait().reshape(shape)``."""
+        """:meth:`rows_to_cols`, asynchronous: (pending, shape);
+        ``pending.wait().reshape(shape)``."""
         send, row_counts, col_counts, shape = self._row_layout(h_rows, sizes)
         return self.comm.all_to_all_start(send, row_counts, col_counts, kind), shape
 
@@ -115,8 +137,13 @@ class MoPLayout:
         d = h_rows.shape[1]
         cols = self.cols(d)
         row_counts, col_counts = self._counts(d, sizes)
-        send = torch.cat([h_rows[:, cols[j]:cols[j + 1]].reshape(-1) for j in range(self.m)])
-        return send, row_counts, col_counts, (int(sum(sizes)), cols[self.rank + 1] - cols[self.rank])
+        send = torch.cat([h_rows[:, cols[j] : cols[j + 1]].reshape(-1) for j in range(self.m)])
+        return (
+            send,
+            row_counts,
+            col_counts,
+            (int(sum(sizes)), cols[self.rank + 1] - cols[self.rank]),
+        )
 
     def cols(self, d: int) -> List[int]:
         return col_splits(d, self.m, self.aggregation_ranks)

@@ -1,5 +1,7 @@
 """MoP's fine-grained pipeline (MixGCN §3.1.3): the rows split into s chunks, each chunk's exchanges
-asynchronous in both directions, forward and backward, as autograd Functions around the layout's moves."""
+asynchronous in both directions, forward and backward, as autograd Functions around the layout's
+moves."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,12 +58,15 @@ class _StartToCols(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        from_cols = ctx.layout.finish_cols_to_rows(ctx.box.pop("grad_pending"), grad.shape[1], ctx.sizes)
+        from_cols = ctx.layout.finish_cols_to_rows(
+            ctx.box.pop("grad_pending"), grad.shape[1], ctx.sizes
+        )
         return grad + from_cols, None, None, None
 
 
 class _FinishToCols(torch.autograd.Function):
-    """Waits for every chunk's row→column move and assembles the next layer's column slice (N × d_i).
+    """Waits for every chunk's row→column move and assembles the next layer's column slice (N ×
+    d_i).
     Backward starts each chunk's inverse move, the last chunk's first since its start node waits
     first, and hands zeros on: the update backward of chunk c-1 runs while chunk c's gradient
     travels."""
@@ -80,8 +85,9 @@ class _FinishToCols(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
         for chunk, box in reversed(ctx.returns):
-            box["grad_pending"] = ctx.layout.start_cols_to_rows(grad[chunk.rows], ctx.width, chunk.sizes,
-                                                                "all_to_all_bwd")
+            box["grad_pending"] = ctx.layout.start_cols_to_rows(
+                grad[chunk.rows], ctx.width, chunk.sizes, "all_to_all_bwd"
+            )
         return (None, None, None) + tuple(grad.new_zeros(shape) for shape in ctx.token_shapes)
 
 
@@ -95,12 +101,16 @@ class PipelineChunk:
     adjacency: SparseAdjacency  # Â restricted to the chunk's destination rows
 
 
-def pipeline_chunks(layout: MoPLayout, s: int, dst, src, w, kernel: str, device) -> List[PipelineChunk]:
+def pipeline_chunks(
+    layout: MoPLayout, s: int, dst, src, w, kernel: str, device
+) -> List[PipelineChunk]:
     chunks = []
     n = layout.num_nodes
     position = torch.empty(n, dtype=torch.int64)
     chunk_of = torch.empty(n, dtype=torch.int64)
-    bounds = [[layout.rows[j] + b for b in floor_splits(layout.sizes[j], s)] for j in range(layout.m)]
+    bounds = [
+        [layout.rows[j] + b for b in floor_splits(layout.sizes[j], s)] for j in range(layout.m)
+    ]
     for c in range(s):
         rows = torch.cat([torch.arange(bounds[j][c], bounds[j][c + 1]) for j in range(layout.m)])
         position[rows] = torch.arange(rows.numel())
@@ -108,11 +118,17 @@ def pipeline_chunks(layout: MoPLayout, s: int, dst, src, w, kernel: str, device)
     for c in range(s):
         rows = torch.cat([torch.arange(bounds[j][c], bounds[j][c + 1]) for j in range(layout.m)])
         keep = chunk_of[dst] == c
-        adjacency = SparseAdjacency(position[dst[keep]], src[keep], w[keep], rows.numel(), n, kernel=kernel,
-                                    device=device)
+        adjacency = SparseAdjacency(
+            position[dst[keep]], src[keep], w[keep], rows.numel(), n, kernel=kernel, device=device
+        )
         me = layout.rank
         own = slice(bounds[me][c] - layout.rows[me], bounds[me][c + 1] - layout.rows[me])
-        chunks.append(PipelineChunk(rows=rows.to(device), sizes=[bounds[j][c + 1] - bounds[j][c]
-                                                                 for j in range(layout.m)],
-                                    own=own, adjacency=adjacency))
+        chunks.append(
+            PipelineChunk(
+                rows=rows.to(device),
+                sizes=[bounds[j][c + 1] - bounds[j][c] for j in range(layout.m)],
+                own=own,
+                adjacency=adjacency,
+            )
+        )
     return chunks
