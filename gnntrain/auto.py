@@ -87,9 +87,8 @@ def choose_plan(cfg: DictConfig) -> RunPlan:
     """The winner's plan, with ``plan.auto`` holding the ranked table and every dropped candidate's
     reason."""
     check_profile(cfg.hardware)
-    nearest_cost(
-        cfg.hardware, host_cores(cfg.hardware)
-    )  # refuses an uncalibrated profile, naming the fix
+    # refuses an uncalibrated profile, naming the fix
+    nearest_cost(cfg.hardware, host_cores(cfg.hardware))
     allow = bool(cfg.auto.allow_approximate)
     ranked: List[Tuple[float, Dict[str, Any], RunPlan]] = []
     dropped: List[Dict[str, str]] = []

@@ -100,9 +100,8 @@ class Checkpointer:
     def __init__(self, directory: Path, plan_hash: str, keep: int = 0):
         self.directory = Path(directory)
         self.plan_hash = plan_hash
-        self.keep = int(
-            keep
-        )  # newest checkpoints kept after each save (train.keep_checkpoints); 0 = all
+        # newest checkpoints kept after each save (train.keep_checkpoints); 0 = all
+        self.keep = int(keep)
         self.settings: Dict[
             str, Any
         ] = {}  # the run's RESUMABLE_SETTINGS, stored so a resume can name changes
@@ -200,9 +199,8 @@ class Checkpointer:
                     for k in sorted(set(old) | set(new))
                     if old and new and old.get(k) != new.get(k)
                 ]
-                renamed = {
-                    k.split(".")[0] for k in keys if k.endswith(".name")
-                }  # another mode: not its options
+                # another mode: not its options
+                renamed = {k.split(".")[0] for k in keys if k.endswith(".name")}
                 differ = [
                     f"{k} {old.get(k)} -> {new.get(k)}"
                     for k in keys

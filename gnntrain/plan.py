@@ -195,12 +195,10 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         )
     from gnntrain.models.registry import model_family
 
-    family = model_family(
-        m.name, m.get("target")
-    )  # an unknown model or custom class: one PlanError
-    family.check_options(
-        RunSettings.of(cfg).model_options
-    )  # a value the layer refuses: one PlanError
+    # an unknown model or custom class: one PlanError
+    family = model_family(m.name, m.get("target"))
+    # a value the layer refuses: one PlanError
+    family.check_options(RunSettings.of(cfg).model_options)
     if int(m.layers) < 1 or int(m.hidden) < 1:
         raise PlanError("model.layers/model.hidden", "must both be at least 1.")
     if not 0.0 <= float(m.dropout) < 1.0:
@@ -278,9 +276,8 @@ def build_plan(cfg: DictConfig) -> RunPlan:
 
     dtype = option_value(t.dtype)
     dims = model_dims(f, int(m.hidden), c, int(m.layers))
-    shape = mode.model_shape(
-        dims, DTYPE_BYTES[dtype]
-    )  # the one model-shape table (widths, params, MACs)
+    # the one model-shape table (widths, params, MACs)
+    shape = mode.model_shape(dims, DTYPE_BYTES[dtype])
     widths, grads, params = list(shape.widths), list(shape.grad_widths), shape.param_bytes
     ctx = PlanContext(
         world_size=world,
@@ -311,9 +308,8 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         )
     kernel, kernel_note = resolve_kernel(cfg, device, dtype, threads, e / max(n, 1), max(widths))
     reader = resolve_reader(ds)
-    estimate = mode.estimate(
-        ctx
-    )  # memory, work, bytes and exactness: the one estimate the plan prints and prices
+    # memory, work, bytes and exactness: the one estimate the plan prints and prices
+    estimate = mode.estimate(ctx)
     memory = estimate.memory
     host_mem = host_memory_bytes(hw)
     if memory.total_bytes * ranks_per_node > host_mem:
@@ -339,9 +335,8 @@ def build_plan(cfg: DictConfig) -> RunPlan:
     rank_threads = mode.rank_threads(rank_devices, ranks_per_node, cores)
     if len(set(rank_threads)) <= 1:
         rank_threads = ()  # even: threads_per_rank says it
-    backend = (
-        "nccl" if all(d.startswith("cuda") for d in rank_devices) else "gloo"
-    )  # gloo once a CPU rank joins
+    # gloo once a CPU rank joins
+    backend = "nccl" if all(d.startswith("cuda") for d in rank_devices) else "gloo"
     return RunPlan(
         mode=spec.name,
         dataset=str(ds.name),

@@ -71,9 +71,8 @@ EDGE_BYTES = 48  # src, dst, float64 weight factors and the kernel's index struc
 
 # Calibrated against measured per-rank peaks (VmHWM): `python -m benchmarks memory`, csbm 1M nodes,
 # average degree 20, f=128, 3-layer GCN hidden 128, float32 (docs/BENCHMARKS.md, "memory").
-PROCESS_BYTES = (
-    450 * 2**20
-)  # a rank with an 8 MiB part of Cora peaks at 454 MiB: the process itself
+# a rank with an 8 MiB part of Cora peaks at 454 MiB: the process itself
+PROCESS_BYTES = 450 * 2**20
 ACTIVATION_FACTOR = 1.4  # bytes kept per (row x layer width) in training, relative to one copy
 HALO_FACTOR = 0.77  # received source rows held per layer, relative to one copy of them
 

@@ -50,9 +50,8 @@ EXACT = [
     "train.seed=5",
     "train.eval_every=100",
 ]
-EXACT_DROPOUT = [o for o in EXACT if not o.startswith("model.dropout")] + [
-    "model.dropout=0.5"
-]  # masks compared
+# masks compared
+EXACT_DROPOUT = [o for o in EXACT if not o.startswith("model.dropout")] + ["model.dropout=0.5"]
 TOLERANCE = 1e-9
 RUNS = itertools.count()
 
@@ -242,9 +241,8 @@ def check_predict(c: Check) -> List[dict]:
     import gnntrain.api as gt
     from gnntrain.launch.predict import predict
 
-    run_dir = (
-        c.tmp / f"run{next(RUNS)}"
-    )  # gnntrain.api.run: the whole job, plan.yaml and model.pt included
+    # gnntrain.api.run: the whole job, plan.yaml and model.pt included
+    run_dir = c.tmp / f"run{next(RUNS)}"
     common = [f"cache_dir={c.tmp / 'cache'}", "train.progress=false"]
     with open(c.tmp / "predict-train.log", "w") as log, contextlib.redirect_stdout(log):
         trained = gt.run(
@@ -301,9 +299,8 @@ def check_hongtu_budget(c: Check) -> List[dict]:
     from gnntrain.modes.hongtu import parse_bytes
 
     cap = parse_bytes(budget)
-    vertex_bytes = (
-        n * 3 * 128 * 4
-    )  # float32 features and the two hidden layers' outputs, gradients left out
+    # float32 features and the two hidden layers' outputs, gradients left out
+    vertex_bytes = n * 3 * 128 * 4
     peak = _device_peak(run)
     single = c.on_device(graph + ["mode=single"])
     ratio = _epoch(run) / _epoch(single)
@@ -464,9 +461,8 @@ def check_hyscale(c: Check) -> List[dict]:
     accel = next(i for i, name in enumerate(report["trainers"]) if name.startswith("accel"))
     shares = [s[accel] for s in report["shares_per_iteration"]]
     per_seed = [
-        (
-            medians["train"][r] + (medians["transfer"][r] if r == accel else 0.0)
-        )  # train (+ transfer) s
+        # train (+ transfer) s
+        (medians["train"][r] + (medians["transfer"][r] if r == accel else 0.0))
         / max(1.0, statistics.median(b[r] for b in report["batch_per_iteration"]))
         for r in range(len(report["trainers"]))
     ]
@@ -794,9 +790,8 @@ def main() -> int:
                 r["wall_s"] = round(time.perf_counter() - start, 1)
                 records[r["name"]] = r
                 print("  " + " | ".join(_row(r)), flush=True)
-            ordered = write(
-                args.out, info, records, command
-            )  # after every check: a cut-off run keeps the rest
+            # after every check: a cut-off run keeps the rest
+            ordered = write(args.out, info, records, command)
     ordered = write(args.out, info, records, command)
     print(f"gpu_check: wrote {args.out}")
     return 0 if all(r["status"] == "ok" for r in ordered) else 1

@@ -309,10 +309,11 @@ def _repo(tmp_path: Path, files: Dict[str, str]) -> Path:
     "files, crossing",
     [
         ({"benchmarks/suites/kernels.py": "def f():\n    import tests.conftest\n"}, True),
+        # tests/ put on sys.path
         (
             {"benchmarks/harness.py": "def f():\n    from conftest import ROOT\n"},
             True,
-        ),  # tests/ put on sys.path
+        ),
         (
             {
                 "scripts/gpu_check.py": "import "
@@ -328,14 +329,16 @@ def _repo(tmp_path: Path, files: Dict[str, str]) -> Path:
             },
             True,
         ),
+        # benchmarks/suites on sys.path
         (
             {"tests/test_x.py": "def f():\n    import kernels\n"},
             True,
-        ),  # benchmarks/suites on sys.path
+        ),
+        # run as python -c CODE
         (
             {"tests/test_x.py": "CODE = 'from gpu_check import main'\n"},
             True,
-        ),  # run as python -c CODE
+        ),
         ({"gnntrain/x.py": "def f():\n    from benchmarks import harness\n"}, True),
         (
             {

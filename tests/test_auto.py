@@ -217,10 +217,11 @@ def test_predictions_follow_the_work(cache_dir):
     small = _plan(["mode=partition", "dataset.num_nodes=20000"], cache_dir).prediction
     large = _plan(["mode=partition", "dataset.num_nodes=80000"], cache_dir).prediction
     assert large["compute_s"] > 3 * small["compute_s"] and large["comm_s"] > small["comm_s"]
+    # degree 4 < p - 1: the halo is not every row
     wide = [
         "dataset.num_nodes=80000",
         "hardware.ranks_per_node=8",
-    ]  # degree 4 < p - 1: the halo is not every row
+    ]
     sparse = _plan(["mode=partition", *wide], cache_dir).prediction
     oblivious = _plan(["mode=partition", "mode.comm=oblivious", *wide], cache_dir).prediction
     assert oblivious["comm_s"] > sparse["comm_s"]
@@ -279,9 +280,8 @@ def test_across_nodes_the_profile_link_prices_the_collectives(cache_dir):
     ).prediction
     assert two_nodes["compute_s"] == pytest.approx(one_node["compute_s"])
     calls, nbytes = two_nodes["collective_calls"], two_nodes["comm_bytes"] / 4
-    link_s = (
-        nbytes / (1e9 / 8 / 2) + calls * 50e-6
-    )  # every byte a rank sends at half the link, plus latency
+    # every byte a rank sends at half the link, plus latency
+    link_s = nbytes / (1e9 / 8 / 2) + calls * 50e-6
     assert two_nodes["comm_s"] - one_node["comm_s"] == pytest.approx(
         link_s - nbytes / 2.5e9, rel=0.05
     )

@@ -69,9 +69,8 @@ def test_killed_then_resumed_run_is_bit_identical(tmp_path, mode_args):
     for key in fa["model"]:
         assert torch.equal(fa["model"][key], fb["model"][key]), key
     assert (tmp_path / "cut" / "metrics.jsonl").read_text().count("\n") == 6
-    assert not list(
-        (tmp_path / "cache" / "disk-tier").rglob("*.bin")
-    )  # hongtu's disk tier: nothing left
+    # hongtu's disk tier: nothing left
+    assert not list((tmp_path / "cache" / "disk-tier").rglob("*.bin"))
 
 
 def test_corrupt_newest_checkpoint_falls_back(tmp_path):
@@ -124,20 +123,20 @@ def test_checkpoint_of_another_plan_is_refused(tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode == 1 and "another plan" in proc.stderr
-    assert (
-        read_summary(tmp_path / "a")["status"] == "completed"
-    )  # the refused resume kept the run's own files
+    # the refused resume kept the run's own files
+    assert read_summary(tmp_path / "a")["status"] == "completed"
     assert "  mode:\n    name: single\n" in (tmp_path / "a" / "plan.yaml").read_text()
     proc = run_cli(
         ["run", "mode=single", "train.resume=true", f"hydra.run.dir={tmp_path}/c"] + base,
         cwd=tmp_path,
     )
+    # never silently from scratch
     assert (
         proc.returncode == 0
         and f"train.resume=true: no checkpoint in {tmp_path}/c/checkpoints yet; training "
         "from epoch 1"
         in proc.stdout + proc.stderr
-    )  # never silently from scratch
+    )
 
 
 def test_resume_without_checkpoint_is_refused(tmp_path):
@@ -288,18 +287,16 @@ def test_a_resume_with_changed_settings_applies_them_and_says_so(train, tmp_path
         "train.dtype=float64",
     ]
     train(base + ["train.epochs=4"])
-    shutil.copytree(
-        tmp_path / "run1", tmp_path / "copy"
-    )  # resume=DIR writes its new checkpoints there too
+    # resume=DIR writes its new checkpoints there too
+    shutil.copytree(tmp_path / "run1", tmp_path / "copy")
     same = train(base + ["train.epochs=6", f"resume={tmp_path / 'run1'}"])
     changed = train(
         base
         + ["train.epochs=6", f"resume={tmp_path / 'copy'}", "train.lr=0.5", "train.weight_decay=0"]
     )
     assert same["losses"][:4] == changed["losses"][:4] and same["losses"][4] == changed["losses"][4]
-    assert (
-        abs(same["losses"][5] - changed["losses"][5]) > 1e-6
-    )  # epoch 6 is the first trained at lr 0.5
+    # epoch 6 is the first trained at lr 0.5
+    assert abs(same["losses"][5] - changed["losses"][5]) > 1e-6
     assert changed["resume"] == {
         "from_epoch": 4,
         "changed": {

@@ -284,9 +284,8 @@ def test_run_output_is_clean(tmp_path):
         assert_no_python_repr(out)
         assert "][INFO]" not in out and "Traceback" not in out
         assert "accuracy train/val/test" in proc.stdout
-        assert (
-            "epoch 3/3  loss" in proc.stdout
-        )  # piped: plain progress lines, not a bar drawn at the end
+        # piped: plain progress lines, not a bar drawn at the end
+        assert "epoch 3/3  loss" in proc.stdout
     # the second run reuses the partition store the first one built: said once, on stderr
     assert "partition store built" in first.stderr and "partition store hit" in second.stderr
     assert "partition store" not in second.stdout
@@ -452,9 +451,8 @@ def test_logging_setup_rank_levels_warnings_and_hydra_handler(capsys):
         logging.getLogger("gnntrain.test").info("an info line from rank 0")
         with warnings.catch_warnings():
             warnings.simplefilter("always")
-            warnings.warn(
-                "a routed warning", stacklevel=2
-            )  # setup_logging routed warnings through the handler
+            # setup_logging routed warnings through the handler
+            warnings.warn("a routed warning", stacklevel=2)
         captured = capsys.readouterr()
         assert "an info line from rank 0" in captured.err and "rank 1" not in captured.err
         assert "WARNING" in captured.err and "a routed warning" in captured.err

@@ -173,9 +173,8 @@ def test_stager_gathers_ahead_of_its_copies():
     assert [s.slot for s in staged] == [0, 1, 2]
     for index, rows in zip(indices, staged):
         assert torch.equal(stager.copy(rows), host[index])
-    fourth = stager.gather(
-        host, torch.arange(140, 150)
-    )  # the bound: it refills the first gather's buffer
+    # the bound: it refills the first gather's buffer
+    fourth = stager.gather(host, torch.arange(140, 150))
     assert fourth.slot == 0 and torch.equal(staged[0].rows[:10], host[140:150])
 
 
@@ -197,11 +196,12 @@ def test_hyscale_cpu_trainer_gets_the_cores_the_accelerators_do_not_need():
             ]
         )
     )
+    # 4 samplers + loader + feeder
     assert pinned.rank_threads(("cpu", "cuda:0", "cuda:1"), 3, 16) == (
         4,
         6,
         6,
-    )  # 4 samplers + loader + feeder
+    )
     from gnntrain.plan import build_plan
 
     plan = build_plan(compose(["mode=hyscale", "dataset=csbm", "dataset.num_nodes=300"]))

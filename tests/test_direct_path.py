@@ -37,9 +37,8 @@ def run_direct(train, tmp_path: Path, graph, *extra, disk: bool = True):
         assert measured == predicted and measured["disk_read"] > 0 and measured["disk_write"] > 0, (
             tiers
         )
-        assert not folder.exists() or not any(folder.rglob("*")), list(
-            folder.rglob("*")
-        )  # scratch removed
+        # scratch removed
+        assert not folder.exists() or not any(folder.rglob("*")), list(folder.rglob("*"))
     return summary
 
 

@@ -39,9 +39,10 @@ def on_disk(train, tmp_path: Path, graph, *extra):
         kinds["disk_read"] == predicted["disk_read"]
         and kinds["disk_write"] == predicted["disk_write"]
     )
+    # files are not traffic
     assert summary["comm_bytes"]["per_epoch"] == sum(
         b for k, b in kinds.items() if k not in ("reused", "disk_read", "disk_write")
-    )  # files are not traffic
+    )
     assert not disk.exists() or not any(disk.rglob("*")), list(disk.rglob("*"))  # scratch removed
     return summary
 
@@ -94,9 +95,10 @@ def test_tables_rebuild_a_killed_runs_folder_and_leave_nothing(tmp_path):
     (scratch / "act1.bin").write_bytes(b"left by a killed run")
     tables = VertexTables({"act1": DISK, "grad1": HOST}, scratch)
     act = tables.allocate("act1", (5, 3), torch.float64)
+    # rebuilt
     assert (
         sorted(p.name for p in scratch.iterdir()) == ["act1.bin", "owner"] and act.abs().sum() == 0
-    )  # rebuilt
+    )
     act[2] = 7.0
     assert tables.holds(act) and not tables.holds(tables.allocate("grad1", (5, 3), torch.float64))
     assert (scratch / "act1.bin").stat().st_size == 5 * 3 * 8

@@ -235,9 +235,8 @@ def test_the_first_layer_reads_a_kept_input_aggregation(train, model, ranks):
         == recomputed["mode_report"]["measured_gather_rows_per_layer"]
     )
     kinds_kept, kinds_all = kept["comm_bytes"]["by_kind"], recomputed["comm_bytes"]["by_kind"]
-    assert (
-        kinds_all["d2h"] - kinds_kept["d2h"] == 400 * 128 * 8
-    )  # cache0 (A·x, float64) is no longer written
+    # cache0 (A·x, float64) is no longer written
+    assert kinds_all["d2h"] - kinds_kept["d2h"] == 400 * 128 * 8
     assert kinds_kept["h2d"] < kinds_all["h2d"]
 
 

@@ -241,9 +241,8 @@ def test_write_backs_in_flight_stay_within_the_limit():
     engine = SimpleNamespace(d2h=queue, in_flight_limit=None)
     host = torch.zeros(8, 4)
     queue.write(host, slice(0, 4), torch.ones(4, 4))
-    queue.in_flight_bytes = lambda: (
-        64
-    )  # the CPU stand-in keeps no device rows: say 64 bytes are in flight
+    # the CPU stand-in keeps no device rows: say 64 bytes are in flight
+    queue.in_flight_bytes = lambda: 64
     HongTuEngine._bound_write_backs(engine)
     assert queue.settled == 0  # no budget: they stay in flight
     engine.in_flight_limit = 32

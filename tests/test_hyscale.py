@@ -338,11 +338,12 @@ def _stages(**times):
         (_stages(SC=9, SA=0.1), ONE, ("T_SC", "balance_work", "sample")),
         (_stages(SC=9, Accel=0.1, SA=0.2), ONE, ("T_SC", "balance_work", "sample")),
         (_stages(SC=9, TC=0.1), {**ONE, "T_TC": 2}, ("T_SC", "balance_thread", "T_TC")),
+        # fallback: no thread to move
         (
             _stages(SC=9, TC=0.1),
             ONE,
             ("T_SC", "balance_work", "sample"),
-        ),  # fallback: no thread to move
+        ),
         (_stages(TC=9, Accel=0.1), ONE, ("T_TC", "balance_work", "train")),
         (_stages(TC=9, SA=0.1, Accel=0.2), ONE, ("T_TC", "balance_work", "train")),
         (_stages(TC=9, SC=0.1), {**ONE, "T_SC": 3}, ("T_TC", "balance_thread", "T_SC")),
@@ -424,6 +425,7 @@ def test_drm_moves_work_off_a_slowed_trainer(train):
     """The CPU trainer is made 8x slower (mode.slowdown): its share falls from 0.5 to
     the floor region within 20 iterations (the ideal 1/9 is below the 0.15 floor) and
     never below the floor. 0.25 leaves room for timing noise on a shared 2-core host."""
+    # even on purpose (the model's split would start low)
     s = train(
         CORA
         + HS
@@ -437,7 +439,7 @@ def test_drm_moves_work_off_a_slowed_trainer(train):
             "mode.prefetch=false",
             "mode.shares=[0.5,0.5]",
         ]
-    )  # even on purpose (the model's split would start low)
+    )
     shares = [sh[0] for sh in s["mode_report"]["shares_per_iteration"]]
     assert len(shares) == 6 * 5
     assert min(shares) >= 0.15 - 1e-9
@@ -485,9 +487,8 @@ def test_summary_reports_shares_stages_and_predictions(train, tmp_path):
     )
     report = s["mode_report"]
     assert report["trainers"] == ["cpu:cpu", "accel:cpu"]
-    assert (
-        len(report["shares_per_iteration"]) == report["iterations"] == 2 * 3
-    )  # 135 train nodes / 64
+    # 135 train nodes / 64
+    assert len(report["shares_per_iteration"]) == report["iterations"] == 2 * 3
     # the report rounds each share to 5 places, so their sum is 1 within 2 half-units of the 5th
     # place
     assert all(len(sh) == 2 and abs(sum(sh) - 1) <= 1e-5 for sh in report["shares_per_iteration"])

@@ -178,10 +178,11 @@ def test_plan_prints_the_thread_split():
 
 def test_a_run_keeps_the_reserve_where_the_machine_has_the_cores():
     assert on_this_host([4, 12], cores=16) == [4, 12]  # the plan's reserve, not an even 8 / 8
+    # a profile bigger than this machine: its even share
     assert on_this_host([8, 8], cores=2) == [
         1,
         1,
-    ]  # a profile bigger than this machine: its even share
+    ]
 
 
 def test_the_models_stage_costs_are_measured_at_start(train):
@@ -219,6 +220,5 @@ def test_the_models_epoch_is_serial_without_prefetch_and_pipelined_with_it():
         piped["T_samp_s"], piped["T_load_s"], piped["T_trans_s"], piped["T_prop_s"]
     )
     assert piped["T_prop_s"] == 2 * 2.0 + 3.0
-    assert (
-        serial["T_exec_s"] == 2 * (1.0 + 2.0 + 0.0 + 0.5) + 3.0
-    )  # trainer 0's stages in turn, then the sync
+    # trainer 0's stages in turn, then the sync
+    assert serial["T_exec_s"] == 2 * (1.0 + 2.0 + 0.0 + 0.5) + 3.0

@@ -94,9 +94,8 @@ def test_the_forwarded_stop_is_never_a_second_interrupt_and_a_second_ctrl_c_is()
 
     with graceful_stop(hard_exit=False) as stop:
         signal.raise_signal(FORWARDED)
-        signal.raise_signal(
-            signal.SIGINT
-        )  # the terminal's own Ctrl-C, after the launcher's forward
+        # the terminal's own Ctrl-C, after the launcher's forward
+        signal.raise_signal(signal.SIGINT)
         assert stop.requested and stop.name == "SIGINT" and stop.exit_code == 130
         signal.raise_signal(FORWARDED)
         with pytest.raises(KeyboardInterrupt):

@@ -79,9 +79,8 @@ def test_streamed_copy_holds_one_csr_and_equals_the_dense_product(host_kernel, w
     (out * probe).sum().backward()
     torch.testing.assert_close(out.detach(), dense @ h.detach(), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(h.grad, dense.T @ probe, rtol=1e-12, atol=1e-12)
-    assert (
-        host.streamed_to(torch.device("cpu"), torch.float64).spmm(h).allclose(out)
-    )  # built once, reused
+    # built once, reused
+    assert host.streamed_to(torch.device("cpu"), torch.float64).spmm(h).allclose(out)
 
 
 def test_native_adjacency_releases_its_edge_lists_and_single_drops_the_shards(train, monkeypatch):
@@ -257,9 +256,8 @@ def test_auto_measures_every_kernel_once_per_shape_and_caches(monkeypatch, tmp_p
     assert choice.kernel == "torch" and sorted(timed) == sorted(here * kernels.PROBE_ROUNDS)
     assert timed[len(here) :] == timed[: len(here)][::-1]  # the second round in the reverse order
     assert "torch 1.0 ms" in choice.describe() and "native 3.0 ms" in choice.describe()
-    again = kernels.choose_kernel(
-        "cpu", "float32", 1, 12.0, 16, tmp_path, probe_nodes=100
-    )  # same degree bucket
+    # same degree bucket
+    again = kernels.choose_kernel("cpu", "float32", 1, 12.0, 16, tmp_path, probe_nodes=100)
     assert again == choice and len(timed) == len(here) * kernels.PROBE_ROUNDS
     fake.update(native=0.0005)
     assert (
@@ -320,9 +318,8 @@ def test_the_kernel_probe_stays_within_its_budget(monkeypatch, degree, width):
         <= kernels.PROBE_BUDGET_BYTES
         or nodes == 16
     )
-    assert (
-        nodes * width * 4 * 4 <= 2**30
-    )  # with the 16-node floor: a gigabyte at this extreme width
+    # with the 16-node floor: a gigabyte at this extreme width
+    assert nodes * width * 4 * 4 <= 2**30
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -346,9 +343,8 @@ def test_dropout_mask_is_a_function_of_the_global_row():
         assert torch.equal(part.keep_mask(64, 1), full.keep_mask(64, 1)[rows])
     mask = full.keep_mask(64, 1).float()
     assert abs(mask.mean().item() - 0.7) < 0.005
-    assert (
-        abs((mask[:, :-1] * mask[:, 1:]).mean().item() - 0.49) < 0.01
-    )  # neighbouring columns independent
+    # neighbouring columns independent
+    assert abs((mask[:, :-1] * mask[:, 1:]).mean().item() - 0.49) < 0.01
     assert abs((mask[:-1] * mask[1:]).mean().item() - 0.49) < 0.01  # neighbouring rows independent
     other_layer, full.epoch = full.keep_mask(64, 2).float(), 4
     other_epoch = full.keep_mask(64, 1).float()

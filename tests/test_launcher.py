@@ -20,9 +20,8 @@ from gnntrain.launch.launcher import expand_nodelist, external_identity
 
 def test_no_external_launcher():
     assert external_identity({}) is None
-    assert (
-        external_identity({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is None
-    )  # one task: spawn locally
+    # one task: spawn locally
+    assert external_identity({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is None
 
 
 def test_torchrun_environment():
@@ -104,9 +103,10 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
+# the stall ends by the collective timeout
 @pytest.mark.parametrize(
     "action,needle", [("raise", "injected fault"), ("kill", "SIGKILL"), ("hang", "Timed out")]
-)  # the stall ends by the collective timeout
+)
 def test_failing_rank_ends_the_job(tmp_path, action, needle):
     mark = uuid.uuid4().hex
     # the fault comes late (epoch 20 of 24), so the scan below sees the ranks alive before one fails

@@ -97,9 +97,8 @@ def read_only():
 
 # --------------------------------------------------------------------------- raw-file writers
 
-PUBMED = dict(
-    n_train=6, n_unlabelled=4, n_test=20, dim=8, classes=3
-)  # DGL always takes 500 val nodes
+# DGL always takes 500 val nodes
+PUBMED = dict(n_train=6, n_unlabelled=4, n_test=20, dim=8, classes=3)
 
 
 def write_planetoid(data_dir: Path, name: str, seed: int = 0) -> Dict[str, object]:
@@ -206,9 +205,8 @@ def write_ogbn_arxiv(data_dir: Path) -> Dict[str, object]:
     _write_csv_gz(root / "raw" / "num-edge-list.csv.gz", [len(pairs)])
     _write_csv_gz(root / "raw" / "node-feat.csv.gz", rng.standard_normal((n, dim)).round(4))
     _write_csv_gz(root / "raw" / "node-label.csv.gz", label)
-    _write_csv_gz(
-        root / "raw" / "node_year.csv.gz", rng.integers(2000, 2020, size=n)
-    )  # arxiv's extra node file
+    # arxiv's extra node file
+    _write_csv_gz(root / "raw" / "node_year.csv.gz", rng.integers(2000, 2020, size=n))
     order = rng.permutation(n)
     cut = np.cumsum([ARXIV["train"], ARXIV["valid"]])
     for split, idx in zip(("train", "valid", "test"), np.split(order, cut)):
@@ -335,9 +333,8 @@ def test_content_hash_tracks_content(tmp_path):
     write_reddit(a)
     write_reddit(b, feature_offset=1.0)
     first = _load("reddit", a, tmp_path / "cache1").content_hash
-    assert (
-        _load("reddit", a, tmp_path / "cache1").content_hash == first
-    )  # from DGL's processed cache
+    # from DGL's processed cache
+    assert _load("reddit", a, tmp_path / "cache1").content_hash == first
     assert _load("reddit", a, tmp_path / "cache2").content_hash == first  # processed afresh
     assert _load("reddit", b, tmp_path / "cache3").content_hash != first
 
@@ -577,9 +574,8 @@ def test_a_missing_raw_file_is_named(tmp_path):
     shutil.copytree(SHARED_DGL / folder, copy)
     (copy / "ind.cora_v2.tx").unlink()
     message = _cora_error(tmp_path, tmp_path / "data")
-    assert message.startswith(
-        f"dataset 'cora': {copy} is missing 1 of "
-    )  # DGL's or PyG's, by dataset.reader
+    # DGL's or PyG's, by dataset.reader
+    assert message.startswith(f"dataset 'cora': {copy} is missing 1 of ")
     assert "'s files: ind.cora_v2.tx. Restore them" in message
     assert "download" not in message
 

@@ -112,9 +112,8 @@ def test_a_second_mode_under_a_taken_name_is_refused():
     ):
         register_mode(impostor)
     assert MODE_REGISTRY["partition"].planner.__name__ == "PartitionPlanner"
-    register_mode(
-        MODE_REGISTRY["partition"]
-    )  # the same spec again (a module imported twice): a no-op
+    # the same spec again (a module imported twice): a no-op
+    register_mode(MODE_REGISTRY["partition"])
 
 
 def test_a_second_model_or_generator_under_a_taken_name_is_refused():
@@ -172,9 +171,8 @@ def test_a_mode_hands_the_printers_values_not_formatted_text(mode, cache_dir):
     for extra in PRINTED_VARIANTS.get(mode, [[]]):
         cfg = compose([f"mode={mode}", "dataset.num_nodes=2000", f"cache_dir={cache_dir}", *extra])
         plan = build_plan(cfg)
-        details = {
-            k: v for k, v in plan.mode_details.items() if k != "graph per rank"
-        }  # the plan's own line
+        # the plan's own line
+        details = {k: v for k, v in plan.mode_details.items() if k != "graph per rank"}
         found = list(phrases(details, "details"))
         if MODE_REGISTRY[mode].planner.graph_report is not ModePlanner.graph_report:
             data, part, _ = _load_and_partition(cfg, plan)

@@ -21,10 +21,11 @@ import pytest
 from conftest import SHARED_DGL, assert_exact, compose, requires_shared
 
 SUFFIX = f"{os.getpid() % 100000}"
+# the test's own addresses, inside its own namespaces
 HOSTS = {
     "h1": "10.77.0.1",
     "h2": "10.77.0.2",
-}  # the test's own addresses, inside its own namespaces
+}
 BIN = Path(sys.executable).parent
 
 
@@ -243,9 +244,8 @@ def test_every_rank_runs_rank_zeros_kernel_and_ranks_that_planned_otherwise_stop
     from gnntrain.plan import build_plan
 
     base = ["dataset=csbm", "dataset.num_nodes=300", "kernel=torch"]
-    plan = dataclasses.replace(
-        build_plan(compose(base)), kernel="dgl"
-    )  # as if this host had measured DGL faster
+    # as if this host had measured DGL faster
+    plan = dataclasses.replace(build_plan(compose(base)), kernel="dgl")
     other = build_plan(compose(base + ["model.hidden=32", "train.lr=0.5"]))
 
     def gathered(rank0_plan, rank0_kernel):

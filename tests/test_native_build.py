@@ -35,9 +35,8 @@ def _operands(
     rng = np.random.default_rng(seed)
     indptr = np.zeros(rows + 1, np.int64)
     indptr[1:] = np.cumsum(rng.integers(0, 40, rows))
-    indices = np.sort(rng.integers(0, cols, indptr[-1])).astype(
-        index_dtype
-    )  # sorted: any order is valid
+    # sorted: any order is valid
+    indices = np.sort(rng.integers(0, cols, indptr[-1])).astype(index_dtype)
     h = rng.standard_normal((cols, width)).astype(value_dtype)
     return (
         indptr,
@@ -142,9 +141,10 @@ def test_c_build_is_compiled_once_and_cached_per_cpu(build_dir, monkeypatch):
     _, description = _native_c.load()
     assert description.startswith("C (") and len(compiles) == 1
     built = sorted(p.name for p in build_dir.iterdir() if p.suffix == ".so")
+    # no partial file left
     assert len(built) == 1 and not [
         p for p in build_dir.iterdir() if p.name.startswith(".spmm-") and p.suffix == ".so"
-    ]  # no partial file left
+    ]
     _clear_caches()
     _native_c.load()  # a new process: the cached build is loaded, not compiled again
     assert len(compiles) == 1
@@ -200,9 +200,8 @@ def test_the_plan_names_the_native_build(tmp_path):
 
     plan = build_plan(compose(["kernel=native", f"cache_dir={tmp_path}"]))
     assert plan.kernel_note == f"set by kernel=native; native build: {_native.native_backend()}"
-    assert (
-        plan.kernel_note.endswith(")") and "C (" in plan.kernel_note
-    )  # this machine has a compiler
+    # this machine has a compiler
+    assert plan.kernel_note.endswith(")") and "C (" in plan.kernel_note
     plan = build_plan(compose(["kernel=torch", f"cache_dir={tmp_path}"]))
     assert "native build" not in plan.kernel_note
 

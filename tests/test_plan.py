@@ -59,22 +59,25 @@ def test_single_always_runs_one_process():
         (["train.lr=0"], "train.lr"),
         (["hardware.ranks_per_node=0"], "hardware"),
         (["hardware.ranks_per_node=3", "mode.replication=2"], "mode.replication"),  # p % c
+        # c^2 does not divide p
         (
             ["hardware.ranks_per_node=6", "mode.replication=2"],
             "mode.replication",
-        ),  # c^2 does not divide p
+        ),
+        # more ranks than nodes
         (
             ["hardware.ranks_per_node=8", "dataset.num_nodes=5"],
             "world size",
-        ),  # more ranks than nodes
+        ),
         (["partitioner.num_parts=3"], "partitioner.num_parts"),  # world size != partition count
         (["port=70000"], "port"),
         (["mode=hyscale", "mode.batch_size=1"], "mode.batch_size"),  # fewer seeds than trainers
         (["hardware=gpu-1"], "hardware.device"),  # CUDA profile on a host without CUDA
+        # does not fit memory
         (
             ["dataset=reddit", "hardware.host_memory_gb=0.5"],
             "dataset/hardware",
-        ),  # does not fit memory
+        ),
         (["model.dropout=1.0"], "model.dropout"),
     ],
 )
@@ -117,6 +120,7 @@ def test_a_registered_mode_plugs_into_composition_and_the_plan(monkeypatch):
             return MemoryEstimate(graph_bytes=7, feature_bytes=0, activation_bytes=0)
 
     store = ConfigStore.instance()
+    # removed again after the test
     register_mode(
         ModeSpec(
             name="toy",
@@ -126,7 +130,7 @@ def test_a_registered_mode_plugs_into_composition_and_the_plan(monkeypatch):
             prepare=lambda *a: None,
             strategy=lambda *a: None,
         )
-    )  # removed again after the test
+    )
     try:
         assert "toy_schema.yaml" in store.repo["mode"]
         store.store(group="mode", name="toy", node={"defaults": ["toy_schema"], "factor": 3})
@@ -227,10 +231,11 @@ def test_oversubscription_warns_but_plans():
         (["dataset=rmat", "dataset.rmat_abcd=[0.5,0.5,0.5,0.1]"], "dataset.rmat_abcd"),
         (["dataset=rmat", "dataset.rmat_abcd=[0.5,0.5]"], "dataset.rmat_abcd"),
         (["dataset=rmat", "dataset.rmat_abcd=[1.2,-0.2,0,0]"], "dataset.rmat_abcd"),
+        # published sizes size the plan too
         (
             ["dataset=cora", "dataset.feat_dim=-1"],
             "dataset.feat_dim",
-        ),  # published sizes size the plan too
+        ),
     ],
 )
 def test_bad_dataset_values_are_plan_errors(overrides, option):

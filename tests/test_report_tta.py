@@ -90,9 +90,8 @@ def test_report_prints_time_to_target_and_plots_it(tmp_path):
     default = run_cli(["report", str(tmp_path)], cwd=ROOT, env_extra={"COLUMNS": "200"})
     assert default.returncode == 0
     md = (tmp_path / "report.md").read_text()
-    assert (
-        "target 0.1900 (default" in md
-    )  # the lowest best (0.2, the run that never learnt) minus 1 pp
+    # the lowest best (0.2, the run that never learnt) minus 1 pp
+    assert "target 0.1900 (default" in md
     assert "| 1 | 0.100 |" in md  # every run reaches the default target
     bad = run_cli(["report", str(tmp_path), "--target-val", "2"], cwd=ROOT)
     assert bad.returncode == 2 and "--target-val" in bad.stderr

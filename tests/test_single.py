@@ -74,13 +74,11 @@ def test_the_inputs_are_aggregated_once_per_run_and_the_model_is_unchanged(train
     ]
     cached = train(run)
     inputs = [w for w in widths if w == (8, False)]
-    assert len(inputs) == 1 and len([w for w in widths if w == (16, True)]) == 3, (
-        widths
-    )  # layer 2, per epoch
+    # layer 2, per epoch
+    assert len(inputs) == 1 and len([w for w in widths if w == (16, True)]) == 3, widths
     widths.clear()
-    switched_off = train(
-        run + ["train.cache_input_aggregation=false"]
-    )  # like for like with the plain loops
+    # like for like with the plain loops
+    switched_off = train(run + ["train.cache_input_aggregation=false"])
     assert len([w for w in widths if w == (8, False)]) == 3 + 1  # every epoch and the evaluation
     assert cached["losses"] == switched_off["losses"]
     monkeypatch.setattr(InputAggregate, "__call__", lambda self, h: self.adjacency.spmm(h))

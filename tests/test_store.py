@@ -182,9 +182,8 @@ def test_two_jobs_started_at_once_share_one_store(tmp_path):
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
     summaries = [read_summary(tmp_path / f"run{i}") for i in range(2)]
     assert summaries[0]["partition"]["store"] == summaries[1]["partition"]["store"]
-    assert (
-        len([p for p in (cache / "parts").iterdir() if not p.name.startswith(".")]) == 1
-    )  # one store
+    # one store
+    assert len([p for p in (cache / "parts").iterdir() if not p.name.startswith(".")]) == 1
     assert summaries[0]["losses"] == summaries[1]["losses"]
 
 
@@ -248,9 +247,8 @@ def test_opening_a_part_reads_no_file_the_build_left_untouched(tmp_path, monkeyp
     store.open_part(directory, 1)
     assert read == []
     features = directory / "part1" / "features.npy"
-    os.utime(
-        features, ns=(features.stat().st_atime_ns, features.stat().st_mtime_ns + 10**9)
-    )  # touched, same bytes
+    # touched, same bytes
+    os.utime(features, ns=(features.stat().st_atime_ns, features.stat().st_mtime_ns + 10**9))
     store.open_part(directory, 1)
     assert read == [features]
     monkeypatch.setenv("GNNTRAIN_VERIFY_PARTS", "1")

@@ -233,9 +233,8 @@ def test_quantizer_is_unbiased():
 
 def test_constant_rows_are_exact():
     gen = torch.Generator().manual_seed(2)
-    rows = torch.tensor(
-        [0.0, 2.5, -1.0, 0.15625, -3.0e-7], dtype=torch.float32
-    )  # bfloat16-representable
+    # bfloat16-representable
+    rows = torch.tensor([0.0, 2.5, -1.0, 0.15625, -3.0e-7], dtype=torch.float32)
     rows = rows.to(torch.bfloat16).to(torch.float32)
     x = rows[:, None].expand(5, 9).contiguous()
     for bits in (2, 4, 8):
@@ -311,10 +310,11 @@ def test_bytes_equal_closed_form(train, cache_dir, aggregation, bits, backward):
     rows, data = _pair_rows(compose([f"cache_dir={cache_dir}"] + overrides), cache_dir, 3)
     r = rows[aggregation]
     assert s["partition"]["halo_rows"] == r
+    # both SAGE layers narrow, so each sends h·W_neigh (a gradient path)
     widths = [
         16,
         data.num_classes,
-    ]  # both SAGE layers narrow, so each sends h·W_neigh (a gradient path)
+    ]
 
     def per_row(width, quantized):
         return packed_row_bytes(width, bits) if quantized else width * 4
@@ -335,6 +335,7 @@ def test_int2_volume_ratio(train, width, goal_met):
     """int2 + bfloat16 (scale, zero) per row against fp32, both hybrid:
     4D / (D/4 + 4) = 16D/(D + 16); 15x needs D >= 240, so at D = 128 the
     physical ratio with 4-byte per-row parameters is 14.2x (noted as a miss)."""
+    # quant_params then holds the forward rows' parameters only
     overrides = [
         "model=gin",
         "train.epochs=1",
@@ -344,7 +345,7 @@ def test_int2_volume_ratio(train, width, goal_met):
         f"model.hidden={width}",
         "dataset.num_nodes=600",
         "mode.quantize_backward=false",
-    ]  # quant_params then holds the forward rows' parameters only
+    ]
     fp32 = train(overrides + ["mode.bits=32"])["comm_bytes"]["by_kind"]
     int2 = train(overrides + ["mode.bits=2"])["comm_bytes"]["by_kind"]
     ratio = fp32["halo_fwd"] / (int2["halo_fwd"] + int2["quant_params"])

@@ -229,9 +229,8 @@ def _epoch(candidate: str, folder: str, n: int, epochs: int) -> dict:
         h = features
         for i, layer in enumerate(net):
             h = torch.relu(h) if i else h
-            h = (
-                layer(graph, h) if system == "dgl" else layer(h, graph)
-            )  # DGL: (graph, x); PyG: (x, edge_index)
+            # DGL: (graph, x); PyG: (x, edge_index)
+            h = layer(graph, h) if system == "dgl" else layer(h, graph)
         loss = F.cross_entropy(h[train_mask], labels[train_mask])
         opt.zero_grad()
         loss.backward()

@@ -161,9 +161,8 @@ def suite_moonshot(quick: bool) -> SuiteResult:
         "dataset.feat_dim=128",
     ]
     rows = []
-    scratch = cache_folder(
-        None
-    )  # on disk (a tmpfs /tmp would hold the graph in memory charged to the cgroup)
+    # on disk (a tmpfs /tmp would hold the graph in memory charged to the cgroup)
+    scratch = cache_folder(None)
     with (
         tempfile.TemporaryDirectory(prefix="moonshot-", dir=scratch) as tmp,
         memory_cgroup(CAP_BYTES) as group,
@@ -372,9 +371,8 @@ def _train_rows(graph: Path, tmp: Path, group, delay: float) -> list:
     peak = _peak(group)
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    summary = {
-        k: v for k, v in summary.items() if v is not None
-    }  # a failed run's summary has empty fields
+    # a failed run's summary has empty fields
+    summary = {k: v for k, v in summary.items() if v is not None}
     epochs = _epochs(run_dir)
     status = summary.get("status", f"exit {code}") + (
         f": {summary['error'][-200:]}" if "error" in summary else ""

@@ -56,9 +56,8 @@ def suite_predict(quick: bool) -> SuiteResult:
     with tempfile.TemporaryDirectory(prefix="gnntrain-bench-predict-", dir="/var/tmp") as tmp:
         tmp = Path(tmp)
         cache = f"cache_dir={tmp}/cache"
-        _gnntrain(
-            ["partition", cache, f"hydra.run.dir={tmp}/part"] + graph, tmp
-        )  # the store, built once
+        # the store, built once
+        _gnntrain(["partition", cache, f"hydra.run.dir={tmp}/part"] + graph, tmp)
         wall = _gnntrain(
             ["run", cache, f"hydra.run.dir={tmp}/run", "train.epochs=2", "train.progress=false"]
             + graph,

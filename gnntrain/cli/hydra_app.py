@@ -61,11 +61,12 @@ def _record_sweep_failure(status: str) -> None:
     code."""
     from hydra.core.hydra_config import HydraConfig
 
+    # the sweep's axes (key=a,b,...)
     swept = {
         a.split("=", 1)[0]
         for a in sys.argv[1:]
         if "=" in a and "," in a.split("=", 1)[1] and not a.split("=", 1)[1].startswith("[")
-    }  # the sweep's axes (key=a,b,...)
+    }
     try:
         task = list(HydraConfig.get().overrides.task)
         overrides = " ".join(o for o in task if o.split("=", 1)[0] in swept) or " ".join(task)

@@ -127,9 +127,8 @@ def plan_task(cfg) -> None:
         return None
     report = None
     if mode_spec(plan.mode).planner.graph_report is not ModePlanner.graph_report:
-        report = _graph_report(
-            cfg, plan
-        )  # figures that need the graph (loaded, partition from the cache)
+        # figures that need the graph (loaded, partition from the cache)
+        report = _graph_report(cfg, plan)
     known = dict((report or {}).get("bytes per epoch") or {})
     # the partition's own volumes: the bytes the run will move, in place of "depends on the graph"
     if known:

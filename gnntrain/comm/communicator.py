@@ -255,9 +255,8 @@ class PendingExchange:
 
     def wait(self) -> torch.Tensor:
         if self.work is not None:
-            now = timed(
-                self.recv.device
-            )  # NCCL's wait only orders streams: settle to see the transfer
+            # NCCL's wait only orders streams: settle to see the transfer
+            now = timed(self.recv.device)
             start = now()
             self.work.wait()
             self.ledger.add_seconds(self.kind, now() - start)

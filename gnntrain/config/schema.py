@@ -109,9 +109,8 @@ class ModelConfig:
     hidden: int = 16
     dropout: float = 0.5
     self_loop: bool = True  # add self-loops to the graph (GCN's A+I)
-    norm: NormKind = (
-        NormKind.none
-    )  # layer: LayerNorm before each hidden relu (row-local, so exact in every mode)
+    # layer: LayerNorm before each hidden relu (row-local, so exact in every mode)
+    norm: NormKind = NormKind.none
 
 
 # ------------------------------------------------------------------------ mode
@@ -127,12 +126,10 @@ class AutoConfig:
     """What ``mode=auto`` may choose from (docs/design.md#mode-auto); unused by the other modes."""
 
     allow_approximate: bool = False  # also rank quantized SuperGCN and mini-batch HyScale
-    modes: List[str] = field(
-        default_factory=list
-    )  # the modes to consider; empty = every registered mode
-    ranks_per_node: List[int] = field(
-        default_factory=list
-    )  # empty = 1, 2, 4, ... up to hardware.ranks_per_node
+    # the modes to consider; empty = every registered mode
+    modes: List[str] = field(default_factory=list)
+    # empty = 1, 2, 4, ... up to hardware.ranks_per_node
+    ranks_per_node: List[int] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------- partitioner
@@ -167,34 +164,25 @@ class CostConfig:
 
     calibrated: str = ""  # "host, torch version, date" of the measurement; "" = not calibrated
     threads: List[int] = field(default_factory=list)
-    kernel: List[str] = field(
-        default_factory=list
-    )  # the SpMM kernel kernel=auto picks at that thread count
-    spmm_ns_per_edge: List[float] = field(
-        default_factory=list
-    )  # SpMM forward+backward, per edge (index work)
-    spmm_ns_per_edge_col: List[float] = field(
-        default_factory=list
-    )  # SpMM forward+backward, per edge x column
+    # the SpMM kernel kernel=auto picks at that thread count
+    kernel: List[str] = field(default_factory=list)
+    # SpMM forward+backward, per edge (index work)
+    spmm_ns_per_edge: List[float] = field(default_factory=list)
+    # SpMM forward+backward, per edge x column
+    spmm_ns_per_edge_col: List[float] = field(default_factory=list)
     gemm_widths: List[int] = field(default_factory=list)  # the narrow dimension of the GEMMs timed
-    gemm_gflops: List[List[float]] = field(
-        default_factory=list
-    )  # 1e9 multiply-adds/s per rank, per gemm_widths
-    elementwise_gbps: List[float] = field(
-        default_factory=list
-    )  # bytes/s read+written by elementwise ops
-    activation_ns_per_element: List[float] = field(
-        default_factory=list
-    )  # hidden relu+dropout, fwd+bwd
-    gather_ns_per_element: List[float] = field(
-        default_factory=list
-    )  # rows picked or added by index (halos, chunks)
-    op_overhead_us: List[float] = field(
-        default_factory=list
-    )  # fixed cost of one layer's forward+backward
-    epoch_overhead_us: List[float] = field(
-        default_factory=list
-    )  # per epoch: loss, optimizer step, bookkeeping
+    # 1e9 multiply-adds/s per rank, per gemm_widths
+    gemm_gflops: List[List[float]] = field(default_factory=list)
+    # bytes/s read+written by elementwise ops
+    elementwise_gbps: List[float] = field(default_factory=list)
+    # hidden relu+dropout, fwd+bwd
+    activation_ns_per_element: List[float] = field(default_factory=list)
+    # rows picked or added by index (halos, chunks)
+    gather_ns_per_element: List[float] = field(default_factory=list)
+    # fixed cost of one layer's forward+backward
+    op_overhead_us: List[float] = field(default_factory=list)
+    # per epoch: loss, optimizer step, bookkeeping
+    epoch_overhead_us: List[float] = field(default_factory=list)
     # per collective call inside training, beyond latency + bytes/bandwidth: Python bookkeeping and
     # waiting
     # for the peer (fitted on a 2-rank training probe)
@@ -243,9 +231,8 @@ class HardwareConfig:
     timeout_min: int = 60
     partition: Optional[str] = None
     account: Optional[str] = None
-    cost: CostConfig = field(
-        default_factory=CostConfig
-    )  # measured by gnntrain calibrate (mode=auto, predictions)
+    # measured by gnntrain calibrate (mode=auto, predictions)
+    cost: CostConfig = field(default_factory=CostConfig)
 
 
 # ----------------------------------------------------------------------- train

@@ -23,9 +23,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 from gnntrain.atomic import file_lock
 from gnntrain.errors import DatasetError
 
-HASHED_FILE_BYTES = (
-    256 * 2**20
-)  # raw files up to this size are keyed by content, larger ones by size and mtime
+# raw files up to this size are keyed by content, larger ones by size and mtime
+HASHED_FILE_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -45,11 +44,12 @@ def offline() -> bool:
     return os.environ.get("GNNTRAIN_OFFLINE", "") not in ("", "0", "false")
 
 
+# download servers
 DOWNLOAD_HOSTS = {
     "DGL": "data.dgl.ai",
     "PyG": "github.com",
     "OGB": "snap.stanford.edu",
-}  # download servers
+}
 
 
 def network_problem(library: str, timeout_s: float = 3.0) -> Optional[str]:

@@ -73,9 +73,8 @@ class CsrGraphData(GraphData):
 
     def __init__(self, *, indptr: np.ndarray, indices: np.ndarray, symmetric: bool, **fields):
         self.csr: Tuple[np.ndarray, np.ndarray] = (indptr, indices)
-        self.symmetric = bool(
-            symmetric
-        )  # every edge's reverse is present (the transpose is the same CSR)
+        # every edge's reverse is present (the transpose is the same CSR)
+        self.symmetric = bool(symmetric)
         self._src = self._dst = None
         super().__init__(src=None, dst=None, **fields)
 

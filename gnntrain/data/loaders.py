@@ -75,10 +75,11 @@ OGB_REQUIRED = [
     "raw/node-label.csv.gz",
 ]
 OGB_SPLITS = {"ogbn-arxiv": "time", "ogbn-products": "sales_ranking"}
+# ogb master.csv versions
 OGB_RELEASE = {
     "ogbn-arxiv": "RELEASE_v1.txt",
     "ogbn-products": "RELEASE_v1.txt",
-}  # ogb master.csv versions
+}
 OGB_EXTRA = {"ogbn-arxiv": ["raw/node_year.csv.gz"]}  # additional node files OGB reads
 
 
@@ -211,9 +212,8 @@ def load_ogb_dataset(
             name, data_dir, [Layout(folder, required)], farm_root, folder, allow_download, "OGB"
         )
         if where.found is not None:
-            (where.root / folder / "processed").mkdir(
-                exist_ok=True
-            )  # OGB's numpy loader saves without mkdir
+            # OGB's numpy loader saves without mkdir
+            (where.root / folder / "processed").mkdir(exist_ok=True)
         try:
             from ogb.nodeproppred import NodePropPredDataset
 

@@ -30,11 +30,12 @@ from gnntrain.data.graph import GraphData
 from gnntrain.data.loaders import DGL_SOURCES, graph_data
 from gnntrain.errors import DatasetError
 
+# PyG's Planetoid(name=...)
 PLANETOID_NAMES = {
     "cora": "Cora",
     "citeseer": "CiteSeer",
     "pubmed": "PubMed",
-}  # PyG's Planetoid(name=...)
+}
 PLANETOID_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
 REDDIT_FILES = ["reddit_data.npz", "reddit_graph.npz"]
 REDDIT_CLASSES = 41  # DGL's RedditDataset.num_classes; PyG counts the labels present
@@ -76,9 +77,8 @@ def _planetoid_facts(raw_dir: Path, prefix: str) -> Tuple[np.dtype, int]:
 
     def raw(part: str):
         with open(raw_dir / f"ind.{prefix}.{part}", "rb") as f:
-            return pickle.load(
-                f, encoding="latin1"
-            )  # Planetoid's raw files are pickles by definition
+            # Planetoid's raw files are pickles by definition
+            return pickle.load(f, encoding="latin1")
 
     allx, ally = raw("allx"), raw("ally")
     test_index = np.loadtxt(raw_dir / f"ind.{prefix}.test.index", dtype=np.int64, ndmin=1)

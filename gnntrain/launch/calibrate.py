@@ -262,11 +262,12 @@ def _probe_ranks(cfg) -> int:
     return min(2, torch.cuda.device_count()) if option_value(cfg.hardware.device) == "cuda" else 2
 
 
+# calibrate --quick: a rougher factor per mode
 QUICK_MODE_PROBE = {
     "num_nodes": 6000,
     "epochs": 3,
     "reps": 1,
-}  # calibrate --quick: a rougher factor per mode
+}
 
 
 def fit_mode_factors(
@@ -431,9 +432,8 @@ def rates_under_load(
 
     if ranks <= 1:
         return micro_probes(threads, device, cache_dir)
-    choose_kernel(
-        device, "float32", threads, 8, 64, cache_dir, probe_nodes=50_000
-    )  # cached for the ranks
+    # cached for the ranks
+    choose_kernel(device, "float32", threads, 8, 64, cache_dir, probe_nodes=50_000)
     out_dir = scratch / f"rates-{threads}x{ranks}"
     out_dir.mkdir(parents=True, exist_ok=True)
     try:

@@ -74,9 +74,8 @@ def start_fork_server(omp_threads: str) -> None:
     import multiprocessing
     from multiprocessing import forkserver
 
-    multiprocessing.set_forkserver_preload(
-        PRELOAD
-    )  # read when the server starts: this process's first run
+    # read when the server starts: this process's first run
+    multiprocessing.set_forkserver_preload(PRELOAD)
     with rank_threads(omp_threads):
         forkserver.ensure_running()
 

@@ -318,9 +318,8 @@ def _spawned_rank(rank: int, plan, source, environment: Dict[str, str], *args) -
     os.environ.update(environment)
     from gnntrain.logs import setup_logging
 
-    setup_logging(
-        rank
-    )  # a fresh interpreter: rank 0 logs info, the others warnings and errors only
+    # a fresh interpreter: rank 0 logs info, the others warnings and errors only
+    setup_logging(rank)
     shard, _ = source.shard(plan, rank)  # its own part only, from the store where the mode has one
     rank_main(rank, plan, shard, *args, spawned=True)
     # A finished rank leaves without interpreter teardown: destroying gloo's
@@ -493,11 +492,12 @@ def _shard_source(plan):
             store_bytes_per_part=meta["bytes_per_part"],
             store_hit=build_s == 0.0,
         )
+        # 0 s of preprocessing when reused
         return (
             ShardSource(store=str(directory)),
             partition,
             build_s,
-        )  # 0 s of preprocessing when reused
+        )
     prepared = prepare(plan)
     return ShardSource(shards=prepared.shards), prepared.partition, prepared.preprocess_s
 
@@ -514,9 +514,10 @@ def _spawn_and_watch(
     import torch.multiprocessing as mp
 
     # children get the thread limit at start; the launcher's own environment is left as it was
+    # a rank's parent is the fork server
     environment = dict(
         os.environ, OMP_NUM_THREADS=_omp_threads(plan), GNNTRAIN_LAUNCHER_PID=str(os.getpid())
-    )  # a rank's parent is the fork server
+    )
     args = (plan, source, environment, str(run_dir), "127.0.0.1", port, partition, preprocess_s)
     start_fork_server(environment["OMP_NUM_THREADS"])  # a no-op where run_training started it
     with rank_threads(environment["OMP_NUM_THREADS"]), user_main_hidden():  # a spawned child's

@@ -177,9 +177,8 @@ def _shape(namespace: str, device: str, link: Link) -> bool:
     """Shape one direction of a link: a token bucket at the link's rate, under a netem delay where
     the kernel has netem. Returns whether the latency is emulated."""
     rate_bytes = link.gbit_s * 1e9 / 8
-    burst = max(
-        64 * 1024, int(rate_bytes * 0.002)
-    )  # 2 ms at line rate: enough for TSO's 64 KiB frames
+    # 2 ms at line rate: enough for TSO's 64 KiB frames
+    burst = max(64 * 1024, int(rate_bytes * 0.002))
     tbf = ["rate", f"{link.gbit_s * 1000:g}mbit", "burst", str(burst), "latency", "100ms"]
     if link.latency_us > 0:
         delay = ["delay", f"{link.latency_us:g}us", "limit", "100000"]
@@ -444,9 +443,8 @@ def run_job(
         now = time.monotonic()
         failed = any(p.returncode not in (None, 0) for p in procs)
         if failed and (deadline is None or deadline > now + FAILED_PEER_GRACE_S):
-            deadline = (
-                now + FAILED_PEER_GRACE_S
-            )  # the others should end on their own; never hang on them
+            # the others should end on their own; never hang on them
+            deadline = now + FAILED_PEER_GRACE_S
         if deadline is not None and now > deadline:
             for i, p in enumerate(procs):
                 if p.poll() is None:

@@ -73,9 +73,8 @@ def _raw_files(cfg) -> List[Tuple[str, int, int]]:
     return sorted(found)
 
 
-@functools.lru_cache(
-    maxsize=None
-)  # once per process: the code does not change under a running process
+# once per process: the code does not change under a running process
+@functools.lru_cache(maxsize=None)
 def _code_stamp(mode_name: str) -> str:
     """A digest of the code that makes a part (the mode's module or package, the partitioners, the
     data layer, the edge weights), so a changed ``prepare`` never reuses an older store."""
@@ -164,9 +163,8 @@ def prepare_in_memory(plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
     process."""
     start = time.perf_counter()
     data, mode, part, hit = load_and_partition(plan)
-    load_s = (
-        time.perf_counter() - start
-    )  # loading and partitioning (the partitioner's cache, or METIS)
+    # loading and partitioning (the partitioner's cache, or METIS)
+    load_s = time.perf_counter() - start
     prepared = mode.spec.prepare(mode, data, plan, part, ranks)
     prepared.preprocess_s += load_s
     if part is not None:

@@ -110,9 +110,8 @@ def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Di
         "partition": partition,
         "plan_hash": plan.plan_hash,
         "kernel": plan.kernel,
-        "spmm_calls": result.get(
-            "spmm_calls"
-        ),  # all ranks, by path: unweighted (row scales) | weighted
+        # all ranks, by path: unweighted (row scales) | weighted
+        "spmm_calls": result.get("spmm_calls"),
         "rank_hosts": result.get("rank_hosts"),  # the address each rank reached rank 0's host from
         # set by `gnntrain netem run` (an emulated cluster network); absent on real or loopback
         # networks
@@ -129,9 +128,8 @@ def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Di
         ),
         **({"mode_report": result["mode_report"]} if result.get("mode_report") else {}),
         **({"prediction": plan.prediction} if getattr(plan, "prediction", None) else {}),
-        **(
-            {"auto": plan.auto} if getattr(plan, "auto", None) else {}
-        ),  # mode=auto: the choice and its table
+        # mode=auto: the choice and its table
+        **({"auto": plan.auto} if getattr(plan, "auto", None) else {}),
         # resumed from a checkpoint: from which epoch, and the settings changed then ({key: [old,
         # new]})
         **({"resume": result["resume"]} if result.get("resume") else {}),
@@ -249,9 +247,8 @@ class RunRecorder:
         if self.trackers is not None:
             self.trackers.epoch(record)
         self._epoch_times.append(float(record["epoch_time_s"]))
-        median_ms = 1000 * statistics.median(
-            self._epoch_times
-        )  # a running median: one slow epoch does not jump
+        # a running median: one slow epoch does not jump
+        median_ms = 1000 * statistics.median(self._epoch_times)
         val = f"{record['val_acc']:.3f}" if "val_acc" in record else "-"
         if self._progress is not None:
             self._progress.update(
@@ -373,9 +370,8 @@ def summary_table(summary: Dict[str, Any]) -> Table:
     rows.append(("peak host memory (max rank)", format_bytes(pm.get("host_max_rank"))))
     if pm.get("device_max_rank") is not None:
         rows.append(("peak device memory (max rank)", format_bytes(pm.get("device_max_rank"))))
-    rows += [
-        tuple(row) for row in (summary.get("mode_report") or {}).get("table", [])
-    ]  # the mode's own lines
+    # the mode's own lines
+    rows += [tuple(row) for row in (summary.get("mode_report") or {}).get("table", [])]
     part = summary.get("partition") or {}
     if part.get("num_parts", 1) > 1:
         rows.append(

@@ -121,10 +121,11 @@ def add_entry(node: Tree, key: Any, value: Any, depth: int, width: int) -> None:
     if (
         key.endswith(" bytes") and number
     ):  # "disk bytes per rank"-style keys keep the word; a trailing one goes
+        # "host budget bytes": 1024 -> "host budget: 1.00 KiB"
         text, key = (
             fmt_value(value, key),
             key[: -len(" bytes")],
-        )  # "host budget bytes": 1024 -> "host budget: 1.00 KiB"
+        )
     text = (fmt_value(value, key) if text is None else text) + unit
     if GUIDE * depth + len(key) + 2 + len(text) <= width:
         node.add(Text(f"{key}: {text}"))

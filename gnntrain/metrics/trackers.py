@@ -18,11 +18,12 @@ from typing import Any, Dict, List, Optional
 
 from gnntrain.errors import PlanError
 
+# tracker -> (module, pip extra)
 PACKAGES = {
     "tensorboard": ("tensorboard", "tensorboard"),
     "mlflow": ("mlflow", "mlflow"),
     "wandb": ("wandb", "wandb"),
-}  # tracker -> (module, pip extra)
+}
 
 
 def enabled(cfg) -> List[str]:

@@ -62,9 +62,8 @@ class GATLayer(nn.Module):
         e = F.leaky_relu(el[src] + er[dst], self.negative_slope)
         num_dst = z_dst.shape[0]
         e_max = torch.full((num_dst,), float("-inf"), dtype=e.dtype, device=e.device)
-        e_max = e_max.scatter_reduce(
-            0, dst, e.detach(), "amax"
-        )  # a shift: softmax is invariant to it
+        # a shift: softmax is invariant to it
+        e_max = e_max.scatter_reduce(0, dst, e.detach(), "amax")
         w = torch.exp(e - e_max[dst])
         denom = torch.zeros(num_dst, dtype=e.dtype, device=e.device).index_add(0, dst, w)
         alpha = (w / denom[dst]).unsqueeze(1)

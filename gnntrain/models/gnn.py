@@ -233,9 +233,8 @@ class GNN(nn.Module):
 
 
 Dropout = Callable[[torch.Tensor, int], torch.Tensor]  # (h, layer index) -> h with dropout applied
-LayerStep = Callable[
-    [int, nn.Module, torch.Tensor], torch.Tensor
-]  # (index, layer, input) -> output
+# (index, layer, input) -> output
+LayerStep = Callable[[int, nn.Module, torch.Tensor], torch.Tensor]
 
 
 def hidden_activation(

@@ -44,9 +44,8 @@ from gnntrain.backends import dgl_available
 from gnntrain.models._native import NativeSpmm
 
 KERNELS = ("dgl", "native", "torch")
-SPMM_CALLS: Counter = (
-    Counter()
-)  # SpMMs run in this process by path: "unweighted" (row scales) | "weighted"
+# SpMMs run in this process by path: "unweighted" (row scales) | "weighted"
+SPMM_CALLS: Counter = Counter()
 
 
 def kernel_problem(kernel: str, device: str, dtype: torch.dtype) -> Optional[str]:
@@ -121,9 +120,8 @@ class _CsrSpmm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
-        a_t = (
-            ctx.a_t() if callable(ctx.a_t) else ctx.a_t
-        )  # a streamed adjacency builds it on demand
+        # a streamed adjacency builds it on demand
+        a_t = ctx.a_t() if callable(ctx.a_t) else ctx.a_t
         return a_t.to(grad_out.device) @ grad_out.contiguous(), None, None
 
 
@@ -313,9 +311,8 @@ class SparseAdjacency:
             )
         else:
             out = _CsrSpmm.apply(h, *csr)
-        return (
-            out if dst_scale is None else out.mul_(dst_scale)
-        )  # out is fresh and no backward reads it
+        # out is fresh and no backward reads it
+        return out if dst_scale is None else out.mul_(dst_scale)
 
     def flops(self, width: int) -> int:
         """Multiply-adds of one SpMM at feature width ``width`` (2 per edge and column)."""
@@ -439,9 +436,8 @@ def _read_cache(cache_file: Path) -> Dict[str, dict]:
         return {}
 
 
-PROBE_BUDGET_BYTES = (
-    256 * 2**20
-)  # the probe graph and its features: a wide or dense run shrinks the probe
+# the probe graph and its features: a wide or dense run shrinks the probe
+PROBE_BUDGET_BYTES = 256 * 2**20
 PROBE_BYTES_PER_EDGE = 64  # src, dst, two float64 scales, and each kernel's CSR and transpose
 PROBE_MAX_EDGES = 2**20  # and never more than a second or so of SpMM per kernel
 PROBE_MAX_DEGREE = 1024  # rows denser than this time alike: one probe shape for all of them
@@ -475,9 +471,8 @@ def choose_kernel(
     candidates = [k for k in KERNELS if kernel_problem(k, device, torch_dtype) is None]
     if not candidates:
         raise ValueError(f"no sparse kernel supports {dtype} on {device}")
-    per_node = (
-        degree_bucket * PROBE_BYTES_PER_EDGE + width * torch_dtype.itemsize * 4
-    )  # x, out and their grads
+    # x, out and their grads
+    per_node = degree_bucket * PROBE_BYTES_PER_EDGE + width * torch_dtype.itemsize * 4
     probe_nodes = max(
         16,
         min(

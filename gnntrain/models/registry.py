@@ -143,9 +143,10 @@ def model_family(name: str, target: Optional[str] = None) -> ModelFamily:
     if (
         name == "custom"
     ):  # the user's layer class, weighted by its normalization; the modes that re-lay out
+        # the aggregation (not restructurable) refuse it
         from gnntrain.models.custom import (
             resolve_layer_class,
-        )  # the aggregation (not restructurable) refuse it
+        )
 
         cls = resolve_layer_class(target)
         return ModelFamily(
@@ -201,11 +202,9 @@ def describe_model(
             ):  # a layer says whether it aggregates its input; else: its width tells
                 aggregates_input = bool(getattr(layer, "aggregate_first", widths[0] == dims[0]))
     if norm == "layer":
-        params += sum(
-            2 * d for d in dims[1:-1]
-        )  # LayerNorm's weight and bias on every hidden layer
-    first_has_grad = (
-        not aggregates_input
-    )  # aggregating the input features: nothing flows back through them
+        # LayerNorm's weight and bias on every hidden layer
+        params += sum(2 * d for d in dims[1:-1])
+    # aggregating the input features: nothing flows back through them
+    first_has_grad = not aggregates_input
     grads = [w for i, w in enumerate(widths) if i > 0 or first_has_grad]
     return ModelShape(tuple(widths), tuple(grads), params * dtype_bytes, tuple(macs))

@@ -92,9 +92,8 @@ class ShardBuilder:
     ):
         self.start = time.perf_counter()
         self.data, self.world_size = data, world_size
-        self.masks = dict(
-            data.masks if masks is None else masks
-        )  # a mode may hold some rows out (SuperGCN)
+        # a mode may hold some rows out (SuperGCN)
+        self.masks = dict(data.masks if masks is None else masks)
         self.counts = {s: int(self.masks[s].sum()) for s in SPLITS}
 
     def shard(
@@ -268,9 +267,8 @@ class ModePlanner:
             work.collectives += [("alltoall", b) for b in exchanged] + [
                 ("allreduce", ctx.param_bytes)
             ]
-            work.gathered_elements += (
-                2 * sum(exchanged) / ctx.dtype_bytes
-            )  # packing what is sent, placing what arrives
+            # packing what is sent, placing what arrives
+            work.gathered_elements += 2 * sum(exchanged) / ctx.dtype_bytes
         return work
 
     def estimate(self, ctx: PlanContext) -> Estimate:

@@ -63,9 +63,8 @@ class CostProfile:
     h2d_bytes_per_s: float
     link_bytes_per_s: float  # between nodes; 0 = not stated
     collective_overhead_s: float = 0.0
-    mode_factor: Dict[str, float] = field(
-        default_factory=dict
-    )  # per mode: measured / modelled scaling compute
+    # per mode: measured / modelled scaling compute
+    mode_factor: Dict[str, float] = field(default_factory=dict)
     link_latency_s: float = 0.0
     # set by the plan when the ranks span nodes: collectives then cross the profile's link, shared
     # by the
@@ -229,9 +228,8 @@ class Work:
 
     spmm_edges: float = 0.0  # forward+backward SpMM edge passes (a forward-only SpMM counts half)
     spmm_edge_cols: float = 0.0  # the same, times the width aggregated
-    gemms: List[Tuple[float, int]] = field(
-        default_factory=list
-    )  # (multiply-adds, narrow dimension)
+    # (multiply-adds, narrow dimension)
+    gemms: List[Tuple[float, int]] = field(default_factory=list)
     elementwise_bytes: float = 0.0
     activation_elements: float = (
         0.0  # hidden-layer outputs through relu and dropout, forward and backward
@@ -243,9 +241,8 @@ class Work:
         0.0  # values picked or accumulated by row index (halo packing, chunk loads)
     )
     h2d_bytes: float = 0.0  # host→device transfers
-    collectives: List[Tuple[str, float]] = field(
-        default_factory=list
-    )  # (kind, bytes per rank) per call
+    # (kind, bytes per rank) per call
+    collectives: List[Tuple[str, float]] = field(default_factory=list)
     fixed_s: float = 0.0  # a mode's own modelled seconds (e.g. HyScale's §V pipeline)
 
 
@@ -376,12 +373,10 @@ def local_work(
         work.spmm_edges += edges * (1.0 if backward else 0.5)
         work.spmm_edge_cols += edges * width * (1.0 if backward else 0.5)
         if not ctx.elementwise:  # attention
-            work.elementwise_bytes += (
-                6 * edges * ctx.dtype_bytes
-            )  # per-edge scores, softmax and its gradient
-        macs = (
-            update_rows * ctx.update_macs[layer]
-        )  # the model's own weights (gnntrain.models.registry)
+            # per-edge scores, softmax and its gradient
+            work.elementwise_bytes += 6 * edges * ctx.dtype_bytes
+        # the model's own weights (gnntrain.models.registry)
+        macs = update_rows * ctx.update_macs[layer]
         work.gemms.append((macs * (3 if layer > 0 else 2), min(d_in, d_out)))
         work.elementwise_bytes += ELEMENTWISE_PASSES * update_rows * d_out * ctx.dtype_bytes
         if layer > 0:

@@ -315,9 +315,8 @@ def prepare(
     src_n, dst_n = inverse[src], inverse[dst]
     order = torch.argsort(dst_n, stable=True)
     src_n, dst_n, w = src_n[order], dst_n[order], w[order]
-    by_src = (
-        torch.argsort(src_n, stable=True) if mode.comm == CAGNET else None
-    )  # out-edges, for A^T
+    # out-edges, for A^T
+    by_src = torch.argsort(src_n, stable=True) if mode.comm == CAGNET else None
     shards = []
     for rank in range(plan.world_size) if ranks is None else ranks:
         i, k = grid.position(rank)
@@ -328,11 +327,12 @@ def prepare(
         s, d, ww = src_n[e_lo:e_hi], dst_n[e_lo:e_hi], w[e_lo:e_hi]
         keep = (s >= col_lo) & (s < col_hi)
         payload = PartitionPayload(offsets, grid.c, _out_edges(src_n, dst_n, w, by_src, lo, hi))
+        # one replica counts each row's loss and accuracy
         shards.append(
             builder.shard(
                 rank, perm[lo:hi], (d[keep] - lo, s[keep], ww[keep]), payload, counted=k == 0
             )
-        )  # one replica counts each row's loss and accuracy
+        )
     m = part.metrics
     return builder.prepared(
         shards,

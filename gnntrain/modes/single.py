@@ -49,9 +49,8 @@ class SingleStrategy(FullGraphStrategy):
         )
         del dst, src, w
         family = model_family(settings.model.name, settings.model.target)
-        builtin = (
-            settings.model.name != "custom" and family.elementwise
-        )  # layers that only call agg(h)
+        # layers that only call agg(h)
+        builtin = settings.model.name != "custom" and family.elementwise
         if builtin and self.adjacency.release_edge_lists():
             # the native kernel holds its CSR pair: the COO is never read again (~24 B/edge)
             shard.edges = None

@@ -106,9 +106,8 @@ class HostToDeviceStager:
             and host.is_pinned()
             and host[index].is_contiguous()
         ):
-            return StagedRows(
-                host[index], -1
-            )  # already pinned and contiguous: copied from where it lies
+            # already pinned and contiguous: copied from where it lies
+            return StagedRows(host[index], -1)
         slot, self._next = self._next, (self._next + 1) % len(self._buffers)
         if self._landed[slot] is not None:
             self._landed[slot].synchronize()  # the buffer's previous copy has left it

@@ -478,9 +478,8 @@ class SuperGCNStrategy(FullGraphStrategy):
 
     def aggregate(self, h: torch.Tensor) -> torch.Tensor:
         clock = self.clock
-        outgoing = clock.through(
-            "aggregation", self.send.spmm, h
-        )  # post rows + pre-aggregated partial sums
+        # post rows + pre-aggregated partial sums
+        outgoing = clock.through("aggregation", self.send.spmm, h)
         pending = start_exchange(outgoing, self.exchange)
         received = None if self.overlap else pending.wait()
         z = clock.through("aggregation", self.local.spmm, h)  # in flight meanwhile when overlapping

@@ -42,9 +42,8 @@ def partitioner_options(cfg) -> dict:
     if cfg.name in ("metis", "volume") and getattr(cfg, "objective", "cut") != "cut":
         options["objective"] = cfg.objective  # keys of partitions cut by edge cut stay as they were
     if cfg.name in ("metis", "volume") and getattr(cfg, "row_weight", 0):
-        options["row_weight"] = float(
-            cfg.row_weight
-        )  # likewise: keys without row weights are unchanged
+        # likewise: keys without row weights are unchanged
+        options["row_weight"] = float(cfg.row_weight)
     return options
 
 

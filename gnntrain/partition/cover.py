@@ -43,9 +43,8 @@ def min_vertex_cover(
         return np.zeros(num_u, dtype=bool), np.zeros(num_v, dtype=bool)
     biadj = sp.csr_matrix((np.ones(u.size, dtype=np.int8), (u, v)), shape=(num_u, num_v))
     biadj.sum_duplicates()
-    match_of_u = maximum_bipartite_matching(
-        biadj, perm_type="column"
-    )  # column matched to each row, or -1
+    # column matched to each row, or -1
+    match_of_u = maximum_bipartite_matching(biadj, perm_type="column")
     matched_u = np.flatnonzero(match_of_u >= 0)
     # directed alternating graph on [U | V | super source]: U→V every edge, V→U the matching edges
     coo = biadj.tocoo()

@@ -34,10 +34,11 @@ def in_degree(dst: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(dst, minlength=n)
 
 
+# METIS_OBJTYPE_CUT, METIS_OBJTYPE_VOL (total communication volume)
 METIS_OBJECTIVES = {
     "cut": 0,
     "vol": 1,
-}  # METIS_OBJTYPE_CUT, METIS_OBJTYPE_VOL (total communication volume)
+}
 
 
 def metis_parts(

@@ -50,9 +50,8 @@ def _ldg_loop():
             best, best_score = 0, -1.0
             for i in range(k):
                 room = 1.0 - load[i] / capacity
-                score = (
-                    counts[i] * room if room > 0 else -1.0 + room
-                )  # a full part only when all are
+                # a full part only when all are
+                score = counts[i] * room if room > 0 else -1.0 + room
                 if score > best_score or (score == best_score and load[i] < load[best]):
                     best, best_score = i, score
             parts[v] = best

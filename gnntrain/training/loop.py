@@ -123,9 +123,8 @@ class EpochLoop:
         resumed: Optional[Dict[str, Any]] = None
         checkpointer = run_checkpointer(self.cfg, ctx.run_dir, ctx.plan.plan_hash)
         if checkpointer is not None and resume_requested(self.cfg):
-            state = (
-                checkpointer.load_latest()
-            )  # run_training already refused foreign or missing ones
+            # run_training already refused foreign or missing ones
+            state = checkpointer.load_latest()
             if state is not None:
                 model.load_state_dict(state["model"])
                 optimizer.load_state_dict(state["optimizer"])
@@ -169,14 +168,12 @@ class EpochLoop:
                 other_stage=stats.other_stage,
                 stop=STOP.requested,
             )
-            stop = bool(
-                record.pop("stop")
-            )  # every rank's flag, reduced: all ranks stop after the same epoch
+            # every rank's flag, reduced: all ranks stop after the same epoch
+            stop = bool(record.pop("stop"))
             record.update(stats.extra)
             if resumed is not None and epoch == start_epoch and resumed["changed"]:
-                record["resume_changed"] = resumed[
-                    "changed"
-                ]  # the first epoch that trained with them
+                # the first epoch that trained with them
+                record["resume_changed"] = resumed["changed"]
             if correct is not None:
                 accuracy = {s: record[f"{s}_acc"] for s in SPLITS}
             history.append(record)

@@ -82,9 +82,8 @@ class Generator:
     name: str
     config: type  # a DatasetConfig subclass (or DatasetConfig itself)
     blocks: Callable[[Any], GraphBlocks]  # the dataset section -> its graph in blocks
-    directed_edges: Callable[
-        [Any], int
-    ]  # the dataset section -> directed edges (both directions counted)
+    # the dataset section -> directed edges (both directions counted)
+    directed_edges: Callable[[Any], int]
     check: Callable[[Any], None] = lambda ds: None  # raises PlanError for keys it cannot use
     description: str = ""
 

@@ -162,9 +162,8 @@ def check(ds) -> None:
 class RmatConfig(DatasetConfig):
     """R-MAT's parameters beyond every dataset's (``dataset.<name>``)."""
 
-    rmat_abcd: List[float] = field(
-        default_factory=lambda: [0.57, 0.19, 0.19, 0.05]
-    )  # quadrant probabilities
+    # quadrant probabilities
+    rmat_abcd: List[float] = field(default_factory=lambda: [0.57, 0.19, 0.19, 0.05])
 
 
 register_generator(

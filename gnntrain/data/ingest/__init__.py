@@ -48,15 +48,13 @@ EDGE_BATCH = 1 << 22  # edges per step from in-memory or .npy sources
 @dataclass
 class IngestOptions:
     out: Path
-    edges: List[Path] = field(
-        default_factory=list
-    )  # one file, or two 1-D .npy files (sources, destinations)
+    # one file, or two 1-D .npy files (sources, destinations)
+    edges: List[Path] = field(default_factory=list)
     edges_format: str = "auto"
     src_column: Optional[str] = None  # default: "src" when present, else the first column
     dst_column: Optional[str] = None  # default: "dst" when present, else the second column
-    edges_csv: CsvOptions = field(
-        default_factory=CsvOptions
-    )  # header, delimiter, comment of a CSV/TSV edge list
+    # header, delimiter, comment of a CSV/TSV edge list
+    edges_csv: CsvOptions = field(default_factory=CsvOptions)
     graph: Optional[Path] = (
         None  # a saved PyG Data (.pt) or DGL graph (.bin): edges, and nodes unless given
     )
@@ -64,11 +62,12 @@ class IngestOptions:
     symmetrize: bool = True
     self_loops: str = "drop"  # drop | error
     duplicates: str = "drop"  # drop | error
+    # when no masks are given: fractions of labeled nodes
     split: Tuple[float, float, float] = (
         0.6,
         0.2,
         0.2,
-    )  # when no masks are given: fractions of labeled nodes
+    )
     seed: int = 0
     name: str = ""
     overwrite: bool = False

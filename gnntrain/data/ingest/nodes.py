@@ -84,9 +84,8 @@ class NodeOptions:
     labels: Optional[Path] = None
     label_column: Optional[str] = None
     num_classes: int = 0  # 0: max label + 1
-    masks: Dict[str, Optional[Path]] = field(
-        default_factory=dict
-    )  # train_mask/val_mask/test_mask -> .npy
+    # train_mask/val_mask/test_mask -> .npy
+    masks: Dict[str, Optional[Path]] = field(default_factory=dict)
     id_type: str = "auto"
     # a .npy of labels in node order with negative entries for unlabeled nodes (the Python API's y =
     # -1; a file

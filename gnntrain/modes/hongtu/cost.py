@@ -69,9 +69,8 @@ def batch_bytes(
     topo = topology_bytes(v, e, nb, model.elementwise, b)
     peak = 0
     for d_in, d_out in zip(dims[:-1], dims[1:]):
-        staging = 2 * min(
-            STAGING_SLICE_BYTES, resident * d_in * b
-        )  # engine._slices: a slice and its indices
+        # engine._slices: a slice and its indices
+        staging = 2 * min(STAGING_SLICE_BYTES, resident * d_in * b)
         common = 5 * param_bytes + topo + 2 * resident * d_in * b + staging
         # forward: the SpMM's source-scaled copy of its input (nb rows) and the chunk's own rows h_v
         # (v);

@@ -42,9 +42,8 @@ from gnntrain.modes.hongtu.tiers import DISK, VertexTables
 if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.models.registry import ModelFamily
 
-ROWS_PER_CHUNK = (
-    1 << 16
-)  # mode.chunks=0: chunks of 65,536 rows (32 MiB per 128-wide float32 buffer)
+# mode.chunks=0: chunks of 65,536 rows (32 MiB per 128-wide float32 buffer)
+ROWS_PER_CHUNK = 1 << 16
 
 
 def chunk_ranges(num_nodes: int, chunks: int) -> List[Tuple[int, int]]:
@@ -126,15 +125,13 @@ def direct_disk_traffic(
     on_disk = {name for name, tier in tiers.items() if tier == DISK}
     layers = len(dims) - 1
     table = lambda name, width: num_nodes * width * value_bytes if name in on_disk else 0
-    read = (
-        table("cache0", dims[0]) if layers else 0
-    )  # layer 0 reads the fixed inputs' cached product
+    # layer 0 reads the fixed inputs' cached product
+    read = table("cache0", dims[0]) if layers else 0
     write = 0
     for layer in range(1, layers):  # forward
         d = dims[layer]
-        read += table(f"act{layer}", d) * (
-            2 if self_row else 1
-        )  # the product's pass (+ the chunk's own rows)
+        # the product's pass (+ the chunk's own rows)
+        read += table(f"act{layer}", d) * (2 if self_row else 1)
         write += table(f"cache{layer}", d)
         if layer + 1 < layers:
             write += table(f"act{layer + 1}", dims[layer + 1])

@@ -56,10 +56,11 @@ class HongTuEngine(ChunkTransfers):
         self.batches: np.ndarray = payload.batches
         self.ctx, self.comm, self.device, self.dtype = ctx, ctx.comm, ctx.device, ctx.dtype
         self.value_bytes = DTYPE_BYTES[ctx.plan.dtype]
+        # elementwise: cache the aggregation; else recompute the layer
         self.family, self.dedup = (
             family,
             dedup,
-        )  # elementwise: cache the aggregation; else recompute the layer
+        )
         self.rank = shard.rank
         self.lo = int(self.layout.part_offsets[self.rank])
         self.pin = self.device.type == "cuda"
@@ -71,9 +72,8 @@ class HongTuEngine(ChunkTransfers):
         self.tables = tables or VertexTables({}, None)  # the host tier only
         self.tables.pin = self.pin
         self.clock = StageClock(self.device)
-        self.timeline = DeviceTimeline(
-            self.device
-        )  # compute and copy intervals: the overlap, per epoch
+        # compute and copy intervals: the overlap, per epoch
+        self.timeline = DeviceTimeline(self.device)
         self.timeline_last: Dict[str, float] = {}  # ... of the last training epoch
         self.stager = HostToDeviceStager(self.device, timeline=self.timeline)
         self.d2h = DeviceToHostQueue(self.device, timeline=self.timeline)
@@ -223,9 +223,8 @@ class HongTuEngine(ChunkTransfers):
         )
         if kept is not None and kept[0] != x_key:
             kept = self._input_aggregation = None
-        self.input_kept = (
-            kept is not None
-        )  # this pass's first layer reads A·x kept from an earlier pass
+        # this pass's first layer reads A·x kept from an earlier pass
+        self.input_kept = kept is not None
         for layer, layer_mod in enumerate(layers):
             last = layer == len(layers) - 1
             d_out = model.spec.dims[layer + 1]
@@ -279,9 +278,8 @@ class HongTuEngine(ChunkTransfers):
                 )
                 del out, y, agg, h_n
                 self.arena.drop("chunk")
-                self._land(
-                    keep=1
-                )  # the previous chunk's write-backs: issued before this chunk's compute
+                # the previous chunk's write-backs: issued before this chunk's compute
+                self._land(keep=1)
                 prev = resident
                 self.arena.rename("fwd_resident", "fwd_resident_prev")
             self._land(keep=0)  # the next layer reads this one's outputs
@@ -310,9 +308,8 @@ class HongTuEngine(ChunkTransfers):
         for step in self.fwd.steps:
             c = step.chunk
             local = self._local(c)
-            agg = self.to_device(
-                aggregated, local, "fwd", rows_kind="h2d_kept"
-            )  # own rows, not a gather
+            # own rows, not a gather
+            agg = self.to_device(aggregated, local, "fwd", rows_kind="h2d_kept")
             h_v = (
                 self.to_device(x, local, "fwd", rows_kind="h2d_kept")
                 if self.family.self_row
@@ -371,9 +368,8 @@ class HongTuEngine(ChunkTransfers):
                 + ([self.cache[layer]] if self.family.elementwise else [])
                 + ([self.acts[layer]] if self.family.self_row else [])
             )
-            norm = (
-                None if last else model.hidden_norm(layer + 1)
-            )  # part of this layer's recomputed output
+            # part of this layer's recomputed output
+            norm = None if last else model.hidden_norm(layer + 1)
             layer_params = list(layer_mod.parameters()) + (
                 [] if norm is None else list(norm.parameters())
             )

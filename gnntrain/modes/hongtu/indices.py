@@ -38,10 +38,11 @@ FIELDS = (
     "flush_pos",
     "v_pos",
 )
+# host row indices unless the sweep hands rows over device to device
 HOST_SIDE = {
     "give_index",
     "recv_index",
-}  # host row indices unless the sweep hands rows over device to device
+}
 HOST_ROWS = ("load_rows", "flush_rows")  # host table rows: read on the host, never uploaded
 
 

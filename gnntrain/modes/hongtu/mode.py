@@ -259,9 +259,8 @@ class HongTuPlanner(ModePlanner):
             loaded *= 1 - 1 / (n + 1)
         moved = loaded * (sum(ctx.comm_widths) + sum(ctx.grad_widths)) * ctx.dtype_bytes
         on_host = self.settings.device == "cpu"
-        work.gathered_elements += (
-            moved / ctx.dtype_bytes
-        )  # rows picked from (or added into) the host copies
+        # rows picked from (or added into) the host copies
+        work.gathered_elements += moved / ctx.dtype_bytes
         if not on_host:
             work.h2d_bytes += moved
         work.gemms += [

@@ -19,9 +19,8 @@ class HongTuPayload:
 
     layout: ChunkLayout  # every part's chunks and their neighbour lists (deduplicated per §5)
     batches: np.ndarray  # the chunk order the reorganisation chose (§5.2)
-    figures: Dict[
-        str, Any
-    ]  # tiers, device cap, estimated device bytes, volumes: what the rank reports
+    # tiers, device cap, estimated device bytes, volumes: what the rank reports
+    figures: Dict[str, Any]
 
 
 @dataclass

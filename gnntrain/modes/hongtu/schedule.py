@@ -46,9 +46,8 @@ class Step:
     # arrivals
     load_rows: torch.Tensor  # own host rows loaded (local index)
     load_pos: torch.Tensor
-    give_counts: List[
-        int
-    ]  # rows this rank hands each rank (from its device with p2p, else its host)
+    # rows this rank hands each rank (from its device with p2p, else its host)
+    give_counts: List[int]
     give_index: torch.Tensor  # positions in D_t (p2p) or own host rows (no p2p), by destination
     take_counts: List[int]
     take_pos: torch.Tensor  # positions in D_t of rows from other ranks, by source

@@ -71,9 +71,8 @@ class HongTuStrategy(FullGraphStrategy):
         peaks = comm.reduce_stats(
             [float(engine.arena.peak), float(engine.arena.allocator_max)], op="max"
         )
-        layers = len(self.model.layers) - int(
-            engine.input_kept_last
-        )  # those that gathered their inputs
+        # those that gathered their inputs
+        layers = len(self.model.layers) - int(engine.input_kept_last)
         rows = {
             d: {k: int(v) for (dd, k), v in zip(keys, totals) if dd == d} for d in ("fwd", "bwd")
         }

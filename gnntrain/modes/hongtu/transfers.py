@@ -249,9 +249,8 @@ class ChunkTransfers:
         move slice by slice, so their device transients stay one slice (the arena's "staging"
         entry)."""
         step = max(1, STAGING_SLICE_BYTES // max(1, width * self.value_bytes))
-        in_flight = (
-            2 * min(rows, step) * width * self.value_bytes
-        )  # a slice of rows and (at most) its indices
+        # a slice of rows and (at most) its indices
+        in_flight = 2 * min(rows, step) * width * self.value_bytes
         if in_flight > self.arena.held.get("staging", 0):
             self.arena.hold("staging", in_flight)
         for lo in range(0, rows, step):

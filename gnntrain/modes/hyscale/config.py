@@ -28,18 +28,16 @@ class HyScaleConfig(ModeConfig):
     name: str = "hyscale"
     cpu_trainers: int = 1
     accel_trainers: int = 1
-    fanouts: List[int] = field(
-        default_factory=lambda: [25, 10]
-    )  # per layer, input side first; -1 = all
+    # per layer, input side first; -1 = all
+    fanouts: List[int] = field(default_factory=lambda: [25, 10])
     batch_size: int = 1024  # global: split across the trainers by their shares
     prefetch: bool = True  # depth-2 two-stage prefetch (§IV-B); false = serial stages
     drm: bool = True  # dynamic resource management (§IV-A)
     shares: List[float] = field(default_factory=list)  # initial share per trainer; empty = equal
     drm_min_share: float = 0.05  # no trainer's share falls below this fraction of the batch
     drm_ema: float = 0.5  # weight of the newest throughput sample in the EMA
-    slowdown: List[float] = field(
-        default_factory=list
-    )  # per trainer >= 1: emulate a slower device (tests)
+    # per trainer >= 1: emulate a slower device (tests)
+    slowdown: List[float] = field(default_factory=list)
     sampler: SamplerKind = SamplerKind.auto  # auto = dgl where DGL imports, else torch
     # host threads of an accelerator trainer's sampler pool (§III-B: cores reserved for its sampling
     # and

@@ -245,9 +245,10 @@ def prepare(
 
 
 def strategy(mode: HyScalePlanner, shard: RankShard, ctx):
+    # imports the samplers: only in trainer ranks
     from gnntrain.modes.hyscale.trainer import (
         HyScaleTrainer,
-    )  # imports the samplers: only in trainer ranks
+    )
 
     return HyScaleTrainer(mode.options, shard, ctx, mode.settings)
 

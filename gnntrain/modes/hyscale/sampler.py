@@ -56,9 +56,8 @@ class NeighborSampler:
         import dgl
 
         self._dgl = dgl
-        self.graph = dgl.graph(
-            (src, dst), num_nodes=num_nodes
-        )  # edge id = position in (dst, src, weight)
+        # edge id = position in (dst, src, weight)
+        self.graph = dgl.graph((src, dst), num_nodes=num_nodes)
         self.weight = weight
         self.deg = self.graph.in_degrees().to(torch.float64)
         self.fanouts = [int(f) for f in fanouts]
@@ -206,9 +205,8 @@ class TorchNeighborSampler:
         order = torch.argsort((owner << 32) | (keys * 2.0**32).to(torch.int64), stable=True)
         rank = offset  # after sorting by node the within-node rank is the same arange
         kept = torch.zeros(owner.numel(), dtype=torch.bool)
-        kept.index_fill_(
-            0, order[rank < fanout], True
-        )  # the kept set, in CSR order within each node
+        # the kept set, in CSR order within each node
+        kept.index_fill_(0, order[rank < fanout], True)
         keep = kept.nonzero().flatten()
         return torch.index_select(eids, 0, keep), torch.index_select(owner, 0, keep)
 

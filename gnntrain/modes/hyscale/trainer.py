@@ -75,9 +75,8 @@ class HyScaleTrainer(RankStrategy):
         self.stager = HostToDeviceStager(self.device, buffers=3)
         if self.gpu:
             self.stream = self.stager.stream  # transfers overlap compute on the side stream
-        self.through_host = (
-            ctx.plan.backend == "gloo"
-        )  # gloo reduces host buffers: stage GPU gradients
+        # gloo reduces host buffers: stage GPU gradients
+        self.through_host = ctx.plan.backend == "gloo"
         self.train_ids = shard.count_masks["train"].nonzero().flatten()
         self.schedule = ShareSchedule()
         slow = [float(s) for s in self.o.slowdown]
@@ -340,12 +339,10 @@ class HyScaleTrainer(RankStrategy):
         slots[self.rank] = mine
         for j, name in enumerate(("train", "transfer", "load")):
             slots[(j + 1) * self.world + self.rank] = measured[name] / seeds.numel()
-        slots[-1] = (
-            measured["sync_s"] / self.world
-        )  # every rank times the same collective: their mean
-        shared = self.comm.reduce_stats(
-            slots
-        )  # every rank computes the same split from the same numbers
+        # every rank times the same collective: their mean
+        slots[-1] = measured["sync_s"] / self.world
+        # every rank computes the same split from the same numbers
+        shared = self.comm.reduce_stats(slots)
         samp = shared[: self.world]
         costs = {
             name: shared[(j + 1) * self.world : (j + 2) * self.world]
@@ -567,9 +564,8 @@ class HyScaleTrainer(RankStrategy):
             "initial_shares_source": initial.get("source", "resumed"),
             "model_T_samp_per_seed_s": initial.get("T_samp_per_seed_s"),
             "model_per_seed_s": initial.get("model_per_seed_s"),
-            "profile_per_seed_s": initial.get(
-                "profile_per_seed_s"
-            ),  # the hardware profile's plan-time guess
+            # the hardware profile's plan-time guess
+            "profile_per_seed_s": initial.get("profile_per_seed_s"),
             "model_predicted_iteration_s": initial.get("predicted_iteration_s"),
             "sampler_pool_threads": [sp["T_SC"] for sp in self.splits],
             "threads_per_trainer": [dict(sp) for sp in self.splits],

@@ -57,9 +57,8 @@ class MoPConfig(ModeConfig):
 class MoPPayload:
     """What a MoP rank holds beyond its row block and the whole adjacency."""
 
-    feature_columns: (
-        torch.Tensor
-    )  # its column slice of every row's input features (the aggregation side)
+    # its column slice of every row's input features (the aggregation side)
+    feature_columns: torch.Tensor
     pipeline_chunks: int  # fine-grained pipeline stages (§3.1.3); 1 = none
 
 
@@ -345,9 +344,8 @@ class MoPStrategy(FullGraphStrategy):
             if s > 1
             else []
         )
-        self.clock = StageClock(
-            ctx.device
-        )  # MixGCN Fig. 8's split: aggregation, all-to-all (comm), update
+        # MixGCN Fig. 8's split: aggregation, all-to-all (comm), update
+        self.clock = StageClock(ctx.device)
         super().__init__(shard, ctx, settings, aggregate_first=aggregate_first)
         # the first layer's aggregation of the fixed input columns, kept once computed
         # (train.cache_input_aggregation;
