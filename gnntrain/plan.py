@@ -145,158 +145,22 @@ def plan_mode(plan: RunPlan):
 
 # ------------------------------------------------------------------- build
 def build_plan(cfg: DictConfig) -> RunPlan:
-    """Resolve and validate; raises PlanError with the offending option."""
-    from gnntrain.data import check_dataset_config, dataset_sizes, fill_file_sizes
-    from gnntrain.modes import mode_spec
+    """Resolve and validate; raises PlanError with the offending option. The steps: the settings
+    every
+    mode shares, the mode that hosts the model, the world and its parts, the sizes the estimates see
+    (:class:`PlanContext`), the mode's checks and estimate, then threads, kernel and the
+    prediction."""
+    from gnntrain.data import dataset_sizes
 
-    extra = unknown_keys(cfg)
-    if extra:  # appended with +key=value onto a structured config: nothing would read it
-        import difflib
-
-        key, valid = extra[0]
-        close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=3)
-        parent = key.rsplit(".", 1)[0] + "." if "." in key else ""
-        hint = (
-            f"did you mean {', '.join(parent + c for c in close)}?"
-            if close
-            else f"valid keys there: {', '.join(valid)}"
-        )
-        raise PlanError(
-            key,
-            "is not an option (appended with +, it would be ignored).",
-            f"{hint} Set existing keys without '+'.",
-        )
+    _check_shared_settings(cfg)
+    spec, mode, family = _hosting_mode(cfg)
     t, m, hw, ds = cfg.train, cfg.model, cfg.hardware, cfg.dataset
-    warnings: List[str] = []
-    if ds.source == "files":
-        fill_file_sizes(cfg)  # the ingested graph's own sizes, before anything is sized or checked
-    check_dataset_config(ds)  # sizes, ratios and fractions a generator or the estimates can use
-    if int(t.epochs) < 1:
-        raise PlanError(
-            "train.epochs",
-            f"must be at least 1 (got {t.epochs}).",
-            "set train.epochs=N with N >= 1",
-        )
-    if float(t.lr) <= 0:
-        raise PlanError(
-            "train.lr",
-            f"learning rate must be > 0 (got {t.lr}).",
-            "set train.lr to a positive value",
-        )
-    if float(t.weight_decay) < 0:
-        raise PlanError("train.weight_decay", f"must be >= 0 (got {t.weight_decay}).")
-    if int(t.eval_every) < 1:
-        raise PlanError("train.eval_every", f"must be at least 1 (got {t.eval_every}).")
-    if int(t.checkpoint_every) < 0:
-        raise PlanError("train.checkpoint_every", f"must be >= 0 (got {t.checkpoint_every}).")
-    if int(t.get("keep_checkpoints", 0)) < 0:
-        raise PlanError(
-            "train.keep_checkpoints", f"must be >= 0 (got {t.keep_checkpoints}; 0 keeps every one)."
-        )
-    from gnntrain.models.registry import model_family
-
-    # an unknown model or custom class: one PlanError
-    family = model_family(m.name, m.get("target"))
-    # a value the layer refuses: one PlanError
-    family.check_options(RunSettings.of(cfg).model_options)
-    if int(m.layers) < 1 or int(m.hidden) < 1:
-        raise PlanError("model.layers/model.hidden", "must both be at least 1.")
-    if not 0.0 <= float(m.dropout) < 1.0:
-        raise PlanError("model.dropout", f"must lie in [0, 1) (got {m.dropout}).")
-    if not 0 <= int(cfg.port) <= 65535:
-        raise PlanError(
-            "port", f"{cfg.port} is outside 0..65535.", "use port=0 to pick a free port"
-        )
-    if int(cfg.port) and port_in_use(int(cfg.port)):
-        raise PlanError(
-            "port",
-            f"port {cfg.port} is already in use on this host.",
-            "use port=0 to pick a free port, or free that port",
-        )
-    if float(cfg.comm_timeout_s) <= 0:
-        raise PlanError("comm_timeout_s", "must be > 0 seconds.")
-    if int(hw.nodes) < 1 or int(hw.ranks_per_node) < 1:
-        raise PlanError(
-            "hardware.nodes/hardware.ranks_per_node",
-            f"world size must be at least 1 (got {hw.nodes} x {hw.ranks_per_node}).",
-            "set hardware.ranks_per_node=N with N >= 1",
-        )
-
-    check_profile(hw)
-    from gnntrain.metrics.trackers import check_installed
-
-    check_installed(cfg)
-    if cfg.mode.name == "auto":
-        raise PlanError(
-            "mode",
-            "mode=auto picks among the other modes; its plan comes from "
-            "gnntrain.auto.resolve_plan.",
-        )
-    spec = mode_spec(cfg.mode.name)
-    mode, can = spec.plan(cfg.mode, RunSettings.of(cfg)), spec.capabilities
-    refusal = can.refuses(family)
-    if refusal is not None:
-        from gnntrain.models.registry import MODEL_REGISTRY
-
-        rule = f" {can.models_rule}" if can.models_rule else ""
-        hosted = [name for name, f in sorted(MODEL_REGISTRY.items()) if can.refuses(f) is None]
-        raise PlanError(
-            "model",
-            f"mode '{spec.name}' does not support model '{m.name}': {refusal}.{rule}",
-            f"use one of {', '.join(hosted)}",
-        )
-
-    device = option_value(hw.device)
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise PlanError(
-                "hardware.device",
-                "the profile asks for CUDA but no CUDA device is available here.",
-                "use hardware=local-cpu, or run on a CUDA host",
-            )
-    world = mode.world_size(int(hw.nodes) * int(hw.ranks_per_node))
+    device = _device(hw)
     n, e, f, c = dataset_sizes(ds)
-    if world > n:
-        raise PlanError(
-            "world size",
-            f"{world} ranks for a graph of {n} nodes: every rank must own rows.",
-            "lower hardware.ranks_per_node",
-        )
-    num_parts = mode.num_parts(world)
-    requested_parts = int(cfg.partitioner.get("num_parts", 0) or 0)
-    if requested_parts and requested_parts != num_parts:
-        raise PlanError(
-            "partitioner.num_parts",
-            f"{requested_parts} parts do not match the {num_parts} that "
-            f"mode '{spec.name}' needs at world size {world}.",
-            "drop partitioner.num_parts or change the world size",
-        )
-
+    world, num_parts = _world_and_parts(cfg, spec, mode, n)
     dtype = option_value(t.dtype)
-    dims = model_dims(f, int(m.hidden), c, int(m.layers))
-    # the one model-shape table (widths, params, MACs)
-    shape = mode.model_shape(dims, DTYPE_BYTES[dtype])
-    widths, grads, params = list(shape.widths), list(shape.grad_widths), shape.param_bytes
-    ctx = PlanContext(
-        world_size=world,
-        num_nodes=n,
-        num_edges=e,
-        feat_dim=f,
-        num_classes=c,
-        dtype_bytes=DTYPE_BYTES[dtype],
-        dims=tuple(dims),
-        comm_widths=tuple(widths),
-        param_bytes=params,
-        model=m.name,
-        grad_widths=tuple(grads),
-        update_macs=shape.update_macs,
-        elementwise=family.elementwise,
-        settings=mode.settings,
-        train_nodes=int(round(n * float(ds.train_fraction))) if ds.source == "generated" else 0,
-    )
-    warnings += mode.validate(ctx)
+    ctx = _plan_context(cfg, mode, family, world, (n, e, f, c), dtype)
+    warnings: List[str] = list(mode.validate(ctx))
 
     ranks_per_node = min(world, int(hw.ranks_per_node))
     cores = host_cores(hw)
@@ -306,19 +170,12 @@ def build_plan(cfg: DictConfig) -> RunPlan:
             f"{world} ranks on {cores} cores exceeds the oversubscription limit "
             f"(x{hw.oversubscribe}); expect slow collectives"
         )
-    kernel, kernel_note = resolve_kernel(cfg, device, dtype, threads, e / max(n, 1), max(widths))
-    reader = resolve_reader(ds)
+    kernel, kernel_note = resolve_kernel(
+        cfg, device, dtype, threads, e / max(n, 1), max(ctx.comm_widths)
+    )
     # memory, work, bytes and exactness: the one estimate the plan prints and prices
     estimate = mode.estimate(ctx)
-    memory = estimate.memory
-    host_mem = host_memory_bytes(hw)
-    if memory.total_bytes * ranks_per_node > host_mem:
-        raise PlanError(
-            "dataset/hardware",
-            f"estimated {format_bytes(memory.total_bytes * ranks_per_node)} per "
-            f"node for {ds.name} does not fit the profile's {format_bytes(host_mem)} host memory.",
-            "use more nodes, a smaller dataset, or a profile with more memory",
-        )
+    _check_host_memory(estimate.memory.total_bytes * ranks_per_node, hw, ds.name)
     comm = None
     if estimate.comm is not None:
         comm = {
@@ -326,7 +183,6 @@ def build_plan(cfg: DictConfig) -> RunPlan:
             "by_kind": dict(estimate.comm.by_kind),
             "formula": estimate.comm.formula,
         }
-
     cost = cost_profile(hw, threads)
     if cost is not None and world > ranks_per_node:  # collectives cross the link between nodes
         cost = dataclasses.replace(cost, ranks_per_link=ranks_per_node)
@@ -355,17 +211,209 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         dtype=dtype,
         epochs=int(t.epochs),
         num_parts=num_parts,
-        memory_per_rank=memory,
+        memory_per_rank=estimate.memory,
         comm_per_epoch=comm,
-        mode_details={**mode.details(ctx), "graph per rank": _graph_per_rank(can, world)},
+        mode_details={
+            **mode.details(ctx),
+            "graph per rank": _graph_per_rank(spec.capabilities, world),
+        },
         warnings=tuple(warnings),
         config=_with_resolved(
             OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), mode.resolved_options(ctx)
         ),
-        reader=reader,
+        reader=resolve_reader(ds),
         rank_threads=tuple(rank_threads),
         prediction=prediction,
     )
+
+
+def _refuse_appended_keys(cfg: DictConfig) -> None:
+    """A key appended with +key=value onto a structured config: nothing would read it."""
+    extra = unknown_keys(cfg)
+    if not extra:
+        return
+    import difflib
+
+    key, valid = extra[0]
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=3)
+    parent = key.rsplit(".", 1)[0] + "." if "." in key else ""
+    hint = (
+        f"did you mean {', '.join(parent + c for c in close)}?"
+        if close
+        else f"valid keys there: {', '.join(valid)}"
+    )
+    raise PlanError(
+        key,
+        "is not an option (appended with +, it would be ignored).",
+        f"{hint} Set existing keys without '+'.",
+    )
+
+
+def _check_shared_settings(cfg: DictConfig) -> None:
+    """The settings every mode shares: dataset, training, model, port and hardware (one PlanError
+    naming the option)."""
+    from gnntrain.data import check_dataset_config, fill_file_sizes
+    from gnntrain.metrics.trackers import check_installed
+
+    _refuse_appended_keys(cfg)
+    t, m, hw, ds = cfg.train, cfg.model, cfg.hardware, cfg.dataset
+    if ds.source == "files":
+        fill_file_sizes(cfg)  # the ingested graph's own sizes, before anything is sized or checked
+    check_dataset_config(ds)  # sizes, ratios and fractions a generator or the estimates can use
+    _check_training(t)
+    if int(m.layers) < 1 or int(m.hidden) < 1:
+        raise PlanError("model.layers/model.hidden", "must both be at least 1.")
+    if not 0.0 <= float(m.dropout) < 1.0:
+        raise PlanError("model.dropout", f"must lie in [0, 1) (got {m.dropout}).")
+    if not 0 <= int(cfg.port) <= 65535:
+        raise PlanError(
+            "port", f"{cfg.port} is outside 0..65535.", "use port=0 to pick a free port"
+        )
+    if int(cfg.port) and port_in_use(int(cfg.port)):
+        raise PlanError(
+            "port",
+            f"port {cfg.port} is already in use on this host.",
+            "use port=0 to pick a free port, or free that port",
+        )
+    if float(cfg.comm_timeout_s) <= 0:
+        raise PlanError("comm_timeout_s", "must be > 0 seconds.")
+    if int(hw.nodes) < 1 or int(hw.ranks_per_node) < 1:
+        raise PlanError(
+            "hardware.nodes/hardware.ranks_per_node",
+            f"world size must be at least 1 (got {hw.nodes} x {hw.ranks_per_node}).",
+            "set hardware.ranks_per_node=N with N >= 1",
+        )
+    check_profile(hw)
+    check_installed(cfg)
+
+
+def _check_training(t) -> None:
+    if int(t.epochs) < 1:
+        raise PlanError(
+            "train.epochs",
+            f"must be at least 1 (got {t.epochs}).",
+            "set train.epochs=N with N >= 1",
+        )
+    if float(t.lr) <= 0:
+        raise PlanError(
+            "train.lr",
+            f"learning rate must be > 0 (got {t.lr}).",
+            "set train.lr to a positive value",
+        )
+    if float(t.weight_decay) < 0:
+        raise PlanError("train.weight_decay", f"must be >= 0 (got {t.weight_decay}).")
+    if int(t.eval_every) < 1:
+        raise PlanError("train.eval_every", f"must be at least 1 (got {t.eval_every}).")
+    if int(t.checkpoint_every) < 0:
+        raise PlanError("train.checkpoint_every", f"must be >= 0 (got {t.checkpoint_every}).")
+    if int(t.get("keep_checkpoints", 0)) < 0:
+        raise PlanError(
+            "train.keep_checkpoints", f"must be >= 0 (got {t.keep_checkpoints}; 0 keeps every one)."
+        )
+
+
+def _hosting_mode(cfg: DictConfig):
+    """(the mode's spec, its planner, the model's family): one PlanError where the model is unknown,
+    refuses an option's value, or is one the mode cannot host (naming the models it does host)."""
+    from gnntrain.models.registry import MODEL_REGISTRY, model_family
+    from gnntrain.modes import mode_spec
+
+    m = cfg.model
+    # an unknown model or custom class: one PlanError
+    family = model_family(m.name, m.get("target"))
+    settings = RunSettings.of(cfg)
+    family.check_options(settings.model_options)  # a value the layer refuses: one PlanError
+    if cfg.mode.name == "auto":
+        raise PlanError(
+            "mode",
+            "mode=auto picks among the other modes; its plan comes from "
+            "gnntrain.auto.resolve_plan.",
+        )
+    spec = mode_spec(cfg.mode.name)
+    can = spec.capabilities
+    refusal = can.refuses(family)
+    if refusal is not None:
+        rule = f" {can.models_rule}" if can.models_rule else ""
+        hosted = [name for name, f in sorted(MODEL_REGISTRY.items()) if can.refuses(f) is None]
+        raise PlanError(
+            "model",
+            f"mode '{spec.name}' does not support model '{m.name}': {refusal}.{rule}",
+            f"use one of {', '.join(hosted)}",
+        )
+    return spec, spec.plan(cfg.mode, settings), family
+
+
+def _device(hw) -> str:
+    device = option_value(hw.device)
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise PlanError(
+                "hardware.device",
+                "the profile asks for CUDA but no CUDA device is available here.",
+                "use hardware=local-cpu, or run on a CUDA host",
+            )
+    return device
+
+
+def _world_and_parts(cfg: DictConfig, spec, mode, num_nodes: int) -> Tuple[int, int]:
+    hw = cfg.hardware
+    world = mode.world_size(int(hw.nodes) * int(hw.ranks_per_node))
+    if world > num_nodes:
+        raise PlanError(
+            "world size",
+            f"{world} ranks for a graph of {num_nodes} nodes: every rank must own rows.",
+            "lower hardware.ranks_per_node",
+        )
+    num_parts = mode.num_parts(world)
+    requested_parts = int(cfg.partitioner.get("num_parts", 0) or 0)
+    if requested_parts and requested_parts != num_parts:
+        raise PlanError(
+            "partitioner.num_parts",
+            f"{requested_parts} parts do not match the {num_parts} that "
+            f"mode '{spec.name}' needs at world size {world}.",
+            "drop partitioner.num_parts or change the world size",
+        )
+    return world, num_parts
+
+
+def _plan_context(cfg: DictConfig, mode, family, world: int, sizes, dtype: str) -> PlanContext:
+    """The sizes every estimate sees: the graph's, and the model's widths, parameters and update
+    work
+    from the one model-shape table, in the mode's layer order."""
+    n, e, f, c = sizes
+    m, ds = cfg.model, cfg.dataset
+    dims = model_dims(f, int(m.hidden), c, int(m.layers))
+    shape = mode.model_shape(dims, DTYPE_BYTES[dtype])
+    return PlanContext(
+        world_size=world,
+        num_nodes=n,
+        num_edges=e,
+        feat_dim=f,
+        num_classes=c,
+        dtype_bytes=DTYPE_BYTES[dtype],
+        dims=tuple(dims),
+        comm_widths=tuple(shape.widths),
+        param_bytes=shape.param_bytes,
+        model=m.name,
+        grad_widths=tuple(shape.grad_widths),
+        update_macs=shape.update_macs,
+        elementwise=family.elementwise,
+        settings=mode.settings,
+        train_nodes=int(round(n * float(ds.train_fraction))) if ds.source == "generated" else 0,
+    )
+
+
+def _check_host_memory(node_bytes: int, hw, dataset: str) -> None:
+    host_mem = host_memory_bytes(hw)
+    if node_bytes > host_mem:
+        raise PlanError(
+            "dataset/hardware",
+            f"estimated {format_bytes(node_bytes)} per "
+            f"node for {dataset} does not fit the profile's {format_bytes(host_mem)} host memory.",
+            "use more nodes, a smaller dataset, or a profile with more memory",
+        )
 
 
 def _with_resolved(config: Dict[str, Any], mode_options: Dict[str, Any]) -> Dict[str, Any]:

@@ -94,7 +94,8 @@ class EpochLoop:
         self.num_nodes = int(task.num_nodes)  # the graph's, for predict's assembly
         self.cfg = ctx.plan.config_obj
 
-    def run(self) -> Dict[str, Any]:
+    # over the function budget: the one epoch loop: resume, evaluation, checkpoints, interrupts
+    def run(self) -> Dict[str, Any]:  # noqa: C901, PLR0912, PLR0915
         """Train; returns ``{"history": [...], "accuracy": {split: value}}``."""
         ctx, model, optimizer, task, train_cfg = (
             self.ctx,

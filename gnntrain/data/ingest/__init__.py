@@ -176,7 +176,8 @@ def _read_graph_object(path: Path, kind: str) -> Dict[str, Any]:
 
 
 # ------------------------------------------------------------------ edges
-def _edge_batches(
+# over the function budget: one branch per input format (CSV/TSV, Parquet, NumPy, npz, PyG, DGL)
+def _edge_batches(  # noqa: C901, PLR0912
     opts: IngestOptions, ids: NodeIds, graph: Optional[Dict[str, Any]]
 ) -> Iterator[Tuple[np.ndarray, np.ndarray, Any, int, int]]:
     """(src index, dst index, locate(i) -> text, done bytes, total bytes) per batch; unknown IDs
@@ -367,7 +368,8 @@ def _split(
     return masks
 
 
-def _labels_and_masks(opts: IngestOptions, nodes: NodeResult, graph, notes: List[str]):
+# over the function budget: labels and masks from a column, a file, the graph or a drawn split
+def _labels_and_masks(opts: IngestOptions, nodes: NodeResult, graph, notes: List[str]):  # noqa: C901, PLR0912
     n = nodes.ids.num_nodes
     labels = nodes.labels
     if opts.nodes.labels is not None:

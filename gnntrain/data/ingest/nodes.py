@@ -162,7 +162,8 @@ def _check_labels(given: np.ndarray, where: str, locate) -> None:
         )
 
 
-def read_node_table(path: Path, kind: str, opts: NodeOptions, work: Path, progress) -> NodeResult:
+# over the function budget: one pass over a node table: id, feature, label and mask columns by kind
+def read_node_table(path: Path, kind: str, opts: NodeOptions, work: Path, progress) -> NodeResult:  # noqa: C901, PLR0912, PLR0915
     """Features (and a label column, mask columns where present) from a table keyed by node ID."""
     import pyarrow as pa
     import pyarrow.compute as pc
