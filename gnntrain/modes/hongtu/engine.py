@@ -346,8 +346,7 @@ class HongTuEngine(ChunkTransfers):
         self.timeline.reset()
         return figures
 
-    # over the function budget: HongTu Algorithm 1's backward loop, kept whole as the paper prints
-    # it
+    # over the function budget: HongTu Algorithm 1's backward loop, whole as the paper prints it
     def run_backward(self, model, grad_logits: torch.Tensor) -> List[torch.Tensor]:  # noqa: PLR0915
         """Layer-major backward (HongTu Algorithm 1, backward loop: lines 14–21 as printed, 12–19 in
         the §4.3
