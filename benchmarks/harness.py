@@ -28,8 +28,7 @@ Candidate = Tuple[str, List[str]]  # (name, config overrides)
 @dataclass
 class SuiteResult:
     """One suite's table, as docs/bench/<suite>.json holds it: title, columns, rows of cells, notes,
-    any
-    figures of the suite's own (``extra``, written as top-level keys), and how and where it was
+    any figures of the suite's own (``extra``, written as top-level keys), and how and where it was
     run."""
 
     title: str
@@ -122,8 +121,7 @@ def interleaved_summaries(
     graph: List[str], candidates: List[Candidate], reps: int
 ) -> Dict[str, List[dict]]:
     """Train every (name, overrides) candidate once per repetition, interleaved so that machine
-    noise
-    hits all of them alike; returns name -> the repetitions' summary.json dicts."""
+    noise hits all of them alike; returns name -> the repetitions' summary.json dicts."""
     import tempfile
 
     from gnntrain.launch import run_training
@@ -234,8 +232,7 @@ class MachineMemoryWatch:
 @dataclass
 class MeasuredRun:
     """One ``gnntrain run`` measured from outside: its summary (None unless it completed), the
-    machine
-    memory peak above the level before it, its wall seconds, and its last output lines."""
+    machine memory peak above the level before it, its wall seconds, and its last output lines."""
 
     summary: Optional[dict]
     machine_peak: int

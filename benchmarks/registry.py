@@ -1,8 +1,7 @@
 """The suites by name: ``@suite("name")`` registers a function ``(quick: bool) -> SuiteResult``.
 
 The suite modules register themselves when ``benchmarks.suites`` is imported
-(``benchmarks.__main__``
-does that, in one place); this module imports none of them.
+(``benchmarks.__main__`` does that, in one place); this module imports none of them.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """gnntrain from Python: compose, plan, run, and train on a graph you hold in memory.
 
-    import gnntrain.api as gt
-    result = gt.train(data, ["mode=partition", "train.epochs=100"])   # a PyG Data, a DGL graph, or
-    arrays
-    result.summary["accuracy"], result.run_dir
-    model = result.model()          # a torch.nn.Module: model(data) -> logits
+    import gnntrain.api as gt result = gt.train(data, ["mode=partition", "train.epochs=100"]) # a
+    PyG Data, a DGL graph, or arrays result.summary["accuracy"], result.run_dir model =
+    result.model() # a torch.nn.Module: model(data) -> logits
 
 The same entry the CLI takes: overrides are Hydra's (``key=value``, ``group=option``), the plan is
 validated as ``gnntrain plan`` validates it, and the run writes what ``gnntrain run`` writes
@@ -80,8 +78,7 @@ def compose(overrides: Sequence[str] = (), config_dir: Optional[str] = None):
 
 def compose_or_error(overrides: Sequence[str] = ()):
     """:func:`compose`, with a bad override (unknown option or group, a value of the wrong type)
-    raised as one
-    GnnTrainError line, the line ``gnntrain run`` prints for it."""
+    raised as one GnnTrainError line, the line ``gnntrain run`` prints for it."""
     from gnntrain.errors import GnnTrainError
     from gnntrain.launch.compose import config_error
 
@@ -203,8 +200,7 @@ def train(
     ingest_options: Optional[Dict[str, Any]] = None,
 ) -> RunResult:
     """Train on ``graph`` (a PyG Data, a DGL graph, or a dict with edge_index, features/x, labels/y
-    and
-    optional train/val/test masks) with gnntrain overrides, e.g. ``["mode=partition",
+    and optional train/val/test masks) with gnntrain overrides, e.g. ``["mode=partition",
     "model=sage"]``.
 
     The graph is ingested once (symmetrised, self-loops and repeats dropped, masks drawn 0.6/0.2/0.2
@@ -217,8 +213,7 @@ def train(
 
 def load_model(run_dir: Path):
     """The model a run trained, as a ``torch.nn.Module``: ``model(data)`` or ``model(x,
-    edge_index)``
-    -> logits; ``model.embeddings(data, layer=k)`` -> hidden representations."""
+    edge_index)`` -> logits; ``model.embeddings(data, layer=k)`` -> hidden representations."""
     from gnntrain.models.export import load_trained_model
 
     return load_trained_model(Path(run_dir))

@@ -3,14 +3,11 @@ modification time and (optionally) BLAKE2b digest, published so that a reader wh
 every file, and verified lazily.
 
 The partition store (:mod:`gnntrain.partition.store`) and ingested graphs
-(:mod:`gnntrain.data.ondisk`)
-are such folders. A file is checked by size on every open and by digest only when its modification
-time
-moved since it was published (or always, with ``GNNTRAIN_VERIFY_PARTS=1``), so opening an artifact
-does
-not page its data in. (The partition cache is a single ``.npz`` written atomically with a checksum
-of its
-arrays inside: one file needs no folder protocol.)
+(:mod:`gnntrain.data.ondisk`) are such folders. A file is checked by size on every open and by
+digest only when its modification time moved since it was published (or always, with
+``GNNTRAIN_VERIFY_PARTS=1``), so opening an artifact does not page its data in. (The partition cache
+is a single ``.npz`` written atomically with a checksum of its arrays inside: one file needs no
+folder protocol.)
 """
 
 from __future__ import annotations
@@ -44,8 +41,7 @@ def describe_files(
     folder: Path, rels: Iterable[str], digests: bool = True
 ) -> Dict[str, Dict[str, Any]]:
     """{relative path: {bytes, mtime_ns[, digest]}} of the files of ``folder`` (a rename keeps the
-    mtime:
-    "untouched since published")."""
+    mtime: "untouched since published")."""
     entries: Dict[str, Dict[str, Any]] = {}
     for rel in rels:
         stat = (Path(folder) / rel).stat()
@@ -57,14 +53,10 @@ def describe_files(
 
 def publish(staging: Path, directory: Path, meta: Dict[str, Any], replace: bool = True) -> Path:
     """Write ``meta.json`` into the finished folder ``staging`` (atomically), then rename the folder
-    to
-    ``directory``: the artifact appears whole, with its meta, or not at all (a folder without its
-    meta is
-    incomplete and never read). An existing ``directory`` is moved aside and removed once the new
-    one is
-    in place (only with ``replace``; else FileExistsError); folders moved aside by a publish that
-    crashed
-    are swept."""
+    to ``directory``: the artifact appears whole, with its meta, or not at all (a folder without its
+    meta is incomplete and never read). An existing ``directory`` is moved aside and removed once
+    the new one is in place (only with ``replace``; else FileExistsError); folders moved aside by a
+    publish that crashed are swept."""
     staging, directory = Path(staging), Path(directory)
     atomic_write_bytes(
         staging / META, json.dumps(meta, indent=1, sort_keys=True, default=str).encode()
@@ -91,10 +83,8 @@ def verify_files(
     directory: Path, files: Dict[str, Dict[str, Any]], rels: Optional[Iterable[str]] = None
 ) -> None:
     """Raise :class:`ArtifactError` for the first of ``rels`` (default: every listed file) that is
-    missing,
-    has the wrong size, or was written since it was published (its mtime moved) and no longer
-    matches its
-    digest. ``GNNTRAIN_VERIFY_PARTS=1`` checks every digest."""
+    missing, has the wrong size, or was written since it was published (its mtime moved) and no
+    longer matches its digest. ``GNNTRAIN_VERIFY_PARTS=1`` checks every digest."""
     full = os.environ.get("GNNTRAIN_VERIFY_PARTS", "") not in ("", "0")
     for rel in files if rels is None else rels:
         path = Path(directory) / rel

@@ -1,17 +1,12 @@
 """``mode=auto``: enumerate the plans this hardware allows, predict each, run the fastest that fits.
 
 Candidates are every registered mode (or ``auto.modes``) × its ``Capabilities.auto_variants`` (the
-options its
-paper varies: sparse/oblivious, replication, aggregation and bits, dedup) × the world sizes the
-profile
-allows (``auto.ranks_per_node``, else 1, 2, 4, ... up to ``hardware.ranks_per_node`` per node). Each
-is
-resolved by :func:`gnntrain.plan.build_plan` (so an impossible plan, or one whose memory does not
-fit
-the host, is dropped with the plan's own reason), approximate ones are dropped unless
-``auto.allow_approximate``, and the rest are ranked by ``ModePlanner.predict``'s epoch time on the
-profile's
-calibrated costs (docs/design.md#mode-auto).
+options its paper varies: sparse/oblivious, replication, aggregation and bits, dedup) × the world
+sizes the profile allows (``auto.ranks_per_node``, else 1, 2, 4, ... up to
+``hardware.ranks_per_node`` per node). Each is resolved by :func:`gnntrain.plan.build_plan` (so an
+impossible plan, or one whose memory does not fit the host, is dropped with the plan's own reason),
+approximate ones are dropped unless ``auto.allow_approximate``, and the rest are ranked by
+``ModePlanner.predict``'s epoch time on the profile's calibrated costs (docs/design.md#mode-auto).
 """
 
 from __future__ import annotations

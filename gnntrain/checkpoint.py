@@ -30,10 +30,9 @@ from gnntrain.atomic import atomic_write_bytes
 from gnntrain.errors import GnnTrainError
 
 # Settings a resume may change: applied from the resumed epoch on, printed as old -> new and
-# recorded in
-# summary.json (``resume``) and metrics.jsonl. Everything in the plan hash (dataset, model but its
-# dropout, mode,
-# partitioner, world size, dtype, seed) is pinned: a checkpoint of another plan is refused.
+# recorded in summary.json (``resume``) and metrics.jsonl. Everything in the plan hash (dataset,
+# model but its dropout, mode, partitioner, world size, dtype, seed) is pinned: a checkpoint of
+# another plan is refused.
 RESUMABLE_SETTINGS = (
     "train.lr",
     "train.weight_decay",
@@ -55,8 +54,7 @@ def current_settings(cfg) -> Dict[str, Any]:
 
 def pinned_settings(cfg) -> Dict[str, Any]:
     """The settings a checkpoint pins (what the plan hash covers), flat: {"model.hidden": 16, ...},
-    so a
-    refused resume names the keys that differ."""
+    so a refused resume names the keys that differ."""
     from collections.abc import Mapping
 
     def flat(prefix: str, node) -> Dict[str, Any]:
@@ -78,8 +76,7 @@ def pinned_settings(cfg) -> Dict[str, Any]:
 
 def resume_changes(state: Dict[str, Any], cfg) -> Dict[str, list]:
     """{setting: [old, new]} between a checkpoint and this run (old lr and weight decay also from
-    the optimizer
-    state, for checkpoints that predate the stored settings)."""
+    the optimizer state, for checkpoints that predate the stored settings)."""
     old = dict(state.get("settings") or {})
     groups = (state.get("optimizer") or {}).get("param_groups") or [{}]
     old.setdefault("train.lr", groups[0].get("lr"))

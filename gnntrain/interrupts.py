@@ -1,16 +1,11 @@
 """Ctrl-C and SIGTERM: finish the epoch in flight on every rank, then stop with a result.
 
 The first SIGINT or SIGTERM only sets a flag. Ranks agree on it at the end of each epoch (it rides
-on
-the epoch's metrics reduction, so every rank stops after the same epoch), rank 0 saves a checkpoint
-of
-that epoch where checkpointing is on, and ``summary.json`` says ``interrupted`` with the last
-completed
-epoch. A second SIGINT/SIGTERM exits at once. The local launcher, which the terminal's Ctrl-C
-reaches
-together with its ranks, forwards a SIGTERM or a signal sent to it alone as SIGUSR1 ("stop after
-this
-epoch"), which never counts as a second interrupt.
+on the epoch's metrics reduction, so every rank stops after the same epoch), rank 0 saves a
+checkpoint of that epoch where checkpointing is on, and ``summary.json`` says ``interrupted`` with
+the last completed epoch. A second SIGINT/SIGTERM exits at once. The local launcher, which the
+terminal's Ctrl-C reaches together with its ranks, forwards a SIGTERM or a signal sent to it alone
+as SIGUSR1 ("stop after this epoch"), which never counts as a second interrupt.
 """
 
 from __future__ import annotations
@@ -65,11 +60,10 @@ STOP = StopRequest()
 @contextmanager
 def graceful_stop(hard_exit: bool = True, sigterm: bool = True) -> Iterator[StopRequest]:
     """Catch SIGINT, SIGTERM and the launcher's SIGUSR1 for the ``with`` block (main thread only;
-    elsewhere a
-    no-op), restoring the previous handlers afterwards. ``sigterm=False`` leaves SIGTERM deadly: a
-    rank the
-    local launcher spawned gets its stops as SIGUSR1, and SIGTERM from it means "end now" (torch's
-    process context terminates the survivors of a failed rank with it, and waits for them)."""
+    elsewhere a no-op), restoring the previous handlers afterwards. ``sigterm=False`` leaves SIGTERM
+    deadly: a rank the local launcher spawned gets its stops as SIGUSR1, and SIGTERM from it means
+    "end now" (torch's process context terminates the survivors of a failed rank with it, and waits
+    for them)."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():

@@ -89,11 +89,12 @@ def resolve_kernel(
     cfg, device: str, dtype: str, threads: int, avg_degree: float, width: int
 ) -> Tuple[str, str]:
     """(kernel, note): ``kernel=dgl|torch`` checked against this install, ``auto`` measured
-    (:func:`gnntrain.models.kernels.choose_kernel`, cached per host in the cache dir)."""
+    (:func:`gnntrain.models.kernel_choice.choose_kernel`, cached per host in the cache dir)."""
     import torch
 
     from gnntrain.data import resolve_cache_dir
-    from gnntrain.models.kernels import choose_kernel, kernel_problem
+    from gnntrain.models.kernel_choice import choose_kernel
+    from gnntrain.models.kernels import kernel_problem
 
     kernel = option_value(cfg.kernel)
     if kernel != "auto":
@@ -105,8 +106,7 @@ def resolve_kernel(
             )
         return kernel, _with_native_build(kernel, f"set by kernel={kernel}")
     # the measurement belongs to the host, not to the data: GNNTRAIN_KERNEL_CACHE_DIR shares it
-    # between
-    # runs whose cache_dir differs (jobs with private caches, a test session)
+    # between runs whose cache_dir differs (jobs with private caches, a test session)
     data_cache = resolve_cache_dir(cfg)  # checked either way: a bad cache_dir is a plan error here
     cache = os.environ.get("GNNTRAIN_KERNEL_CACHE_DIR") or data_cache
     try:
@@ -128,8 +128,7 @@ def _with_native_build(kernel: str, note: str) -> str:
 # ------------------------------------------------------------------- modes
 def build_mode(cfg):
     """The configured mode's planner (:class:`gnntrain.modes.ModePlanner`), built from its own
-    options and
-    the run's typed settings: the one place a composed config becomes a mode."""
+    options and the run's typed settings: the one place a composed config becomes a mode."""
     from gnntrain.modes import mode_spec
 
     return mode_spec(cfg["mode"]["name"]).plan(cfg["mode"], RunSettings.of(cfg))
@@ -146,10 +145,9 @@ def plan_mode(plan: RunPlan):
 # ------------------------------------------------------------------- build
 def build_plan(cfg: DictConfig) -> RunPlan:
     """Resolve and validate; raises PlanError with the offending option. The steps: the settings
-    every
-    mode shares, the mode that hosts the model, the world and its parts, the sizes the estimates see
-    (:class:`PlanContext`), the mode's checks and estimate, then threads, kernel and the
-    prediction."""
+    every mode shares, the mode that hosts the model, the world and its parts, the sizes the
+    estimates see (:class:`PlanContext`), the mode's checks and estimate, then threads, kernel and
+    the prediction."""
     from gnntrain.data import dataset_sizes
 
     _check_shared_settings(cfg)
@@ -380,8 +378,7 @@ def _world_and_parts(cfg: DictConfig, spec, mode, num_nodes: int) -> Tuple[int, 
 
 def _plan_context(cfg: DictConfig, mode, family, world: int, sizes, dtype: str) -> PlanContext:
     """The sizes every estimate sees: the graph's, and the model's widths, parameters and update
-    work
-    from the one model-shape table, in the mode's layer order."""
+    work from the one model-shape table, in the mode's layer order."""
     n, e, f, c = sizes
     m, ds = cfg.model, cfg.dataset
     dims = model_dims(f, int(m.hidden), c, int(m.layers))

@@ -4,8 +4,8 @@
 training, hardware, partitioner, dataset and predict sections as their schema dataclasses), so no
 mode handles the composed config itself. :class:`PlanContext` adds the sizes known before any data
 is loaded; :class:`RunPlan` is the resolved, validated plan (built by
-:func:`gnntrain.plan.build_plan`).
-This module imports only the config schema: every layer above may read these types.
+:func:`gnntrain.plan.build_plan`). This module imports only the config schema: every layer above may
+read these types.
 """
 
 from __future__ import annotations
@@ -138,8 +138,7 @@ class PlanContext:
         0  # expected training nodes when the config implies it (generated graphs), else 0
     )
     # comm_widths of the layers whose communicated tensor has a gradient, i.e. that move data
-    # backward too:
-    # every layer but a first one that aggregates the input features, which need none
+    # backward too: every layer but a first one that aggregates the input features, which need none
     # (grad_widths())
     grad_widths: Tuple[int, ...] = ()
     update_macs: Tuple[

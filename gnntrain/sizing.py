@@ -56,9 +56,8 @@ def aggregates_first(
     """Whether a layer aggregates its input (width d_in) before its weights apply.
 
     A ``linear`` layer (GCN, SAGE: aggregation and weights commute) may swap the order;
-    ``preference``
-    None is DGL's rule (aggregate unless the layer narrows). Other layers always aggregate their
-    input.
+    ``preference`` None is DGL's rule (aggregate unless the layer narrows). Other layers always
+    aggregate their input.
     """
     if not linear:
         return True
@@ -79,9 +78,8 @@ HALO_FACTOR = 0.77  # received source rows held per layer, relative to one copy 
 
 def halo_rows(ctx: PlanContext, rows: int, num_parts: int) -> int:
     """Source rows a rank receives per layer, before the partition is known: every remote
-    in-neighbour
-    distinct, at most all the rows it does not own (what a random-like graph such as csbm
-    reaches)."""
+    in-neighbour distinct, at most all the rows it does not own (what a random-like graph such as
+    csbm reaches)."""
     if num_parts <= 1:
         return 0
     return int(min(ctx.num_nodes - rows, rows * ctx.num_edges / max(1, ctx.num_nodes)))

@@ -1,6 +1,5 @@
 """One table row per GPU-check record (scripts/gpu_check.py): check, mode, status, median epoch, and
-what the
-record showed, in words."""
+what the record showed, in words."""
 
 from __future__ import annotations
 

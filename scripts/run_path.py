@@ -3,13 +3,11 @@
     python scripts/run_path.py [--root DIR] [overrides ...]
 
 Runs ``gnntrain run`` in this process (a one-rank plan, so the whole path is here: plan, load,
-partition,
-prepare, strategy, first epoch) under ``sys.setprofile`` and records every Python function of the
-``gnntrain`` package that is called before the first ``train_epoch`` starts: distinct functions,
-distinct
-modules, and calls. Comprehensions and lambdas are not counted as functions. ``--root`` names
-another
-checkout whose ``gnntrain`` is imported instead (an older commit, to compare: ``git worktree add``).
+partition, prepare, strategy, first epoch) under ``sys.setprofile`` and records every Python
+function of the ``gnntrain`` package that is called before the first ``train_epoch`` starts:
+distinct functions, distinct modules, and calls. Comprehensions and lambdas are not counted as
+functions. ``--root`` names another checkout whose ``gnntrain`` is imported instead (an older
+commit, to compare: ``git worktree add``).
 """
 
 from __future__ import annotations

@@ -20,8 +20,7 @@ CORA = ["dataset=cora", f"data_dir={SHARED_DGL}"]
 os.environ.setdefault("GNNTRAIN_OFFLINE", "1")
 os.environ.setdefault("OUTDATED_IGNORE", "1")
 # kernel=auto measures each shape once per session (in-process runs and CLI runs alike), not once
-# per
-# test's fresh cache_dir; tests of the measurement itself pass their own folder to choose_kernel
+# per test's fresh cache_dir; tests of the measurement itself pass their own folder to choose_kernel
 os.environ.setdefault(
     "GNNTRAIN_KERNEL_CACHE_DIR", tempfile.mkdtemp(prefix="gnntrain-test-kernels-")
 )
@@ -99,6 +98,14 @@ requires_shared = pytest.mark.skipif(
 )
 
 
+# dataset=cora, loaded once for the session (test_ingest, test_api)
+@pytest.fixture(scope="session")
+def cora(cache_dir):
+    from gnntrain.data import load_dataset
+
+    return load_dataset(compose(CORA + [f"cache_dir={cache_dir}"]))
+
+
 # ------------------------------------------------------------- exactness
 GRAPHS = {"csbm": ["dataset=csbm"], "cora": CORA}
 EXACT = ["train.dtype=float64", "model.dropout=0", "train.epochs=3", "train.seed=3", "kernel=torch"]
@@ -128,8 +135,7 @@ def assert_exact(losses, reference, tol: float = 1e-9) -> None:
 # ------------------------------------------------------- autograd-order fakes
 class LoggedPending:
     """An exchange in flight (the shape of ``Communicator.all_to_all_start``'s result) whose
-    ``wait``
-    is logged in ``events`` as "wait <label>": the autograd-order tests of the overlapped
+    ``wait`` is logged in ``events`` as "wait <label>": the autograd-order tests of the overlapped
     backwards."""
 
     def __init__(self, events: List[str], x, label: str):

@@ -197,9 +197,8 @@ def test_the_checker_sees_deferred_and_type_checking_imports(tmp_path, source, c
 def imported_modules(path: Path) -> Set[str]:
     """Every absolute module name that ``path`` imports: import statements anywhere (deferred ones
     included), ``importlib.import_module("...")`` / ``__import__("...")`` with a literal name, and
-    the
-    same in code strings handed to a child interpreter (``python -c "..."``), parsed where they are
-    literal Python."""
+    the same in code strings handed to a child interpreter (``python -c "..."``), parsed where they
+    are literal Python."""
     names: Set[str] = set()
     trees = [ast.parse(path.read_text(), filename=str(path))]
     for node in ast.walk(
@@ -240,8 +239,7 @@ def imported_modules(path: Path) -> Set[str]:
 
 def importable_names(tree: Path) -> Set[str]:
     """The top-level names under which code in ``tree`` can be imported: the tree itself, and, for
-    an
-    importer that put one of its folders on ``sys.path``, every module and package inside it."""
+    an importer that put one of its folders on ``sys.path``, every module and package inside it."""
     names = {tree.name}
     for path in tree.rglob("*.py"):
         if "__pycache__" in path.parts:
@@ -282,9 +280,8 @@ def forbidden_imports(repo: Path) -> List[str]:
 
 def test_tests_and_benchmarks_do_not_import_each_other():
     """Benchmarks and scripts reach gnntrain through gnntrain.api (compose, cli), never through the
-    tests'
-    conftest; tests run a benchmark or script as a process, never import it; gnntrain imports none
-    of them."""
+    tests' conftest; tests run a benchmark or script as a process, never import it; gnntrain imports
+    none of them."""
     found = forbidden_imports(REPO)
     assert not found, "imports across trees that must stay apart:\n" + "\n".join(found)
 
@@ -362,8 +359,8 @@ def test_the_tree_checker_sees_deferred_and_sys_path_imports(tmp_path, files, cr
 
 def test_a_mode_is_a_small_spec_of_typed_parts():
     """A mode is a frozen spec (name, options, capabilities, planner, prepare, strategy), not a
-    class of
-    thirty members; what a mode hands its ranks is a typed payload, never a string-keyed dict."""
+    class of thirty members; what a mode hands its ranks is a typed payload, never a string-keyed
+    dict."""
     import dataclasses
 
     from gnntrain.modes import MODE_REGISTRY, ModeSpec, RankShard

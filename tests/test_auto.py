@@ -44,9 +44,8 @@ def _plan(overrides, cache_dir):
 @pytest.fixture(scope="module")
 def calibrated(tmp_path_factory):
     """One real `gnntrain calibrate --quick` (its wall time too), into a private user config dir:
-    every probe
-    runs; only the per-mode factors come from shorter runs (`python -m benchmarks auto` uses the
-    full one)."""
+    every probe runs; only the per-mode factors come from shorter runs (`python -m benchmarks auto`
+    uses the full one)."""
     user_dir = tmp_path_factory.mktemp("user-config")
     env = {
         "GNNTRAIN_USER_CONFIG_DIR": str(user_dir),
@@ -72,8 +71,7 @@ def test_calibrate_writes_a_profile_that_composes(calibrated, tmp_path):
     proc, seconds, user_dir, env = calibrated
     assert proc.returncode == 0, proc.stderr + proc.stdout
     # a guard against a calibrate that grows without bound, not a benchmark: 93-138 s on the 2-core
-    # CI
-    # machine (the same commit, minutes apart), so the bound sits at twice the slowest seen
+    # CI machine (the same commit, minutes apart), so the bound sits at twice the slowest seen
     assert seconds < 300, f"calibrate took {seconds:.0f} s"
     path = user_dir / "hardware" / "test-calibrated.yaml"
     assert str(path) in proc.stdout.replace("\n", "")
@@ -152,7 +150,7 @@ def test_calibrate_refuses_a_cuda_profile_without_a_gpu(tmp_path):
 def test_a_collective_probe_that_cannot_run_is_one_plan_error(tmp_path):
     import torch
 
-    from gnntrain.launch.calibrate import probe_collectives
+    from gnntrain.launch.host_probes import probe_collectives
 
     if torch.cuda.device_count() >= 2:
         pytest.skip("NCCL can run here")
@@ -212,8 +210,7 @@ def test_every_plan_on_a_calibrated_profile_carries_a_prediction(cache_dir):
 
 def test_predictions_follow_the_work(cache_dir):
     """Bigger graphs cost more; oblivious moves more than sparse; fewer bits move fewer bytes; MoP's
-    bytes
-    are its closed form (estimate_comm); one rank has no communication."""
+    bytes are its closed form (estimate_comm); one rank has no communication."""
     small = _plan(["mode=partition", "dataset.num_nodes=20000"], cache_dir).prediction
     large = _plan(["mode=partition", "dataset.num_nodes=80000"], cache_dir).prediction
     assert large["compute_s"] > 3 * small["compute_s"] and large["comm_s"] > small["comm_s"]
@@ -233,8 +230,7 @@ def test_predictions_follow_the_work(cache_dir):
 
 def test_mop_predicted_bytes_are_what_its_run_moves(train, cache_dir):
     """The bytes mode=auto prices for MoP are the bytes a MoP run measures (per kind and in total),
-    not
-    the estimate compared with itself."""
+    not the estimate compared with itself."""
     overrides = ["mode=mop", "dataset.num_nodes=300", "train.epochs=2"]
     plan = _plan(overrides, cache_dir)
     measured = train(overrides)["comm_bytes"]
@@ -257,8 +253,7 @@ def test_the_mode_factor_scales_only_what_grows_with_the_graph(cache_dir):
 
 def test_across_nodes_the_profile_link_prices_the_collectives(cache_dir):
     """Two nodes of 2 ranks behind a 1 Gbit/s link with 50 us latency: the same plan on one node of
-    4 ranks
-    communicates faster; the link's share per rank (2 ranks on it) bounds the bandwidth."""
+    4 ranks communicates faster; the link's share per rank (2 ranks on it) bounds the bandwidth."""
     one_node = _plan(
         [
             "mode=partition",

@@ -1,9 +1,7 @@
 """``mode=partition mode.comm=cagnet``: CAGNET's 1D algorithm (p broadcast stages forward and
-backward,
-gnntrain/modes/cagnet.py; docs/design.md#partition) is exact, moves the closed-form bytes the plan
-predicts, overlaps each stage's broadcast with the previous stage's SpMM, and is refused on the 1.5D
-grid.
-``oblivious`` is the deprecated name of ``dense-alltoall``."""
+backward, gnntrain/modes/cagnet.py; docs/design.md#partition) is exact, moves the closed-form bytes
+the plan predicts, overlaps each stage's broadcast with the previous stage's SpMM, and is refused on
+the 1.5D grid. ``oblivious`` is the deprecated name of ``dense-alltoall``."""
 
 from __future__ import annotations
 
@@ -47,15 +45,11 @@ def test_cagnet_directed_graph_is_exact(train):
 @pytest.mark.parametrize("order", ["default", "aggregate-first"])
 def test_cagnet_bytes_equal_closed_form_and_the_plan(train, order):
     """Per epoch, bcast_fwd = (p - 1) N sum_l f_l b, where l ranges over every layer's aggregation
-    and f_l is
-    the width that layer aggregates (GCN 128 -> 16 -> 7 transforms first when that narrows: 16 and
-    7;
-    with aggregate_first=true: 128 and 16); bcast_bwd = (p - 1) N sum_l f_l b over the layers whose
-    aggregated
-    tensor has a gradient (every layer but a first one that aggregates the input features). Computed
-    from
-    the config here, compared with the plan's estimate (printed before the run) and the measured
-    ledger."""
+    and f_l is the width that layer aggregates (GCN 128 -> 16 -> 7 transforms first when that
+    narrows: 16 and 7; with aggregate_first=true: 128 and 16); bcast_bwd = (p - 1) N sum_l f_l b
+    over the layers whose aggregated tensor has a gradient (every layer but a first one that
+    aggregates the input features). Computed from the config here, compared with the plan's estimate
+    (printed before the run) and the measured ledger."""
     p, b = 3, 8
     extra = ["mode.aggregate_first=true"] if order == "aggregate-first" else []
     overrides = (

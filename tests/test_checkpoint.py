@@ -13,10 +13,8 @@ def _final_state(run_dir, epoch):
 
 
 # partition and mop are slow (make test-all): test_interrupts' Ctrl-C test kills and resumes the
-# default
-# partition run, and the dropout masks every full-graph mode replays are one function of the global
-# row
-# (test_exactness::test_dropout_masks_match_across_layouts)
+# default partition run, and the dropout masks every full-graph mode replays are one function of the
+# global row (test_exactness::test_dropout_masks_match_across_layouts)
 @pytest.mark.parametrize(
     "mode_args",
     [
@@ -274,8 +272,7 @@ def test_a_run_keeps_three_checkpoints_by_default(train, tmp_path):
 
 def test_a_resume_with_changed_settings_applies_them_and_says_so(train, tmp_path):
     """train.resume with another lr (and more epochs): trained at the new lr from the resumed epoch
-    on (its losses
-    leave the unchanged resume's), printed old -> new, recorded in summary.json and
+    on (its losses leave the unchanged resume's), printed old -> new, recorded in summary.json and
     metrics.jsonl."""
     import json
     import shutil

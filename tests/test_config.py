@@ -170,8 +170,7 @@ def test_modes_read_typed_options_at_plan_time_and_in_the_ranks():
 
 def test_tests_the_api_and_the_cli_compose_with_the_same_search_path(tmp_path, monkeypatch):
     """One composition function: a profile in the user's folder (where ``gnntrain calibrate``
-    writes)
-    composes in the tests' ``compose``, in ``gnntrain.api.compose`` and in ``gnntrain plan``
+    writes) composes in the tests' ``compose``, in ``gnntrain.api.compose`` and in ``gnntrain plan``
     alike."""
     from conftest import compose, run_cli
 

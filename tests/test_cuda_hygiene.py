@@ -136,9 +136,8 @@ def test_arena_cap_binds_the_allocators_peak():
 
 def test_stager_loads_the_same_rows():
     """The staged path (reusable buffers, rotated) on the CPU: every load equals ``host[index]`` and
-    stays
-    so after later loads refill the buffers; a load that handed out its buffer, or a buffer grown or
-    reused wrongly, would change an earlier result."""
+    stays so after later loads refill the buffers; a load that handed out its buffer, or a buffer
+    grown or reused wrongly, would change an earlier result."""
     from gnntrain.modes.staging import HostToDeviceStager
 
     host = torch.arange(400, dtype=torch.float64).reshape(100, 4)
@@ -161,9 +160,8 @@ def test_stager_loads_the_same_rows():
 
 def test_stager_gathers_ahead_of_its_copies():
     """HyScale's pipeline gathers on one thread and copies on another: with three buffers, three
-    gathers
-    in flight before their copies still land the rows each gathered (a fourth would refill the
-    first)."""
+    gathers in flight before their copies still land the rows each gathered (a fourth would refill
+    the first)."""
     from gnntrain.modes.staging import HostToDeviceStager
 
     host = torch.arange(600, dtype=torch.float32).reshape(150, 4)

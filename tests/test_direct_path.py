@@ -1,10 +1,7 @@
 """HongTu's direct path (gnntrain/modes/hongtu/direct.py, mode.direct=true): one CPU rank whose SpMM
-reads
-neighbour rows in place, chunk topology sliced from the CSR. It equals single in float64 with every
-table
-in memory or on the disk tier, counts the disk bytes the plan predicts, never builds the COO edge
-lists of
-an ingested graph, and refuses the plans it cannot run."""
+reads neighbour rows in place, chunk topology sliced from the CSR. It equals single in float64 with
+every table in memory or on the disk tier, counts the disk bytes the plan predicts, never builds the
+COO edge lists of an ingested graph, and refuses the plans it cannot run."""
 
 from __future__ import annotations
 
@@ -72,8 +69,7 @@ def test_direct_on_an_ingested_graph_never_builds_edge_lists(
     train, tmp_path, monkeypatch, generator
 ):
     """dataset=files: the CSR is read where it lies (its transpose built where the graph is
-    directed); the
-    COO lists single needs are never made."""
+    directed); the COO lists single needs are never made."""
     from gnntrain.data.graph import CsrGraphData
     from gnntrain.data.ingest.generated import write_generated
 
@@ -118,3 +114,23 @@ def test_direct_draws_single_dropout_masks_per_chunk(train, tmp_path):
     dropout = ["model.dropout=0.5"]
     summary = run_direct(train, tmp_path, graph, "mode.chunks=3", *dropout, disk=False)
     assert_exact(summary["losses"], single_losses(train, graph + EXACT + dropout))
+
+
+def test_the_direct_path_is_a_spec_of_its_own():
+    """mode.direct=true selects the direct path's own spec (planner, prepare, strategy); the
+    gathering engine's planner has no direct branch left."""
+    from gnntrain.modes.hongtu.direct_mode import HONGTU_DIRECT, DirectPlanner
+    from gnntrain.modes.hongtu.mode import HongTuPlanner
+    from gnntrain.modes.hongtu.spec import HONGTU
+    from gnntrain.plan import build_mode
+
+    one_rank = ["mode=hongtu", "hardware.ranks_per_node=1"]
+    direct = build_mode(compose(one_rank + ["mode.direct=true"]))
+    gather = build_mode(compose(one_rank))
+    assert direct.spec is HONGTU_DIRECT and type(direct) is DirectPlanner
+    assert gather.spec is HONGTU and type(gather) is HongTuPlanner
+    assert (
+        HONGTU_DIRECT.prepare is not HONGTU.prepare
+        and HONGTU_DIRECT.strategy is not HONGTU.strategy
+    )
+    assert not hasattr(HongTuPlanner, "direct")

@@ -1,9 +1,7 @@
 """mode=hongtu's disk tier (gnntrain/modes/hongtu/tiers.py): with mode.host_budget=0 every vertex
-table
-lives in a memory-mapped scratch file; the run stays exact against single, the disk bytes it
-measures
-equal the plan's prediction, the files are gone at the end, and a disk too small is refused at plan
-time."""
+table lives in a memory-mapped scratch file; the run stays exact against single, the disk bytes it
+measures equal the plan's prediction, the files are gone at the end, and a disk too small is refused
+at plan time."""
 
 from __future__ import annotations
 
@@ -137,9 +135,8 @@ def test_a_disk_too_small_is_refused_at_plan_time(tmp_path, cache_dir, monkeypat
 
 def test_a_killed_runs_tables_are_removed_at_plan_time(tmp_path, cache_dir):
     """A resumed run's plan counts its killed predecessor's tables as free space: the plan removes
-    the rank
-    folders whose owner process on this host is gone, and keeps those of live processes and other
-    hosts."""
+    the rank folders whose owner process on this host is gone, and keeps those of live processes and
+    other hosts."""
     import os
     import socket
     import subprocess
@@ -198,8 +195,7 @@ def test_tables_on_disk_come_off_the_memory_estimate(cache_dir):
 
 def test_unset_budget_comes_from_the_profiles_host_memory(train, cache_dir):
     """host_budget unset: a profile whose host memory cannot hold every table gets the budget it
-    leaves
-    (resolved into the plan's config); the run puts the rest on disk and stays exact."""
+    leaves (resolved into the plan's config); the run puts the rest on disk and stays exact."""
     base = (
         SMALL
         + THREE_LAYERS

@@ -8,9 +8,9 @@ import pytest
 from conftest import EXACT, GRAPHS, assert_exact, requires_shared, single_losses
 
 # The layout matrix runs on the torch-native kernel (EXACT): each spawned rank then skips DGL's ~4 s
-# import.
-# test_kernels.py shows both kernels agree; test_default_dgl_kernel_is_exact covers DGL end to end.
-# (comm, p, c) for every valid combination of comm in {oblivious, sparse}, p in {2,3,4}, c in {1,2}
+# import. test_kernels.py shows both kernels agree; test_default_dgl_kernel_is_exact covers DGL end
+# to end. (comm, p, c) for every valid combination of comm in {oblivious, sparse}, p in {2,3,4}, c
+# in {1,2}
 LAYOUTS = [
     (comm, p, c)
     for comm in ("oblivious", "sparse")
@@ -120,8 +120,7 @@ LAYER_NORM_RUNS = [
 )
 def test_layer_norm_is_exact_in_every_mode(train, graph, mode, p, extra):
     """model.norm=layer (SuperGCN's Table 3 model: SAGE with LayerNorm) normalises each row on its
-    own,
-    so every exact layout still gives single's losses; its parameters are in the gradient
+    own, so every exact layout still gives single's losses; its parameters are in the gradient
     all-reduce."""
     norm = GRAPHS[graph] + EXACT + ["model=sage", "model.layers=3", "model.norm=layer"]
     ref = single_losses(train, norm)

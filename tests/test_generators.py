@@ -164,8 +164,7 @@ SMALL = {
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Blocks of 1000 edge draws and 512 rows, so a small graph takes every multi-block path (both
-    sides patched
-    alike: the block size shapes the graph)."""
+    sides patched alike: the block size shapes the graph)."""
     import gnntrain.data.generators as generators
     import gnntrain.data.generators.csbm as csbm
     import gnntrain.data.generators.rmat as rmat
@@ -254,10 +253,9 @@ def test_generate_removes_the_partial_folders_of_dead_runs_and_stops_on_sigterm(
 
 def test_a_new_generators_parameters_are_its_config_and_all_enter_the_content_hash():
     """A new generated dataset is one module (a DatasetConfig subclass with its parameters, its
-    blocks,
-    one register_generator) plus one YAML (here a ConfigStore node). Its new parameter composes as
-    dataset.<name>, is checked by type, and changes the content hash without being listed
-    anywhere."""
+    blocks, one register_generator) plus one YAML (here a ConfigStore node). Its new parameter
+    composes as dataset.<name>, is checked by type, and changes the content hash without being
+    listed anywhere."""
     from dataclasses import dataclass
 
     import numpy as np

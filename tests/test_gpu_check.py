@@ -1,8 +1,7 @@
 """scripts/gpu_check.py (issue #21) off a GPU: its flow runs on the CPU at small sizes, writes the
-records
-and a table that `python -m benchmarks --render` renders, and refuses plainly where it cannot run.
-The GPU run itself is
-`bash scripts/gpu-check.sh` on a CUDA machine (README: GPU check)."""
+records and a table that `python -m benchmarks --render` renders, and refuses plainly where it
+cannot run. The GPU run itself is `bash scripts/gpu-check.sh` on a CUDA machine (README: GPU
+check)."""
 
 from __future__ import annotations
 
@@ -39,8 +38,8 @@ def test_gpu_check_flow_on_the_cpu_writes_records_that_render(tmp_path):
         r["status"] == "ok" and r["exact_vs_cpu_rel"] <= 1e-9 and r["epoch_time_s"] for r in records
     )
     # on the CPU the "device" side still differs from the reference: hongtu against single, and for
-    # single
-    # torch's kernel against the native one, so a kernel or mode that drifts fails the dry run
+    # single torch's kernel against the native one, so a kernel or mode that drifts fails the dry
+    # run
     single = records[0]
     assert single["kernel"] == "torch" and single["reference_kernel"] == "native"
     (tmp_path / "results").mkdir()
@@ -86,8 +85,7 @@ def test_gpu_check_refuses_plainly(tmp_path):
 
 def test_gpu_check_starts_no_check_past_its_deadline(tmp_path):
     """--deadline-s (a time-limited GPU machine): checks not started in time are named, and the
-    records
-    written so far (none here) still come back."""
+    records written so far (none here) still come back."""
     out = tmp_path / "gpu.json"
     done = subprocess.run(
         SCRIPT

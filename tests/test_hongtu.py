@@ -206,11 +206,9 @@ def test_bytes_by_kind_follow_the_rows(train):
 @pytest.mark.parametrize("model,ranks", [("gcn", 1), ("sage", 2)])
 def test_the_first_layer_reads_a_kept_input_aggregation(train, model, ranks):
     """train.cache_input_aggregation (default): after the first epoch the first layer loads its own
-    rows of the
-    kept A·x (and of x for SAGE) instead of gathering neighbours; losses are the recomputing run's,
-    bit for bit;
-    the plan's per-epoch bytes (schedule.epoch_traffic, input_kept) match the ledger's last
-    epoch."""
+    rows of the kept A·x (and of x for SAGE) instead of gathering neighbours; losses are the
+    recomputing run's, bit for bit; the plan's per-epoch bytes (schedule.epoch_traffic, input_kept)
+    match the ledger's last epoch."""
     base = (
         SMALL
         + EXACT

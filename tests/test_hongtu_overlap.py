@@ -1,6 +1,5 @@
 """HongTu's chunk loop overlaps transfers with compute (HongTu §4.2; issue 58): checked on a CPU
-host with the
-deferred paths that CUDA takes (docs/design.md#hongtu, "Overlapped transfers").
+host with the deferred paths that CUDA takes (docs/design.md#hongtu, "Overlapped transfers").
 
 - write-backs are queued, never copied synchronously, and a step's land only after the next step's
 loads
@@ -71,8 +70,7 @@ def deferred(monkeypatch):
 )
 def test_deferred_write_backs_keep_hongtu_exact(train, deferred, model, dedup, chunks):
     """Every write-back goes through the queue and lands later, yet losses equal single's to 1e-9
-    (one rank
-    in this process: the patched queue does not reach rank processes)."""
+    (one rank in this process: the patched queue does not reach rank processes)."""
     graph = SMALL + [f"model={model}"]
     run = train(
         graph
@@ -91,10 +89,8 @@ def test_deferred_write_backs_keep_hongtu_exact(train, deferred, model, dedup, c
 
 def test_a_step_lands_only_after_the_next_steps_loads(train, deferred):
     """Between a step's write-backs and their landing the next step's loads were issued: the loop
-    never waits
-    for a chunk's copies before starting the next chunk (only a layer's last chunk lands at once:
-    the next
-    layer reads it)."""
+    never waits for a chunk's copies before starting the next chunk (only a layer's last chunk lands
+    at once: the next layer reads it)."""
     train(
         SMALL
         + EXACT
@@ -213,8 +209,8 @@ def test_timeline_measures_overlap_from_intervals():
 
 def test_a_flush_into_untouched_rows_of_a_zeroed_table_is_a_plain_write():
     """The ⊕-add of a gradient flush becomes a write (no host-side add) for rows not yet written
-    since the table
-    was zeroed; rows written before, and any table added to by index, keep the add."""
+    since the table was zeroed; rows written before, and any table added to by index, keep the
+    add."""
     from types import SimpleNamespace
 
     from gnntrain.modes.hongtu.engine import HongTuEngine

@@ -68,9 +68,8 @@ def test_pool_draws_the_same_batches_as_a_serial_loop():
 
 def test_initial_shares_are_the_performance_models(train):
     """No mode.shares: the split comes from the §V model (the emulated 50x slower CPU trainer's
-    training
-    cost per seed) with T_samp measured at start; the report holds the model's inputs and the split
-    equals model_shares over them; the first batch uses it."""
+    training cost per seed) with T_samp measured at start; the report holds the model's inputs and
+    the split equals model_shares over them; the first batch uses it."""
     s = train(
         ["dataset=csbm"]
         + HS
@@ -187,10 +186,8 @@ def test_a_run_keeps_the_reserve_where_the_machine_has_the_cores():
 
 def test_the_models_stage_costs_are_measured_at_start(train):
     """§V's costs come from probes on each rank (its gather, copy, forward+backward with
-    mode.slowdown, one
-    gradient all-reduce), not from the hardware profile's rates: a trainer slowed 20x costs about
-    20x more per
-    seed to train, and the profile's guess is kept beside them."""
+    mode.slowdown, one gradient all-reduce), not from the hardware profile's rates: a trainer slowed
+    20x costs about 20x more per seed to train, and the profile's guess is kept beside them."""
     s = train(
         ["dataset=csbm"]
         + HS

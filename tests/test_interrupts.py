@@ -1,8 +1,6 @@
 """Ctrl-C and SIGTERM: every rank finishes the epoch in flight and stops; summary.json says
-interrupted;
-a checkpoint of that epoch is saved; one line prints the exact resume command, which ends
-bit-identical to
-a run never interrupted; a second interrupt exits at once."""
+interrupted; a checkpoint of that epoch is saved; one line prints the exact resume command, which
+ends bit-identical to a run never interrupted; a second interrupt exits at once."""
 
 from __future__ import annotations
 

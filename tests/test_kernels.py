@@ -1,7 +1,6 @@
 """Sparse aggregation: the native, DGL and torch paths agree with the dense product,
 forward and backward, in float32 and float64; normalisations run as row scales around an unweighted
-SpMM;
-kernel=auto is measured; bad kernel choices are plan errors; dropout masks are a
+SpMM; kernel=auto is measured; bad kernel choices are plan errors; dropout masks are a
 function of the global row."""
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from gnntrain.models import (
     SparseAdjacency,
     edge_weight_values,
     edge_weights,
+    kernel_choice,
     kernels,
     transposed,
 )
@@ -85,9 +85,8 @@ def test_streamed_copy_holds_one_csr_and_equals_the_dense_product(host_kernel, w
 
 def test_native_adjacency_releases_its_edge_lists_and_single_drops_the_shards(train, monkeypatch):
     """The native kernel holds its own CSR pair, so mode=single drops the COO and the edge weights
-    (~24 B/edge
-    of its peak); the product is unchanged, and a later reader of edges gets one clear error. GAT
-    keeps them."""
+    (~24 B/edge of its peak); the product is unchanged, and a later reader of edges gets one clear
+    error. GAT keeps them."""
     src, dst, n_src = _graph()
     w = edge_weights("gcn", src, dst, 60)
     h = torch.randn(n_src, 5, dtype=torch.float64)
@@ -251,17 +250,17 @@ def test_auto_measures_every_kernel_once_per_shape_and_caches(monkeypatch, tmp_p
         timed.append(kernel)
         return fake[kernel]
 
-    monkeypatch.setattr(kernels, "time_kernel", fake_time)
-    choice = kernels.choose_kernel("cpu", "float32", 1, 10.0, 16, tmp_path, probe_nodes=100)
-    assert choice.kernel == "torch" and sorted(timed) == sorted(here * kernels.PROBE_ROUNDS)
+    monkeypatch.setattr(kernel_choice, "time_kernel", fake_time)
+    choice = kernel_choice.choose_kernel("cpu", "float32", 1, 10.0, 16, tmp_path, probe_nodes=100)
+    assert choice.kernel == "torch" and sorted(timed) == sorted(here * kernel_choice.PROBE_ROUNDS)
     assert timed[len(here) :] == timed[: len(here)][::-1]  # the second round in the reverse order
     assert "torch 1.0 ms" in choice.describe() and "native 3.0 ms" in choice.describe()
     # same degree bucket
-    again = kernels.choose_kernel("cpu", "float32", 1, 12.0, 16, tmp_path, probe_nodes=100)
-    assert again == choice and len(timed) == len(here) * kernels.PROBE_ROUNDS
+    again = kernel_choice.choose_kernel("cpu", "float32", 1, 12.0, 16, tmp_path, probe_nodes=100)
+    assert again == choice and len(timed) == len(here) * kernel_choice.PROBE_ROUNDS
     fake.update(native=0.0005)
     assert (
-        kernels.choose_kernel("cpu", "float64", 1, 10.0, 16, tmp_path, probe_nodes=100).kernel
+        kernel_choice.choose_kernel("cpu", "float64", 1, 10.0, 16, tmp_path, probe_nodes=100).kernel
         == "native"
     )
     (tmp_path / "kernels.json").write_text("{not json")
@@ -269,7 +268,9 @@ def test_auto_measures_every_kernel_once_per_shape_and_caches(monkeypatch, tmp_p
         UserWarning, match=f"kernel cache {tmp_path / 'kernels.json'} is corrupt .*re-measuring"
     ):
         assert (
-            kernels.choose_kernel("cpu", "float32", 1, 10.0, 16, tmp_path, probe_nodes=100).kernel
+            kernel_choice.choose_kernel(
+                "cpu", "float32", 1, 10.0, 16, tmp_path, probe_nodes=100
+            ).kernel
             == "native"
         )
 
@@ -282,7 +283,7 @@ def test_the_kernel_cache_follows_the_environment_over_cache_dir(monkeypatch, tm
     from gnntrain.plan import resolve_kernel
 
     monkeypatch.setattr(
-        kernels,
+        kernel_choice,
         "time_kernel",
         lambda kernel, *args, **kwargs: {"native": 2e-3, "torch": 1e-3}.get(kernel, 1.0),
     )
@@ -308,14 +309,14 @@ def test_the_kernel_probe_stays_within_its_budget(monkeypatch, degree, width):
         shapes.append((nodes, avg_degree))
         return torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
 
-    monkeypatch.setattr(kernels, "probe_graph", fake_graph)
-    monkeypatch.setattr(kernels, "time_kernel", lambda *args, **kwargs: 0.001)
-    kernels.choose_kernel("cpu", "float32", 1, degree, width, None)
+    monkeypatch.setattr(kernel_choice, "probe_graph", fake_graph)
+    monkeypatch.setattr(kernel_choice, "time_kernel", lambda *args, **kwargs: 0.001)
+    kernel_choice.choose_kernel("cpu", "float32", 1, degree, width, None)
     ((nodes, avg_degree),) = shapes
-    assert nodes * avg_degree <= kernels.PROBE_MAX_EDGES
+    assert nodes * avg_degree <= kernel_choice.PROBE_MAX_EDGES
     assert (
-        nodes * (avg_degree * kernels.PROBE_BYTES_PER_EDGE + width * 4 * 4)
-        <= kernels.PROBE_BUDGET_BYTES
+        nodes * (avg_degree * kernel_choice.PROBE_BYTES_PER_EDGE + width * 4 * 4)
+        <= kernel_choice.PROBE_BUDGET_BYTES
         or nodes == 16
     )
     # with the 16-node floor: a gigabyte at this extreme width
@@ -324,10 +325,10 @@ def test_the_kernel_probe_stays_within_its_budget(monkeypatch, degree, width):
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_real_timing_of_every_kernel(kernel):
-    src, dst = kernels.probe_graph(2000, 8)
+    src, dst = kernel_choice.probe_graph(2000, 8)
     assert (
         0
-        < kernels.time_kernel(
+        < kernel_choice.time_kernel(
             kernel, dst, src, 2000, 16, torch.float32, torch.device("cpu"), reps=1
         )
         < 5
@@ -357,8 +358,7 @@ def test_dropout_mask_is_a_function_of_the_global_row():
 
 def test_a_slice_of_the_dropout_mask_is_drawn_alone():
     """A chunk's rows of the mask (HongTu on a GPU draws each chunk's where it uses them) equal
-    those rows of
-    the whole mask, for held rows given or all rows."""
+    those rows of the whole mask, for held rows given or all rows."""
     rows = torch.randperm(3000)[:900]
     for dropout in (
         GlobalDropout(0.4, seed=2, num_global_nodes=3000, global_ids=None),

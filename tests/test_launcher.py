@@ -15,7 +15,7 @@ import psutil
 import pytest
 from conftest import read_summary
 
-from gnntrain.launch.launcher import expand_nodelist, external_identity
+from gnntrain.launch.rank_identity import expand_nodelist, external_identity
 
 
 def test_no_external_launcher():
@@ -146,8 +146,8 @@ def test_failing_rank_ends_the_job(tmp_path, action, needle):
             pass
     assert proc.returncode == 1, out
     # rank processes were seen running, so the leftover check looks at real processes (a scan of
-    # /proc
-    # on a loaded 2-core machine can take longer than a short-lived rank lives, so one is enough)
+    # /proc on a loaded 2-core machine can take longer than a short-lived rank lives, so one is
+    # enough)
     assert seen, f"rank processes seen while running: {sorted(seen)}\n{out}"
     assert not leftovers, (
         f"rank processes alive after the launcher exited: {sorted(leftovers)}\n{out}"
@@ -217,11 +217,10 @@ def test_spawned_rank_peak_memory_is_its_own():
 
 def test_threads_never_exceed_the_cores_a_rank_has(monkeypatch):
     """A profile's cores_per_node (32 on cpu-cluster) planned 16 threads per rank on a 2-core
-    machine;
-    a rank takes its share of the cores it may run on instead."""
+    machine; a rank takes its share of the cores it may run on instead."""
     import os
 
-    from gnntrain.launch.launcher import local_ranks, threads_here
+    from gnntrain.launch.rank import local_ranks, threads_here
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)))
     for key in ("LOCAL_WORLD_SIZE", "SLURM_PROCID"):
@@ -238,8 +237,8 @@ def test_threads_never_exceed_the_cores_a_rank_has(monkeypatch):
 
 def test_ranks_started_with_different_overrides_stop_with_one_line(tmp_path):
     """Two ranks as an external launcher starts them (RANK/WORLD_SIZE/MASTER_*), one command line
-    each,
-    one of them with another hidden width: both stop at the start-up exchange, naming the key."""
+    each, one of them with another hidden width: both stop at the start-up exchange, naming the
+    key."""
     import os
     import subprocess
     import sys

@@ -1,8 +1,8 @@
 """The contract every registered mode keeps, read from the registry (no test lists the modes by
-hand):
-it plans, prepares and trains on a small graph with its own default options, and where its spec says
-it is exact (``ModePlanner.is_exact``) its float64 losses equal ``mode=single``'s within 1e-9
-(docs/design.md#exactness). A mode that a test registers on the fly is held to the same contract."""
+hand): it plans, prepares and trains on a small graph with its own default options, and where its
+spec says it is exact (``ModePlanner.is_exact``) its float64 losses equal ``mode=single``'s within
+1e-9 (docs/design.md#exactness). A mode that a test registers on the fly is held to the same
+contract."""
 
 from __future__ import annotations
 
@@ -45,9 +45,8 @@ def test_every_registered_mode_plans_prepares_trains_and_is_exact_where_it_says(
 
 def test_a_mode_registered_on_the_fly_keeps_the_same_contract(train):
     """A new mode is one module plus one YAML: here a spec and a ConfigStore node. It reuses
-    single's
-    preparation and rank strategy, so its planner says it is exact, and the contract checks that it
-    is."""
+    single's preparation and rank strategy, so its planner says it is exact, and the contract checks
+    that it is."""
     from hydra.core.config_store import ConfigStore
 
     from gnntrain.config.schema import ModeConfig
@@ -148,10 +147,9 @@ PRINTED_VARIANTS = {
 @pytest.mark.parametrize("mode", sorted(MODE_REGISTRY))
 def test_a_mode_hands_the_printers_values_not_formatted_text(mode, cache_dir):
     """Text for the terminal is the printers' job: a mode's plan details and graph figures are
-    numbers,
-    flags, labels, and lists and mappings of them (bytes under keys that say bytes, times under
-    "ms"),
-    never a number already written into a phrase ("3.76 MiB", "2 x 1", "1 CPU + 1 accelerator")."""
+    numbers, flags, labels, and lists and mappings of them (bytes under keys that say bytes, times
+    under "ms"), never a number already written into a phrase ("3.76 MiB", "2 x 1", "1 CPU + 1
+    accelerator")."""
     import re
 
     from gnntrain.cli.tasks import _load_and_partition

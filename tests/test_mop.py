@@ -210,9 +210,8 @@ MOA = [("gcn", 3, 1), ("sage", 3, 2), ("gin", 4, 2)]
 @pytest.mark.parametrize("model,m,a", MOA, ids=[f"{model}-m{m}-a{a}" for model, m, a in MOA])
 def test_mixture_of_accelerators_equals_single(train, graph, model, m, a):
     """MoA (MixGCN §3.2): ranks 0..a-1 only aggregate (feature columns), the others only update
-    (node rows);
-    exact against single, and since the groups are disjoint every element of each move crosses:
-    N·d per move."""
+    (node rows); exact against single, and since the groups are disjoint every element of each move
+    crosses: N·d per move."""
     s = train(
         GRAPHS[graph]
         + EXACT
@@ -294,10 +293,9 @@ def test_pipeline_overlaps_backward_exchange_with_the_previous_chunks_update():
 
 def test_pipeline_returns_chunks_to_columns_while_the_next_chunk_updates():
     """The row→column move in chunks: chunk c's activated output starts back to columns as soon as
-    it
-    is updated (before chunk c+1's update), the next layer's columns are assembled from every chunk,
-    and in backward every chunk's column gradient is set travelling (the last chunk's first) before
-    any update backward, which then runs while the earlier chunks' gradients travel."""
+    it is updated (before chunk c+1's update), the next layer's columns are assembled from every
+    chunk, and in backward every chunk's column gradient is set travelling (the last chunk's first)
+    before any update backward, which then runs while the earlier chunks' gradients travel."""
     from types import SimpleNamespace
 
     import torch
@@ -358,8 +356,7 @@ def test_pipeline_returns_chunks_to_columns_while_the_next_chunk_updates():
 def test_moa_aggregation_ranks_run_on_the_host_beside_gpu_update_ranks(monkeypatch):
     """MixGCN §3.2 with the host as the aggregation accelerator: on a CUDA profile,
     aggregation_device=cpu puts ranks 0..a-1 on the CPU with the node's cores (less one per GPU
-    rank)
-    and the update ranks on the GPUs in turn; gloo carries the mixed group. The plan alone (no
+    rank) and the update ranks on the GPUs in turn; gloo carries the mixed group. The plan alone (no
     GPU here): the run itself is in scripts/gpu-check.sh."""
     import torch
 
@@ -400,9 +397,8 @@ def test_moa_aggregation_device_refusals(overrides, message):
 @pytest.mark.parametrize("pipelined", [False, True])
 def test_mop_keeps_the_input_aggregation_like_single(train, monkeypatch, pipelined):
     """MoP aggregates the fixed input columns once per run where the first layer aggregates before
-    its weights
-    (train.cache_input_aggregation, as single does); false recomputes them every epoch; the losses
-    agree."""
+    its weights (train.cache_input_aggregation, as single does); false recomputes them every epoch;
+    the losses agree."""
     from gnntrain.models import kernels
 
     widths = []

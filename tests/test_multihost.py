@@ -125,8 +125,7 @@ CORA_F64 = [
 @pytest.mark.parametrize("mode", ["partition", "mop"])
 def test_two_host_torchrun_equals_single(two_hosts, tmp_path, mode):
     """partition and MoP across two hosts (one rank each, gloo over the veth pair) give
-    mode=single's
-    float64 losses to 1e-9."""
+    mode=single's float64 losses to 1e-9."""
     from gnntrain.launch import run_training
     from gnntrain.plan import build_plan
 
@@ -231,16 +230,15 @@ def test_lost_peers_are_named_from_gloos_messages(message, expected):
 
 def test_every_rank_runs_rank_zeros_kernel_and_ranks_that_planned_otherwise_stop(monkeypatch):
     """One start-up exchange: kernel=auto is measured per host, and a host that chose otherwise
-    takes rank
-    0's choice; a rank started with other overrides (torchrun runs one command line per host) stops
-    the
-    job with one line naming the keys, instead of training a different model beside the others."""
+    takes rank 0's choice; a rank started with other overrides (torchrun runs one command line per
+    host) stops the job with one line naming the keys, instead of training a different model beside
+    the others."""
     import dataclasses
     import json
 
     from gnntrain.comm import peers
     from gnntrain.errors import PlanError
-    from gnntrain.launch import launcher
+    from gnntrain.launch import rank as rank_side
     from gnntrain.plan import build_plan
 
     base = ["dataset=csbm", "dataset.num_nodes=300", "kernel=torch"]
@@ -257,26 +255,26 @@ def test_every_rank_runs_rank_zeros_kernel_and_ranks_that_planned_otherwise_stop
 
                 zero["settings"] = hashlib.sha1(
                     json.dumps(
-                        launcher.agreed_settings(rank0_plan), sort_keys=True, default=str
+                        rank_side.agreed_settings(rank0_plan), sort_keys=True, default=str
                     ).encode()
                 ).hexdigest()[:16]
                 return [json.dumps(zero), text]
-            return [json.dumps(launcher.agreed_settings(rank0_plan), default=str), text]
+            return [json.dumps(rank_side.agreed_settings(rank0_plan), default=str), text]
 
         return gather
 
     monkeypatch.setattr(peers, "gather_text", gathered(plan, "torch"))
-    hosts, agreed = launcher.handshake(plan, None, 1, "127.0.0.1")
+    hosts, agreed = rank_side.handshake(plan, None, 1, "127.0.0.1")
     assert (
         agreed.kernel == "torch"
         and "rank 0's choice" in agreed.kernel_note
         and hosts[0] == "10.0.0.1"
     )
     monkeypatch.setattr(peers, "gather_text", gathered(plan, "dgl"))
-    assert launcher.handshake(plan, None, 1, "127.0.0.1")[1] is plan
+    assert rank_side.handshake(plan, None, 1, "127.0.0.1")[1] is plan
     monkeypatch.setattr(peers, "gather_text", gathered(other, "torch"))
     with pytest.raises(PlanError) as err:
-        launcher.handshake(plan, None, 1, "127.0.0.1")
+        rank_side.handshake(plan, None, 1, "127.0.0.1")
     assert (
         "the ranks planned different runs: model.hidden 32 (rank 0) vs 16 (rank 1); train.lr 0.5 "
         "(rank 0) vs "

@@ -1,7 +1,6 @@
 """The native kernel's two builds: C (compiled at first use, cached per source, compiler and CPU)
-and
-numba (where no compiler works). They compute the same sums; the build machinery fails soft to numba
-unless GNNTRAIN_NATIVE=c asks for C, and says why."""
+and numba (where no compiler works). They compute the same sums; the build machinery fails soft to
+numba unless GNNTRAIN_NATIVE=c asks for C, and says why."""
 
 import os
 import stat
@@ -107,9 +106,8 @@ def test_c_and_numba_builds_compute_the_same_products(value_dtype, index_dtype):
 
 def test_c_build_reads_a_slice_of_a_larger_csr_and_strided_rows():
     """The direct path passes indptr[lo:hi+1] of the whole CSR (its offsets kept) and whole tables:
-    rows
-    [lo, hi) equal the full product's; rows of a wider table (a row stride above the width) read
-    right."""
+    rows [lo, hi) equal the full product's; rows of a wider table (a row stride above the width)
+    read right."""
     scaled, _ = _native_c.loops()
     indptr, indices, src_scale, dst_scale, _, h = _operands(np.float64, np.int32, 70)
     full = np.empty((len(indptr) - 1, 70))
@@ -208,10 +206,8 @@ def test_the_plan_names_the_native_build(tmp_path):
 
 def test_c_dropout_mask_has_the_tensor_formulas_bits(build_dir, monkeypatch):
     """row_hash_keep_mask on the CPU runs the C build's one-pass mask: the same bits as the tensor
-    formula
-    (what runs on a GPU, and without a compiler) for any row ids, strided or int32 rows, widths
-    0-300, every
-    cut including both ends; without the C build the formula serves."""
+    formula (what runs on a GPU, and without a compiler) for any row ids, strided or int32 rows,
+    widths 0-300, every cut including both ends; without the C build the formula serves."""
     from gnntrain.models.gnn import row_hash_keep_mask, torch_keep_mask
 
     gen = torch.Generator().manual_seed(0)

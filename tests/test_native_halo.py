@@ -1,8 +1,6 @@
 """SuperGCN's halo operators in the native C build (gnntrain/models/_native_halo.c): quantise +
-pack, unpack +
-dequantise and the sorted post-aggregation scatter give the torch formulas' bits, at any thread
-count, and
-torch's formulas serve where the C build does not load."""
+pack, unpack + dequantise and the sorted post-aggregation scatter give the torch formulas' bits, at
+any thread count, and torch's formulas serve where the C build does not load."""
 
 import pytest
 import torch
@@ -49,8 +47,7 @@ def _rows(dtype, width: int, seed: int = 0) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_c_quantiser_and_dequantiser_have_the_torch_bits(dtype):
     """For the same noise lanes: the same packed codes and (scale, zero) bits at bits 1, 2, 4, 8,
-    widths 1, 7,
-    64, 130 and every parameter dtype; the same decoded rows; 1 and 2 threads alike."""
+    widths 1, 7, 64, 130 and every parameter dtype; the same decoded rows; 1 and 2 threads alike."""
     for width in WIDTHS:
         x = _rows(dtype, width, seed=width)
         lanes = quantize._noise_lanes(
@@ -141,10 +138,9 @@ def _remote(n: int, m: int, edges: int, scaled: bool, seed: int):
 @pytest.mark.parametrize("scaled", [True, False])
 def test_c_scatter_has_the_sorted_index_add_bits(dtype, scaled):
     """base + d ⊙ (A · received) and its backward: the C pass, torch's index_add_ in the same sorted
-    order
-    and the native SpMM added after (what the mode ran before) give the same bits, with duplicate
-    edges and
-    rows that receive nothing, at 1 and 2 threads and widths across the register block."""
+    order and the native SpMM added after (what the mode ran before) give the same bits, with
+    duplicate edges and rows that receive nothing, at 1 and 2 threads and widths across the register
+    block."""
     n, m = 400, 250
     dst, src, weight = _remote(n, m, 3000, scaled, seed=1)
     op = PostAggregation(dst, src, weight, n, m)

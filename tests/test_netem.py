@@ -16,7 +16,7 @@ import pytest
 from conftest import SHARED_DGL, assert_exact, compose, requires_shared
 
 from gnntrain.errors import GnnTrainError
-from gnntrain.launch import netem
+from gnntrain.launch import netem, netem_cli, netem_jobs
 
 NAME = f"gtn{os.getpid() % 100000}"
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -97,8 +97,7 @@ def _mbit_s(cluster, script: Path) -> float:
 
 def test_every_link_is_shaped_to_its_bandwidth(cluster, tmp_path):
     """100 Mbit/s links carry a TCP stream at (a little under) 100 Mbit/s, not at loopback speed,
-    and
-    both directions of each link have the token bucket."""
+    and both directions of each link have the token bucket."""
     script = tmp_path / "throughput.py"
     script.write_text(THROUGHPUT)
     rate = _mbit_s(cluster, script)
@@ -141,7 +140,7 @@ def test_partition_across_emulated_hosts_equals_single(cluster, tmp_path):
         "train.progress=false",
         "comm_timeout_s=60",
     ]
-    result = netem.run_job(
+    result = netem_jobs.run_job(
         cluster,
         overrides + ["mode=partition"],
         tmp_path / "runs",
@@ -161,12 +160,12 @@ def test_partition_across_emulated_hosts_equals_single(cluster, tmp_path):
 
 
 def test_profiles_name_their_links():
-    assert netem._profile_link("cpu-cluster", CONFIGS) == netem.Link(10.0, 50.0)
-    assert netem._profile_link("gpu-cluster", CONFIGS) == netem.Link(25.0, 10.0)
+    assert netem_cli._profile_link("cpu-cluster", CONFIGS) == netem.Link(10.0, 50.0)
+    assert netem_cli._profile_link("gpu-cluster", CONFIGS) == netem.Link(25.0, 10.0)
     with pytest.raises(GnnTrainError, match="names no network link.*--gbit"):
-        netem._profile_link("local-cpu", CONFIGS)
+        netem_cli._profile_link("local-cpu", CONFIGS)
     with pytest.raises(GnnTrainError, match="use one of a100x4, cpu-cluster"):
-        netem._profile_link("nope", CONFIGS)
+        netem_cli._profile_link("nope", CONFIGS)
 
 
 @pytest.mark.parametrize(
@@ -223,8 +222,7 @@ BUSY = (
 
 def test_a_dilated_cluster_caps_each_host_and_slows_its_links(state_dir):
     """4 hosts with a core each on a smaller machine: every link shaped to bandwidth / dilation,
-    each
-    host's processes held to 1 / dilation of a core, and down removes the cpu groups."""
+    each host's processes held to 1 / dilation of a core, and down removes the cpu groups."""
     reason = netem.unavailable_reason()
     if reason:
         pytest.skip(reason)

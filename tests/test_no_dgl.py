@@ -38,10 +38,8 @@ def test_the_blocker_really_blocks(tmp_path, without_dgl):
 
 
 # On the default stack DGL is not installed at all, so every test there trains without it. The tests
-# below
-# block `import dgl` on the DGL stack (marked `dgl`, run by make test-dgl), where the blocked run
-# can be
-# held to a DGL-backed one.
+# below block `import dgl` on the DGL stack (marked `dgl`, run by make test-dgl), where the blocked
+# run can be held to a DGL-backed one.
 @pytest.mark.dgl
 def test_hyscale_trains_without_dgl(tmp_path, cache_dir, without_dgl):
     """HyScale's sampler falls back to the torch-native one where DGL does not import (the Cora runs
@@ -124,10 +122,8 @@ def test_cora_without_dgl_equals_the_dgl_backed_run(
     tmp_path, cache_dir, without_dgl, dgl_backed_cora, mode
 ):
     """Without DGL, Cora is read by PyG and aggregated by the native or torch kernel; every exact
-    mode's
-    float64 losses equal the DGL-backed single run's to 1e-9 (docs/design.md#exactness), and
-    SuperGCN
-    (approximate) trains."""
+    mode's float64 losses equal the DGL-backed single run's to 1e-9 (docs/design.md#exactness), and
+    SuperGCN (approximate) trains."""
     from conftest import assert_exact
 
     no_dgl, plan = _cora_losses(tmp_path / "run", cache_dir, CORA_MODES[mode], without_dgl)

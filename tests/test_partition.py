@@ -178,8 +178,7 @@ def test_cache_never_unpickles(tmp_path):
 
 def test_part_counts_stay_equal_to_dense_counts_through_moves():
     """The volume partitioner's sparse per-(node, part) counts against a dense matrix recomputed
-    from
-    scratch after every move (including pairs that a move creates)."""
+    from scratch after every move (including pairs that a move creates)."""
     import scipy.sparse as sp
 
     from gnntrain.partition.partitioners import PartCounts, _apply_move, _move_delta
@@ -212,8 +211,7 @@ def test_part_counts_stay_equal_to_dense_counts_through_moves():
 
 def test_volume_partitioner_memory_grows_with_edges_not_parts():
     """k = 512 parts of a 30k-node graph: a dense n x k count matrix would be 117 MiB; the sparse
-    counts
-    keep the refinement's allocations well below that (tracemalloc sees numpy's buffers)."""
+    counts keep the refinement's allocations well below that (tracemalloc sees numpy's buffers)."""
     import tracemalloc
 
     from gnntrain.partition.partitioners import refine_max_send
@@ -230,8 +228,7 @@ def test_volume_partitioner_memory_grows_with_edges_not_parts():
 
 def test_metis_volume_objective():
     """partitioner.objective=vol asks METIS for minimum total communication volume (k-way); it is
-    part
-    of the cache key only when it is not the default, and an unknown objective is refused."""
+    part of the cache key only when it is not the default, and an unknown objective is refused."""
     from gnntrain.errors import PlanError
     from gnntrain.partition import partitioner_options
 
@@ -265,8 +262,7 @@ def test_metis_volume_objective():
 def test_row_weight_balances_dense_work_on_a_graph_with_many_bare_rows(tmp_path):
     """nnz weights alone put the rows without in-edges (half of a sparse R-MAT graph) into one part,
     whose dense update then sets the pace; a row weight of the update's nnz-equivalents spreads
-    them.
-    The cache key changes only when row_weight is set."""
+    them. The cache key changes only when row_weight is set."""
     from gnntrain.data.generators.rmat import rmat_edges
     from gnntrain.errors import PlanError
     from gnntrain.partition import partitioner_options

@@ -1,6 +1,5 @@
 """gnntrain predict: every node's logits/embeddings with the run's own mode and world size, in node
-order
-under the user's own IDs; the same numbers whichever exact mode trained and predicted."""
+order under the user's own IDs; the same numbers whichever exact mode trained and predicted."""
 
 from __future__ import annotations
 

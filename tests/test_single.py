@@ -45,9 +45,8 @@ def test_two_rank_accuracy_matches_single(train):
 
 def test_the_inputs_are_aggregated_once_per_run_and_the_model_is_unchanged(train, monkeypatch):
     """Dropout never touches the inputs, so single computes A·x of the first layer once
-    (InputAggregate); every
-    hidden layer still aggregates each epoch, and the trained model equals the one that recomputes
-    it."""
+    (InputAggregate); every hidden layer still aggregates each epoch, and the trained model equals
+    the one that recomputes it."""
     from gnntrain.models import kernels
     from gnntrain.modes.single import InputAggregate
 

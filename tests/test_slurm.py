@@ -216,9 +216,8 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
     )
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, env=env)
     # SLURM holds a requeued job until a begin time ~2 minutes out. Bring it forward, but not to
-    # "now":
-    # a restart in the same second as the requeue can race the old step's cleanup ("credential
-    # revoked").
+    # "now": a restart in the same second as the requeue can race the old step's cleanup
+    # ("credential revoked").
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
         show = subprocess.run(

@@ -209,8 +209,7 @@ def test_gnntrain_partition_writes_the_store(tmp_path):
 
 def test_the_key_follows_raw_files_in_pyg_layout(tmp_path):
     """A dataset read from PyG's layout (``CiteSeer/raw``, not ``citeseer_<hash>``) is keyed by its
-    raw
-    files too: changing one makes a new store."""
+    raw files too: changing one makes a new store."""
     import shutil
 
     from conftest import SHARED_DGL
@@ -235,8 +234,7 @@ def test_the_key_follows_raw_files_in_pyg_layout(tmp_path):
 
 def test_opening_a_part_reads_no_file_the_build_left_untouched(tmp_path, monkeypatch):
     """The digests are taken when the store is built; a rank's start checks sizes and mtimes and
-    reads
-    (digests) only files written to since, so opening does not page the whole part in."""
+    reads (digests) only files written to since, so opening does not page the whole part in."""
     plan = build_plan(compose(SMALL + MODES["partition"] + [f"cache_dir={tmp_path}"]))
     directory, meta, _ = ensure_store(plan)
     read = []

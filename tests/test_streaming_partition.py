@@ -1,10 +1,7 @@
 """partitioner=ldg (gnntrain/partition/streaming.py): one streaming pass over the CSR in O(N)
-memory, for
-graphs METIS cannot load. Its metrics equal the edge-list metrics, it keeps its balance bound, cuts
-far fewer
-edges than hashing on a clustered graph, trains exactly, and partitions an ingested graph without
-ever
-building its edge lists."""
+memory, for graphs METIS cannot load. Its metrics equal the edge-list metrics, it keeps its balance
+bound, cuts far fewer edges than hashing on a clustered graph, trains exactly, and partitions an
+ingested graph without ever building its edge lists."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The logger group: CSV, TensorBoard, MLflow and W&B (offline) each hold every epoch's loss of
-metrics.jsonl,
-read back with the tracker's own reader; a tracker that is not installed is a plan error naming the
-extra."""
+metrics.jsonl, read back with the tracker's own reader; a tracker that is not installed is a plan
+error naming the extra."""
 
 from __future__ import annotations
 

@@ -1,13 +1,11 @@
 """Every suite module; importing this package registers their suites (benchmarks.registry.SUITES).
 
 Module -> suites: reference (reference), kernels (kernels), overhead (overhead), partitioners
-(partitioners,
-partition_memory), volume (volume, mop_volume), supergcn (supergcn_volume, supergcn_accuracy,
-supergcn_lp),
-supergcn_ops (supergcn_ops),
-hongtu (hongtu_dedup), memory (memory, scale), hyscale (hyscale, hyscale_sampler), generators
-(generators),
-ablations, auto, ingest, predict, outofcore, diskio, moonshot (one each).
+(partitioners, partition_memory), volume (volume, mop_volume), supergcn (supergcn_volume,
+supergcn_accuracy, supergcn_lp), supergcn_ops (supergcn_ops), hongtu (hongtu_dedup), memory (memory,
+scale), hyscale (hyscale, hyscale_sampler), generators (generators), ablations (ablations,
+ablations-1d; its run matrix in ablations_matrix and its table in ablations_report, which register
+none), auto, ingest, predict, outofcore, diskio, moonshot (one each).
 """
 
 from benchmarks.suites import (  # noqa: F401  (each module registers its suites on import)

@@ -1,8 +1,6 @@
 """The `auto` bench suite (#22): calibrate this host, then on several graphs let ``mode=auto`` rank
-every
-exact candidate, measure every candidate, and report side by side the predicted and measured epoch
-time
-and per-rank memory, and the auto pick's measured time over the fastest measured.
+every exact candidate, measure every candidate, and report side by side the predicted and measured
+epoch time and per-rank memory, and the auto pick's measured time over the fastest measured.
 
 Run with ``python -m benchmarks auto``. Every candidate runs as its own
 ``gnntrain run`` (own process tree, so each memory peak is its own).

@@ -34,8 +34,7 @@ def suite_hyscale(quick: bool) -> SuiteResult:
     ]
     hybrid = ["mode.cpu_trainers=1", "mode.accel_trainers=1"]
     # static: an even split, fixed (the baseline DRM improves on); then the §V model's split (the
-    # initial shares
-    # every hybrid run now starts from), + DRM, + prefetch
+    # initial shares every hybrid run now starts from), + DRM, + prefetch
     steps = [
         ("static split (even)", ["mode.shares=[0.5,0.5]", "mode.drm=false", "mode.prefetch=false"]),
         ("model split (§V)", ["mode.drm=false", "mode.prefetch=false"]),
@@ -157,8 +156,8 @@ def _sample_statistics(data, fanouts: list, draws: int) -> dict:
 def suite_hyscale_sampler(quick: bool) -> SuiteResult:
     """The torch-native neighbour sampler against DGL's (issue #20): sample statistics on Cora, then
     HyScale's test accuracy on Cora with each, interleaved over seeds. Both samplers run in one
-    process,
-    so the suite runs on the DGL stack: .venv-dgl/bin/python -m benchmarks hyscale_sampler."""
+    process, so the suite runs on the DGL stack: .venv-dgl/bin/python -m benchmarks
+    hyscale_sampler."""
     from gnntrain.backends import dgl_problem
 
     if dgl_problem() is not None:

@@ -54,8 +54,7 @@ def _setup(system: str) -> None:
 
 def _export_graph(n: int, folder: str) -> Dict[str, int]:
     """gnntrain's csbm graph as .npy files: edges with self-loops (GCN) and without (SAGE),
-    features,
-    labels and the train mask."""
+    features, labels and the train mask."""
     import numpy as np
 
     from gnntrain.data import load_dataset
@@ -112,8 +111,7 @@ def _spmm_dgl(folder: str, reps: int) -> Dict[str, List[float]]:
 
 def _spmm_gnntrain(folder: str, reps: int, build: str = "auto") -> Dict[str, List[float]]:
     """Default stack: gnntrain's aggregation (both GCN row scales) per kernel, forward+backward;
-    with
-    ``build="numba"`` only the native kernel's numba build (as where no C compiler works)."""
+    with ``build="numba"`` only the native kernel's numba build (as where no C compiler works)."""
     os.environ["GNNTRAIN_NATIVE"] = build  # read when the native kernel first loads, below
     _setup("gnntrain")
     import torch
@@ -158,10 +156,8 @@ def _time_ops(ops, h, grad, reps: int) -> Dict[str, List[float]]:
 
 def _epoch(candidate: str, folder: str, n: int, epochs: int) -> dict:
     """One candidate's epoch times and process peak RSS: ``gnntrain-gcn|sage`` (mode=single), or a
-    plain
-    ``dgl-…`` / ``pyg-…`` loop (3 GraphConv norm='both' / GCNConv, or SAGEConv mean; hidden 128,
-    relu,
-    Adam), each on its own stack, in a fresh process."""
+    plain ``dgl-…`` / ``pyg-…`` loop (3 GraphConv norm='both' / GCNConv, or SAGEConv mean; hidden
+    128, relu, Adam), each on its own stack, in a fresh process."""
     system, model = candidate.split("-")
     _setup(system)
     import torch
@@ -401,8 +397,7 @@ def suite_kernels(quick: bool) -> SuiteResult:
 
 def _steady(times: List[float]) -> float:
     """The median epoch once a fresh process has warmed up: the first WARMUP_EPOCHS dropped (of 8,
-    the
-    first three; at --quick's 4 epochs, the first)."""
+    the first three; at --quick's 4 epochs, the first)."""
     return statistics.median(times[min(WARMUP_EPOCHS, len(times) // 2) :])
 
 

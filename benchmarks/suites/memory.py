@@ -1,6 +1,5 @@
 """The `memory` (#19) and `scale` suites: per-rank and machine-wide memory peaks of whole `gnntrain
-run`
-process trees beside the plan's estimate, and the largest runs that fit this machine."""
+run` process trees beside the plan's estimate, and the largest runs that fit this machine."""
 
 from __future__ import annotations
 

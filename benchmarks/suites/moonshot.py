@@ -1,13 +1,9 @@
 """The `moonshot` suite (#40): the 10M-node, 200M-directed-edge csbm, generated out of core and
-trained for 2
-full-graph epochs (3-layer GCN 128, float32) by HongTu's direct path with every vertex table on the
-disk tier,
-each step inside a memory cgroup capped at 10 GiB, so exceeding the cap kills it. The training run
-is killed
-(SIGKILL) during epoch 2 and resumed from its epoch-1 checkpoint; the report gives the generation
-time, each
-epoch's time, the host peaks, the disk bytes per epoch (counted and the kernel's block I/O) against
-the plan's
+trained for 2 full-graph epochs (3-layer GCN 128, float32) by HongTu's direct path with every vertex
+table on the disk tier, each step inside a memory cgroup capped at 10 GiB, so exceeding the cap
+kills it. The training run is killed (SIGKILL) during epoch 2 and resumed from its epoch-1
+checkpoint; the report gives the generation time, each epoch's time, the host peaks, the disk bytes
+per epoch (counted and the kernel's block I/O) against the plan's
 prediction, and whether the disk tier left any file behind."""
 
 from __future__ import annotations
@@ -35,8 +31,7 @@ ROOT = Path("/sys/fs/cgroup")
 @contextlib.contextmanager
 def memory_cgroup(cap: int) -> Iterator[Optional[Tuple[Path, str]]]:
     """(a fresh memory cgroup capped at ``cap``, the file holding its peak), or None where none can
-    be made
-    (not root, no memory controller): cgroup v1 ``memory.limit_in_bytes``, else v2
+    be made (not root, no memory controller): cgroup v1 ``memory.limit_in_bytes``, else v2
     ``memory.max``."""
     name = f"gnntrain-moonshot-{os.getpid()}"
     made: Optional[Tuple[Path, str]] = None
@@ -114,8 +109,8 @@ def _train(
     delay: float = KILL_INTO_EPOCH_S,
 ) -> Tuple[int, float, bool]:
     """Run ``command`` in the cgroup; with ``kill_after_epochs``, SIGKILL it ``delay`` seconds after
-    that many
-    epochs are logged and checkpointed. (exit code, wall seconds, whether it was killed)."""
+    that many epochs are logged and checkpointed. (exit code, wall seconds, whether it was
+    killed)."""
     start = time.perf_counter()
     log = open(run_dir.parent / f"train-{int(time.time())}.log", "w")  # closed below
     proc = subprocess.Popen(
@@ -237,9 +232,8 @@ PARTS = 4
 
 def ldg_probe(graph: str, parts: int) -> None:
     """(run in the cgroup) partitioner=ldg of the ingested ``graph`` through the mode's partition
-    hook, which
-    streams the mapped CSR; prints seconds, the metrics and, for scale, those of hashing (random
-    parts)."""
+    hook, which streams the mapped CSR; prints seconds, the metrics and, for scale, those of hashing
+    (random parts)."""
     from gnntrain.data.ondisk import load_graph_dir
     from gnntrain.partition import partition_graph
     from gnntrain.partition.partitioners import random_parts

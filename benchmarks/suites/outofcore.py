@@ -12,12 +12,10 @@ from benchmarks.registry import suite
 @suite("outofcore")
 def suite_outofcore(quick: bool) -> SuiteResult:
     """One rank, 2 threads, a 3-layer GCN (feat 128, hidden 128, float32): single in memory, hongtu
-    with
-    the default budget (every vertex table in host memory where the profile holds them; at 2M nodes
-    here
-    it puts two caches on disk), and hongtu with every table on the disk tier (host_budget=0).
-    Goal (#40): the disk tier at most 2.0x the in-memory single epoch. Full size is the issue's 2M
-    nodes."""
+    with the default budget (every vertex table in host memory where the profile holds them; at 2M
+    nodes here it puts two caches on disk), and hongtu with every table on the disk tier
+    (host_budget=0). Goal (#40): the disk tier at most 2.0x the in-memory single epoch. Full size is
+    the issue's 2M nodes."""
     n, reps, epochs = (50000, 2, 4) if quick else (2_000_000, 2, 3)
     graph = [
         "dataset=csbm",

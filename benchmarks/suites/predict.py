@@ -1,9 +1,7 @@
 """The `predict` bench suite (#39): on a 1M-node csbm graph (average degree 20, f=128, 3-layer GCN
-hidden 128),
-train `mode=partition` at p=4 for 2 epochs, then `gnntrain predict` its logits and its embeddings
-with the same
-plan; each rank's peak (VmHWM, from summary.json) of the predict job against the training job's.
-Run with ``python -m benchmarks predict`` (``--quick``: 50k nodes)."""
+hidden 128), train `mode=partition` at p=4 for 2 epochs, then `gnntrain predict` its logits and its
+embeddings with the same plan; each rank's peak (VmHWM, from summary.json) of the predict job
+against the training job's. Run with ``python -m benchmarks predict`` (``--quick``: 50k nodes)."""
 
 from __future__ import annotations
 

@@ -78,8 +78,7 @@ def suite_supergcn_volume(quick: bool) -> SuiteResult:
                 halo[bits] = (k.get("halo_fwd", 0) + k.get("halo_bwd", 0), k.get("quant_params", 0))
             fp32, (int2, params) = halo[32][0], halo[2]
             # closed form: rows x (forward: both layers, backward: layer 2 only) x bytes per row;
-            # GIN
-            # aggregates its input in every layer, so every exchanged row is D wide
+            # GIN aggregates its input in every layer, so every exchanged row is D wide
             dims = model_dims(width, width, data.num_classes, 2)
             shape = describe_model(model_family("gin"), dims, 4)
             moved = list(shape.widths) + list(shape.grad_widths)
@@ -239,8 +238,7 @@ def suite_supergcn_accuracy(quick: bool) -> SuiteResult:
 def suite_supergcn_lp(quick: bool) -> SuiteResult:
     """When label propagation helps (#23): SuperGCN's LP rate swept on Cora (5% of nodes labelled,
     informative features) and on a csbm graph with half its nodes labelled and weak features, fp32
-    (exact
-    LP), beside the share of test nodes that have a label input among their in-neighbours."""
+    (exact LP), beside the share of test nodes that have a label input among their in-neighbours."""
     import statistics
     import tempfile
 

@@ -1,11 +1,8 @@
 """The `supergcn_ops` suite (issue 58): SuperGCN's CPU halo operators (SuperGCN §2) in the native C
-build
-against the torch formulas they replace, side by side in one process: quantise + pack, unpack +
-dequantise
-(bits 2 and 8) and the post-aggregation scatter (the sorted index_add into the local product,
-forward and
-its backward gather), at 200k rows x 128 float32 and 2 threads. Both sides give the same bits
-(tests/test_native_halo.py); the ratio is C's median over torch's."""
+build against the torch formulas they replace, side by side in one process: quantise + pack, unpack
++ dequantise (bits 2 and 8) and the post-aggregation scatter (the sorted index_add into the local
+product, forward and its backward gather), at 200k rows x 128 float32 and 2 threads. Both sides give
+the same bits (tests/test_native_halo.py); the ratio is C's median over torch's."""
 
 from __future__ import annotations
 

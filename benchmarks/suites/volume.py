@@ -1,6 +1,5 @@
 """The `volume` and `mop_volume` suites: measured communication bytes per epoch of every mode beside
-the
-papers' closed forms, and MoP's all-to-all volume as the number of ranks grows."""
+the papers' closed forms, and MoP's all-to-all volume as the number of ranks grows."""
 
 from __future__ import annotations
 
@@ -55,9 +54,8 @@ def suite_volume(quick: bool) -> SuiteResult:  # noqa: PLR0915
     data = load_dataset(cfg0)
     src, dst = data.src.numpy(), data.dst.numpy()
     # 2-layer SAGE, D = d_0 = d_1: layer 1 aggregates its D-wide input (no gradient), layer 2
-    # narrows
-    # to the classes and so aggregates H.W (DGL's SAGEConv order), forward and backward: D + 2c per
-    # row.
+    # narrows to the classes and so aggregates H.W (DGL's SAGEConv order), forward and backward: D +
+    # 2c per row.
     dims = model_dims(width, width, data.num_classes, 2)
     shape = describe_model(model_family("sage"), dims, b)
     moved = list(shape.widths) + list(shape.grad_widths)
@@ -302,8 +300,8 @@ def suite_volume(quick: bool) -> SuiteResult:  # noqa: PLR0915
 
 def plan_epoch_bytes(cfg, plan, data) -> int:
     """The bytes per epoch `gnntrain plan` states for ``plan``: the mode's estimate where the graph
-    does
-    not change it, else the figure the mode's graph report derives from the (cached) partition."""
+    does not change it, else the figure the mode's graph report derives from the (cached)
+    partition."""
     from gnntrain.partition import partition_graph
     from gnntrain.plan import build_mode
 

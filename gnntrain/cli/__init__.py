@@ -1,12 +1,10 @@
 """The ``gnntrain`` console script: one table of commands (:data:`COMMANDS`) gives the usage text,
-the
-dispatch and the unknown-command message.
+the dispatch and the unknown-command message.
 
 ``run``, ``plan``, ``partition`` and ``calibrate`` are Hydra apps over ``configs/``
 (:mod:`gnntrain.cli.hydra_app`: overrides, ``-m`` sweeps, ``hydra/launcher=...``, ``--cfg job``);
-the
-others are plain commands. Heavy imports (torch, DGL) happen inside the commands, so
-``gnntrain --help`` starts fast.
+the others are plain commands. Heavy imports (torch, DGL) happen inside the commands, so ``gnntrain
+--help`` starts fast.
 """
 
 from __future__ import annotations
@@ -70,13 +68,13 @@ def _calibrate(args: List[str]) -> int:
 
 
 def _report(args: List[str]) -> int:
-    from gnntrain.metrics.report import report_command
+    from gnntrain.metrics.runs_report import report_command
 
     return report_command(args)
 
 
 def _datasets(args: List[str]) -> int:
-    from gnntrain.metrics.report import print_datasets, print_ingested
+    from gnntrain.metrics.dataset_listing import print_datasets, print_ingested
 
     print_datasets(Path(config_dir()) / "dataset")
     data_dir = next(
@@ -108,7 +106,7 @@ def _generate(args: List[str]) -> int:
 
 
 def _netem(args: List[str]) -> int:
-    from gnntrain.launch.netem import netem_command
+    from gnntrain.launch.netem_cli import netem_command
 
     return netem_command(args, Path(config_dir()))
 

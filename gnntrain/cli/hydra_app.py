@@ -1,12 +1,9 @@
 """Running a command as a Hydra app over ``configs/`` (overrides, ``-m`` sweeps,
-``hydra/launcher=...``,
-``--cfg job``), and the one way a command fails: :func:`fail`.
+``hydra/launcher=...``, ``--cfg job``), and the one way a command fails: :func:`fail`.
 
 A config that does not compose becomes one line (:func:`gnntrain.launch.compose.config_error`); a
-job of
-a sweep that does not complete is recorded, and the sweep ends with one line naming each such job
-and a
-non-zero exit code.
+job of a sweep that does not complete is recorded, and the sweep ends with one line naming each such
+job and a non-zero exit code.
 """
 
 from __future__ import annotations
@@ -78,8 +75,7 @@ def _record_sweep_failure(status: str) -> None:
 def fail(message: Optional[str], status: str, job_result: Any = None, code: int = 1) -> Any:
     """A command's failure, said once: ``message`` on stderr (None: said already), then in a sweep
     the job is recorded as ``status`` and ``job_result`` is the job's return value (the sweep goes
-    on
-    to its next job); in a single run the process exits with ``code``."""
+    on to its next job); in a single run the process exits with ``code``."""
     if message is not None:
         error(message)
     if is_multirun():
@@ -143,8 +139,7 @@ def run_hydra_app(
     task: Callable[[Any], Any], args: List[str], prog: str, forkserver: bool = False
 ) -> int:
     """Run ``task(cfg)`` as the Hydra app ``prog`` over ``args``; 0 on success. ``forkserver``:
-    start the
-    ranks' fork server first (``gnntrain run``), so its imports overlap the modes' schema
+    start the ranks' fork server first (``gnntrain run``), so its imports overlap the modes' schema
     imports."""
     import hydra
 

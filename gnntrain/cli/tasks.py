@@ -1,6 +1,5 @@
 """The Hydra tasks behind ``gnntrain run``, ``plan``, ``partition`` and ``calibrate``: each takes
-the
-composed config and fails through :func:`gnntrain.cli.hydra_app.fail`."""
+the composed config and fails through :func:`gnntrain.cli.hydra_app.fail`."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ def _is_rank_zero() -> bool:
 
 def _plan_or_fail(cfg, run_dir: Path):
     """The resolved plan, or None after :func:`fail` (an invalid plan's summary.json written, unless
-    an
-    earlier run's summary is in the folder: that is never replaced)."""
+    an earlier run's summary is in the folder: that is never replaced)."""
     from gnntrain.auto import resolve_plan
     from gnntrain.errors import GnnTrainError
     from gnntrain.metrics import failed_summary, write_json_atomic
@@ -159,8 +157,7 @@ def plan_task(cfg) -> None:
 
 def _load_and_partition(cfg, plan):
     """The graph and the mode's own partitioning of it (the plan's parts with the configured
-    partitioner
-    where the mode partitions nothing itself)."""
+    partitioner where the mode partitions nothing itself)."""
     from gnntrain.launch.shards import load_and_partition
 
     data, _, part, hit = load_and_partition(plan, printing=True)

@@ -140,8 +140,8 @@ class Communicator:
         tensor.
 
         Bytes follow the point-to-point convention (accounting.py): the root counts its buffer once
-        per
-        destination, (p - 1) x its bytes, as sent; every other rank counts the buffer as received.
+        per destination, (p - 1) x its bytes, as sent; every other rank counts the buffer as
+        received.
         """
         if not self.distributed:
             return PendingExchange(tensor, None, self.ledger, kind)

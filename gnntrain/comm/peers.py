@@ -32,8 +32,7 @@ def local_address(master_addr: str, port: int = 9) -> str:
 
 def gather_text(comm, text: str, size: int = HOST_BYTES) -> List[str]:
     """Every rank's ``text`` (at most ``size`` bytes of UTF-8), in rank order (a collective: every
-    rank
-    passes the same ``size``)."""
+    rank passes the same ``size``)."""
     if comm is None or not comm.distributed:
         return [text]
     import torch.distributed as dist

@@ -1,7 +1,5 @@
 """Per-row stochastic min/max quantization for halo rows (SuperGCN paper, §2 "Quantization of
-communication to
-Int2", quantizer of §1 "Stochastic Integer Quantization";
-docs/design.md#supergcn).
+communication to Int2", quantizer of §1 "Stochastic Integer Quantization"; docs/design.md#supergcn).
 
 For a row x with zero point Z = min(x) and scale S = (max(x) − Z)/(2^b − 1),
 each entry is coded as q = floor((x − Z)/S + U), U ~ U[0, 1), clamped to
@@ -101,15 +99,14 @@ def rounding_noise(
     shape: Tuple[int, ...], generator: torch.Generator, device: torch.device
 ) -> torch.Tensor:
     """int16 r uniform on [0, 2^15), four per 64-bit word: torch's int64 ``random_()`` fills [0,
-    2^63)
-    on CPU and CUDA, so each 16-bit lane's low 15 bits are uniform and its top bit is masked off."""
+    2^63) on CPU and CUDA, so each 16-bit lane's low 15 bits are uniform and its top bit is masked
+    off."""
     return _noise_lanes(shape, generator, device).bitwise_and_((1 << NOISE_BITS) - 1)
 
 
 def _native_codec(*tensors: torch.Tensor, dtype: torch.dtype) -> bool:
     """Whether the C build's one-pass coder serves these tensors, computing in ``dtype``: on the
-    CPU, float32
-    or float64, where the C build loads (:mod:`gnntrain.models._native_halo`)."""
+    CPU, float32 or float64, where the C build loads (:mod:`gnntrain.models._native_halo`)."""
     if any(t.device.type != "cpu" for t in tensors) or dtype not in (torch.float32, torch.float64):
         return False
     from gnntrain.models import _native_halo
@@ -124,10 +121,8 @@ def quantize_rows(
     param_dtype: torch.dtype = torch.bfloat16,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """(packed uint8 [n, ceil(d·b/8)], params [n, 2] = (scale, zero) in ``param_dtype``): on the CPU
-    the C
-    build's one pass per row (:func:`gnntrain.models._native_halo.quantize_pack`) where it loads,
-    else the
-    tensor formula (:func:`quantize_torch`); the same noise and the same bits."""
+    the C build's one pass per row (:func:`gnntrain.models._native_halo.quantize_pack`) where it
+    loads, else the tensor formula (:func:`quantize_torch`); the same noise and the same bits."""
     if bits not in BITS:
         raise ValueError(f"bits must be one of {BITS}, got {bits}")
     n, d = x.shape
@@ -148,8 +143,7 @@ def quantize_torch(
     x: torch.Tensor, bits: int, noise: torch.Tensor, param_dtype: torch.dtype = torch.bfloat16
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """The tensor formula of :func:`quantize_rows` for ``noise`` (int16 on [0, 2^15), x's shape);
-    any
-    ``bits`` of 1, 2, 4, 8."""
+    any ``bits`` of 1, 2, 4, 8."""
     levels = (1 << bits) - 1
     zero = _round_toward(x.amin(dim=1), param_dtype, down=True)
     z = zero.to(x.dtype)
@@ -170,8 +164,7 @@ def dequantize_rows(
     packed: torch.Tensor, params: torch.Tensor, bits: int, width: int, dtype: torch.dtype
 ) -> torch.Tensor:
     """code · scale + zero in ``dtype``: the C build's one pass per row on the CPU where it loads,
-    else
-    :func:`dequantize_torch` (the same bits)."""
+    else :func:`dequantize_torch` (the same bits)."""
     if packed.shape[0] and width > 0 and _native_codec(packed, params, dtype=dtype):
         from gnntrain.models._native_halo import unpack_dequantize
 

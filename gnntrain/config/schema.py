@@ -71,8 +71,7 @@ class DatasetConfig:
     """
 
     # the fields that name or locate a dataset without shaping a generated graph: every other field
-    # of a
-    # generator's config is in its content hash
+    # of a generator's config is in its content hash
     DESCRIPTIVE: ClassVar[Tuple[str, ...]] = ("name", "source", "path", "reader", "description")
 
     name: str = MISSING
@@ -140,8 +139,8 @@ class PartitionerConfig:
     num_parts: int = 0  # 0 = what the mode needs at this world size; otherwise must match it
     vertex_weights: str = "nnz"  # nnz | uniform  (metis/volume)
     # with vertex_weights=nnz, each row's dense (update) work in nnz-equivalents, added to its
-    # weight so
-    # METIS balances all of a rank's compute, not only its SpMM (docs/design.md#partitioning)
+    # weight so METIS balances all of a rank's compute, not only its SpMM
+    # (docs/design.md#partitioning)
     row_weight: float = 0.0
     objective: str = (
         "cut"  # cut | vol: what METIS minimises, the edge cut or the total communication volume
@@ -184,8 +183,7 @@ class CostConfig:
     # per epoch: loss, optimizer step, bookkeeping
     epoch_overhead_us: List[float] = field(default_factory=list)
     # per collective call inside training, beyond latency + bytes/bandwidth: Python bookkeeping and
-    # waiting
-    # for the peer (fitted on a 2-rank training probe)
+    # waiting for the peer (fitted on a 2-rank training probe)
     collective_overhead_us: float = 0.0
     # per mode: measured over modelled compute that grows with the graph, on a 20 000-node probe run
     mode_factor: Dict[str, float] = field(default_factory=dict)
@@ -216,8 +214,8 @@ class HardwareConfig:
     link_gbit_s: float = 0.0  # Gbit/s; 0 = not stated
     link_latency_us: float = 0.0  # one-way
     # compute/memory rates for the HyScale performance model (HyScale-GNN: A Scalable Hybrid GNN
-    # Training
-    # System on Single-Node Heterogeneous Architecture, §V, Eqs. (7)–(13); docs/design.md#hyscale)
+    # Training System on Single-Node Heterogeneous Architecture, §V, Eqs. (7)–(13);
+    # docs/design.md#hyscale)
     host_mem_gbps: float = 20.0  # effective host DRAM bandwidth (feature loading, CPU aggregation)
     core_gmacs: float = 8.0  # multiply-adds per second per core, in 1e9 (CPU feature update)
     device_mem_gbps: float = (
@@ -249,10 +247,9 @@ class TrainConfig:
     resume: bool = False
     progress: bool = True  # rank 0 shows a rich progress bar
     # keep A·x of the fixed input features (computed once per run) where the first layer aggregates
-    # them before
-    # any weight (mode=single; docs/design.md#like-for-like): false recomputes it every epoch, as
-    # the plain
-    # DGL/PyG loops and the streaming modes do, for ratios that compare like with like
+    # them before any weight (mode=single; docs/design.md#like-for-like): false recomputes it every
+    # epoch, as the plain DGL/PyG loops and the streaming modes do, for ratios that compare like
+    # with like
     cache_input_aggregation: bool = True
 
 
@@ -331,8 +328,7 @@ class RunConfig:
 
 def unknown_keys(cfg, prefix: str = "") -> List[Tuple[str, List[str]]]:
     """Keys a structured node does not define (``+train.epoch=5`` appends one that nothing reads),
-    each with
-    the node's valid keys: [(dotted key, valid keys)]."""
+    each with the node's valid keys: [(dotted key, valid keys)]."""
     import dataclasses
 
     from omegaconf import DictConfig, OmegaConf

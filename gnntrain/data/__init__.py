@@ -41,8 +41,7 @@ def resolve_cache_dir(cfg) -> Path:
 
 def cache_folder(configured: Optional[str]) -> Path:
     """The cache folder: ``cache_dir`` as configured, else GNNTRAIN_CACHE_DIR, else
-    ~/.cache/gnntrain;
-    created, and refused in one line where it cannot be written."""
+    ~/.cache/gnntrain; created, and refused in one line where it cannot be written."""
     path = (
         configured
         or os.environ.get("GNNTRAIN_CACHE_DIR")
@@ -71,8 +70,8 @@ def cache_folder(configured: Optional[str]) -> Path:
 
 def check_dataset_config(ds) -> None:
     """Refuse a dataset config no loader or generator can use (one PlanError naming the option): the
-    sizes
-    and splits every source needs, then a generated graph's own keys (its generator's check)."""
+    sizes and splits every source needs, then a generated graph's own keys (its generator's
+    check)."""
     check_common(ds)
     if ds.get("source") == "generated":
         from gnntrain.data.generators import GENERATORS
@@ -83,8 +82,7 @@ def check_dataset_config(ds) -> None:
 
 def dataset_sizes(ds) -> Tuple[int, int, int, int]:
     """(nodes, directed edges incl. reverse, features, classes) from the config alone: a generator's
-    own
-    edge count, the published (or ingested) sizes otherwise."""
+    own edge count, the published (or ingested) sizes otherwise."""
     n, f, c = int(ds.num_nodes), int(ds.feat_dim), int(ds.num_classes)
     if ds.source == "generated":
         from gnntrain.data.generators import get_generator
@@ -128,8 +126,7 @@ def load_dataset(cfg) -> "GraphData":  # noqa: F821
 
 def resolve_graph_path(cfg) -> Path:
     """``dataset.path`` of an ingested graph: absolute, or relative to ``data_dir`` where that holds
-    it,
-    else to the working directory."""
+    it, else to the working directory."""
     raw = cfg.dataset.get("path")
     if not raw:
         raise DatasetError(

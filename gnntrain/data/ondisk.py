@@ -2,15 +2,12 @@
 
 One folder per graph::
 
-    meta.json         format, sizes, dtypes, per-array byte sizes, the content digest
-    indptr.npy        int64 (N+1): CSR by destination, row v's in-neighbours are
-    indices[indptr[v]:indptr[v+1]]
-    indices.npy       int32 where N < 2^31, else int64: sources, sorted within a row, no self-loops,
-    no duplicates
-    features.npy      float32 (N, F)
-    labels.npy        int64 (N,): -1 for a node without a label (never in a mask)
-    train_mask.npy, val_mask.npy, test_mask.npy   bool (N,)
-    node_ids.parquet  the user's own ID of every node, in node order (integers or strings)
+    meta.json format, sizes, dtypes, per-array byte sizes, the content digest indptr.npy int64
+    (N+1): CSR by destination, row v's in-neighbours are indices[indptr[v]:indptr[v+1]] indices.npy
+    int32 where N < 2^31, else int64: sources, sorted within a row, no self-loops, no duplicates
+    features.npy float32 (N, F) labels.npy int64 (N,): -1 for a node without a label (never in a
+    mask) train_mask.npy, val_mask.npy, test_mask.npy bool (N,) node_ids.parquet the user's own ID
+    of every node, in node order (integers or strings)
 
 Every array is a plain ``.npy`` file, so NumPy memory-maps it (``np.load(mmap_mode=...)``).
 A folder is written under a temporary name and renamed into place once ``meta.json`` is
@@ -70,8 +67,7 @@ def read_npy_header(f):
 
 class NpyFile:
     """A C-ordered ``.npy`` file read a block of rows at a time with ``pread``: unlike a memory map,
-    the
-    pages read never count toward the process's resident memory once a block is dropped."""
+    the pages read never count toward the process's resident memory once a block is dropped."""
 
     def __init__(self, path):
         self.path = Path(path)
@@ -109,8 +105,7 @@ class NpyFile:
 
 def _flat(array) -> Tuple[np.dtype, Tuple[int, ...], Any]:
     """(dtype, shape, read(start, count) of the flattened elements) of an array or a ``.npy`` path
-    (read with
-    ``pread``, never mapped)."""
+    (read with ``pread``, never mapped)."""
     if isinstance(array, (str, Path)):
         npy = NpyFile(array)
         return npy.dtype, npy.shape, npy.items
@@ -145,8 +140,8 @@ def content_digest(
 ) -> str:
     """``hash_tensors(src, dst, features, labels, *masks)`` computed block by block from the CSR,
     never materialising the COO arrays (src = indices as int64, dst = row of each entry).
-    ``indices`` and
-    ``features`` may be arrays or ``.npy`` paths (then read with ``pread``, never mapped)."""
+    ``indices`` and ``features`` may be arrays or ``.npy`` paths (then read with ``pread``, never
+    mapped)."""
     h = hashlib.sha1(b"")
 
     def header(dtype: str, shape: Tuple[int, ...]) -> None:
@@ -173,8 +168,8 @@ def content_digest(
 def partial_dir(out: Path) -> Path:
     """Where an ingest writes before the rename: beside ``out``, never loadable (no meta.json there
     until the very end, and a name ``dataset.path`` would not be given). It starts empty: this
-    process's
-    earlier one is removed, and so is any other's whose process is gone (killed, out of memory)."""
+    process's earlier one is removed, and so is any other's whose process is gone (killed, out of
+    memory)."""
     out = Path(out)
     for stale in out.parent.glob(f".{out.name}.partial-*"):
         pid = stale.name.rsplit("-", 1)[-1]
@@ -305,8 +300,7 @@ def open_graph_dir(path) -> GraphDir:
 
 def load_graph_dir(path, name: str = ""):
     """The GraphData of an ingested graph: features and the CSR memory-mapped; the COO edge lists
-    are
-    built from the CSR only when something asks for them
+    are built from the CSR only when something asks for them
     (:class:`~gnntrain.data.graph.CsrGraphData`)."""
     import torch
 

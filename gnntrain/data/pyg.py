@@ -3,7 +3,7 @@
 The raw files are DGL's (``<data_dir>/cora_v2_d697a464/ind.cora_v2.*``, ...) or PyG's
 (``<data_dir>/Cora/raw/ind.cora.*``), linked into PyG's layout in a farm
 (:mod:`gnntrain.data.farm`). The result is made identical to what DGL's reader yields, so
-``dataset.reader`` never changes a run (tests/test_loaders.py compares both on Cora, CiteSeer
+``dataset.reader`` never changes a run (tests/test_readers.py compares both on Cora, CiteSeer
 and a generated Reddit):
 
 - Planetoid features are row-normalised as DGL's ``_normalize`` does: ``x * rowsum**-1`` in

@@ -1,6 +1,5 @@
 """Composing the run config outside a Hydra app (the Python API, ``gnntrain predict``), and the
-one-line
-message for a config that does not compose (``config_error``)."""
+one-line message for a config that does not compose (``config_error``)."""
 
 from __future__ import annotations
 
@@ -31,9 +30,8 @@ def register_schemas() -> None:
 
 def with_profile_search_path(overrides: Sequence[str]) -> List[str]:
     """``overrides`` plus the search path of the hardware profiles ``gnntrain calibrate`` writes,
-    where
-    that folder exists and the overrides set no search path of their own: the one search path that
-    ``gnntrain run`` (a Hydra app), :func:`compose` (API, predict) and the tests all use."""
+    where that folder exists and the overrides set no search path of their own: the one search path
+    that ``gnntrain run`` (a Hydra app), :func:`compose` (API, predict) and the tests all use."""
     from gnntrain.launch.calibrate import user_config_dir
 
     overrides = list(overrides)

@@ -9,12 +9,9 @@ from contextlib import contextmanager
 from typing import Iterator, List, Mapping, Optional
 
 # Ranks start from a fork server that has torch and gnntrain's modules imported already (each
-# spawned
-# interpreter used to import them again: seconds per rank on a small machine;
-# gnntrain.launch.preload
-# says which). The server is a fresh interpreter with no threads running, so forking it is safe
-# where
-# forking the launcher would not be.
+# spawned interpreter used to import them again: seconds per rank on a small machine;
+# gnntrain.launch.preload says which). The server is a fresh interpreter with no threads running, so
+# forking it is safe where forking the launcher would not be.
 PRELOAD = ["gnntrain.launch.preload"]
 
 
@@ -42,14 +39,11 @@ def rank_threads(threads: str) -> Iterator[None]:
 @contextmanager
 def user_main_hidden() -> Iterator[None]:
     """Start ranks without re-running the user's script. multiprocessing (spawn and forkserver
-    alike) imports
-    the parent's ``__main__`` again in every child, by its path or module name: a plain script
-    without an
-    ``if __name__ == "__main__":`` guard would start training again inside each rank, which
-    multiprocessing
-    refuses (issue 57: it surfaced as a rank "died" with exit code 1). Ranks need nothing from that
-    module
-    (their entry point is gnntrain's own), so its path and spec are hidden while they start."""
+    alike) imports the parent's ``__main__`` again in every child, by its path or module name: a
+    plain script without an ``if __name__ == "__main__":`` guard would start training again inside
+    each rank, which multiprocessing refuses (issue 57: it surfaced as a rank "died" with exit code
+    1). Ranks need nothing from that module (their entry point is gnntrain's own), so its path and
+    spec are hidden while they start."""
     main = sys.modules.get("__main__")
     if main is None:
         yield
@@ -66,8 +60,7 @@ def user_main_hidden() -> Iterator[None]:
 
 def start_fork_server(omp_threads: str) -> None:
     """Start the ranks' fork server now (it imports PRELOAD while this process loads and partitions
-    the
-    graph: the two overlap); a no-op when it runs already or ranks are spawned fresh."""
+    the graph: the two overlap); a no-op when it runs already or ranks are spawned fresh."""
     if start_method() != "forkserver":
         return
     # the stdlib's: torch.multiprocessing forks from the same server; no torch import
@@ -82,7 +75,7 @@ def start_fork_server(omp_threads: str) -> None:
 
 def launched_externally(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """ "torchrun" or "slurm" where that launcher started this process as one of several ranks, else
-    None; from the environment alone (``launcher.external_identity`` reads the rest of it)."""
+    None; from the environment alone (``rank_identity.external_identity`` reads the rest of it)."""
     env = os.environ if env is None else env
     if "RANK" in env and "WORLD_SIZE" in env and int(env["WORLD_SIZE"]) > 1:
         return "torchrun"
@@ -93,13 +86,11 @@ def launched_externally(env: Optional[Mapping[str, str]] = None) -> Optional[str
 
 def start_for_command_line(overrides: List[str]) -> None:
     """``gnntrain run``: start the server at once, before the CLI imports torch and composes the
-    plan,
-    so the server's imports overlap the CLI's (3-4 s sooner on two cores). The plan is not known
-    yet,
-    so this guesses from the overrides: no server where they name one process (mode=single, one rank
-    per node), several nodes or a launcher other than the local one, nor where torchrun/srun started
-    this process. A wrong guess leaves a spare process that exits with this one; ranks set their own
-    thread counts, so the run is the same."""
+    plan, so the server's imports overlap the CLI's (3-4 s sooner on two cores). The plan is not
+    known yet, so this guesses from the overrides: no server where they name one process
+    (mode=single, one rank per node), several nodes or a launcher other than the local one, nor
+    where torchrun/srun started this process. A wrong guess leaves a spare process that exits with
+    this one; ranks set their own thread counts, so the run is the same."""
     one_process = {"mode=single", "hardware.ranks_per_node=1"}
     elsewhere = ("hydra/launcher=", "hardware.nodes=")
     if (

@@ -12,323 +12,37 @@ The launcher watches its children: if any rank raises, is killed, or stops
 answering (collectives carry a finite timeout), the others are terminated,
 the failing rank and its traceback or signal are reported, and summary.json
 says ``status: failed``.
+
+A rank's own side is :mod:`gnntrain.launch.rank`; who started an external one,
+:mod:`gnntrain.launch.rank_identity`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
-import subprocess
-import sys
 import traceback
-from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from gnntrain.errors import GnnTrainError, Interrupted, PlanError, RankFailure
-from gnntrain.interrupts import FORWARDED, graceful_stop
+from gnntrain.interrupts import FORWARDED
 from gnntrain.launch.forkserver import (
-    launched_externally,
     rank_threads,
     start_fork_server,
     start_method,
     user_main_hidden,
 )
-from gnntrain.metrics import RunRecorder, build_summary, failed_summary, write_json_atomic
-from gnntrain.models.kernels import SPMM_CALLS
+from gnntrain.launch.rank import _spawned_rank, rank_main, threads_here
+from gnntrain.launch.rank_identity import RankIdentity, external_identity
+from gnntrain.metrics import failed_summary, write_json_atomic
 
 
 def find_free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@dataclass(frozen=True)
-class RankIdentity:
-    rank: int
-    world_size: int
-    local_rank: int
-    master_addr: str
-    master_port: int
-    source: str  # torchrun | slurm
-
-
-def expand_nodelist(nodelist: str) -> List[str]:
-    """Expand a SLURM node list such as ``node[01-03,07],login``."""
-    try:
-        out = subprocess.run(
-            ["scontrol", "show", "hostnames", nodelist],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.split()
-        if out:
-            return out
-    except Exception:
-        pass
-    hosts: List[str] = []
-    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,]+)", nodelist):
-        if plain:
-            hosts.append(plain)
-            continue
-        for part in ranges.split(","):
-            if "-" in part:
-                lo, hi = part.split("-")
-                hosts.extend(f"{prefix}{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1))
-            else:
-                hosts.append(prefix + part)
-    return hosts
-
-
-def node_address(node: str) -> str:
-    """A SLURM node's ``NodeAddr`` (its NodeName need not resolve), else the name itself."""
-    try:
-        out = subprocess.run(
-            ["scontrol", "show", "node", "-o", node],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-        match = re.search(r"\bNodeAddr=(\S+)", out)
-        if match:
-            return match.group(1)
-    except Exception:
-        pass
-    return node
-
-
-def external_identity(env: Optional[Dict[str, str]] = None) -> Optional[RankIdentity]:
-    """This process's rank when an external launcher started several ranks."""
-    env = dict(os.environ) if env is None else env
-    launcher = launched_externally(env)
-    if launcher == "torchrun":
-        return RankIdentity(
-            int(env["RANK"]),
-            int(env["WORLD_SIZE"]),
-            int(env.get("LOCAL_RANK", 0)),
-            env.get("MASTER_ADDR", "127.0.0.1"),
-            int(env.get("MASTER_PORT", 29500)),
-            "torchrun",
-        )
-    if launcher == "slurm":
-        nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "127.0.0.1"
-        master = env.get("MASTER_ADDR") or node_address(expand_nodelist(nodelist)[0])
-        port = int(env.get("MASTER_PORT") or 20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
-        return RankIdentity(
-            int(env["SLURM_PROCID"]),
-            int(env["SLURM_NTASKS"]),
-            int(env.get("SLURM_LOCALID", 0)),
-            master,
-            port,
-            "slurm",
-        )
-    return None
-
-
-def local_ranks(world_size: int, env: Optional[Dict[str, str]] = None) -> int:
-    """How many ranks share this host: torchrun says (LOCAL_WORLD_SIZE); under srun each task
-    has its own CPU set already (1); the local launcher runs them all here."""
-    env = os.environ if env is None else env
-    if "LOCAL_WORLD_SIZE" in env:
-        return max(1, int(env["LOCAL_WORLD_SIZE"]))
-    if "SLURM_PROCID" in env:
-        return 1
-    return max(1, world_size)
-
-
-def threads_here(planned: int, world_size: int) -> int:
-    """The planned intra-op threads, but never more than this rank's share of the cores it may
-    run on (a profile's cores_per_node describes its nodes, not the machine a run lands on)."""
-    share = max(1, len(os.sched_getaffinity(0)) // local_ranks(world_size))
-    return max(1, min(int(planned), share))
-
-
-def _set_threads(threads: int) -> None:
-    """Intra-op threads of this rank (spawned ranks also get OMP_NUM_THREADS from the launcher)."""
-    import torch
-
-    torch.set_num_threads(threads)
-
-
-def rank_main(
-    rank: int,
-    plan,
-    shard,
-    run_dir: Optional[str],
-    master_addr: str,
-    port: int,
-    partition: Dict[str, Any],
-    preprocess_s: float,
-    in_process: bool = False,
-    spawned: bool = False,
-) -> Optional[Dict[str, Any]]:
-    """Entry point of one rank, whoever started it (``in_process``: the launcher's own process,
-    where a second
-    Ctrl-C unwinds to the launcher, which records it, instead of leaving at once)."""
-    _set_threads(threads_here(plan.threads_of(rank), plan.world_size))
-    import torch
-
-    from gnntrain.comm import Communicator
-    from gnntrain.comm.peers import describe_lost_peers
-    from gnntrain.plan import plan_mode
-    from gnntrain.runtime import RankContext
-    from gnntrain.training import train_rank
-
-    distributed = plan.world_size > 1
-    if distributed:
-        import torch.distributed as dist
-
-        # under torchrun the agent already serves the rendezvous store at MASTER_ADDR:MASTER_PORT
-        init = "env://" if os.environ.get("TORCHELASTIC_RUN_ID") else f"tcp://{master_addr}:{port}"
-        dist.init_process_group(
-            plan.backend,
-            init_method=init,
-            rank=rank,
-            world_size=plan.world_size,
-            timeout=timedelta(seconds=float(plan.config["comm_timeout_s"])),
-        )
-    device = torch.device(plan.rank_devices[rank])
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    recorder = None
-    if rank == 0 and run_dir is not None:
-        recorder = RunRecorder(Path(run_dir), plan, progress=bool(plan.config["train"]["progress"]))
-    comm = Communicator(rank, plan.world_size, timeout_s=float(plan.config["comm_timeout_s"]))
-    hosts, plan = handshake(plan, comm, rank, master_addr)
-    ctx = RankContext(
-        plan=plan,
-        comm=comm,
-        device=device,
-        run_dir=Path(run_dir) if run_dir else None,
-        recorder=recorder,
-        preprocess_s=preprocess_s,
-    )
-    mode = plan_mode(plan)
-    SPMM_CALLS.clear()  # this rank's run only (in-process ranks run one after another)
-    try:
-        # Ctrl-C, SIGTERM: finish the epoch, agree, stop (gnntrain.interrupts)
-        with graceful_stop(hard_exit=not in_process, sigterm=not spawned):
-            result = train_rank(mode, shard, ctx)
-    except RuntimeError as exc:
-        lost = describe_lost_peers(str(exc), hosts, rank, comm.timeout_s) if distributed else None
-        if lost is None:
-            raise
-        raise RankFailure(lost) from None
-    finally:
-        if recorder is not None:
-            recorder.stop()
-    summary = None
-    if rank == 0:
-        summary = build_summary(plan, {**result, "rank_hosts": hosts}, partition)
-        if recorder is not None:
-            recorder.finish(summary)
-    if distributed:
-        # Leave together, then let process exit release the group: gloo's
-        # destroy_process_group (torch 2.2) can block forever when a peer has
-        # already torn down its side.
-        ctx.comm.barrier()
-    return summary
-
-
-def agreed_settings(plan) -> Dict[str, Any]:
-    """What every rank of one job must have planned alike: the settings a checkpoint pins (mode,
-    dataset,
-    model, partitioner, world size, dtype, seed) and the training settings (lr, epochs, ...)."""
-    from gnntrain.checkpoint import current_settings, pinned_settings
-
-    return {
-        **pinned_settings(plan.config_obj),
-        **current_settings(plan.config_obj),
-        "world_size": plan.world_size,
-    }
-
-
-def handshake(plan, comm, rank: int, master_addr: str):
-    """The one start-up exchange: every rank's (host, kernel choice, settings digest), gathered
-    once.
-    Under torchrun or srun each rank builds its own plan from its own command line: ranks whose
-    settings differ stop with one line naming the keys; a host whose ``kernel=auto`` measured
-    another
-    kernel takes rank 0's, so every rank runs one plan. Returns (hosts by rank, the plan to run)."""
-    import dataclasses
-    import hashlib
-    import json
-    import logging
-
-    from gnntrain.comm.peers import gather_text, local_address
-
-    settings = agreed_settings(plan)
-    digest = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[
-        :16
-    ]
-    records = [
-        json.loads(r)
-        for r in gather_text(
-            comm,
-            json.dumps(
-                {"host": local_address(master_addr), "kernel": plan.kernel, "settings": digest}
-            ),
-            size=256,
-        )
-    ]
-    hosts = [r["host"] for r in records]
-    differing = [
-        r for r, record in enumerate(records) if record["settings"] != records[0]["settings"]
-    ]
-    if differing:  # every rank sees the same records, so all stop here together
-        everyone = [
-            json.loads(t) for t in gather_text(comm, json.dumps(settings, default=str), size=16384)
-        ]
-        other = differing[0]
-        first, theirs = everyone[0], everyone[other]
-        keys = [
-            f"{k} {first.get(k)} (rank 0) vs {theirs.get(k)} (rank {other})"
-            for k in sorted(set(first) | set(theirs))
-            if first.get(k) != theirs.get(k)
-        ]
-        raise PlanError(
-            "ranks",
-            f"the ranks planned different runs: {'; '.join(keys[:6]) or 'settings differ'} "
-            f"({'ranks' if len(differing) > 1 else 'rank'} {', '.join(map(str, differing))} "
-            f"{'differ' if len(differing) > 1 else 'differs'} from rank 0).",
-            "start every rank with the same overrides (torchrun/srun run one command line per "
-            "host).",
-        )
-    kernels = [r["kernel"] for r in records]
-    if kernels[0] == plan.kernel:
-        return hosts, plan
-    logging.getLogger(__name__).warning(
-        "rank %d resolved kernel=%s, rank 0 %s: using rank 0's", rank, plan.kernel, kernels[0]
-    )
-    return hosts, dataclasses.replace(
-        plan, kernel=kernels[0], kernel_note=f"rank 0's choice ({plan.kernel_note})"
-    )
-
-
-def _spawned_rank(rank: int, plan, source, environment: Dict[str, str], *args) -> None:
-    # a fork server's child has the server's environment: take the launcher's as it was at this
-    # start
-    os.environ.clear()
-    os.environ.update(environment)
-    from gnntrain.logs import setup_logging
-
-    # a fresh interpreter: rank 0 logs info, the others warnings and errors only
-    setup_logging(rank)
-    shard, _ = source.shard(plan, rank)  # its own part only, from the store where the mode has one
-    rank_main(rank, plan, shard, *args, spawned=True)
-    # A finished rank leaves without interpreter teardown: destroying gloo's
-    # process group there raced its worker threads ("terminate called without
-    # an active exception", SIGABRT) after every output was already written,
-    # and the launcher then reported a completed run as a dead rank.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def prepare(plan, ranks=None):
@@ -462,8 +176,7 @@ def _name_the_signal(run_dir: Path, signum: int) -> None:
 
 def interrupted_summary(plan, signal_name: str, run_dir: Path) -> Dict[str, Any]:
     """An interrupt before any epoch completed (or a second Ctrl-C): no epochs, nothing to resume
-    from
-    beyond the checkpoints already written."""
+    from beyond the checkpoints already written."""
     summary = failed_summary(plan, f"interrupted by {signal_name}")
     summary["status"] = "interrupted"
     from gnntrain.checkpoint import Checkpointer, checkpoint_dir
@@ -479,8 +192,7 @@ def interrupted_summary(plan, signal_name: str, run_dir: Path) -> Dict[str, Any]
 
 def _shard_source(plan):
     """(what the ranks open, the partition figures, preprocessing seconds). Store modes: the store
-    is
-    built (or reused) here and the ranks get its path, so neither this process nor a rank holds
+    is built (or reused) here and the ranks get its path, so neither this process nor a rank holds
     more than its part while training; other modes prepare every shard here."""
     from gnntrain.launch.shards import ShardSource, ensure_store, uses_store
 

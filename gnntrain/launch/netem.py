@@ -15,6 +15,9 @@ the namespaces this module made):
 - with ``cores_per_host``, host i's processes also run in a cpu cgroup ``N-h<i>`` capped at that
 many
   cores, time-dilated where the machine has fewer cores than the cluster (see ``dilation_for``).
+
+Running ``gnntrain run`` across a cluster is :mod:`gnntrain.launch.netem_jobs`; the
+``gnntrain netem`` command, :mod:`gnntrain.launch.netem_cli`.
 """
 
 from __future__ import annotations
@@ -26,19 +29,17 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from gnntrain.errors import GnnTrainError
 
 STATE_DIR = Path(os.environ.get("GNNTRAIN_NETEM_STATE", "/run/gnntrain-netem"))
 INTERFACE = "eth0"
 MAX_HOSTS = 64
-FAILED_PEER_GRACE_S = 90.0  # after one agent fails, how long the others get to notice and exit
 CGROUP_ROOT = Path(os.environ.get("GNNTRAIN_CGROUP_ROOT", "/sys/fs/cgroup"))
 # the share of the machine's cores the hosts get together; the rest runs the kernel's network path
 # (veth, bridge, tbf) and the torchrun agents, which no host's cap accounts for
@@ -353,223 +354,3 @@ def destroy(name: str) -> List[str]:
         _remove_cgroup(group)
     _state_file(name).unlink(missing_ok=True)
     return gone
-
-
-@dataclass
-class JobResult:
-    returncodes: List[int]
-    outputs: List[str]  # stdout + stderr of each host's agent
-    run_dirs: List[Path]  # each host's hydra.run.dir; host 0's holds rank 0's summary
-    wall_s: float
-    dilation: float = 1.0  # the cluster's time dilation: emulated seconds = real seconds / dilation
-
-    @property
-    def ok(self) -> bool:
-        return all(rc == 0 for rc in self.returncodes)
-
-    def summary(self) -> Optional[dict]:
-        path = self.run_dirs[0] / "summary.json"
-        return json.loads(path.read_text()) if path.exists() else None
-
-
-def run_job(
-    cluster: EmulatedCluster,
-    overrides: Sequence[str],
-    run_root: Path,
-    ranks_per_host: int = 1,
-    port: int = 29610,
-    timeout_s: Optional[float] = None,
-    env: Optional[Dict[str, str]] = None,
-) -> JobResult:
-    """``gnntrain run overrides`` across the cluster: one ``torchrun`` agent per host, rank 0 on
-    host 0, gloo bound to the shaped interface. Each host's ranks get the host's cores
-    (``hardware.cores_per_node``: its cap, or its share of this machine's) unless the overrides set
-    them; a capped host's agent runs inside the host's cpu group."""
-    bin_dir = Path(sys.executable).parent
-    overrides = list(overrides) + [
-        f"hardware.nodes={cluster.hosts}",
-        f"hardware.ranks_per_node={ranks_per_host}",
-    ]
-    if not any(o.startswith("hardware.cores_per_node=") for o in overrides):
-        cores = cluster.cores_per_host or max(1, (os.cpu_count() or 1) // cluster.hosts)
-        overrides.append(f"hardware.cores_per_node={cores}")
-    base_env = dict(
-        os.environ,
-        **(env or {}),
-        GLOO_SOCKET_IFNAME=INTERFACE,
-        GNNTRAIN_NETWORK=f"emulated '{cluster.name}': {cluster.describe()}",
-        GNNTRAIN_TIME_DILATION=f"{cluster.dilation:.6g}",
-    )
-    run_dirs = [Path(run_root) / f"host{i}" for i in range(cluster.hosts)]
-    procs = []
-    start = time.perf_counter()
-    for i in range(cluster.hosts):
-        cmd = [
-            "ip",
-            "netns",
-            "exec",
-            cluster.namespace(i),
-            str(bin_dir / "torchrun"),
-            f"--nnodes={cluster.hosts}",
-            f"--nproc-per-node={ranks_per_host}",
-            f"--node-rank={i}",
-            f"--master-addr={cluster.address(0)}",
-            f"--master-port={port}",
-            "--no-python",
-            str(bin_dir / "gnntrain"),
-            "run",
-            *overrides,
-            f"hydra.run.dir={run_dirs[i]}",
-        ]
-        group = cluster.cgroup(i)
-        if (
-            group is not None
-        ):  # join the host's cpu group, then become the agent (its children stay in)
-            cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs"), *cmd]
-        procs.append(
-            subprocess.Popen(
-                cmd,
-                env=base_env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,
-            )
-        )
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    notes = [""] * len(procs)
-    outputs = [_drain(p) for p in procs]  # background readers, so no agent blocks on a full pipe
-    while any(p.poll() is None for p in procs):
-        now = time.monotonic()
-        failed = any(p.returncode not in (None, 0) for p in procs)
-        if failed and (deadline is None or deadline > now + FAILED_PEER_GRACE_S):
-            # the others should end on their own; never hang on them
-            deadline = now + FAILED_PEER_GRACE_S
-        if deadline is not None and now > deadline:
-            for i, p in enumerate(procs):
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    notes[i] = "\n(killed: " + (
-                        "another host's agent failed)"
-                        if failed
-                        else f"the job ran past {timeout_s} s)"
-                    )
-            break
-        time.sleep(0.2)
-    texts = [out.result() + note for out, note in zip(outputs, notes)]
-    return JobResult(
-        [p.wait() for p in procs], texts, run_dirs, time.perf_counter() - start, cluster.dilation
-    )
-
-
-def _drain(proc: subprocess.Popen):
-    """Read an agent's output on a thread; ``.result()`` gives it all once the agent has exited."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    pool = ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(proc.stdout.read)
-    pool.shutdown(wait=False)
-    return future
-
-
-def _profile_link(profile: str, config_root: Path) -> Link:
-    import yaml
-
-    path = config_root / "hardware" / f"{profile}.yaml"
-    if not path.exists():
-        names = sorted(p.stem for p in path.parent.glob("*.yaml"))
-        raise GnnTrainError(f"no hardware profile '{profile}'. Fix: use one of {', '.join(names)}")
-    raw = yaml.safe_load(path.read_text())
-    if not raw.get("link_gbit_s"):
-        raise GnnTrainError(
-            f"hardware profile '{profile}' names no network link (link_gbit_s). Fix: give --gbit"
-        )
-    return Link(float(raw["link_gbit_s"]), float(raw.get("link_latency_us") or 0.0))
-
-
-def netem_command(argv: Sequence[str], config_root: Path) -> int:
-    """``gnntrain netem up|run|show|down``: see the module docstring and the README. ``config_root``
-    holds the hardware profiles that ``--profile`` reads."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="gnntrain netem", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="action", required=True)
-    up = sub.add_parser("up", help="make k hosts on a shaped network")
-    up.add_argument("--hosts", type=int, required=True)
-    up.add_argument("--gbit", type=float, help="link bandwidth in Gbit/s, each way")
-    up.add_argument("--latency-us", type=float, default=None, help="one-way latency (needs netem)")
-    up.add_argument(
-        "--profile", help="take the link from a hardware profile's link_gbit_s/link_latency_us"
-    )
-    up.add_argument(
-        "--cores-per-host",
-        type=int,
-        default=0,
-        help="cap each host at this many cores (a cpu cgroup); where the machine has fewer than "
-        "hosts x cores, the cluster runs time-dilated (links and caps scaled alike)",
-    )
-    run = sub.add_parser("run", help="gnntrain run across the hosts, one torchrun agent per host")
-    run.add_argument("--ranks-per-host", type=int, default=1)
-    run.add_argument("--port", type=int, default=29610)
-    run.add_argument("--run-dir", default="outputs/netem", help="host i writes RUN_DIR/host<i>")
-    run.add_argument(
-        "overrides", nargs=argparse.REMAINDER, help="gnntrain run overrides (after --)"
-    )
-    sub.add_parser("show", help="describe the cluster")
-    sub.add_parser("down", help="delete the cluster's namespaces")
-    for p in sub.choices.values():
-        p.add_argument("--name", default="gtnet", help="the cluster's name (default gtnet)")
-    args = parser.parse_args(list(argv))
-    try:
-        if args.action == "up":
-            if (args.gbit is None) == (args.profile is None):
-                raise GnnTrainError("netem up: give exactly one of --gbit and --profile")
-            link = (
-                _profile_link(args.profile, config_root) if args.profile else Link(args.gbit, 0.0)
-            )
-            if args.latency_us is not None:
-                link = Link(link.gbit_s, args.latency_us)
-            cluster = create(args.name, args.hosts, link, args.cores_per_host)
-            print(
-                f"emulated network '{cluster.name}' is up: {cluster.describe()}; host 0 is "
-                f"{cluster.address(0)} in namespace {cluster.namespace(0)}"
-            )
-            if cluster.dilation > 1:
-                print(
-                    f"time dilation x{cluster.dilation:.2f}: links shaped to "
-                    f"{link.gbit_s / cluster.dilation:.3g} "
-                    f"Gbit/s and hosts capped at {cluster.cores_per_host / cluster.dilation:.2f} "
-                    "cores; the runs' "
-                    "times are real seconds, so divide them by the dilation"
-                )
-            return 0
-        if args.action == "down":
-            gone = destroy(args.name)
-            print(
-                f"deleted {', '.join(gone)}"
-                if gone
-                else f"no namespaces of '{args.name}' were left"
-            )
-            return 0
-        cluster = load(args.name)
-        if args.action == "show":
-            print(
-                f"{cluster.name}: {cluster.describe()}; addresses "
-                + ", ".join(cluster.address(i) for i in range(cluster.hosts))
-            )
-            return 0
-        overrides = [o for o in args.overrides if o != "--"]
-        result = run_job(cluster, overrides, Path(args.run_dir), args.ranks_per_host, args.port)
-        for i, (rc, out) in enumerate(zip(result.returncodes, result.outputs)):
-            if i == 0 or rc != 0:
-                print(f"--- host {i} (exit {rc}) ---\n{out.rstrip()}")
-        if result.dilation > 1:
-            print(
-                f"time dilation x{result.dilation:.2f}: the times above are real; the emulated "
-                "cluster's are "
-                f"{1 / result.dilation:.3f}x them (summary.json records time_dilation)"
-            )
-        return 0 if result.ok else 1
-    except GnnTrainError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2

@@ -3,10 +3,8 @@ with the run's own mode and world size (docs/design.md#predict).
 
 The run's composed config is read back from its ``plan.yaml`` and composed again through Hydra (so
 the schema checks it), with the user's overrides on top: ``dataset=files dataset.path=OTHER``
-predicts
-on another graph with the same feature width. Groups the user names are taken from the user, the
-rest
-from the run.
+predicts on another graph with the same feature width. Groups the user names are taken from the
+user, the rest from the run.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Where each rank's shard comes from (docs/design.md#partition-store).
 
-Modes with ``part_store`` (partition, supergcn, mop, hongtu) train from the partition store:
-one process builds every part once (load the graph, the mode's ``prepare``, write), under the
-store's
+Modes with ``part_store`` (partition, supergcn, mop, hongtu) train from the partition store: one
+process builds every part once (load the graph, the mode's ``prepare``, write), under the store's
 lock, and each rank then opens only its own part. The launcher does not keep the graph while the
 ranks train, and under torchrun or srun no rank loads the graph when the store is already there.
 ``single`` and ``hyscale`` need the whole graph in their ranks and prepare it in memory as before.
@@ -76,21 +75,30 @@ def _raw_files(cfg) -> List[Tuple[str, int, int]]:
 # once per process: the code does not change under a running process
 @functools.lru_cache(maxsize=None)
 def _code_stamp(mode_name: str) -> str:
-    """A digest of the code that makes a part (the mode's module or package, the partitioners, the
-    data layer, the edge weights), so a changed ``prepare`` never reuses an older store."""
+    """A digest of the code that makes a part: the modules of the mode's planner and prepare (their
+    whole package where the mode is one), the modes' shared modules, the partitioners, the data
+    layer and the edge weights. A changed ``prepare`` never reuses an older store, wherever in its
+    package the mode keeps it."""
     import inspect
 
     import gnntrain.data
     import gnntrain.models.norm
+    import gnntrain.modes
     import gnntrain.partition
 
-    mode_file = Path(inspect.getsourcefile(mode_spec(mode_name).planner))
-    mode_files = (
-        sorted(mode_file.parent.glob("*.py")) if mode_file.name == "mode.py" else [mode_file]
-    )
+    spec = mode_spec(mode_name)
+    modes_dir = Path(gnntrain.modes.__file__).parent
+    mode_files = set()
+    for part in (spec.planner, spec.prepare):
+        source = Path(inspect.getsourcefile(part))
+        package = source.parent
+        mode_files.update(package.glob("*.py") if package != modes_dir else [source])
+    # base, halo, fullgraph, ... (and the single-module modes)
+    shared = sorted(modes_dir.glob("*.py"))
     packages = [Path(gnntrain.data.__file__).parent, Path(gnntrain.partition.__file__).parent]
     files = (
-        mode_files
+        sorted(mode_files)
+        + shared
         + [f for pkg in packages for f in sorted(pkg.glob("*.py"))]
         + [Path(gnntrain.models.norm.__file__)]
     )
@@ -139,12 +147,10 @@ def _resolve_store(plan) -> Path:
 
 def load_and_partition(plan, printing: bool = False):
     """(the graph, the mode's planner, the partitioning, whether it came from the cache): the one
-    place
-    that loads the graph and partitions it for the plan's mode. A mode whose prepare reads no
+    place that loads the graph and partitions it for the plan's mode. A mode whose prepare reads no
     partitioning gets None, unless ``printing`` (``gnntrain partition``/``plan`` print the
-    configured
-    partitioner's metrics for every mode: the plan's parts, where the mode partitions nothing
-    itself)."""
+    configured partitioner's metrics for every mode: the plan's parts, where the mode partitions
+    nothing itself)."""
     from gnntrain.modes import ModePlanner
     from gnntrain.plan import plan_mode
 

@@ -1,14 +1,10 @@
 """Time to accuracy for ``gnntrain report``: the training wall time until a run's validation
-accuracy first
-reaches a target, and the validation-accuracy-over-time plot.
+accuracy first reaches a target, and the validation-accuracy-over-time plot.
 
 Mini-batch systems often reach a target accuracy sooner even when their epochs are not faster (Bajaj
-et
-al., VLDB'25), so epoch time alone misleads a comparison of modes. Wall time here is the running sum
-of
-``epoch_time_s`` in ``metrics.jsonl``: training epochs only, not startup, preprocessing or the
-evaluation
-passes (the report states it).
+et al., VLDB'25), so epoch time alone misleads a comparison of modes. Wall time here is the running
+sum of ``epoch_time_s`` in ``metrics.jsonl``: training epochs only, not startup, preprocessing or
+the evaluation passes (the report states it).
 """
 
 from __future__ import annotations
@@ -49,8 +45,7 @@ def default_target(runs: List[Dict[str, Any]]) -> Optional[float]:
 
 def time_to_target(metrics: List[Dict[str, Any]], target: float) -> Optional[Tuple[int, float]]:
     """(epochs, training seconds) to the first evaluated epoch with validation accuracy >=
-    ``target``;
-    None when the run never reaches it."""
+    ``target``; None when the run never reaches it."""
     for epoch, seconds, acc in val_curve(metrics):
         if acc >= target - 1e-12:
             return epoch, seconds

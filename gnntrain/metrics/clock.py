@@ -113,19 +113,15 @@ class _BackwardMark(torch.autograd.Function):
 
 class DeviceTimeline:
     """Busy intervals of named device activities (compute, host→device and device→host copies) on
-    one time
-    axis, without waiting for the device: on CUDA each interval is a pair of events recorded on the
-    stream
-    that does the work, read back once per epoch (:meth:`resolve`) against a reference event; on a
-    CPU
-    "device" the work is done when its call returns, so an interval is the call's wall time.
+    one time axis, without waiting for the device: on CUDA each interval is a pair of events
+    recorded on the stream that does the work, read back once per epoch (:meth:`resolve`) against a
+    reference event; on a CPU "device" the work is done when its call returns, so an interval is the
+    call's wall time.
 
     The point is the *overlap*: :meth:`resolve` reports each activity's busy seconds, the wall span
-    from
-    :meth:`reset` to the last interval's end, and how many of the copy seconds ran while compute ran
-    (the
-    union of compute intervals intersected with each copy activity's union). A serial loop overlaps
-    nothing.
+    from :meth:`reset` to the last interval's end, and how many of the copy seconds ran while
+    compute ran (the union of compute intervals intersected with each copy activity's union). A
+    serial loop overlaps nothing.
     """
 
     def __init__(self, device: DeviceLike = None) -> None:
@@ -161,8 +157,7 @@ class DeviceTimeline:
 
     def resolve(self) -> Dict[str, float]:
         """``{name}_s`` busy seconds per activity, ``wall_s``, and ``{name}_overlapped_s``: the
-        seconds of
-        each non-compute activity that ran while some compute ran."""
+        seconds of each non-compute activity that ran while some compute ran."""
         intervals: Dict[str, list] = {}
         for name, start, end in self._spans:
             intervals.setdefault(name, []).append((self._seconds(start), self._seconds(end)))

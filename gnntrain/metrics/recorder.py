@@ -80,9 +80,8 @@ def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Di
     times = [h["epoch_time_s"] for h in history]
     median_time = statistics.median(times)
     # the epoch whose time is the (lower) median gives the per-epoch figures, among the steady
-    # epochs: the first
-    # pays one-time costs (a kept A·x computed, caches warmed) and moves other bytes where there are
-    # later ones
+    # epochs: the first pays one-time costs (a kept A·x computed, caches warmed) and moves other
+    # bytes where there are later ones
     steady = history[1:] if len(history) > 1 else history
     steady_times = [h["epoch_time_s"] for h in steady]
     med = steady[steady_times.index(statistics.median_low(steady_times))]

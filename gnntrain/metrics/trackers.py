@@ -1,11 +1,10 @@
 """Experiment trackers (the ``logger`` config group): CSV, TensorBoard, MLflow, Weights & Biases.
 
 Rank 0's :class:`~gnntrain.metrics.recorder.RunRecorder` drives them: the composed config at the
-start,
-one row of scalars per epoch (loss, accuracies, epoch time and its split, bytes by kind), and at the
-end the summary and the run's plots (loss and accuracy per epoch) as artifacts. Several at once:
-``logger=[tensorboard,csv]``. A tracker whose package is missing is refused at plan time, naming the
-pip extra (:func:`check_installed`).
+start, one row of scalars per epoch (loss, accuracies, epoch time and its split, bytes by kind), and
+at the end the summary and the run's plots (loss and accuracy per epoch) as artifacts. Several at
+once: ``logger=[tensorboard,csv]``. A tracker whose package is missing is refused at plan time,
+naming the pip extra (:func:`check_installed`).
 """
 
 from __future__ import annotations
@@ -117,8 +116,7 @@ class Tracker:
 
 class CsvTracker(Tracker):
     """``metrics.csv`` (or ``logger.csv.file``): one row per epoch, a column per scalar; columns
-    that
-    first appear later (an evaluation's accuracies) are added by rewriting the file."""
+    that first appear later (an evaluation's accuracies) are added by rewriting the file."""
 
     def start(self, config):
         self.path = self.run_dir / str(self.options.get("file") or "metrics.csv")
@@ -167,8 +165,7 @@ class TensorBoardTracker(Tracker):
 
 class MlflowTracker(Tracker):
     """A local file store under the run directory by default (``logger.mlflow.tracking_uri`` to send
-    it
-    elsewhere), experiment ``logger.mlflow.experiment``."""
+    it elsewhere), experiment ``logger.mlflow.experiment``."""
 
     def start(self, config):
         import os

@@ -67,8 +67,7 @@ def _c_problem() -> Optional[str]:
 
 def c_keep_mask() -> Optional[Callable]:
     """The C build's dropout keep mask (:func:`._native_c.keep_mask`), or None where the C build
-    does not
-    load (the tensor formula serves: the same bits)."""
+    does not load (the tensor formula serves: the same bits)."""
     return _native_c.keep_mask if _c_problem() is None else None
 
 

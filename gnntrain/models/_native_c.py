@@ -1,8 +1,7 @@
 """The native kernel's C loops (``_native_spmm.c``): compiled at first use with the system's C
-compiler,
-cached per (sources, compiler, CPU), and called through ctypes with the numba loops' signatures; the
-same library holds the one-pass dropout keep mask (:func:`keep_mask`) and SuperGCN's halo operators
-(``_native_halo.c``, called through :mod:`._native_halo`).
+compiler, cached per (sources, compiler, CPU), and called through ctypes with the numba loops'
+signatures; the same library holds the one-pass dropout keep mask (:func:`keep_mask`) and SuperGCN's
+halo operators (``_native_halo.c``, called through :mod:`._native_halo`).
 
 Where no compiler is found, the compile fails or ``GNNTRAIN_NATIVE=numba`` is set, :mod:`._native`
 runs the numba loops instead (the same sums over each row's edges in CSR order; numba adds four
@@ -32,8 +31,7 @@ import torch
 SOURCE = Path(__file__).with_name("_native_spmm.c")
 SOURCES = (SOURCE, Path(__file__).with_name("_native_halo.c"))  # compiled into one library
 # no contraction into fused multiply-adds (clang's default contracts): every product and sum is
-# rounded on
-# its own, as torch's formulas round them, so the halo operators give torch's bits
+# rounded on its own, as torch's formulas round them, so the halo operators give torch's bits
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c11", "-ffp-contract=off", "-shared", "-fPIC")
 COMPILE_TIMEOUT_S = 300
 _ARGTYPES = (

@@ -1,12 +1,9 @@
 """SuperGCN's CPU halo operators in the native C build (``_native_halo.c``; SuperGCN §2,
-docs/design.md#supergcn):
-quantise + pack and unpack + dequantise in one threaded pass per row block, and the post-aggregation
-as a
-sorted, clustered index_add. They give the bits of the torch formulas they replace
-(:mod:`gnntrain.comm.quantize`, :mod:`gnntrain.models.post_aggregation`) and serve CPU tensors where
-the C
-build loads (:func:`available`); ``GNNTRAIN_NATIVE=numba`` or a host without a compiler leaves
-torch's.
+docs/design.md#supergcn): quantise + pack and unpack + dequantise in one threaded pass per row
+block, and the post-aggregation as a sorted, clustered index_add. They give the bits of the torch
+formulas they replace (:mod:`gnntrain.comm.quantize`, :mod:`gnntrain.models.post_aggregation`) and
+serve CPU tensors where the C build loads (:func:`available`); ``GNNTRAIN_NATIVE=numba`` or a host
+without a compiler leaves torch's.
 """
 
 from __future__ import annotations
@@ -48,8 +45,7 @@ def _library() -> ctypes.CDLL:
 def available(*tensors: torch.Tensor, dtype: Optional[torch.dtype] = None) -> bool:
     """Whether the C operators serve these tensors: all on the CPU, computing in float32 or float64
     (``dtype``, else the first tensor's), and the C build loads here (not with
-    ``GNNTRAIN_NATIVE=numba``
-    or without a compiler)."""
+    ``GNNTRAIN_NATIVE=numba`` or without a compiler)."""
     if any(t.device.type != "cpu" for t in tensors):
         return False
     if (dtype or (tensors[0].dtype if tensors else torch.float32)) not in _TYPES:
@@ -75,8 +71,7 @@ def quantize_pack(
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """(packed uint8 [n, ceil(d·bits/8)], params [n, 2] = (scale, zero) in ``param_dtype``) of
     :func:`gnntrain.comm.quantize.quantize_rows`, with ``raw_noise`` the int16 lanes torch drew (its
-    low 15
-    bits are the noise). ``bits`` in 1, 2, 4, 8; rows at least one wide."""
+    low 15 bits are the noise). ``bits`` in 1, 2, 4, 8; rows at least one wide."""
     n, d = x.shape
     x = _rows(x)
     raw_noise = raw_noise.contiguous()
@@ -140,10 +135,8 @@ def scatter_add(
     src: torch.Tensor,
 ) -> torch.Tensor:
     """base + dst_scale ⊙ (A · src) for the CSR ``A`` (indptr int64 over base's rows, rows
-    int32/int64: the
-    src row of each contribution, sorted per destination), each destination row summed in CSR order
-    by
-    one thread (no atomics)."""
+    int32/int64: the src row of each contribution, sorted per destination), each destination row
+    summed in CSR order by one thread (no atomics)."""
     n, width = base.shape
     if (
         indptr.dtype != np.int64

@@ -115,12 +115,9 @@ def weighted_spmm(indptr, indices, values, h, out):  # pragma: no cover - compil
 
 def compile_loop(fn: Callable, parallel: bool):
     """``fn`` compiled threaded or serial. numba names its cache files by qualname, so the serial
-    copy
-    gets a name of its own. fastmath lets LLVM vectorize the feature loop and contract a·b+c into
-    FMAs;
-    it never reorders the sum over a row's edges (a loop-carried store), so the result does not
-    depend
-    on the thread count."""
+    copy gets a name of its own. fastmath lets LLVM vectorize the feature loop and contract a·b+c
+    into FMAs; it never reorders the sum over a row's edges (a loop-carried store), so the result
+    does not depend on the thread count."""
     if not parallel:
         fn = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial")
         fn.__qualname__ = fn.__name__

@@ -55,10 +55,9 @@ class TrainedModel(nn.Module):
     logits.
 
     ``edge_index`` is 2xE (row 0 sources, row 1 destinations) over nodes 0..N-1, as in PyG.
-    Self-loops and
-    repeated edges in it are dropped, and the model's own self-loops added, exactly as for training.
-    ``embeddings(..., layer=k)`` returns the input of layer k (after its activation), k =
-    1..layers-1."""
+    Self-loops and repeated edges in it are dropped, and the model's own self-loops added, exactly
+    as for training. ``embeddings(..., layer=k)`` returns the input of layer k (after its
+    activation), k = 1..layers-1."""
 
     def __init__(self, gnn: GNN, self_loop: bool, card: Dict[str, Any]):
         super().__init__()
@@ -161,10 +160,8 @@ def rows_output(
     model: nn.Module, forward: Callable[[], torch.Tensor], what: str, layer: int
 ) -> torch.Tensor:
     """The rows ``forward()`` computes, as logits, probabilities, labels or the input of layer
-    ``layer``
-    (embeddings; default the last layer's input). Embeddings run the same forward with the layer
-    stack cut
-    after layer ``layer`` - 1, so every mode computes them in its own layout."""
+    ``layer`` (embeddings; default the last layer's input). Embeddings run the same forward with the
+    layer stack cut after layer ``layer`` - 1, so every mode computes them in its own layout."""
     if what != "embeddings":
         logits = forward()
         if what == "probs":

@@ -27,8 +27,7 @@ class GATLayer(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, negative_slope: float = 0.2, heads: int = 1):
         """``model.negative_slope``: the LeakyReLU slope of the attention scores; ``model.heads``:
-        one
-        (the only count this layer implements)."""
+        one (the only count this layer implements)."""
         if heads != 1:
             raise ValueError(
                 f"{heads} heads asked for; the GAT layer here has one head. Fix: use model.heads=1"

@@ -142,10 +142,8 @@ class GlobalDropout:
         device: Optional[torch.device] = None,
     ) -> torch.Tensor:
         """The boolean keep mask of this epoch and layer for the held rows (``rows``: a slice of
-        them), drawn on
-        ``device`` (the host by default; on a GPU the tensor formula draws it there, the same bits,
-        instead of
-        drawing on the host and copying)."""
+        them), drawn on ``device`` (the host by default; on a GPU the tensor formula draws it there,
+        the same bits, instead of drawing on the host and copying)."""
         return row_hash_keep_mask(self._rows(rows, device), width, self.stream(layer), self.p)
 
     def _rows(self, rows: Optional[slice], device: Optional[torch.device]) -> torch.Tensor:
@@ -194,9 +192,8 @@ class GNN(nn.Module):
         ]
         self.layers = nn.ModuleList(layers)
         # LayerNorm normalises each row on its own, so a mode holding any subset of the rows
-        # computes the
-        # same values; its initial weights are constants (no random draw, the layers keep their
-        # init)
+        # computes the same values; its initial weights are constants (no random draw, the layers
+        # keep their init)
         self.norms = (
             nn.ModuleList(nn.LayerNorm(d) for d in dims[1:-1]) if spec.norm == "layer" else None
         )
@@ -262,10 +259,9 @@ def run_layers(
 
 def layer_input(model: GNN, forward: Callable[[], torch.Tensor], layer: int) -> torch.Tensor:
     """The input of layer ``layer`` (1..layers-1; 0 or less: the last layer's), computed by
-    ``forward()`` with the
-    layer stack cut after layer ``layer`` - 1 and the hidden activation applied: any forward that
-    runs
-    ``model.layers`` (a mode's own layout, or a plain adjacency) yields the embeddings that way."""
+    ``forward()`` with the layer stack cut after layer ``layer`` - 1 and the hidden activation
+    applied: any forward that runs ``model.layers`` (a mode's own layout, or a plain adjacency)
+    yields the embeddings that way."""
     layers = model.layers
     depth = len(layers)
     k = depth - 1 if layer <= 0 else int(layer)

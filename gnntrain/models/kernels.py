@@ -19,27 +19,21 @@ Three interchangeable SpMM paths behind :class:`SparseAdjacency`:
 * ``torch``: torch-native CSR SpMM with a prebuilt transpose for backward
   (cuSPARSE on CUDA).
 
-``kernel=auto`` is resolved by :func:`choose_kernel`, which times every path that runs here
-on a graph of the run's average degree, feature width, dtype and thread
+``kernel=auto`` is resolved by :func:`gnntrain.models.kernel_choice.choose_kernel`, which times
+every path that runs here on a graph of the run's average degree, feature width, dtype and thread
 count, and caches the result per host. DGL is imported lazily.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import os
-import platform
-import time
 import warnings
 from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
-from gnntrain.atomic import atomic_write_bytes
 from gnntrain.backends import dgl_available
 from gnntrain.models._native import NativeSpmm
 
@@ -203,14 +197,11 @@ class SparseAdjacency:
 
     def streamed_to(self, device: torch.device, dtype: torch.dtype) -> "SparseAdjacency":
         """A torch-CSR copy of this adjacency on ``device`` whose operands were built here, on the
-        host:
-        only the forward CSR and the row scales are copied (from pinned memory, asynchronously), so
-        the
-        device never holds the edge lists, the COO or its sort buffers (HongTu §4: a chunk's
-        topology
-        streams to the device with the chunk). The transposed CSR stays here; autograd copies it
-        over
-        only if a backward pass through this SpMM asks for it."""
+        host: only the forward CSR and the row scales are copied (from pinned memory,
+        asynchronously), so the device never holds the edge lists, the COO or its sort buffers
+        (HongTu §4: a chunk's topology streams to the device with the chunk). The transposed CSR
+        stays here; autograd copies it over only if a backward pass through this SpMM asks for
+        it."""
         edge_w = self._edge_weight
         if dtype not in self._streamed:
             self._require_edge_lists("streamed_to")
@@ -276,10 +267,8 @@ class SparseAdjacency:
 
     def release_edge_lists(self) -> bool:
         """Drop the COO edge lists and per-edge weights where the kernel holds its own copy of the
-        graph (the
-        native CSR pair with its row scales): about 24 bytes per edge that training never reads
-        again. After
-        this only :meth:`spmm` works. Returns whether they were released."""
+        graph (the native CSR pair with its row scales): about 24 bytes per edge that training never
+        reads again. After this only :meth:`spmm` works. Returns whether they were released."""
         if self.kernel != "native" or self._native is None:
             return False
         self._dst = self._src = self.weight = None
@@ -317,197 +306,3 @@ class SparseAdjacency:
     def flops(self, width: int) -> int:
         """Multiply-adds of one SpMM at feature width ``width`` (2 per edge and column)."""
         return 2 * self.num_edges * int(width)
-
-
-# ----------------------------------------------------------------- kernel=auto
-@dataclass(frozen=True)
-class KernelChoice:
-    kernel: str
-    seconds: Dict[str, float]  # measured forward+backward SpMM time per candidate
-    probe: str  # what was timed
-
-    def describe(self) -> str:
-        times = ", ".join(
-            f"{k} {v * 1e3:.1f} ms" for k, v in sorted(self.seconds.items(), key=lambda kv: kv[1])
-        )
-        return f"kernel=auto measured {times} ({self.probe})"
-
-
-def probe_graph(
-    num_nodes: int, avg_degree: float, seed: int = 0
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(src, dst) of a uniform random graph with ``avg_degree`` edges per node: what the kernel and
-    calibration probes time SpMM on."""
-    gen = torch.Generator().manual_seed(seed)
-    num_edges = max(1, int(num_nodes * avg_degree))
-    return (
-        torch.randint(0, num_nodes, (num_edges,), generator=gen),
-        torch.randint(0, num_nodes, (num_edges,), generator=gen),
-    )
-
-
-def time_kernel(
-    kernel: str,
-    dst: torch.Tensor,
-    src: torch.Tensor,
-    num_nodes: int,
-    width: int,
-    dtype: torch.dtype,
-    device: torch.device,
-    reps: int = 3,
-) -> float:
-    """Best-of-``reps`` seconds of one unweighted SpMM forward and backward (after one warm-up)."""
-    adj = SparseAdjacency(
-        dst,
-        src,
-        torch.ones(dst.numel(), 2, dtype=torch.float64),
-        num_nodes,
-        num_nodes,
-        kernel=kernel,
-        device=device,
-    )
-    h = torch.randn(num_nodes, width, dtype=dtype, device=device, requires_grad=True)
-    grad = torch.ones(num_nodes, width, dtype=dtype, device=device)
-
-    def step():
-        h.grad = None
-        adj.spmm(h).backward(grad)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    return best_seconds(step, reps)
-
-
-def best_seconds(step: Callable[[], object], reps: int) -> float:
-    """Best-of-``reps`` wall seconds of ``step`` after one warm-up call."""
-    step()
-    best = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter()
-        step()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def _cache_key(device: str, dtype: str, threads: int, degree_bucket: int, width: int) -> str:
-    dgl_version = "none"
-    if dgl_available():
-        import dgl
-
-        dgl_version = dgl.__version__
-    from gnntrain.models._native import native_version
-
-    name = (
-        torch.cuda.get_device_name()
-        if device == "cuda"
-        else platform.processor() or platform.machine()
-    )
-    return "|".join(
-        [
-            f"probe {PROBE_ROUNDS} rounds",
-            f"torch {torch.__version__}",
-            f"dgl {dgl_version}",
-            f"native {native_version()}",
-            device,
-            name,
-            dtype,
-            f"threads {threads}",
-            f"degree~{degree_bucket}",
-            f"width {width}",
-        ]
-    )
-
-
-def _read_cache(cache_file: Path) -> Dict[str, dict]:
-    """kernels.json as a dict; missing or corrupt reads as empty (re-measured and rewritten)."""
-    try:
-        cached = json.loads(cache_file.read_text()) if cache_file.exists() else {}
-        if not isinstance(cached, dict):
-            raise ValueError("not a JSON object")
-        return cached
-    except OSError:
-        return {}
-    except ValueError as exc:
-        warnings.warn(
-            f"kernel cache {cache_file} is corrupt ({exc}); re-measuring the kernels and rewriting "
-            "it",
-            stacklevel=2,
-        )
-        return {}
-
-
-# the probe graph and its features: a wide or dense run shrinks the probe
-PROBE_BUDGET_BYTES = 256 * 2**20
-PROBE_BYTES_PER_EDGE = 64  # src, dst, two float64 scales, and each kernel's CSR and transpose
-PROBE_MAX_EDGES = 2**20  # and never more than a second or so of SpMM per kernel
-PROBE_MAX_DEGREE = 1024  # rows denser than this time alike: one probe shape for all of them
-PROBE_ROUNDS = 2  # each kernel timed once per round, the order reversed in the second
-
-
-def choose_kernel(
-    device: str,
-    dtype: str,
-    threads: int,
-    avg_degree: float,
-    width: int,
-    cache_dir: Optional[Path] = None,
-    probe_nodes: int = 50_000,
-) -> KernelChoice:
-    """Time every kernel that supports (device, dtype) on a random graph of ``probe_nodes`` nodes
-    with the run's average degree and width, at ``threads`` intra-op threads; the fastest wins.
-
-    Results are cached in ``cache_dir/kernels.json`` per (torch, DGL, device, dtype, threads,
-    degree rounded to a power of two, width), so a host measures each shape once."""
-    degree_bucket = min(PROBE_MAX_DEGREE, 1 << max(0, round(max(avg_degree, 1.0)).bit_length() - 1))
-    width = max(1, int(width))
-    key = _cache_key(device, dtype, threads, degree_bucket, width)
-    cache_file = Path(cache_dir) / "kernels.json" if cache_dir is not None else None
-    if cache_file is not None:
-        cached = _read_cache(cache_file)
-        if key in cached:
-            entry = cached[key]
-            return KernelChoice(entry["kernel"], dict(entry["seconds"]), entry["probe"])
-    torch_dtype = getattr(torch, dtype)
-    candidates = [k for k in KERNELS if kernel_problem(k, device, torch_dtype) is None]
-    if not candidates:
-        raise ValueError(f"no sparse kernel supports {dtype} on {device}")
-    # x, out and their grads
-    per_node = degree_bucket * PROBE_BYTES_PER_EDGE + width * torch_dtype.itemsize * 4
-    probe_nodes = max(
-        16,
-        min(
-            probe_nodes,
-            PROBE_BUDGET_BYTES // per_node,  # never more than the budget
-            PROBE_MAX_EDGES // degree_bucket,
-        ),
-    )
-    src, dst = probe_graph(probe_nodes, float(degree_bucket))
-    previous = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(threads)))
-    try:
-        # rounds in alternating order, the best of each kernel's: a fresh process runs its first
-        # SpMMs up
-        # to 3x slower (its pages are new), so one pass in a fixed order favoured whichever ran last
-        seconds: Dict[str, float] = {}
-        for round_ in range(PROBE_ROUNDS):
-            for k in candidates if round_ % 2 == 0 else candidates[::-1]:
-                t = time_kernel(
-                    k, dst, src, probe_nodes, width, torch_dtype, torch.device(device), reps=2
-                )
-                seconds[k] = min(seconds.get(k, t), t)
-    finally:
-        torch.set_num_threads(previous)
-    probe = (
-        f"SpMM fwd+bwd, {probe_nodes} nodes, degree {degree_bucket}, width {width}, "
-        f"{threads} thread(s)"
-    )
-    choice = KernelChoice(min(seconds, key=seconds.get), seconds, probe)
-    if cache_file is not None:
-        fresh = _read_cache(cache_file)  # again: another rank may have added a shape meanwhile
-        fresh[key] = {"kernel": choice.kernel, "seconds": choice.seconds, "probe": probe}
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(cache_file, json.dumps(fresh, indent=1, sort_keys=True).encode())
-        except OSError:
-            pass  # a read-only cache only costs the next plan another measurement
-    return choice

@@ -1,25 +1,18 @@
 """SuperGCN's post-aggregation (SuperGCN §2, "Optimizing Index_add operator";
-docs/design.md#supergcn): the
-received halo rows added into the destination rows, ``out = base + dst_scale ⊙ (A · received)``.
+docs/design.md#supergcn): the received halo rows added into the destination rows, ``out = base +
+dst_scale ⊙ (A · received)``.
 
 The contributions are sorted by destination, then by received row (the paper's sorted ``idx`` with
-pointers
-into ``src``: no row is moved), so every destination row is a cluster summed in one fixed order. The
-C build
-(:func:`gnntrain.models._native_halo.scatter_add`) writes each destination row from one thread, no
-atomics,
-over row chunks balanced by flops times column blocks (its 2D dynamic parallelism), adding into
-``base`` in
-the same pass. Where it does not load (``GNNTRAIN_NATIVE=numba``, no compiler), torch's
-``index_add_`` runs
-the same order (on the CPU it adds a destination's contributions in index order), so both give the
-same bits;
-and these are the bits of ``base + SparseAdjacency(kernel="native").spmm(received)`` on the C build
-(CSR
-rows in column order, the scale applied after the sum). The backward is the transpose product
+pointers into ``src``: no row is moved), so every destination row is a cluster summed in one fixed
+order. The C build (:func:`gnntrain.models._native_halo.scatter_add`) writes each destination row
+from one thread, no atomics, over row chunks balanced by flops times column blocks (its 2D dynamic
+parallelism), adding into ``base`` in the same pass. Where it does not load
+(``GNNTRAIN_NATIVE=numba``, no compiler), torch's ``index_add_`` runs the same order (on the CPU it
+adds a destination's contributions in index order), so both give the same bits; and these are the
+bits of ``base + SparseAdjacency(kernel="native").spmm(received)`` on the C build (CSR rows in
+column order, the scale applied after the sum). The backward is the transpose product
 ``grad_received = Aᵀ (dst_scale ⊙ grad)``, in the same two forms. CPU only: on a GPU the caller
-keeps its
-SpMM (torch's ``index_add_`` there adds with atomics, in no fixed order).
+keeps its SpMM (torch's ``index_add_`` there adds with atomics, in no fixed order).
 """
 
 from __future__ import annotations
@@ -33,8 +26,7 @@ from gnntrain.models import _native_c, _native_halo
 
 def _sorted(rows: torch.Tensor, cols: torch.Tensor, num_rows: int, num_cols: int):
     """(indptr int64 numpy, cols sorted by (row, col) as int32/int64 numpy, the same as an int64
-    tensor,
-    the rows in that order as an int64 tensor)."""
+    tensor, the rows in that order as an int64 tensor)."""
     rows, cols = rows.long(), cols.long()
     order = torch.argsort(rows * max(1, num_cols) + cols, stable=True)
     indptr = torch.zeros(num_rows + 1, dtype=torch.int64)
@@ -51,11 +43,9 @@ def _sorted(rows: torch.Tensor, cols: torch.Tensor, num_rows: int, num_cols: int
 
 class PostAggregation:
     """``base + dst_scale ⊙ (A · received)`` for the edges (dst, src) from ``num_src`` received rows
-    to
-    ``num_dst`` own rows. ``weight`` is (E, 2) factors (source, destination) as
+    to ``num_dst`` own rows. ``weight`` is (E, 2) factors (source, destination) as
     :class:`~gnntrain.models.SparseAdjacency` takes them; the received rows carry their source
-    factor
-    already, so the first column must be one and the second one value per destination row."""
+    factor already, so the first column must be one and the second one value per destination row."""
 
     def __init__(
         self, dst: torch.Tensor, src: torch.Tensor, weight: torch.Tensor, num_dst: int, num_src: int
@@ -102,8 +92,8 @@ def scatter(
     native: Optional[bool] = None,
 ) -> torch.Tensor:
     """base + scale ⊙ (A · src) over a :func:`_sorted` CSR: the C build's pass, or torch's
-    ``index_add_``
-    in the same order (``native`` forces one; None: C where it serves these tensors)."""
+    ``index_add_`` in the same order (``native`` forces one; None: C where it serves these
+    tensors)."""
     indptr, cols, cols_t, rows_t = csr
     if native is None:
         native = _native_halo.available(base, src)
@@ -119,8 +109,7 @@ def gather(
     csr: tuple, scale: Optional[torch.Tensor], grad: torch.Tensor, native: Optional[bool] = None
 ) -> torch.Tensor:
     """Aᵀ (scale ⊙ grad) over the transpose CSR ``csr``: the C SpMM's loop (the native kernel's
-    backward,
-    its bits), or torch's ``index_add_`` in the same order."""
+    backward, its bits), or torch's ``index_add_`` in the same order."""
     indptr, cols, cols_t, rows_t = csr
     rows = indptr.shape[0] - 1
     if native is None:

@@ -44,14 +44,10 @@ class ModelFamily:
     """A model: its layer class and what the modes need to know of it.
 
     The layer is built as ``layer(d_in, d_out, **options)``. Its constructor's arguments after the
-    two
-    widths are the model's own options (PyG's rule: options are constructor arguments):
-    ``model.<arg>``
-    in the config, typed and defaulted by the signature (:meth:`options_schema`), with nothing in
-    the
-    shared :class:`~gnntrain.config.schema.ModelConfig`. ``aggregate_first``, where a layer takes
-    it,
-    is the mode's layer order."""
+    two widths are the model's own options (PyG's rule: options are constructor arguments):
+    ``model.<arg>`` in the config, typed and defaulted by the signature (:meth:`options_schema`),
+    with nothing in the shared :class:`~gnntrain.config.schema.ModelConfig`. ``aggregate_first``,
+    where a layer takes it, is the mode's layer order."""
 
     name: str
     layer: Callable[..., Any]  # the layer class (an nn.Module)
@@ -74,9 +70,8 @@ class ModelFamily:
 
     def options_schema(self) -> type:
         """``ModelConfig`` plus one field per layer option, typed and defaulted as the constructor
-        says:
-        what ``configs/model/<name>.yaml`` extends (``<name>_schema``), so a misspelt or mistyped
-        ``model.<option>`` is refused when the config composes."""
+        says: what ``configs/model/<name>.yaml`` extends (``<name>_schema``), so a misspelt or
+        mistyped ``model.<option>`` is refused when the config composes."""
         hints = typing.get_type_hints(self.layer.__init__)
         fields = [
             (
@@ -98,8 +93,8 @@ class ModelFamily:
         options: Mapping[str, Any] = EMPTY,
     ) -> Any:
         """One layer from ``d_in`` to ``d_out``: ``options`` are the model's (those the layer
-        takes),
-        ``aggregate_first`` the mode's layer order (None: aggregate unless the layer narrows)."""
+        takes), ``aggregate_first`` the mode's layer order (None: aggregate unless the layer
+        narrows)."""
         kwargs = {name: options[name] for name in self.option_parameters() if name in options}
         if "aggregate_first" in inspect.signature(self.layer).parameters:
             kwargs["aggregate_first"] = aggregate_first
@@ -144,9 +139,7 @@ def model_family(name: str, target: Optional[str] = None) -> ModelFamily:
         name == "custom"
     ):  # the user's layer class, weighted by its normalization; the modes that re-lay out
         # the aggregation (not restructurable) refuse it
-        from gnntrain.models.custom import (
-            resolve_layer_class,
-        )
+        from gnntrain.models.custom import resolve_layer_class
 
         cls = resolve_layer_class(target)
         return ModelFamily(
@@ -185,9 +178,8 @@ def describe_model(
     options: Mapping[str, Any] = EMPTY,
 ) -> ModelShape:
     """The model's :class:`ModelShape`, from one layer per depth built on the meta device (no
-    memory,
-    no random draws). Update MACs per row: the 2-D parameters' elements (each weight matrix is one
-    multiply-add per entry per row)."""
+    memory, no random draws). Update MACs per row: the 2-D parameters' elements (each weight matrix
+    is one multiply-add per entry per row)."""
     import torch
 
     widths, macs, params, aggregates_input = [], [], 0, True

@@ -1,6 +1,5 @@
 """Parallelism modes. Each module here registers one :class:`~gnntrain.modes.spec.ModeSpec`; adding
-a
-mode is one module plus one ``configs/mode/<name>.yaml``."""
+a mode is one module plus one ``configs/mode/<name>.yaml``."""
 
 from __future__ import annotations
 

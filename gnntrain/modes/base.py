@@ -1,12 +1,10 @@
 """The plan side of a mode (:class:`ModePlanner`) and what a mode hands its ranks
-(:class:`RankShard`,
-:class:`Prepared`).
+(:class:`RankShard`, :class:`Prepared`).
 
 A mode is registered as a :class:`~gnntrain.modes.spec.ModeSpec` (gnntrain/modes/spec.py): its name,
 options dataclass, capabilities, planner class, ``prepare`` function and ``strategy`` factory. It
-reads
-its own options and the run's typed settings (:class:`~gnntrain.plan_types.RunSettings`), never the
-composed config, and takes part in three stages:
+reads its own options and the run's typed settings (:class:`~gnntrain.plan_types.RunSettings`),
+never the composed config, and takes part in three stages:
 
 1. **plan** (no processes yet): the planner's :meth:`ModePlanner.world_size`,
 :meth:`ModePlanner.validate`
@@ -52,12 +50,10 @@ if TYPE_CHECKING:  # pragma: no cover
 class RankShard:
     """What one rank holds, as plain tensors: no DGL needed to train from it.
 
-    ``count_masks`` select the held rows whose loss/accuracy this rank
-    counts (replicas of a row count it once). ``edges`` are (dst, src,
-    weight) in an index space the mode defines; ``payload`` is the mode's
-    own typed layout data: a dataclass, registered with
-    :func:`~gnntrain.partition.store.store_record` where the mode trains
-    from the partition store.
+    ``count_masks`` select the held rows whose loss/accuracy this rank counts (replicas of a row
+    count it once). ``edges`` are (dst, src, weight) in an index space the mode defines; ``payload``
+    is the mode's own typed layout data: a dataclass, registered with
+    :func:`~gnntrain.partition.store.store_record` where the mode trains from the partition store.
     """
 
     rank: int
@@ -106,8 +102,7 @@ class ShardBuilder:
         label_input_mask: Optional[torch.Tensor] = None,
     ) -> RankShard:
         """Rank ``rank`` holding the global rows ``rows`` (None: every row, in order); ``counted``:
-        this
-        rank counts its rows' loss and accuracy (one replica of a row does)."""
+        this rank counts its rows' loss and accuracy (one replica of a row does)."""
         data, masks = self.data, self.masks
         if rows is None:
             features, labels, ids, held = (
@@ -145,10 +140,8 @@ class ShardBuilder:
         **figures: Any,
     ) -> Prepared:
         """The shards, with the summary's partition block: the parts and, where ``part`` is given,
-        its
-        cut and volumes (else none: one part, or a layout without halos), then the mode's
-        ``figures``;
-        the seconds since this builder started."""
+        its cut and volumes (else none: one part, or a layout without halos), then the mode's
+        ``figures``; the seconds since this builder started."""
         m = part.metrics if part is not None else None
         block: Dict[str, Any] = {
             "num_parts": figures.pop("num_parts", 1),
@@ -166,12 +159,9 @@ class ShardBuilder:
 
 class ModePlanner:
     """A mode at plan time, configured: its options and the run's settings, and the cost model that
-    sees
-    only sizes (world size, parts, validation, memory, work, bytes, exactness), plus the figures
-    that
-    need the graph (:meth:`graph_report`). ``spec`` is the registered
-    :class:`~gnntrain.modes.spec.ModeSpec`
-    (capabilities, prepare, strategy) it was built from."""
+    sees only sizes (world size, parts, validation, memory, work, bytes, exactness), plus the
+    figures that need the graph (:meth:`graph_report`). ``spec`` is the registered
+    :class:`~gnntrain.modes.spec.ModeSpec` (capabilities, prepare, strategy) it was built from."""
 
     def __init__(self, spec: Any, options, settings: RunSettings):
         self.spec = (
@@ -191,9 +181,8 @@ class ModePlanner:
 
     def resolved_options(self, ctx: PlanContext) -> Dict[str, Any]:
         """Options this mode resolves from the estimate at plan time (written into the plan's
-        config, so
-        every process that rebuilds the mode from the plan sees the resolved value, as with
-        kernel=auto)."""
+        config, so every process that rebuilds the mode from the plan sees the resolved value, as
+        with kernel=auto)."""
         return {}
 
     def rank_devices(self, device: str, world_size: int, ranks_per_node: int) -> Tuple[str, ...]:
@@ -206,10 +195,9 @@ class ModePlanner:
         self, rank_devices: Tuple[str, ...], ranks_per_node: int, cores: int
     ) -> Tuple[int, ...]:
         """Intra-op threads per rank: the host's cores shared evenly by the ranks of a node. Where
-        CPU
-        ranks run beside GPU ranks (HyScale's trainers, MoA's aggregation ranks), each GPU rank
-        keeps one
-        core to feed its device and the CPU ranks, which compute on the host, share the rest."""
+        CPU ranks run beside GPU ranks (HyScale's trainers, MoA's aggregation ranks), each GPU rank
+        keeps one core to feed its device and the CPU ranks, which compute on the host, share the
+        rest."""
         gpu = [d.startswith("cuda") for d in rank_devices]
         cpu_ranks = len(gpu) - sum(gpu)
         if not any(gpu) or not cpu_ranks:
@@ -254,10 +242,9 @@ class ModePlanner:
 
     def work(self, ctx: PlanContext) -> Work:
         """The busiest rank's epoch (:class:`~gnntrain.modes.cost.Work`). Default: a 1D row
-        partition,
-        1/p of the rows and edges, one all-to-all of the halo rows
-        (:func:`~gnntrain.sizing.halo_rows`) per
-        layer forward and per layer with a gradient backward, one all-reduce of the parameters."""
+        partition, 1/p of the rows and edges, one all-to-all of the halo rows
+        (:func:`~gnntrain.sizing.halo_rows`) per layer forward and per layer with a gradient
+        backward, one all-reduce of the parameters."""
         p = self.num_parts(ctx.world_size)
         rows, edges = ctx.num_nodes / p, (ctx.num_edges + ctx.num_nodes) / p
         work = local_work(ctx, rows, edges)
@@ -295,8 +282,7 @@ class ModePlanner:
 
     def model_shape(self, dims: Sequence[int], dtype_bytes: int = 8) -> "ModelShape":
         """The configured model's :class:`~gnntrain.models.registry.ModelShape` at widths ``dims``,
-        in this
-        mode's layer order (the one model-shape table the plan and the estimates read)."""
+        in this mode's layer order (the one model-shape table the plan and the estimates read)."""
         from gnntrain.models.registry import describe_model, model_family
 
         m = self.settings.model
@@ -324,8 +310,7 @@ class ModePlanner:
     # ------------------------------------------------------------ partition
     def partition(self, data: "GraphData", plan: RunPlan) -> Tuple[Optional["Partitioning"], bool]:
         """(the graph's partitioning into ``plan.num_parts`` parts, whether it came from the cache),
-        made
-        once per process upstream of :meth:`prepare` (``gnntrain partition`` prints it)."""
+        made once per process upstream of :meth:`prepare` (``gnntrain partition`` prints it)."""
         from gnntrain.data import cache_folder
         from gnntrain.partition import partition_graph
 

@@ -6,17 +6,14 @@ Layout: the 1D block rows of ``mode=partition`` (c = 1): rank i owns rows [off_i
 relabelled graph, its in-edges (the block row A_{i,*}) and its out-edges (the block column A_{*,i}).
 
 Forward, Z_i = Σ_s A_{i,s}·H_s: at stage s rank s broadcasts its block H_s (its rows × f) to every
-rank,
-and every rank adds A_{i,s}·H_s. The broadcast of stage s+1 is started before the SpMM of stage s,
-so
-it travels while that SpMM runs (two blocks in flight at most).
+rank, and every rank adds A_{i,s}·H_s. The broadcast of stage s+1 is started before the SpMM of
+stage s, so it travels while that SpMM runs (two blocks in flight at most).
 
 Backward, ∂L/∂H_i = Σ_s (A_{s,i})ᵀ·G_s with G = ∂L/∂Z: as in CAGNET's ``GCNFunc.backward`` (which
 calls its broadcast SpMM again on the output gradient), stage s broadcasts rank s's block G_s of the
 gradient of this aggregation's output, and every rank adds the transposed block (A_{s,i})ᵀ·G_s,
-built
-from its out-edges; the same overlap. Only layers whose aggregated input has a gradient run it (the
-input features need none). Exact for directed graphs: Aᵀ is built, not assumed equal to A.
+built from its out-edges; the same overlap. Only layers whose aggregated input has a gradient run it
+(the input features need none). Exact for directed graphs: Aᵀ is built, not assumed equal to A.
 
 Volume (accounting.py: a root counts its block once per destination): per aggregation of width f,
 Σ_s (p−1)·|H_s|·f·b = (p−1)·N·f·b, recorded as ``bcast_fwd``; backward the same as ``bcast_bwd``.
@@ -47,8 +44,7 @@ def stage_blocks(
     device,
 ) -> List[Optional[SparseAdjacency]]:
     """One adjacency per stage s: the edges whose column (global id in ``cols``) lies in block s, as
-    an
-    n_rows × |block s| matrix (None where block s has no such edge)."""
+    an n_rows × |block s| matrix (None where block s has no such edge)."""
     blocks: List[Optional[SparseAdjacency]] = []
     for s in range(offsets.numel() - 1):
         lo, hi = int(offsets[s]), int(offsets[s + 1])
@@ -138,8 +134,7 @@ class CagnetStrategy(FullGraphStrategy):
         dst, src, w = shard.edges  # in-edges: dst local to this block, src global (relabelled)
         forward = stage_blocks(dst, src, w, offsets, n_own, kernel, device)
         # out-edges (dst global, src local): (A_{s,i})^T maps block s's gradient rows to this
-        # block's rows;
-        # the edge weight's factors swap places with the roles of the two endpoints
+        # block's rows; the edge weight's factors swap places with the roles of the two endpoints
         out_dst, out_src, out_w = shard.payload.out_edges
         out_w = out_w[:, [1, 0]] if out_w.dim() == 2 else out_w
         backward = stage_blocks(out_src, out_dst, out_w, offsets, n_own, kernel, device)

@@ -13,8 +13,8 @@ bytes per rank); :func:`predict` prices it with the host's measured costs
   + layers × ``op_overhead_us`` + steps × ``epoch_overhead_us``;
 * the compute that grows with the graph is multiplied by the mode's ``mode_factor``: measured over
   modelled on a 20 000-node probe run of that mode (the papers' models give the structure, one
-  constant
-  per mode fitted on this host absorbs the implementation's efficiency: chunked kernels, relayouts);
+  constant per mode fitted on this host absorbs the implementation's efficiency: chunked kernels,
+  relayouts);
 * communication = Σ over collectives of latency + ``collective_overhead_us`` + bytes per rank /
 bandwidth,
   each kind with its own measured (latency, bandwidth); when the ranks span nodes, the profile's
@@ -67,8 +67,7 @@ class CostProfile:
     mode_factor: Dict[str, float] = field(default_factory=dict)
     link_latency_s: float = 0.0
     # set by the plan when the ranks span nodes: collectives then cross the profile's link, shared
-    # by the
-    # ranks of a node (the measured probe is between two ranks of one host)
+    # by the ranks of a node (the measured probe is between two ranks of one host)
     ranks_per_link: int = 0
 
     def collective_s(self, kind: str, nbytes: float) -> float:
@@ -281,8 +280,7 @@ class Prediction:
 @dataclass(frozen=True)
 class CommEstimate:
     """Bytes per epoch, all ranks: the total (None where it depends on the graph until it is
-    partitioned),
-    by ledger kind, and the formula as text."""
+    partitioned), by ledger kind, and the formula as text."""
 
     per_epoch_bytes: Optional[int]
     by_kind: Dict[str, int]
@@ -292,10 +290,9 @@ class CommEstimate:
 @dataclass(frozen=True)
 class Estimate:
     """Everything a mode predicts of a plan before it runs
-    (:meth:`gnntrain.modes.ModePlanner.estimate`): the
-    memory per rank, the busiest rank's epoch of work, the bytes by kind with their formula, and
-    whether
-    it trains exactly what ``mode=single`` trains. :func:`price_estimate` turns it into seconds."""
+    (:meth:`gnntrain.modes.ModePlanner.estimate`): the memory per rank, the busiest rank's epoch of
+    work, the bytes by kind with their formula, and whether it trains exactly what ``mode=single``
+    trains. :func:`price_estimate` turns it into seconds."""
 
     memory: MemoryEstimate
     work: Work
@@ -330,8 +327,7 @@ def price_estimate(estimate: Estimate, cost: CostProfile, mode: str) -> Predicti
 
 def price(work: Work, cost: CostProfile) -> Tuple[float, float, float]:
     """(compute seconds that scale with the graph, fixed compute seconds, communication seconds) of
-    ``work``
-    at ``cost``: the first is what a mode's fitted factor (``mode_factor``) multiplies."""
+    ``work`` at ``cost``: the first is what a mode's fitted factor (``mode_factor``) multiplies."""
     spmm_ns = (
         work.spmm_edges * cost.spmm_ns_per_edge + work.spmm_edge_cols * cost.spmm_ns_per_edge_col
     )

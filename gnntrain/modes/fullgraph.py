@@ -29,16 +29,12 @@ __all__ = ["SPLITS", "FullGraphStrategy", "InputAggregate"]
 
 class InputAggregate:
     """The adjacency (or a mode's block of it) as a layer's aggregation, keeping its product with
-    the input
-    features (``train.cache_input_aggregation``; single, MoP, SuperGCN): dropout sits between
-    layers, never on the inputs, so where the first layer aggregates before its weights (GCN or SAGE
-    widening or
-    keeping the width, GIN) A·x is the same in every epoch and evaluation, and is computed once
-    (SGC's
-    observation, Wu et al., Simplifying Graph Convolutional Networks, §3: the propagation of fixed
-    features
-    needs no recomputation). Any other input (a hidden layer's, or x once changed in place) runs the
-    SpMM."""
+    the input features (``train.cache_input_aggregation``; single, MoP, SuperGCN): dropout sits
+    between layers, never on the inputs, so where the first layer aggregates before its weights (GCN
+    or SAGE widening or keeping the width, GIN) A·x is the same in every epoch and evaluation, and
+    is computed once (SGC's observation, Wu et al., Simplifying Graph Convolutional Networks, §3:
+    the propagation of fixed features needs no recomputation). Any other input (a hidden layer's, or
+    x once changed in place) runs the SpMM."""
 
     def __init__(self, adjacency: SparseAdjacency, x: torch.Tensor):
         self.adjacency, self.x = adjacency, x

@@ -1,15 +1,12 @@
 """Halo exchange shared by the partition-parallel modes (partition, supergcn).
 
 Sparsity-aware preprocessing (Sparsity-Aware Communication for Distributed Graph Neural Network
-Training, §4.1
-and Algorithm 1; docs/design.md#partition):
-each process finds NnzCols(A_ij), the distinct source rows of every
-off-diagonal block, exchanges the counts and then the index lists, so each
-owner knows exactly which of its rows every peer needs. Per aggregation,
-one ``all_to_all_single`` with split sizes moves them; backward sends the
-halo gradients back to their owners, which sum them (so directed graphs need
-nothing extra). The oblivious baseline is the same machinery with *every*
-row of each block requested, i.e. CAGNET's all-gather.
+Training, §4.1 and Algorithm 1; docs/design.md#partition): each process finds NnzCols(A_ij), the
+distinct source rows of every off-diagonal block, exchanges the counts and then the index lists, so
+each owner knows exactly which of its rows every peer needs. Per aggregation, one
+``all_to_all_single`` with split sizes moves them; backward sends the halo gradients back to their
+owners, which sum them (so directed graphs need nothing extra). The oblivious baseline is the same
+machinery with *every* row of each block requested, i.e. CAGNET's all-gather.
 """
 
 from __future__ import annotations
@@ -200,8 +197,7 @@ class _FinishExchange(torch.autograd.Function):
 @dataclass
 class ExchangeSpec:
     """One row all-to-all: counts per peer, ledger kinds, and optional quantization (SuperGCN §2,
-    "Quantization
-    of communication to Int2"; docs/design.md#supergcn)."""
+    "Quantization of communication to Int2"; docs/design.md#supergcn)."""
 
     comm: Communicator
     send_counts: Sequence[int]

@@ -1,11 +1,8 @@
 """``mode=partition``: 1D / 1.5D partition parallelism with sparsity-aware
 halo exchange (``comm=sparse``), the dense all-to-all of every row (``comm=dense-alltoall``;
-``oblivious``
-is its deprecated name) and CAGNET's 1D broadcast stages (``comm=cagnet``,
-:mod:`gnntrain.modes.cagnet`)
-(Sparsity-Aware Communication for Distributed Graph Neural Network Training, §4.1 (1D) and §4.2
-(1.5D);
-docs/design.md#partition).
+``oblivious`` is its deprecated name) and CAGNET's 1D broadcast stages (``comm=cagnet``,
+:mod:`gnntrain.modes.cagnet`) (Sparsity-Aware Communication for Distributed Graph Neural Network
+Training, §4.1 (1D) and §4.2 (1.5D); docs/design.md#partition).
 
 Layout. The graph is partitioned into q = p/c parts, relabelled so part i
 is the contiguous block row i. Ranks form a q×c grid, rank = i·c + k; block
@@ -140,13 +137,10 @@ class PartitionPlanner(ModePlanner):
 
     def work(self, ctx) -> Work:
         """Sparse 1D: the base row partition's halo all-to-alls (partition volume x f, §4). Dense
-        all-to-all:
-        one all-gather of every row per layer, a reduce-scatter back. CAGNET: p broadcasts of one
-        block per
-        layer and direction, each rank the root of one (priced as all-gathers of a block). 1.5D: the
-        (p/c) x c
-        grid's block rows, each rank 1/c of their edges, plus the row all-reduce over the c
-        replicas."""
+        all-to-all: one all-gather of every row per layer, a reduce-scatter back. CAGNET: p
+        broadcasts of one block per layer and direction, each rank the root of one (priced as
+        all-gathers of a block). 1.5D: the (p/c) x c grid's block rows, each rank 1/c of their
+        edges, plus the row all-reduce over the c replicas."""
         if ctx.world_size == 1 or (self.comm == SPARSE and self.c == 1):
             return super().work(ctx)
         q, b = self.num_parts(ctx.world_size), ctx.dtype_bytes
@@ -180,9 +174,8 @@ class PartitionPlanner(ModePlanner):
 
     def estimate_memory(self, ctx) -> MemoryEstimate:
         """The dense all-to-all receives every row of each layer's input; CAGNET holds two received
-        blocks
-        at a time (the one multiplied and the next in flight), below the halo estimate's bound for p
-        > 2."""
+        blocks at a time (the one multiplied and the next in flight), below the halo estimate's
+        bound for p > 2."""
         return estimate_memory(ctx, self.num_parts(ctx.world_size), gather_all=self.comm == DENSE)
 
     def validate(self, ctx) -> List[str]:
@@ -232,8 +225,7 @@ class PartitionPlanner(ModePlanner):
             by_kind["row_allreduce"] = c * n * (sum(widths) + sum(ctx.grad_widths)) * b
         if self.comm == CAGNET:
             # sum_l over every layer's aggregation (its communicated width f_l) forward; backward
-            # over the
-            # layers whose aggregated tensor has a gradient (ctx.grad_widths)
+            # over the layers whose aggregated tensor has a gradient (ctx.grad_widths)
             by_kind.update(
                 {
                     "bcast_fwd": (q - 1) * n * sum(widths) * b,
@@ -270,10 +262,9 @@ class PartitionPlanner(ModePlanner):
 
     def graph_report(self, data, part, plan) -> Optional[Dict[str, Any]]:
         """1D sparse: the halo bytes the partition implies (Sparsity-Aware Communication for
-        Distributed
-        GNN Training, §4: METIS's total volume x f per layer and direction), exactly what a run
-        measures.
-        Backward moves only the layers whose communicated tensor has a gradient."""
+        Distributed GNN Training, §4: METIS's total volume x f per layer and direction), exactly
+        what a run measures. Backward moves only the layers whose communicated tensor has a
+        gradient."""
         if self.comm != SPARSE or self.c > 1 or plan.world_size < 2:
             return None
         widths, backward = self.exchanged_widths(data)
@@ -365,8 +356,7 @@ def strategy(mode: PartitionPlanner, shard: RankShard, ctx) -> FullGraphStrategy
 class PartitionStrategy(FullGraphStrategy):
     """A rank of the 1D/1.5D grid: its own rows' product plus the halo rows' product, the halo
     exchanged per layer (sparse all-to-all, or the dense all-to-all of every row), 1.5D rows summed
-    over the
-    grid row."""
+    over the grid row."""
 
     def __init__(self, shard: RankShard, ctx, settings: RunSettings, options: "PartitionConfig"):
         comm = self.comm = ctx.comm

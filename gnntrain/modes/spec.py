@@ -11,7 +11,9 @@ the
 * ``prepare(planner, data, plan, part, ranks)``: one :class:`~gnntrain.modes.base.RankShard` (with
 the
   mode's typed payload) per rank;
-* ``strategy(planner, shard, ctx)``: the rank's :class:`~gnntrain.modes.strategy.RankStrategy`.
+* ``strategy(planner, shard, ctx)``: the rank's :class:`~gnntrain.modes.strategy.RankStrategy`;
+* ``select(options)``: where the options choose a variant with parts of its own (HongTu's direct
+  path), that variant's spec.
 
 A new mode is one module that calls :func:`register_mode` with its spec, plus one YAML.
 """
@@ -43,8 +45,7 @@ class Capabilities:
     )
     models_rule: str = ""  # why other models are refused, for the plan's message
     # each rank opens only its own part from the partition store; False: the mode needs the whole
-    # graph in
-    # every rank (single holds it by definition, HyScale samples from all of it), said by
+    # graph in every rank (single holds it by definition, HyScale samples from all of it), said by
     # whole_graph_reason
     part_store: bool = True
     whole_graph_reason: str = ""
@@ -81,10 +82,18 @@ class ModeSpec:
     planner: Type["ModePlanner"]
     prepare: PrepareFn
     strategy: StrategyFn
+    # a variant of this mode that its options choose (HongTu's direct path: mode.direct=true), or
+    # None
+    select: Optional[Callable[[Any], Optional["ModeSpec"]]] = None
 
     def plan(self, options: Any, settings: "RunSettings") -> "ModePlanner":
-        """The planner for this mode's ``options`` section and the run's ``settings``."""
-        return self.planner(self, options, settings)
+        """The planner for this mode's ``options`` section and the run's ``settings``: of the
+        variant the options select, where they select one."""
+        from gnntrain.plan_types import typed_section
+
+        chosen = self.select(typed_section(self.options, options)) if self.select else None
+        spec = chosen or self
+        return spec.planner(spec, options, settings)
 
 
 MODE_REGISTRY: Registry[ModeSpec] = Registry("mode")
@@ -92,8 +101,8 @@ MODE_REGISTRY: Registry[ModeSpec] = Registry("mode")
 
 def register_mode(spec: ModeSpec) -> ModeSpec:
     """Add ``spec`` to the registry (a second mode under a taken name is refused) and its options
-    schema
-    to Hydra's ConfigStore as ``mode/<name>_schema`` (what ``configs/mode/<name>.yaml`` extends)."""
+    schema to Hydra's ConfigStore as ``mode/<name>_schema`` (what ``configs/mode/<name>.yaml``
+    extends)."""
     from hydra.core.config_store import ConfigStore
 
     MODE_REGISTRY.add(spec.name, spec)

@@ -1,23 +1,20 @@
 """Host ↔ device row transfers that overlap compute: the one stager of HongTu's chunk loads (HongTu
-§4.2)
-and HyScale's feature batches (HyScale-GNN §IV-B), and HongTu's device → host write-back queue.
+§4.2) and HyScale's feature batches (HyScale-GNN §IV-B), and HongTu's device → host write-back
+queue.
 
-A gather ``host[index]`` lands in pageable memory, and a copy from pageable memory is
-synchronous whatever ``non_blocking`` says. So on CUDA the rows are gathered straight into
-one of two pinned buffers, copied on a side stream, and the compute stream waits for that
-copy (a CUDA event) only where it uses the rows. A buffer is refilled only once its previous
-copy has landed (its event), so the host-side gather and the copy of step t+1 overlap the
-device's compute of step t. On a CPU "device" the gather is the whole load. Rows that are a
-contiguous
-slice of a pinned host table need no gather: they are copied from the table itself.
+A gather ``host[index]`` lands in pageable memory, and a copy from pageable memory is synchronous
+whatever ``non_blocking`` says. So on CUDA the rows are gathered straight into one of two pinned
+buffers, copied on a side stream, and the compute stream waits for that copy (a CUDA event) only
+where it uses the rows. A buffer is refilled only once its previous copy has landed (its event), so
+the host-side gather and the copy of step t+1 overlap the device's compute of step t. On a CPU
+"device" the gather is the whole load. Rows that are a contiguous slice of a pinned host table need
+no gather: they are copied from the table itself.
 
 The way back (:class:`DeviceToHostQueue`) mirrors it: rows are copied on a second side stream into
-pinned
-memory (the host table itself where the rows are a slice of a pinned table) and the host-side work
-that
-needs them (a write into an unpinned table, HongTu's ⊕-add) runs only when the caller settles the
-queue,
-after it has issued the next step's loads and compute. Nothing waits for the device in between.
+pinned memory (the host table itself where the rows are a slice of a pinned table) and the host-side
+work that needs them (a write into an unpinned table, HongTu's ⊕-add) runs only when the caller
+settles the queue, after it has issued the next step's loads and compute. Nothing waits for the
+device in between.
 """
 
 from __future__ import annotations
@@ -57,17 +54,14 @@ class HostToDeviceStager:
         self.device = torch.device(device)
         self.timeline = timeline  # records each copy's busy interval ("h2d") where given
         # device bytes of loads the compute stream may not have used yet (None: unbounded). A load
-        # is allocated
-        # on the side stream and freed only once the compute stream has passed its use, so a host
-        # that runs
-        # ahead of the device keeps them all allocated; past the limit, a load waits for the oldest
-        # use.
+        # is allocated on the side stream and freed only once the compute stream has passed its use,
+        # so a host that runs ahead of the device keeps them all allocated; past the limit, a load
+        # waits for the oldest use.
         self.in_flight_limit = in_flight_limit
         self._handed: Deque[List] = deque()  # [event after the use (None: not marked yet), bytes]
         self.cuda = self.device.type == "cuda"
         # staged: gather into the reusable buffers, then copy out (always on CUDA; on the CPU only
-        # to test
-        # the buffer rotation, with unpinned buffers and a synchronous copy)
+        # to test the buffer rotation, with unpinned buffers and a synchronous copy)
         self.staged = self.cuda if staged is None else bool(staged)
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
         self._buffers: List[Optional[torch.Tensor]] = [None] * buffers
@@ -93,11 +87,9 @@ class HostToDeviceStager:
 
     def gather(self, host: torch.Tensor, index: Index) -> StagedRows:
         """``host[index]`` on the host side: into the next reusable (pinned, on CUDA) buffer, once
-        that
-        buffer's previous copy has landed; plain rows when not staged. Callers that gather and copy
-        on
-        different threads (HyScale's pipeline) keep ``buffers`` above the number of batches in
-        flight."""
+        that buffer's previous copy has landed; plain rows when not staged. Callers that gather and
+        copy on different threads (HyScale's pipeline) keep ``buffers`` above the number of batches
+        in flight."""
         if not self.staged:
             return StagedRows(host[index], None)
         if (
@@ -122,8 +114,7 @@ class HostToDeviceStager:
 
     def copy(self, staged: StagedRows) -> torch.Tensor:
         """The gathered rows on the device, ready for the current stream to use (on CUDA: copied on
-        the
-        side stream, which the current stream waits for)."""
+        the side stream, which the current stream waits for)."""
         rows = staged.rows
         if staged.slot is None:
             return rows if self.device.type == "cpu" else rows.to(self.device)
@@ -147,9 +138,8 @@ class HostToDeviceStager:
 
     def _bound(self, compute, nbytes: int) -> None:
         """Keep the loads not yet used by the compute stream within ``in_flight_limit`` (see
-        ``__init__``): the
-        loads handed out before this call have had their uses queued by now, so one event marks them
-        all."""
+        ``__init__``): the loads handed out before this call have had their uses queued by now, so
+        one event marks them all."""
         if self.in_flight_limit is None or not self._handed:
             return
         if self._handed[-1][0] is None:
@@ -172,8 +162,7 @@ class HostToDeviceStager:
 @dataclass
 class _Write:
     """One device → host copy in flight: ``landed`` (a CUDA event; None on a CPU device) marks the
-    copy's
-    end; ``then`` is the host-side work that needs the copied rows."""
+    copy's end; ``then`` is the host-side work that needs the copied rows."""
 
     landed: Optional[object]
     rows: Optional[torch.Tensor]  # the device rows, kept alive until the copy has read them
@@ -183,23 +172,16 @@ class _Write:
 
 class DeviceToHostQueue:
     """Device rows written back to host tables without a synchronous copy (HongTu §4.2: the
-    transfers of a
-    chunk overlap the compute of the next).
+    transfers of a chunk overlap the compute of the next).
 
     :meth:`write` issues ``host[index] = rows`` or ``accumulate(landed rows)``; :meth:`close_group`
-    ends one
-    step's writes; :meth:`settle` (``keep`` groups left in flight) waits for the oldest groups'
-    copies and
-    runs their host-side work, in issue order, so summation orders never change. A caller issues
-    step t+1's
-    loads and compute before settling step t. On CUDA the copy waits for the compute stream's work
-    so far
-    (an event), runs on its own side stream into pinned memory (the table itself where the rows are
-    a slice
-    of a pinned table), and the device rows stay referenced until it lands. On a CPU "device" the
-    rows are
-    the host rows: without ``staged`` the work runs at once; with it (tests) it is deferred like
-    CUDA's.
+    ends one step's writes; :meth:`settle` (``keep`` groups left in flight) waits for the oldest
+    groups' copies and runs their host-side work, in issue order, so summation orders never change.
+    A caller issues step t+1's loads and compute before settling step t. On CUDA the copy waits for
+    the compute stream's work so far (an event), runs on its own side stream into pinned memory (the
+    table itself where the rows are a slice of a pinned table), and the device rows stay referenced
+    until it lands. On a CPU "device" the rows are the host rows: without ``staged`` the work runs
+    at once; with it (tests) it is deferred like CUDA's.
     """
 
     def __init__(
@@ -279,8 +261,7 @@ class DeviceToHostQueue:
 
     def then(self, work: Callable[[], None]) -> None:
         """Run ``work`` on the host after every write issued so far has landed (e.g. release a disk
-        table's
-        rows once they are written)."""
+        table's rows once they are written)."""
         if not self.staged:
             work()
             return
@@ -294,8 +275,7 @@ class DeviceToHostQueue:
 
     def settle(self, keep: int = 0) -> None:
         """Land every closed group but the newest ``keep`` (with ``keep`` 0 the open group too),
-        running
-        their host-side work in issue order."""
+        running their host-side work in issue order."""
         if keep == 0:
             self.close_group()
         while len(self.closed) > keep:

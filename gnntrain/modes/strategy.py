@@ -123,5 +123,4 @@ class RankStrategy:
 
     def close(self) -> None:
         """Always, last, also after a failure or an interrupt (no collectives): release what
-        outlives
-        the process otherwise (scratch files)."""
+        outlives the process otherwise (scratch files)."""

@@ -1,6 +1,5 @@
 """Pre/post-aggregation split of the cut edges (SuperGCN paper, §2 "Subgraph construction based on a
-hybrid of
-Pre- and Post-aggregation"; docs/design.md#supergcn).
+hybrid of Pre- and Post-aggregation"; docs/design.md#supergcn).
 
 For every (sender j, receiver i) pair the cut edges u→v (u owned by j, v by
 i) form a bipartite graph B_ji. A set of rows that covers every edge of it

@@ -13,10 +13,9 @@ import numpy as np
 class PartitionMetrics:
     """Communication metrics of a k-way partition of a directed edge list src→dst.
 
-    The owner of dst needs the row of src: part i receives
-    Σ_{j≠i}|NnzCols(A_ij)| rows, the number of distinct remote in-neighbours
-    of its nodes; part j sends each of its rows once to every other part that
-    holds an out-neighbour of it.
+    The owner of dst needs the row of src: part i receives Σ_{j≠i}|NnzCols(A_ij)| rows, the number
+    of distinct remote in-neighbours of its nodes; part j sends each of its rows once to every other
+    part that holds an out-neighbour of it.
     """
 
     num_parts: int

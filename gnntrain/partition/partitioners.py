@@ -1,10 +1,8 @@
 """Partitioners: metis (pymetis k-way), random, range, and volume (METIS +
-greedy max-send-volume refinement, an approximation of the GVB partitioner of
-Sparsity-Aware Communication for Distributed Graph Neural Network Training, §5;
-docs/design.md#partitioners).
-Optional Reverse Cuthill–McKee reordering inside
-parts. All return a part id per node; :mod:`layout` turns that into a
-relabelling with contiguous parts.
+greedy max-send-volume refinement, an approximation of the GVB partitioner of Sparsity-Aware
+Communication for Distributed Graph Neural Network Training, §5; docs/design.md#partitioners).
+Optional Reverse Cuthill–McKee reordering inside parts. All return a part id per node; :mod:`layout`
+turns that into a relabelling with contiguous parts.
 """
 
 from __future__ import annotations
@@ -52,8 +50,7 @@ def metis_parts(
     row_weight: float = 0.0,
 ) -> np.ndarray:
     """METIS k-way parts; ``objective="vol"`` minimises the total communication volume instead of
-    the
-    edge cut (METIS manual §5.4, METIS_OBJTYPE_VOL: the sparsity-aware paper's volume metric).
+    the edge cut (METIS manual §5.4, METIS_OBJTYPE_VOL: the sparsity-aware paper's volume metric).
     ``row_weight`` adds each row's dense work (in nnz-equivalents) to its nnz weight."""
     import pymetis
 

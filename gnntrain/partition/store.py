@@ -42,8 +42,7 @@ RECORDS: Registry[type] = Registry("store record")
 
 def store_record(cls: type) -> type:
     """Class decorator: a dataclass that a part may hold (a mode's typed rank payload), written
-    field by
-    field and rebuilt by its class name; a second class under a taken name is refused."""
+    field by field and rebuilt by its class name; a second class under a taken name is refused."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls.__name__}: only a dataclass can be a store record")
     return RECORDS.add(cls.__name__, cls)
@@ -242,10 +241,9 @@ def read_meta(directory: Path) -> Optional[Dict[str, Any]]:
 
 def verify_part(directory: Path, meta: Dict[str, Any], rank: int) -> None:
     """Check part ``rank``'s files (and the shared ones it uses): each must have its size, and a
-    file
-    written to since the store was built (its mtime moved) must match its digest. An untouched file
-    is not read here, so a rank's start does not page its whole part in (the digests were taken when
-    the part was built); ``GNNTRAIN_VERIFY_PARTS=1`` checks every digest."""
+    file written to since the store was built (its mtime moved) must match its digest. An untouched
+    file is not read here, so a rank's start does not page its whole part in (the digests were taken
+    when the part was built); ``GNNTRAIN_VERIFY_PARTS=1`` checks every digest."""
     try:
         verify_files(directory, meta["files"], meta["parts"][rank])
     except ArtifactError as exc:

@@ -2,23 +2,17 @@
 memory.
 
 Linear Deterministic Greedy (Stanton and Kliot, *Streaming Graph Partitioning for Large Distributed
-Graphs*,
-KDD 2012, §3-§4): nodes arrive one by one, in id order, and each goes to the part that already holds
-most of
-its in-neighbours, discounted by how full that part is: argmax_i |N(v) ∩ P_i| · (1 − w(P_i) / C),
-with
-C = (1 + imbalance_eps) · W / k for the total vertex weight W (one per node, or in-degree + 1 with
-``vertex_weights=nnz``, the SpMM work METIS balances). Ties go to the lightest part. One pass over
-the CSR
-(memory-mapped: an ingested folder's ``indices`` are read in order, never copied) and one part id
-per node:
-the memory is O(N), the edges are never held. The paper reports LDG's cut between hashing's and
-METIS's; it
-is the partitioner for graphs METIS cannot load (``partitioner=ldg``).
+Graphs*, KDD 2012, §3-§4): nodes arrive one by one, in id order, and each goes to the part that
+already holds most of its in-neighbours, discounted by how full that part is: argmax_i |N(v) ∩ P_i|
+· (1 − w(P_i) / C), with C = (1 + imbalance_eps) · W / k for the total vertex weight W (one per
+node, or in-degree + 1 with ``vertex_weights=nnz``, the SpMM work METIS balances). Ties go to the
+lightest part. One pass over the CSR (memory-mapped: an ingested folder's ``indices`` are read in
+order, never copied) and one part id per node: the memory is O(N), the edges are never held. The
+paper reports LDG's cut between hashing's and METIS's; it is the partitioner for graphs METIS cannot
+load (``partitioner=ldg``).
 
 The partition's metrics come from the same CSR, one part at a time (:func:`csr_metrics`): a node
-mask per
-receiving part, so the distinct (row, part) pairs are never materialised either.
+mask per receiving part, so the distinct (row, part) pairs are never materialised either.
 """
 
 from __future__ import annotations
@@ -91,9 +85,8 @@ def csr_metrics(
     indptr: np.ndarray, indices: np.ndarray, parts: np.ndarray, k: int
 ) -> PartitionMetrics:
     """:func:`~gnntrain.partition.layout.compute_metrics` of the CSR's edges without the edge lists:
-    one pass over
-    blocks of destination rows; the distinct remote rows each part reads are a (k, N) boolean
-    mask."""
+    one pass over blocks of destination rows; the distinct remote rows each part reads are a (k, N)
+    boolean mask."""
     indptr = np.asarray(indptr, dtype=np.int64)
     n = indptr.shape[0] - 1
     seen = np.zeros((k, n), dtype=bool)

@@ -34,8 +34,8 @@ from gnntrain.runtime import RankContext, peak_device_bytes, peak_host_bytes
 
 def train_rank(mode, shard, ctx: RankContext) -> Dict[str, Any]:
     """One rank's whole run: the mode builds its strategy from the shard (setup), the loop trains
-    it,
-    then the run's totals and the mode's own figures are gathered (collectives, on every rank)."""
+    it, then the run's totals and the mode's own figures are gathered (collectives, on every
+    rank)."""
     start = time.perf_counter()
     strategy = mode.spec.strategy(mode, shard, ctx)
     setup_s = time.perf_counter() - start

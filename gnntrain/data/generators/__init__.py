@@ -33,8 +33,7 @@ FeatureRows = Callable[[int, int], np.ndarray]  # rows [lo, hi) as float32
 
 def block_rng(seed: int, stream: int, block: int) -> np.random.Generator:
     """The random stream of one block: a function of (seed, stream, block) only, so any block can be
-    drawn
-    alone, and a graph does not depend on how many blocks a machine holds at once."""
+    drawn alone, and a graph does not depend on how many blocks a machine holds at once."""
     return np.random.default_rng([int(seed), int(stream), int(block)])
 
 
@@ -49,12 +48,10 @@ class GraphBlocks:
     built from.
 
     ``edge_blocks()`` yields raw (src, dst) int64 arrays (self-loops and repeats allowed: assembly
-    drops them,
-    and adds the reverse edges where ``symmetrize``); ``feature_rows(lo, hi)`` draws rows [lo, hi)
-    with lo a
-    multiple of ROW_BLOCK; ``labels(indptr, indices, features)`` gives every node's label from the
-    assembled
-    CSR by destination (sources sorted within a row) and a reader of the feature rows."""
+    drops them, and adds the reverse edges where ``symmetrize``); ``feature_rows(lo, hi)`` draws
+    rows [lo, hi) with lo a multiple of ROW_BLOCK; ``labels(indptr, indices, features)`` gives every
+    node's label from the assembled CSR by destination (sources sorted within a row) and a reader of
+    the feature rows."""
 
     name: str
     num_nodes: int
@@ -73,11 +70,10 @@ class GraphBlocks:
 @dataclass(frozen=True)
 class Generator:
     """A generated dataset. ``config`` is its parameters: :class:`DatasetConfig` plus the
-    generator's own
-    fields, stored for Hydra as ``dataset/<name>_schema`` (what ``configs/dataset/<name>.yaml``
-    extends),
-    and every field of it but the descriptive ones (``DatasetConfig.DESCRIPTIVE``) is in the graph's
-    content hash (:func:`params_hash`): a new parameter cannot be left out of it."""
+    generator's own fields, stored for Hydra as ``dataset/<name>_schema`` (what
+    ``configs/dataset/<name>.yaml`` extends), and every field of it but the descriptive ones
+    (``DatasetConfig.DESCRIPTIVE``) is in the graph's content hash (:func:`params_hash`): a new
+    parameter cannot be left out of it."""
 
     name: str
     config: type  # a DatasetConfig subclass (or DatasetConfig itself)
@@ -117,9 +113,8 @@ def get_generator(name: str) -> Generator:
 
 def generator_params(cfg, name: str = "") -> Dict[str, Any]:
     """Every parameter that shapes the generated graph of the dataset section ``cfg``: each field of
-    its
-    generator's config but the descriptive ones, as plain JSON values (defaults where ``cfg`` omits
-    one)."""
+    its generator's config but the descriptive ones, as plain JSON values (defaults where ``cfg``
+    omits one)."""
     from omegaconf import OmegaConf
 
     config = get_generator(name or str(cfg["name"])).config
@@ -146,8 +141,8 @@ def fractions(cfg) -> Tuple[float, float, float]:
 
 def materialize(blocks: GraphBlocks):
     """The GraphData of ``blocks``: edges cleaned as :func:`~gnntrain.data.graph.clean_edges` does
-    (no self-loops,
-    no repeats, sorted by (dst, src)), which is the CSR the on-disk folder stores."""
+    (no self-loops, no repeats, sorted by (dst, src)), which is the CSR the on-disk folder
+    stores."""
     import torch
 
     from gnntrain.data.graph import GraphData, clean_edges, split_masks

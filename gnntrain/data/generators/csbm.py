@@ -1,6 +1,5 @@
 """The contextual stochastic block model (Deshpande et al., Contextual Stochastic Block Models,
-2018):
-the default dataset."""
+2018): the default dataset."""
 
 from __future__ import annotations
 

@@ -181,8 +181,7 @@ def options_from(args: argparse.Namespace) -> IngestOptions:
 @contextlib.contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM (a scheduler's cancel, ``kill``) raised as KeyboardInterrupt while the block runs, so
-    the partial
-    folder is removed as it is on Ctrl-C."""
+    the partial folder is removed as it is on Ctrl-C."""
 
     def stop(signum, frame):
         raise KeyboardInterrupt

@@ -2,16 +2,12 @@
 format.
 
 The generator's blocks (:class:`~gnntrain.data.generators.GraphBlocks`) go straight to disk: raw
-edge
-blocks through the bounded-memory CSR build that ingest uses (:class:`CsrBuilder`), feature rows
-appended to ``features.npy`` a block at a time, labels computed from the finished CSR. No stage
-holds the
-edge list or the feature matrix: peak memory is a few arrays of N plus one block, so a 200M-edge
-graph
-is generated on a machine that could not hold it. The folder holds the same graph as
-``dataset=<name>``
-with the same options (the same blocks build both), so its digest equals that graph's
-:func:`~gnntrain.data.graph.hash_tensors`.
+edge blocks through the bounded-memory CSR build that ingest uses (:class:`CsrBuilder`), feature
+rows appended to ``features.npy`` a block at a time, labels computed from the finished CSR. No stage
+holds the edge list or the feature matrix: peak memory is a few arrays of N plus one block, so a
+200M-edge graph is generated on a machine that could not hold it. The folder holds the same graph as
+``dataset=<name>`` with the same options (the same blocks build both), so its digest equals that
+graph's :func:`~gnntrain.data.graph.hash_tensors`.
 """
 
 from __future__ import annotations
@@ -55,10 +51,8 @@ def write_generated(
     ds, out: Path, overwrite: bool = False, name: str = "", progress=_nothing
 ) -> Dict[str, Any]:
     """Write the generated dataset section ``ds`` (source: generated) as the graph folder ``out``;
-    returns its
-    summary (also in meta.json). A killed run leaves only a hidden partial folder, removed by the
-    next run
-    that writes ``out``."""
+    returns its summary (also in meta.json). A killed run leaves only a hidden partial folder,
+    removed by the next run that writes ``out``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -1,8 +1,7 @@
 """``mode=hongtu``: full-graph training with host-resident vertex data, chunked
-layer-major execution, a recomputation–caching hybrid and deduplicated
-transfers (HongTu: Scalable Full-Graph GNN Training on Multiple GPUs (via communication-optimized
-CPU data
-offloading); docs/design.md#hongtu).
+layer-major execution, a recomputation–caching hybrid and deduplicated transfers (HongTu: Scalable
+Full-Graph GNN Training on Multiple GPUs (via communication-optimized CPU data offloading);
+docs/design.md#hongtu).
 
 Placement (§4). Each rank is one device with its host memory. The host holds,
 for the rank's partition, every layer's input x^l, its gradient ∇x^l and the
@@ -27,15 +26,16 @@ stay on the device; gradient rows still needed stay and keep accumulating.
 Both follow one general keep/flush rule (keep D_t ∩ D_{t+1}, where D_t is
 what the device holds at batch t), not the paper's reverse-order assumption.
 
-Modules: :mod:`.config` (options), :mod:`.arena` (device memory cap),
-:mod:`.schedule` (sweeps), :mod:`.indices` (their index tensors on the device),
-:mod:`.cost` (cost model), :mod:`.transfers` (loads, write-backs, carried
-buffers), :mod:`.engine` (the layer-major engine), :mod:`.tiers` (host and disk
-tables), :mod:`.direct` (the direct path), :mod:`.strategy` (the rank side) and
-:mod:`.mode` (the planner, prepare and the registered spec).
+Modules: :mod:`.config` (options), :mod:`.arena` (device memory cap), :mod:`.schedule` (sweeps),
+:mod:`.indices` (their index tensors on the device), :mod:`.cost` (cost model), :mod:`.chunking`
+(the chunk layout and its figures on a graph), :mod:`.transfers` (loads, write-backs, carried
+buffers), :mod:`.engine` (the layer-major engine), :mod:`.tiers` (host and disk tables),
+:mod:`.direct` (the direct path), :mod:`.strategy` (the rank side) and :mod:`.mode` (the planner,
+prepare and the registered spec).
 """
 
 from gnntrain.modes.hongtu.config import HongTuConfig, parse_bytes
-from gnntrain.modes.hongtu.mode import HONGTU, HongTuPlanner
+from gnntrain.modes.hongtu.mode import HongTuPlanner
+from gnntrain.modes.hongtu.spec import HONGTU
 
 __all__ = ["HONGTU", "HongTuConfig", "HongTuPlanner", "parse_bytes"]

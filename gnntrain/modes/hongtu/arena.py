@@ -16,10 +16,9 @@ class DeviceMemoryExceeded(RuntimeError):
 
 def cuda_peak_reader(device: torch.device) -> Callable[[], int]:
     """``torch.cuda.max_memory_allocated(device)`` without its cost: that call flattens every
-    allocator statistic
-    into a new dict (about 0.3 ms, measured on an H200: a dozen milliseconds of a small graph's
-    HongTu epoch at
-    one reading per hold); the nested statistics hold the same number."""
+    allocator statistic into a new dict (about 0.3 ms, measured on an H200: a dozen milliseconds of
+    a small graph's HongTu epoch at one reading per hold); the nested statistics hold the same
+    number."""
     index = torch.device(device).index
     index = torch.cuda.current_device() if index is None else index
 

@@ -39,10 +39,9 @@ STAGING_SLICE_BYTES = 4 * 2**20
 
 def topology_bytes(v: int, e: int, nb: int, elementwise: bool, dtype_bytes: int) -> int:
     """Device bytes of one chunk's topology: one direction's CSR at a time (row pointers, int64
-    column
-    indices, values) and the two row scales, streamed from the host (SparseAdjacency.streamed_to);
-    attention (whole-layer recompute) takes the chunk's edge list (2 x int64 per edge) and its
-    adjacency in both directions as an upper bound."""
+    column indices, values) and the two row scales, streamed from the host
+    (SparseAdjacency.streamed_to); attention (whole-layer recompute) takes the chunk's edge list (2
+    x int64 per edge) and its adjacency in both directions as an upper bound."""
     b = dtype_bytes
     if not elementwise:
         return 2 * e * (16 + b)
@@ -61,8 +60,7 @@ def batch_bytes(
     dedup: str,
 ) -> int:
     """Peak device bytes of one batch: a chunk of ``v`` rows and ``e`` edges whose ``nb``
-    in-neighbour rows
-    are resident (see :func:`chunk_working_bytes`)."""
+    in-neighbour rows are resident (see :func:`chunk_working_bytes`)."""
     b = dtype_bytes
     # with p2p a device also holds the rows it loads for others: at most the union of the batch
     resident = nb if "p2p" not in dedup else nb + (num_parts - 1) * v
@@ -73,9 +71,8 @@ def batch_bytes(
         staging = 2 * min(STAGING_SLICE_BYTES, resident * d_in * b)
         common = 5 * param_bytes + topo + 2 * resident * d_in * b + staging
         # forward: the SpMM's source-scaled copy of its input (nb rows) and the chunk's own rows h_v
-        # (v);
-        # backward: autograd's gradient of the aggregation and the SpMM's scaled copy of it (v rows
-        # each)
+        # (v); backward: autograd's gradient of the aggregation and the SpMM's scaled copy of it (v
+        # rows each)
         fwd = (nb * d_in + v * (2 * d_in + 2 * d_out)) * b
         bwd = nb * d_in * b + v * (5 * d_in + 2 * d_out) * b
         if not model.elementwise:  # attention: the whole layer is recomputed

@@ -1,17 +1,12 @@
 """HongTu's direct path: one rank on a CPU device reads its chunks' neighbours where they lie.
 
 HongTu (Scalable Full-Graph GNN Training on Multiple GPUs, §4) gathers a chunk's in-neighbour rows
-into
-device memory because a GPU cannot read host memory at full speed. A CPU can: with
-``mode.direct=true``
-the native SpMM reads source rows straight from the vertex tables (host tensors, or the disk tier's
-memory-mapped files) by their global row numbers, and a chunk's topology is a slice of the graph's
-CSR
-(``indptr[lo:hi + 1]`` over the whole ``indices``), memory-mapped from an ingested folder. No
-gather, no
-per-chunk adjacency, no COO: a chunk's working set is its own rows, and the graph is never held as
-an
-edge list (docs/design.md#hongtu, "The direct path").
+into device memory because a GPU cannot read host memory at full speed. A CPU can: with
+``mode.direct=true`` the native SpMM reads source rows straight from the vertex tables (host
+tensors, or the disk tier's memory-mapped files) by their global row numbers, and a chunk's topology
+is a slice of the graph's CSR (``indptr[lo:hi + 1]`` over the whole ``indices``), memory-mapped from
+an ingested folder. No gather, no per-chunk adjacency, no COO: a chunk's working set is its own
+rows, and the graph is never held as an edge list (docs/design.md#hongtu, "The direct path").
 
 The schedule stays HongTu's: forward is layer-major over row chunks, writing each layer's output and
 its aggregation (the cache) chunk by chunk; backward reloads a chunk's output gradient and cached
@@ -19,177 +14,25 @@ aggregation, recomputes the update, and writes the aggregation's gradient over t
 The input gradient is then one more pass: a chunk's rows of ∇x^l pull from that table through the
 transposed CSR (the same arrays when the graph is symmetric), so every write is a sequential chunk
 range, never a scatter. The first layer's aggregation of the fixed input features is computed once
-per
-run (dropout never touches the inputs). Exact: the same products as ``mode=single`` in another order
-of
-summation (float64 agrees to 1e-12).
+per run (dropout never touches the inputs). Exact: the same products as ``mode=single`` in another
+order of summation (float64 agrees to 1e-12).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-import numpy as np
 import torch
 
 from gnntrain.metrics.clock import StageClock
 from gnntrain.models import hidden_activation
 from gnntrain.models.gnn import row_hash_keep_mask
 from gnntrain.modes.fullgraph import FullGraphStrategy
-from gnntrain.modes.hongtu.tiers import DISK, VertexTables
+from gnntrain.modes.hongtu.direct_graph import DirectGraph
+from gnntrain.modes.hongtu.tiers import VertexTables
 
 if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.models.registry import ModelFamily
-
-# mode.chunks=0: chunks of 65,536 rows (32 MiB per 128-wide float32 buffer)
-ROWS_PER_CHUNK = 1 << 16
-
-
-def chunk_ranges(num_nodes: int, chunks: int) -> List[Tuple[int, int]]:
-    """Row ranges [lo, hi) of ``chunks`` near-equal chunks (0: of :data:`ROWS_PER_CHUNK` rows)."""
-    n = max(1, -(-num_nodes // ROWS_PER_CHUNK)) if chunks <= 0 else min(int(chunks), num_nodes)
-    cuts = np.linspace(0, num_nodes, n + 1).round().astype(np.int64)
-    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
-
-
-@dataclass
-class DirectGraph:
-    """The graph as a destination-sorted CSR and its transpose (the same arrays when symmetric),
-    without
-    the model's self-loops, which the products add as a diagonal term."""
-
-    num_nodes: int
-    indptr: np.ndarray  # int64, N + 1: destination rows
-    indices: np.ndarray  # int32 (int64 past 2^31 nodes): source columns
-    t_indptr: np.ndarray
-    t_indices: np.ndarray
-    self_loop: bool
-    normalization: str  # gcn | mean | sum (models.norm.edge_weights)
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.indices.shape[0]) + (self.num_nodes if self.self_loop else 0)
-
-    def scales(self) -> Tuple[torch.Tensor, torch.Tensor]:
-        """float64 (src_scale, dst_scale): edge u→v weighs src_scale[u]·dst_scale[v] (edge_weights'
-        factors)."""
-        loop = 1 if self.self_loop else 0
-        ones = torch.ones(self.num_nodes, dtype=torch.float64)
-        if self.normalization == "sum":
-            return ones, ones
-        in_deg = torch.from_numpy(np.diff(self.indptr) + loop).to(torch.float64).clamp(min=1)
-        if self.normalization == "mean":
-            return ones, in_deg.reciprocal()
-        out_deg = torch.from_numpy(np.diff(self.t_indptr) + loop).to(torch.float64).clamp(min=1)
-        return out_deg.rsqrt(), in_deg.rsqrt()
-
-
-def _csr_of(rows: np.ndarray, cols: np.ndarray, num_nodes: int) -> Tuple[np.ndarray, np.ndarray]:
-    """(indptr, indices) of edges rows→cols, columns ascending per row: the native kernel's own
-    builder."""
-    from gnntrain.models._native import _csr
-
-    indptr, indices, _ = _csr(
-        torch.from_numpy(rows), torch.from_numpy(cols), num_nodes, num_nodes, None
-    )
-    return indptr, indices
-
-
-def direct_graph(data, self_loop: bool, normalization: str) -> DirectGraph:
-    """The CSR pair of ``data``: an ingested folder's mapped CSR as it is (its transpose built in
-    memory
-    only when the graph is not symmetric), else one built from the edge lists."""
-    n = int(data.num_nodes)
-    csr = getattr(data, "csr", None)
-    if csr is not None:
-        indptr, indices = np.asarray(csr[0], dtype=np.int64), csr[1]
-        if getattr(data, "symmetric", False):
-            return DirectGraph(n, indptr, indices, indptr, indices, self_loop, normalization)
-        dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-        t_indptr, t_indices = _csr_of(np.asarray(indices, dtype=np.int64), dst, n)
-        return DirectGraph(n, indptr, indices, t_indptr, t_indices, self_loop, normalization)
-    src, dst = data.src.numpy(), data.dst.numpy()
-    indptr, indices = _csr_of(dst, src, n)
-    t_indptr, t_indices = _csr_of(src, dst, n)
-    return DirectGraph(n, indptr, indices, t_indptr, t_indices, self_loop, normalization)
-
-
-def direct_disk_traffic(
-    num_nodes: int, dims: Sequence[int], tiers: Dict[str, str], self_row: bool, value_bytes: int
-) -> Dict[str, int]:
-    """Disk-tier bytes of one training epoch after the first (the first also writes cache0 once):
-    every
-    chunk-range read and write of a table on disk, and one whole pass of the table a product
-    reads."""
-    on_disk = {name for name, tier in tiers.items() if tier == DISK}
-    layers = len(dims) - 1
-    table = lambda name, width: num_nodes * width * value_bytes if name in on_disk else 0
-    # layer 0 reads the fixed inputs' cached product
-    read = table("cache0", dims[0]) if layers else 0
-    write = 0
-    for layer in range(1, layers):  # forward
-        d = dims[layer]
-        # the product's pass (+ the chunk's own rows)
-        read += table(f"act{layer}", d) * (2 if self_row else 1)
-        write += table(f"cache{layer}", d)
-        if layer + 1 < layers:
-            write += table(f"act{layer + 1}", dims[layer + 1])
-    if layers > 1:
-        write += table("act1", dims[1])  # layer 0's output
-    for layer in range(layers - 1, -1, -1):  # backward
-        d = dims[layer]
-        if layer + 1 < layers:
-            read += table(f"grad{layer + 1}", dims[layer + 1])
-        read += table(f"cache{layer}", d)
-        if self_row and layer > 0:
-            read += table(f"act{layer}", d)
-        if layer > 0:
-            write += table(f"cache{layer}", d)  # the aggregation's gradient, over the cache
-            read += table(f"cache{layer}", d)  # the transposed product's pass
-            write += table(f"grad{layer}", d)
-            if self_row:  # the own rows' gradient first, the product added onto it
-                write += table(f"grad{layer}", d)
-                read += table(f"grad{layer}", d)
-    return {"disk_read": int(read), "disk_write": int(write)}
-
-
-def direct_memory(ctx, tiers: Dict[str, str], chunks: int):
-    """Host bytes of the direct path (a MemoryEstimate): the CSR and its row scales, the input
-    features, the
-    tables kept on the host, the logits, one chunk's working set, and - where tables a product reads
-    at
-    random rows (activations, caches) are on disk - the page cache that must hold the largest of
-    them through
-    its layer (docs/design.md#hongtu: the page cache is the buffer; the features play that part in
-    layer 0,
-    so only what exceeds them is added). The transposed CSR of a directed graph comes on top."""
-    from gnntrain.modes.hongtu.tiers import HOST, table_width
-    from gnntrain.plan_types import MemoryEstimate
-    from gnntrain.sizing import PROCESS_BYTES
-
-    n, b, dims = ctx.num_nodes, ctx.dtype_bytes, ctx.dims
-    graph = 8 * (n + 1) + (4 if n < 2**31 else 8) * ctx.num_edges + 3 * 8 * n
-    features = n * ctx.feat_dim * b
-    size = {name: n * table_width(name, dims) * b for name in tiers}
-    on_host = sum(v for name, v in size.items() if tiers[name] == HOST)
-    random_reads = max(
-        [v for name, v in size.items() if tiers[name] != HOST and not name.startswith("grad")] + [0]
-    )
-    rows = ROWS_PER_CHUNK if chunks <= 0 else -(-n // chunks)
-    held = (
-        on_host
-        + max(0, random_reads - features)
-        + 3 * n * dims[-1] * b
-        + 8 * n
-        + 8 * rows * max(dims) * b
-    )
-    return MemoryEstimate(
-        graph_bytes=int(graph),
-        feature_bytes=int(features),
-        activation_bytes=int(held),
-        process_bytes=PROCESS_BYTES,
-    )
 
 
 def _process_io() -> Dict[str, int]:
@@ -269,8 +112,7 @@ class DirectEngine:
 
     def _product(self, h: torch.Tensor, lo: int, hi: int, transpose: bool) -> torch.Tensor:
         """Rows [lo, hi) of Â·h (or Âᵀ·h): the native scaled SpMM over the CSR slice, source rows
-        read from
-        ``h`` in place (a whole pass of it), plus the self-loop diagonal."""
+        read from ``h`` in place (a whole pass of it), plus the self-loop diagonal."""
         g = self.graph
         indptr, indices = (g.t_indptr, g.t_indices) if transpose else (g.indptr, g.indices)
         col, row = (
@@ -384,9 +226,8 @@ class DirectEngine:
 
     def run_backward(self, model, grad_logits: torch.Tensor) -> List[torch.Tensor]:
         """Layer-major backward: per chunk the update is recomputed from the cached aggregation
-        (HongTu §4.3);
-        the aggregation's gradient replaces the cache, then ∇x^l pulls it through the transposed
-        CSR."""
+        (HongTu §4.3); the aggregation's gradient replaces the cache, then ∇x^l pulls it through the
+        transposed CSR."""
         layers = list(model.layers)
         params = list(model.parameters())
         index = {id(p): i for i, p in enumerate(params)}
@@ -449,70 +290,9 @@ class DirectEngine:
         self.io_last = {k: end[k] - self._io_start.get(k, 0) for k in end}
 
 
-# ------------------------------------------------------------------ the mode's side
-def whole_graph_partitioning(num_nodes: int):
-    """One part holding every node in its own order: the direct path's partitioning, made without
-    the edges."""
-    from gnntrain.partition.layout import Partitioning, PartitionMetrics
-
-    ids = np.arange(num_nodes, dtype=np.int64)
-    metrics = PartitionMetrics(
-        num_parts=1,
-        edge_cut=0,
-        total_volume=0,
-        max_send_volume=0,
-        max_recv_volume=0,
-        send_imbalance=0.0,
-        nnz_balance=1.0,
-        vertex_balance=1.0,
-        send_volume=(0,),
-        recv_volume=(0,),
-    )
-    return Partitioning(
-        parts=np.zeros(num_nodes, dtype=np.int64),
-        perm=ids,
-        inverse=ids,
-        offsets=np.array([0, num_nodes], dtype=np.int64),
-        metrics=metrics,
-    )
-
-
-def direct_figures(
-    num_nodes: int,
-    chunks: List[Tuple[int, int]],
-    dims: Sequence[int],
-    tiers: Dict[str, str],
-    self_row: bool,
-    value_bytes: int,
-    host_budget: Optional[int],
-    disk_dir: str,
-) -> Dict[str, object]:
-    """The plan's and the summary's figures of the direct path: chunks, tiers, predicted disk
-    bytes."""
-    from gnntrain.modes.hongtu.tiers import disk_bytes_needed
-
-    on_disk = any(tier == DISK for tier in tiers.values())
-    return {
-        "direct": True,
-        "chunks_per_part": len(chunks),
-        "rows_per_chunk": max(hi - lo for lo, hi in chunks),
-        "device_memory_cap": 0,
-        "tiers": {
-            "host_budget": host_budget,
-            "tables": tiers,
-            "disk_dir": disk_dir if on_disk else None,
-            "disk_bytes_per_rank": disk_bytes_needed(num_nodes, dims, tiers, value_bytes),
-            "predicted_disk_bytes_per_epoch": direct_disk_traffic(
-                num_nodes, dims, tiers, self_row, value_bytes
-            ),
-        },
-    }
-
-
 class DirectStrategy(FullGraphStrategy):
     """The direct path's rank: features, labels, logits and the loss on the host; the whole schedule
-    is
-    one autograd node (engine._HongTuEpoch) over :class:`DirectEngine`."""
+    is one autograd node (engine._HongTuEpoch) over :class:`DirectEngine`."""
 
     inputs_on_host = True
 

@@ -1,15 +1,12 @@
 """One rank's HongTu engine: host store, device arena and the layer-major schedule.
 
 On CUDA nothing in the chunk loop waits for the device (HongTu §4.2: transfers overlap compute):
-loads are
-staged on one side stream (:class:`~gnntrain.modes.staging.HostToDeviceStager`), write-backs run on
-another
-(:class:`~gnntrain.modes.staging.DeviceToHostQueue`) and land, with their host-side ⊕-adds, only
-after the next
-chunk's loads and compute are issued; index tensors are on the device before the loop needs them
-(:class:`~gnntrain.modes.hongtu.indices.DeviceIndices`); compute and copies are timed with CUDA
-events
-(:class:`~gnntrain.metrics.clock.DeviceTimeline`), never by settling the device.
+loads are staged on one side stream (:class:`~gnntrain.modes.staging.HostToDeviceStager`),
+write-backs run on another (:class:`~gnntrain.modes.staging.DeviceToHostQueue`) and land, with their
+host-side ⊕-adds, only after the next chunk's loads and compute are issued; index tensors are on the
+device before the loop needs them (:class:`~gnntrain.modes.hongtu.indices.DeviceIndices`); compute
+and copies are timed with CUDA events (:class:`~gnntrain.metrics.clock.DeviceTimeline`), never by
+settling the device.
 """
 
 from __future__ import annotations
@@ -100,8 +97,8 @@ class HongTuEngine(ChunkTransfers):
             )
             self.topology[c] = (fwd, bwd, v_pos, torch.stack([d_local, s_local]))
         # what a device budget leaves above the planned working set (None: no cap) holds the index
-        # packs (half
-        # of it at most) and the write-backs still in flight; beyond it the loop lands them at once
+        # packs (half of it at most) and the write-backs still in flight; beyond it the loop lands
+        # them at once
         headroom = None if not cap else max(0, cap - int(estimated_device_bytes))
         self.indices = DeviceIndices(
             self.device,
@@ -133,9 +130,8 @@ class HongTuEngine(ChunkTransfers):
         self.dropout = None
         self._pinned_inputs: Optional[Tuple[tuple, torch.Tensor]] = None
         # A·x of the fixed inputs, chunk by chunk: the first layer's cache table, kept from the pass
-        # that wrote it
-        # while the inputs are unchanged (train.cache_input_aggregation; dropout never touches the
-        # inputs)
+        # that wrote it while the inputs are unchanged (train.cache_input_aggregation; dropout never
+        # touches the inputs)
         self.keep_input_aggregation = keep_input_aggregation and family.elementwise
         self._input_aggregation: Optional[Tuple[tuple, torch.Tensor]] = None
         self.input_kept = self.input_kept_last = False
@@ -256,8 +252,7 @@ class HongTuEngine(ChunkTransfers):
                     )
                     y = self._activation(model, out, layer, c, last)
                 # + the SpMM's scaled copy of h_n and the chunk's own rows h_v (cost.batch_bytes),
-                # freed by now
-                # but alive at the layer's peak
+                # freed by now but alive at the layer's peak
                 self.arena.hold(
                     "chunk",
                     tensor_bytes(h_n if step.need_pos is not None else None, out, y, agg)
@@ -302,9 +297,8 @@ class HongTuEngine(ChunkTransfers):
         last: bool,
     ) -> None:
         """The first layer from its kept aggregation A·x: each chunk loads its own rows of it (and
-        of x where the
-        update reads the row itself), with no neighbour gather and no SpMM, and writes its
-        output."""
+        of x where the update reads the row itself), with no neighbour gather and no SpMM, and
+        writes its output."""
         for step in self.fwd.steps:
             c = step.chunk
             local = self._local(c)
@@ -349,8 +343,7 @@ class HongTuEngine(ChunkTransfers):
     # over the function budget: HongTu Algorithm 1's backward loop, whole as the paper prints it
     def run_backward(self, model, grad_logits: torch.Tensor) -> List[torch.Tensor]:  # noqa: PLR0915
         """Layer-major backward (HongTu Algorithm 1, backward loop: lines 14–21 as printed, 12–19 in
-        the §4.3
-        prose); returns the parameter gradients."""
+        the §4.3 prose); returns the parameter gradients."""
         layers = list(model.layers)
         params = list(model.parameters())
         sums = [torch.zeros_like(p) for p in params]
@@ -481,6 +474,5 @@ class _HongTuEpoch(torch.autograd.Function):
 
 def _inputs_key(x: torch.Tensor) -> tuple:
     """What identifies the input features between passes: their storage, version, shape and dtype (a
-    pinned
-    copy or a kept A·x of them stays valid while it is unchanged)."""
+    pinned copy or a kept A·x of them stays valid while it is unchanged)."""
     return (x.data_ptr(), x._version, tuple(x.shape), x.dtype, x.requires_grad)

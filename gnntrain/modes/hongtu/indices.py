@@ -1,20 +1,14 @@
 """A sweep's index tensors on the device, uploaded once instead of at every use (HongTu §4.2: the
-chunk
-loop's transfers are the rows, not its bookkeeping).
+chunk loop's transfers are the rows, not its bookkeeping).
 
 Each :class:`~gnntrain.modes.hongtu.schedule.Step` names the positions it touches in its resident
-buffer
-(rows kept from the previous step, loaded, exchanged, flushed, the chunk's own rows). They are fixed
-once the
-graph is chunked. They are packed into one pinned int64 tensor per step and moved with one
-asynchronous
-copy: for the whole run at the first use when they fit beside the planned working set (no device
-budget, or
-the budget's headroom above the estimate holds them), else one step at a time, each step's pack
-issued one
-step ahead from pinned memory. Contiguous index runs (``arange(a, b)``) are kept as slices, which
-need no
-upload and turn the scatter ``resident[pos] = rows`` into a plain copy.
+buffer (rows kept from the previous step, loaded, exchanged, flushed, the chunk's own rows). They
+are fixed once the graph is chunked. They are packed into one pinned int64 tensor per step and moved
+with one asynchronous copy: for the whole run at the first use when they fit beside the planned
+working set (no device budget, or the budget's headroom above the estimate holds them), else one
+step at a time, each step's pack issued one step ahead from pinned memory. Contiguous index runs
+(``arange(a, b)``) are kept as slices, which need no upload and turn the scatter ``resident[pos] =
+rows`` into a plain copy.
 """
 
 from __future__ import annotations
@@ -61,8 +55,7 @@ def as_slice(index: Optional[torch.Tensor]) -> Optional[Index]:
 
 class StepIndex:
     """One step's index tensors where the device reads them (device tensors, or slices), and its
-    host-side
-    rows (:data:`HOST_ROWS`: host tensors, or slices)."""
+    host-side rows (:data:`HOST_ROWS`: host tensors, or slices)."""
 
     def __init__(self, values: Dict[str, Optional[Index]]):
         self.values = values

@@ -26,10 +26,9 @@ class HongTuPayload:
 @dataclass
 class DirectPayload:
     """The direct path's one rank: the graph in its own order, its chunks and the figures (held in
-    memory,
-    never stored: one rank, no partition store)."""
+    memory, never stored: one rank, no partition store)."""
 
-    # a gnntrain.modes.hongtu.direct.DirectGraph (direct imports the engine, which imports this)
+    # a gnntrain.modes.hongtu.direct_graph.DirectGraph
     graph: Any
     chunks: List[Tuple[int, int]]
     figures: Dict[str, Any]

@@ -158,27 +158,20 @@ def epoch_traffic(
     input_kept: bool = False,
 ) -> Dict[str, int]:
     """Bytes one training epoch moves, all ranks, by ledger kind (``h2d``, ``d2h``, ``peer``, and
-    the
-    avoided ``reused``), read off every rank's sweeps: what
-    :class:`~gnntrain.modes.hongtu.engine.HongTuEngine`
-    records, known once the graph is chunked.
+    the avoided ``reused``), read off every rank's sweeps: what
+    :class:`~gnntrain.modes.hongtu.engine.HongTuEngine` records, known once the graph is chunked.
 
     Per layer l (input width d_l): forward loads the sweep's arrivals at d_l (own rows from the
-    host,
-    others' rows from their device with p2p, else from their host) and writes the chunk outputs
-    (d_l+1)
-    and, for cached models, the aggregation (d_l) to the host; backward loads the output gradient
-    (d_l+1) and the cached aggregation (plus the own input row for SAGE/GIN; GAT instead re-gathers
-    like
-    forward), then, for l > 0, hands the gradient rows leaving each device to their owner (peer, or
-    d2h)
-    and flushes its own (d2h). Reuse counts the rows a carried device buffer kept.
+    host, others' rows from their device with p2p, else from their host) and writes the chunk
+    outputs (d_l+1) and, for cached models, the aggregation (d_l) to the host; backward loads the
+    output gradient (d_l+1) and the cached aggregation (plus the own input row for SAGE/GIN; GAT
+    instead re-gathers like forward), then, for l > 0, hands the gradient rows leaving each device
+    to their owner (peer, or d2h) and flushes its own (d2h). Reuse counts the rows a carried device
+    buffer kept.
 
     ``input_kept`` (train.cache_input_aggregation, the steady epochs after the first): the first
-    layer's
-    forward loads its own rows of the kept A·x (and of x where the update reads the row itself)
-    instead of
-    gathering, and writes no cache.
+    layer's forward loads its own rows of the kept A·x (and of x where the update reads the row
+    itself) instead of gathering, and writes no cache.
     """
     p2p, cached, self_row = "p2p" in dedup, model.elementwise, model.self_row
     moved = {"h2d": 0, "d2h": 0, "peer": 0, "reused": 0}
@@ -224,11 +217,9 @@ def disk_traffic(
 ) -> Dict[str, int]:
     """Bytes one training epoch reads from and writes to the disk tier, all ranks: the rows of
     :func:`epoch_traffic` whose host side is a table in ``on_disk`` (names of :mod:`.tiers`; the
-    input
-    features, the logits and their gradient stay on the host). A ⊕-add reads and writes its rows.
-    With
-    ``input_kept`` the first layer's cache is read in forward too and written only by the first
-    epoch."""
+    input features, the logits and their gradient stay on the host). A ⊕-add reads and writes its
+    rows. With ``input_kept`` the first layer's cache is read in forward too and written only by the
+    first epoch."""
     p2p, cached, self_row = "p2p" in dedup, model.elementwise, model.self_row
     layers = len(dims) - 1
     io = {"disk_read": 0, "disk_write": 0}

@@ -1,7 +1,6 @@
 """A HongTu rank's strategy: the shared full-graph epoch around
-:class:`~gnntrain.modes.hongtu.engine.HongTuEngine`
-(HongTu §4: features, labels and the loss on the host; the layers stream their chunks through the
-device)."""
+:class:`~gnntrain.modes.hongtu.engine.HongTuEngine` (HongTu §4: features, labels and the loss on the
+host; the layers stream their chunks through the device)."""
 
 from __future__ import annotations
 
@@ -88,8 +87,8 @@ class HongTuStrategy(FullGraphStrategy):
                 if engine.arena.allocator_peak is not None
                 else None,
                 # the last training epoch's device intervals (rank 0): compute, h2d and d2h busy
-                # seconds, how many
-                # copy seconds ran under compute, the wall span; on a CPU device nothing overlaps
+                # seconds, how many copy seconds ran under compute, the wall span; on a CPU device
+                # nothing overlaps
                 "timeline_s": dict(engine.timeline_last),
                 "host_accumulate_s": engine.clock.seconds.get("host_accumulate", 0.0),
                 "index_packs": {

@@ -3,14 +3,12 @@
 HongTu (Scalable Full-Graph GNN Training on Multiple GPUs, §4.1) keeps every layer's vertex data
 (activations, cached aggregations, gradients) in host memory and streams chunks through the device.
 When ``mode.host_budget`` cannot hold them, tables go to files instead, one file per table,
-row-major
-in the partition's relabelled order, so a chunk's own rows are one contiguous byte range. The files
-are memory-mapped (shared: writes reach the file, the page cache is the buffer and the kernel writes
-dirty pages behind). The schedule is known in advance, so the engine advises the kernel: the rows
-the
-next chunk reads are asked for ahead (``MADV_WILLNEED``) and a finished chunk's written range is
-released (``MADV_DONTNEED``; the page cache keeps it until written back). The engine works on mapped
-tables as on any host tensor, so the disk tier is exact by construction.
+row-major in the partition's relabelled order, so a chunk's own rows are one contiguous byte range.
+The files are memory-mapped (shared: writes reach the file, the page cache is the buffer and the
+kernel writes dirty pages behind). The schedule is known in advance, so the engine advises the
+kernel: the rows the next chunk reads are asked for ahead (``MADV_WILLNEED``) and a finished chunk's
+written range is released (``MADV_DONTNEED``; the page cache keeps it until written back). The
+engine works on mapped tables as on any host tensor, so the disk tier is exact by construction.
 
 Which tables go first: caches (read and written one chunk range at a time) before gradients
 (scatter-added at arbitrary rows), before activations (gathered at arbitrary neighbour rows). The
@@ -56,8 +54,7 @@ def assign_tiers(
     rows: int, dims: Sequence[int], cached: bool, value_bytes: int, budget: Optional[int]
 ) -> Dict[str, str]:
     """Table → tier for a rank of ``rows`` rows: everything on the host under no budget; otherwise
-    the
-    disk tier takes tables in :func:`table_names` order until the rest fits ``budget`` bytes."""
+    the disk tier takes tables in :func:`table_names` order until the rest fits ``budget`` bytes."""
     names = table_names(len(dims) - 1, cached)
     tiers = dict.fromkeys(names, HOST)
     if budget is None:
@@ -84,10 +81,8 @@ OWNER = "owner"  # in a rank's scratch folder: "<host> <pid>" of the process who
 
 def remove_stale_scratch(folder: Path) -> int:
     """Remove the rank folders under ``folder`` whose owner process on this host is gone (a killed
-    run's
-    tables: scratch that nothing will read); returns the bytes freed. Folders of other hosts (a
-    shared disk)
-    and of live processes stay."""
+    run's tables: scratch that nothing will read); returns the bytes freed. Folders of other hosts
+    (a shared disk) and of live processes stay."""
     from gnntrain.data.ondisk import _alive
 
     freed = 0
@@ -112,8 +107,7 @@ def remove_stale_scratch(folder: Path) -> int:
 
 def check_free_space(folder: Path, needed: int) -> None:
     """Refuse at plan time when the folder's file system cannot hold the disk tier (after removing
-    the tables
-    of killed runs, :func:`remove_stale_scratch`: a resumed run's own included)."""
+    the tables of killed runs, :func:`remove_stale_scratch`: a resumed run's own included)."""
     remove_stale_scratch(folder)
     probe = Path(folder).expanduser()
     while not probe.exists():
@@ -173,10 +167,8 @@ class DiskTable:
 
     def evict(self, lo: int = 0, hi: Optional[int] = None) -> None:
         """Drop rows [lo, hi) (all by default) from the page cache too: their dirty pages start
-        their write-back
-        and clean ones leave memory (``POSIX_FADV_DONTNEED``), so a table read once more, much
-        later, stops
-        holding memory the next table's random reads need."""
+        their write-back and clean ones leave memory (``POSIX_FADV_DONTNEED``), so a table read once
+        more, much later, stops holding memory the next table's random reads need."""
         hi = self.tensor.shape[0] if hi is None else hi
         self.release(lo, hi)
         if self.fd >= 0 and hi > lo:
@@ -201,8 +193,7 @@ class DiskTable:
 @dataclass
 class VertexTables:
     """One rank's vertex tables: host tensors, or disk tables in ``scratch`` (this rank's folder:
-    emptied
-    on first use, so a resumed run rebuilds what a killed one left, and removed by
+    emptied on first use, so a resumed run rebuilds what a killed one left, and removed by
     :meth:`close`)."""
 
     tiers: Dict[str, str]
@@ -223,8 +214,7 @@ class VertexTables:
         self, name: str, shape: Tuple[int, int], dtype: torch.dtype, zeroed: bool = True
     ) -> torch.Tensor:
         """A table ``name``, zeroed (a new file is: ``zeroed=False`` only spares host memory the
-        fill); a disk
-        table replaces the file of its previous allocation."""
+        fill); a disk table replaces the file of its previous allocation."""
         if not self.on_disk(name):
             make = torch.zeros if zeroed else torch.empty
             return make(shape, dtype=dtype, pin_memory=self.pin)  # pinned where it is born: no copy

@@ -1,11 +1,8 @@
 """The transfer half of one rank's HongTu engine (HongTu §4.2 and §5): vertex tables on the host
-tier, loads and
-write-backs of a chunk's rows, the device buffers D_t carried from step to step, the exchange
-between ranks,
-and the ⊕-add of gradient rows into the host. :class:`~gnntrain.modes.hongtu.engine.HongTuEngine`
-runs the
-layers over these; the attributes used here (tables, stager, d2h, arena, clock, comm, layout, ...)
-are set
+tier, loads and write-backs of a chunk's rows, the device buffers D_t carried from step to step, the
+exchange between ranks, and the ⊕-add of gradient rows into the host.
+:class:`~gnntrain.modes.hongtu.engine.HongTuEngine` runs the layers over these; the attributes used
+here (tables, stager, d2h, arena, clock, comm, layout, ...) are set
 in its constructor."""
 
 from __future__ import annotations
@@ -28,19 +25,16 @@ class ChunkTransfers:
     # ---------------------------------------------------------- host memory
     def _host(self, name: str, shape, like: torch.Tensor, zeroed: bool = True) -> torch.Tensor:
         """A vertex table on its tier (tiers.VertexTables: host memory, or a mapped file);
-        ``zeroed=False`` for
-        a table whose every row is written before it is read (activations, caches, logits: one chunk
-        writes
-        each own row), which skips the host-memory fill."""
+        ``zeroed=False`` for a table whose every row is written before it is read (activations,
+        caches, logits: one chunk writes each own row), which skips the host-memory fill."""
         table = self.tables.allocate(name, shape, like.dtype, zeroed=zeroed)
         self._written[table.data_ptr()] = []  # a fresh table: no rows written yet (see _fresh)
         return table
 
     def _fresh(self, host: torch.Tensor, index: Index) -> bool:
         """Whether a ⊕-add into ``host[index]`` may be a plain write: a slice of a zeroed in-memory
-        table none of
-        whose rows has been written since it was allocated (0 + x is x, the same bits); records the
-        rows."""
+        table none of whose rows has been written since it was allocated (0 + x is x, the same
+        bits); records the rows."""
         written = self._written.get(host.data_ptr())
         if written is None or self.tables.holds(host):
             return False
@@ -103,9 +97,8 @@ class ChunkTransfers:
         self, host: torch.Tensor, index: Index, rows: torch.Tensor, direction: str, add: bool
     ) -> None:
         """Write (or ⊕-add) device rows into host memory through the write-back queue: the copy is
-        issued
-        now (its issue is the transfer's time), the write or ⊕-add runs when the queue settles (host
-        accumulation's time)."""
+        issued now (its issue is the transfer's time), the write or ⊕-add runs when the queue
+        settles (host accumulation's time)."""
         start = time.perf_counter()
         self.d2h.write(
             host,
@@ -133,15 +126,13 @@ class ChunkTransfers:
 
     def _bound_write_backs(self) -> None:
         """Land every write-back now where those in flight would pass the budget's headroom (one
-        step's flushes
-        can be most of its resident rows)."""
+        step's flushes can be most of its resident rows)."""
         if self.in_flight_limit is not None and self.d2h.in_flight_bytes() > self.in_flight_limit:
             self.d2h.settle(0)
 
     def _land(self, keep: int) -> None:
         """Settle the write-back queue to ``keep`` steps in flight (none where they would pass the
-        budget's
-        headroom); the arena counts what stays."""
+        budget's headroom); the arena counts what stays."""
         self.d2h.close_group()
         self.d2h.settle(keep)
         self._bound_write_backs()
@@ -245,9 +236,8 @@ class ChunkTransfers:
 
     def _slices(self, rows: int, width: int) -> Iterator[slice]:
         """Row slices of at most STAGING_SLICE_BYTES: the copies between the resident buffers and
-        the host
-        move slice by slice, so their device transients stay one slice (the arena's "staging"
-        entry)."""
+        the host move slice by slice, so their device transients stay one slice (the arena's
+        "staging" entry)."""
         step = max(1, STAGING_SLICE_BYTES // max(1, width * self.value_bytes))
         # a slice of rows and (at most) its indices
         in_flight = 2 * min(rows, step) * width * self.value_bytes
@@ -259,8 +249,7 @@ class ChunkTransfers:
 
 def add_rows(target: torch.Tensor, index: Index, rows: torch.Tensor) -> None:
     """``target[index] += rows`` for distinct positions: ``index_add_`` for a tensor, an in-place
-    add on a slice
-    (the same sums)."""
+    add on a slice (the same sums)."""
     if isinstance(index, slice):
         target[index] += rows
     else:

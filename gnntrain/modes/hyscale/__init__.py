@@ -1,8 +1,6 @@
 """``mode=hyscale``: hybrid CPU + accelerator mini-batch training with
 two-stage prefetch and dynamic resource management (HyScale-GNN: A Scalable Hybrid GNN Training
-System on
-Single-Node Heterogeneous Architecture;
-docs/design.md#hyscale).
+System on Single-Node Heterogeneous Architecture; docs/design.md#hyscale).
 
 * **Trainers** (§III-B): ``cpu_trainers`` then ``accel_trainers`` ranks in one
   gloo group. Every rank holds the whole graph and the features in host
@@ -29,9 +27,8 @@ docs/design.md#hyscale).
   at start, unless ``mode.shares`` gives one.
 * **Gradient sync** (§III-A "Synchronizer"; synchronous SGD as in §II-B): synchronous. Loss = Σ CE
 over a
-  trainer's slice
-  / global batch size, and gradients are all-reduced with SUM, so trainer i's
-  mean gradient enters with weight b_i/B (unbiased for uneven shares).
+  trainer's slice / global batch size, and gradients are all-reduced with SUM, so trainer i's mean
+  gradient enters with weight b_i/B (unbiased for uneven shares).
 * **DRM** (§IV-A, Algorithm 1): :func:`drm_step`, a pure function of the
   per-trainer stage times; balance_work is the damped proportional rule of
   :func:`rebalance`. A decision made after iteration t applies to batch t+3
@@ -45,10 +42,9 @@ and any number of sampler threads draw the same batches. DGL's sampler draws fro
 per-thread engines, so :class:`NeighborSampler` runs every draw on one dedicated
 thread; the torch-native one runs on all the pool's threads.
 
-Modules: :mod:`.config` (options), :mod:`.batches` (global batches and shares),
-:mod:`.sampler` (neighbour sampling), :mod:`.drm` (dynamic resource management),
-:mod:`.perf_model` (performance model), :mod:`.pipeline` (sampler pool and prefetch),
-:mod:`.threads` (host threads per trainer),
+Modules: :mod:`.config` (options), :mod:`.batches` (global batches and shares), :mod:`.sampler`
+(neighbour sampling), :mod:`.drm` (dynamic resource management), :mod:`.perf_model` (performance
+model), :mod:`.pipeline` (sampler pool and prefetch), :mod:`.threads` (host threads per trainer),
 :mod:`.trainer` (one trainer's epochs) and :mod:`.mode` (the planner and the registered spec).
 """
 

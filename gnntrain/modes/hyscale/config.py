@@ -40,7 +40,6 @@ class HyScaleConfig(ModeConfig):
     slowdown: List[float] = field(default_factory=list)
     sampler: SamplerKind = SamplerKind.auto  # auto = dgl where DGL imports, else torch
     # host threads of an accelerator trainer's sampler pool (§III-B: cores reserved for its sampling
-    # and
-    # loading); 0 = auto (an even share of the host's cores); CPU trainers' pools come from their
-    # own share
+    # and loading); 0 = auto (an even share of the host's cores); CPU trainers' pools come from
+    # their own share
     sampler_threads: int = 0

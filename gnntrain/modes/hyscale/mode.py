@@ -131,11 +131,9 @@ class HyScalePlanner(ModePlanner):
         self, rank_devices: Tuple[str, ...], ranks_per_node: int, cores: int
     ) -> Tuple[int, ...]:
         """HyScale reserves host cores for the accelerator trainers' sampling and loading (§III-B):
-        a
-        rank with a device gets its sampler pool (``mode.sampler_threads``, 0 = an even share) plus
-        a
-        loader and a feeding thread, the CPU trainers share the rest; never more than ``cores`` in
-        all (:func:`~gnntrain.modes.hyscale.threads.rank_budgets`)."""
+        a rank with a device gets its sampler pool (``mode.sampler_threads``, 0 = an even share)
+        plus a loader and a feeding thread, the CPU trainers share the rest; never more than
+        ``cores`` in all (:func:`~gnntrain.modes.hyscale.threads.rank_budgets`)."""
         return rank_budgets(
             [d.startswith("cuda") for d in rank_devices], cores, int(self.options.sampler_threads)
         )
@@ -163,10 +161,8 @@ class HyScalePlanner(ModePlanner):
 
     def work(self, ctx) -> Work:
         """HyScale-GNN §V: T_exec per iteration (eqs. 6-13, from the calibrated host bandwidth and
-        GEMM
-        rate the profile holds) times ceil(train nodes / batch) iterations, plus each iteration's
-        fixed
-        layer and step overheads. Sampling is not modelled, as in the paper."""
+        GEMM rate the profile holds) times ceil(train nodes / batch) iterations, plus each
+        iteration's fixed layer and step overheads. Sampling is not modelled, as in the paper."""
         model = predict_times(ctx, self.settings.hardware, self.options, self._threads())
         iterations = max(1, -(-ctx.train_nodes // int(self.options.batch_size)))
         work = Work(
@@ -245,10 +241,7 @@ def prepare(
 
 
 def strategy(mode: HyScalePlanner, shard: RankShard, ctx):
-    # imports the samplers: only in trainer ranks
-    from gnntrain.modes.hyscale.trainer import (
-        HyScaleTrainer,
-    )
+    from gnntrain.modes.hyscale.trainer import HyScaleTrainer  # imports the samplers: ranks only
 
     return HyScaleTrainer(mode.options, shard, ctx, mode.settings)
 

@@ -82,8 +82,8 @@ def predict_times(
 
 def per_seed_costs(model: Dict[str, Any]) -> Dict[str, List[float]]:
     """Seconds per seed of each trainer's train, transfer and load stages, from
-    :func:`predict_times`
-    (linear in the trainer's seeds: what the initial split and DRM's proportional rule assume)."""
+    :func:`predict_times` (linear in the trainer's seeds: what the initial split and DRM's
+    proportional rule assume)."""
 
     def per(values):
         return [v / b if b > 0 else 0.0 for v, b in zip(values, model["batch_per_trainer"])]
@@ -109,9 +109,8 @@ def model_shares(
     costs: Dict[str, Any], samp_per_seed: Sequence[float], min_share: float
 ) -> Tuple[float, ...]:
     """HyScale §III-B/§V: the initial workload split from the performance model. Each trainer's
-    share
-    ∝ 1 / its per-seed time (T_samp measured, the rest predicted), so every trainer's slowest stage
-    takes the same time; floored at ``min_share`` like DRM's rule."""
+    share ∝ 1 / its per-seed time (T_samp measured, the rest predicted), so every trainer's slowest
+    stage takes the same time; floored at ``min_share`` like DRM's rule."""
     from gnntrain.modes.hyscale.drm import floor_shares
 
     cost = trainer_cost(costs, samp_per_seed)
@@ -129,11 +128,9 @@ def model_iteration_s(
     pipelined: bool = True,
 ) -> Dict[str, float]:
     """The model's per-iteration stage times for ``shares`` of a global ``batch``. Pipelined
-    (prefetch, §IV-B):
-    eq. 6, the slowest stage, T_exec = max(T_samp, T_load, T_trans, T_prop). Serial (prefetch off):
-    each
-    trainer samples, loads, copies and trains in turn, then all sync: T_exec = max_i Σ_stages +
-    T_sync."""
+    (prefetch, §IV-B): eq. 6, the slowest stage, T_exec = max(T_samp, T_load, T_trans, T_prop).
+    Serial (prefetch off): each trainer samples, loads, copies and trains in turn, then all sync:
+    T_exec = max_i Σ_stages + T_sync."""
     b = [batch * s for s in shares]
     t_samp = max(x * n for x, n in zip(samp_per_seed, b))
     t_load = sum(x * n for x, n in zip(costs["load"], b))

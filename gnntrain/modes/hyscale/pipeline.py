@@ -1,6 +1,5 @@
 """The HyScale pipeline (§III-B, §IV-B): a pool of sampler threads drawing batches ahead of
-training,
-the feature loader and the transfer thread feeding the trainer."""
+training, the feature loader and the transfer thread feeding the trainer."""
 
 from __future__ import annotations
 
@@ -68,8 +67,7 @@ class SamplerPool:
             ready  # blocks until draw k may start (its shares are decided), before it takes a slot
         )
         # daemon threads (not a ThreadPoolExecutor, whose threads the interpreter joins at exit: a
-        # draw
-        # waiting for shares that never come would then hang a failed rank's exit)
+        # draw waiting for shares that never come would then hang a failed rank's exit)
         self._tasks: "queue.Queue" = queue.Queue()
         for i in range(self.workers):
             threading.Thread(target=self._worker, daemon=True, name=f"hyscale-sampler-{i}").start()
@@ -141,11 +139,9 @@ class SamplerPool:
 
 class BatchPipeline:
     """HyScale-GNN §IV-B over one epoch's iterations ``ks``: the sampler pool draws (``pool``,
-    several
-    batches at once) → the loader thread gathers features in k order (``load``) → the transfer
-    thread
-    copies (``transfer``) → the caller trains; each queue holds one batch. With ``prefetch=False``
-    the caller runs draw, load and transfer itself, in order."""
+    several batches at once) → the loader thread gathers features in k order (``load``) → the
+    transfer thread copies (``transfer``) → the caller trains; each queue holds one batch. With
+    ``prefetch=False`` the caller runs draw, load and transfer itself, in order."""
 
     def __init__(
         self,

@@ -1,7 +1,6 @@
 """Neighbour sampling: DGL's on one dedicated thread, the torch-native one on any number of pool
-threads;
-both draw a batch from its own seed, so prefetch on and off, and any thread count, draw the same
-batches."""
+threads; both draw a batch from its own seed, so prefetch on and off, and any thread count, draw the
+same batches."""
 
 from __future__ import annotations
 
@@ -120,10 +119,9 @@ class TorchNeighborSampler:
     smallest keys, which makes every ``fanout``-subset equally likely.
 
     Thread-safe (``parallel = True``): the sampler pool
-    (:class:`~gnntrain.modes.hyscale.pipeline.SamplerPool`)
-    draws several batches at once on its threads. The global → local id scratch is per thread, and
-    every op is a torch function that releases the GIL (``index_select`` rather than tensor
-    indexing), so concurrent draws overlap.
+    (:class:`~gnntrain.modes.hyscale.pipeline.SamplerPool`) draws several batches at once on its
+    threads. The global → local id scratch is per thread, and every op is a torch function that
+    releases the GIL (``index_select`` rather than tensor indexing), so concurrent draws overlap.
     """
 
     parallel = True  # draws may run concurrently on several threads
@@ -199,9 +197,8 @@ class TorchNeighborSampler:
             return eids, owner
         keys = torch.rand(owner.numel(), generator=gen, dtype=torch.float64)
         # by node, then by key: one int64 sort (the key's top 32 bits below the node), about twice
-        # as fast as
-        # a float64 one; stable, so a (2^-32-likely) tie breaks by CSR position, whatever the thread
-        # count
+        # as fast as a float64 one; stable, so a (2^-32-likely) tie breaks by CSR position, whatever
+        # the thread count
         order = torch.argsort((owner << 32) | (keys * 2.0**32).to(torch.int64), stable=True)
         rank = offset  # after sorting by node the within-node rank is the same arange
         kept = torch.zeros(owner.numel(), dtype=torch.bool)

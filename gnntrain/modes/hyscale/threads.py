@@ -47,8 +47,7 @@ def split_threads(budget: int, on_device: bool) -> Dict[str, int]:
 def on_this_host(planned: Sequence[int], cores: Optional[int] = None) -> List[int]:
     """The planned threads per rank where this machine has the cores for all of them (the ranks of a
     HyScale run share one host), else an even share of its cores (a profile's cores_per_node
-    describes
-    its nodes, not the machine a run lands on)."""
+    describes its nodes, not the machine a run lands on)."""
     cores = len(os.sched_getaffinity(0)) if cores is None else int(cores)
     if sum(planned) <= cores:
         return [max(1, int(p)) for p in planned]

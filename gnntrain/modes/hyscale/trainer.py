@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import copy
 import math
-import statistics
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
-from gnntrain.models import SparseAdjacency, build_model, run_layers
+from gnntrain.models import SparseAdjacency, build_model
 from gnntrain.models.export import rows_output
 from gnntrain.modes.base import RankShard
 from gnntrain.modes.hyscale.batches import global_batches, initial_shares, trainer_slice
+from gnntrain.modes.hyscale.calibration import calibrate, initial_model_shares
 from gnntrain.modes.hyscale.config import DRM_LAG, DRM_WARMUP, HyScaleConfig
 from gnntrain.modes.hyscale.drm import STAGES, DRMState, ShareSchedule, drm_step
-from gnntrain.modes.hyscale.perf_model import model_iteration_s, model_shares
+from gnntrain.modes.hyscale.forward import block_forward
 from gnntrain.modes.hyscale.pipeline import Batch, BatchPipeline, SamplerPool, use_threads
+from gnntrain.modes.hyscale.report import mode_report
 from gnntrain.modes.hyscale.sampler import Block, make_sampler
 from gnntrain.modes.hyscale.threads import on_this_host, split_threads
 from gnntrain.modes.staging import HostToDeviceStager, StagedRows
@@ -26,24 +27,6 @@ from gnntrain.modes.strategy import SPLITS, EpochStats, RankStrategy, model_spec
 from gnntrain.plan_types import RunSettings
 from gnntrain.runtime import RankContext
 from gnntrain.seeding import Stream, derive_seed
-
-
-def block_forward(
-    model,
-    adjs: Sequence[SparseAdjacency],
-    x: torch.Tensor,
-    dropout: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-) -> torch.Tensor:
-    """The model's aggregate/update layers over sampled blocks (dst rows are the first src rows)."""
-
-    def layer_step(i, layer, h):
-        adj = adjs[i]
-        rows = torch.arange(adj.num_dst, device=h.device)
-        return layer.update(h[: adj.num_dst], layer.aggregate(h, adj.spmm, rows))
-
-    return run_layers(
-        model, x, layer_step, None if dropout is None else lambda h, _layer: dropout(h)
-    )
 
 
 class HyScaleTrainer(RankStrategy):
@@ -68,10 +51,8 @@ class HyScaleTrainer(RankStrategy):
         self.drop_gen = torch.Generator(device=self.device)  # reseeded per global batch (see step)
         self.features = shard.features.to(self.dtype)  # host memory only (§III-B)
         # features reach the device through reusable pinned buffers on the stager's side stream (the
-        # stager
-        # HongTu's chunk loads use); three buffers: the load thread gathers at most two batches
-        # ahead of the
-        # transfer that empties them (the pipeline's queues of one)
+        # stager HongTu's chunk loads use); three buffers: the load thread gathers at most two
+        # batches ahead of the transfer that empties them (the pipeline's queues of one)
         self.stager = HostToDeviceStager(self.device, buffers=3)
         if self.gpu:
             self.stream = self.stager.stream  # transfers overlap compute on the side stream
@@ -95,10 +76,8 @@ class HyScaleTrainer(RankStrategy):
         self.n_train = max(1, shard.global_counts["train"])
         self.evaluator = Evaluator(self, self.model) if self.rank == 0 else None
         # host threads by task (§III-B, §IV-A): every rank's split of its planned threads (capped by
-        # the
-        # cores this machine gives it), the same on every rank; DRM's thread state starts from the
-        # first
-        # CPU trainer's (its balance_thread moves CPU tasks' threads)
+        # the cores this machine gives it), the same on every rank; DRM's thread state starts from
+        # the first CPU trainer's (its balance_thread moves CPU tasks' threads)
         plan = ctx.plan
         budgets = on_this_host([plan.threads_of(r) for r in range(self.world)])
         self.splits = [
@@ -123,8 +102,7 @@ class HyScaleTrainer(RankStrategy):
 
     def draw(self, k: int) -> Batch:
         """Sample this trainer's slice of global batch k: one unit, seeded by (seed, trainer, k), on
-        a
-        sampler pool thread (or the caller's)."""
+        a sampler pool thread (or the caller's)."""
         shares = self.schedule.get(k)
         t0 = time.perf_counter()
         seeds, sizes = trainer_slice(self.global_batch(k), shares, self.rank)
@@ -143,8 +121,7 @@ class HyScaleTrainer(RankStrategy):
 
     def load(self, b: Batch) -> Batch:
         """The feature loader (§III-B): gather the batch's input rows (on CUDA into a pinned
-        buffer), in k
-        order, on T_Load threads."""
+        buffer), in k order, on T_Load threads."""
         if self.pool is not None:
             use_threads(self.threads["T_Load"])
         t1 = time.perf_counter()
@@ -155,8 +132,7 @@ class HyScaleTrainer(RankStrategy):
 
     def transfer(self, b: Batch) -> Batch:
         """Host → accelerator: features (through the stager's pinned buffers) and topology
-        (``h2d``);
-        CPU trainers skip it."""
+        (``h2d``); CPU trainers skip it."""
         t0 = time.perf_counter()
         staged: StagedRows = b.x
         if not self.is_accel:
@@ -270,7 +246,7 @@ class HyScaleTrainer(RankStrategy):
         if self.pool is not None:
             self.pool.close()
         history = result["history"]
-        result["mode_report"] = self._report(history) if self.rank == 0 and history else None
+        result["mode_report"] = mode_report(self, history) if self.rank == 0 and history else None
 
     def start(self, first_epoch: int, history: List[Dict[str, Any]]) -> None:
         """DRM state, the share schedule and the sampler pool: the resumed run's last shares, else
@@ -296,118 +272,20 @@ class HyScaleTrainer(RankStrategy):
             self.initial = {
                 "source": "mode.shares",
                 "shares": list(shares),
-                **self._calibrate(shares),
+                **calibrate(self, shares),
             }
         else:
-            shares = self._model_shares()
+            shares = initial_model_shares(self)
         self.state = DRMState(shares=shares, threads=threads)
         self._apply_threads(threads)
         first = first_epoch * self.per_epoch
         for k in range(first, first + DRM_LAG):
             self.schedule.set(k, self.state.shares)
 
-    def _model_shares(self) -> Tuple[float, ...]:
-        """HyScale §III-B/§V: the initial split from the performance model calibrated at start."""
-        figures = self._calibrate(None)
-        shares = tuple(figures.pop("shares"))
-        self.initial = {"source": "performance model", "shares": list(shares), **figures}
-        return shares
-
-    def _calibrate(self, shares: Optional[Sequence[float]]) -> Dict[str, Any]:
-        """The §V model's inputs measured on every rank, and its split (``shares`` None) or its
-        prediction for
-        ``shares``. T_samp: this trainer samples an even slice of the first global batch three times
-        (the first
-        warms up) on its pool's per-draw threads; the pool draws ``active`` batches at once, so the
-        per-iteration cost is the draw time over that. The train, transfer, load and sync costs come
-        from
-        :meth:`_probe_stages` (the plan's profile-based guess is kept beside them)."""
-        seeds = self.global_batch(0)[: max(1, math.ceil(self.batch_size / self.world))]
-        probe = derive_seed(self.seed, Stream.sampling, self.rank, 2**40)  # a k no batch has
-        before = torch.get_num_threads()
-        use_threads(self.pool.per_draw if self.pool is not None else self.budget)
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            input_nodes, blocks = self.sampler.sample(seeds, probe)
-            times.append(time.perf_counter() - t0)
-        use_threads(before)
-        concurrent = self.pool.active if self.pool is not None else 1
-        mine = statistics.median(times[1:]) / seeds.numel() / concurrent
-        measured = self._probe_stages(seeds, input_nodes, blocks)
-        slots = [0.0] * (4 * self.world + 1)
-        slots[self.rank] = mine
-        for j, name in enumerate(("train", "transfer", "load")):
-            slots[(j + 1) * self.world + self.rank] = measured[name] / seeds.numel()
-        # every rank times the same collective: their mean
-        slots[-1] = measured["sync_s"] / self.world
-        # every rank computes the same split from the same numbers
-        shared = self.comm.reduce_stats(slots)
-        samp = shared[: self.world]
-        costs = {
-            name: shared[(j + 1) * self.world : (j + 2) * self.world]
-            for j, name in enumerate(("train", "transfer", "load"))
-        }
-        costs["sync_s"] = shared[-1]
-        if shares is None:
-            shares = tuple(
-                round(x, 6) for x in model_shares(costs, samp, float(self.o.drm_min_share))
-            )
-        return {
-            "shares": list(shares),
-            "T_samp_per_seed_s": samp,
-            "model_per_seed_s": costs,
-            "profile_per_seed_s": self.ctx.plan.mode_details["model seconds per seed"],
-            "predicted_iteration_s": model_iteration_s(
-                costs, samp, shares, self.batch_size, pipelined=bool(self.o.prefetch)
-            ),
-        }
-
-    def _probe_stages(
-        self, seeds: torch.Tensor, input_nodes: torch.Tensor, blocks: List[Block]
-    ) -> Dict[str, float]:
-        """§V's stage costs measured on this rank at start (the paper profiles them; the hardware
-        profile's
-        rates are a plan-time guess): the probe batch's feature gather, host→device copy,
-        forward+backward (on
-        a copy of the model: training is untouched; ``mode.slowdown`` applied) and one gradient
-        all-reduce,
-        each the median of two after a warm-up."""
-        model = copy.deepcopy(self.model)
-        params = list(model.parameters())
-
-        def timed(fn) -> float:
-            seconds = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                fn()
-                if self.gpu:
-                    torch.cuda.synchronize(self.device)
-                seconds.append(time.perf_counter() - t0)
-            return statistics.median(seconds[1:])
-
-        x = self.features.index_select(0, input_nodes)
-        load = timed(lambda: self.features.index_select(0, input_nodes))
-        transfer = timed(lambda: x.to(self.device, copy=True)) if self.is_accel else 0.0
-        on_device = [
-            Block(*(t.to(self.device) for t in (bl.dst, bl.src, bl.weight)), bl.num_dst, bl.num_src)
-            for bl in blocks
-        ]
-        x_dev, y = x.to(self.device), self.shard.labels[seeds].to(self.device)
-
-        def train() -> None:
-            F.cross_entropy(block_forward(model, self._adjacencies(on_device), x_dev), y).backward()
-
-        train_s = timed(train) * max(1.0, self.slowdown)
-        sync = timed(lambda: sync_gradients(params, self.comm, through_host=self.through_host))
-        return {"train": train_s, "transfer": transfer, "load": load, "sync_s": sync}
-
     def _apply_threads(self, threads: Dict[str, int]) -> None:
         """balance_thread's moves, made real on a CPU trainer (§IV-A): the sampler pool's threads
-        (T_SC),
-        the loader's (T_Load) and the training threads of this rank's main thread (T_TC). A serial
-        run
-        (prefetch=false) runs every stage on the main thread with the whole budget."""
+        (T_SC), the loader's (T_Load) and the training threads of this rank's main thread (T_TC). A
+        serial run (prefetch=false) runs every stage on the main thread with the whole budget."""
         if self.is_accel:
             return
         self.threads = dict(threads)
@@ -495,103 +373,6 @@ class HyScaleTrainer(RankStrategy):
     def evaluate(self, epoch: int) -> List[float]:
         """Rank 0 evaluates on the whole graph; the others add nothing to the sums."""
         return self.evaluator.correct() if self.evaluator is not None else [0.0, 0.0, 0.0]
-
-    def _report(self, history: List[Dict[str, Any]]) -> Dict[str, Any]:
-        """summary.json ``mode_report``: shares and stage times per trainer, predicted vs
-        measured."""
-        its = [it for h in history for it in h["hyscale"]["iterations"]]
-        med = statistics.median
-        per_trainer = {
-            s: [med(it["stage_s"][s][r] for it in its) for r in range(self.world)]
-            for s in STAGES + ("sync",)
-        }
-        accel = self.accel
-
-        def measured(it) -> Dict[str, float]:
-            st = it["stage_s"]
-            trans = [t for t, a in zip(st["transfer"], accel) if a]
-            sync = max(st["sync"])
-            return {
-                "T_samp_s": max(st["sample"]),
-                "T_load_s": sum(st["load"]),
-                "T_trans_s": max(trans or [0.0]),
-                "T_sync_s": sync,
-                "T_prop_s": max(st["train"]) + sync,
-                "T_exec_s": it["iter_s"],
-            }
-
-        initial = dict(history[0]["hyscale"].get("initial") or {})
-        moves, last = [], None
-        for it in its:
-            if it.get("threads") != last:
-                last = it.get("threads")
-                moves.append({"iter": it["iter"], "threads": last})
-        rows = [measured(it) for it in its]
-        got = {k: med(r[k] for r in rows) for k in rows[0]} if rows else {}
-        details = self.ctx.plan.mode_details
-        predicted = {
-            k[:-3] + "_s": v / 1e3 for k, v in details["performance model (per iteration)"].items()
-        }
-        predicted["V0_per_trainer"] = details["predicted |V0| per trainer"]
-        # the model calibrated at start (stage costs measured on each rank) where it ran; else the
-        # plan's guess
-        predicted.update(initial.get("predicted_iteration_s") or {})
-        if initial.get("model_per_seed_s"):
-            predicted["T_sync_s"] = initial["model_per_seed_s"]["sync_s"]
-        return {
-            "trainers": [
-                ("accel" if a else "cpu") + f":{d}"
-                for a, d in zip(accel, self.ctx.plan.rank_devices)
-            ],
-            "shares_final": [round(s, 5) for s in history[-1]["hyscale"]["shares"]],
-            "shares_per_iteration": [it["shares"] for it in its],
-            "batch_per_iteration": [it["batch"] for it in its],
-            "stage_time_median_s": per_trainer,
-            "predicted_vs_measured_s": {
-                k: {"predicted": predicted.get(k), "measured": got.get(k)}
-                for k in ("T_samp_s", "T_load_s", "T_trans_s", "T_sync_s", "T_prop_s", "T_exec_s")
-            },
-            "input_rows_rank0_median": med(it["input_rows"] for it in its) if its else None,
-            "predicted_V0_per_trainer": predicted.get("V0_per_trainer"),
-            "iterations": len(its),
-            "prefetch": bool(self.o.prefetch),
-            "drm": bool(self.o.drm),
-            # §III-B/§V: the initial split and what the model predicted for it; the threads per
-            # trainer
-            # (sampler pool / loader / training) and balance_thread's moves of the CPU trainers'
-            # threads
-            "initial_shares": list(initial.get("shares", its[0]["shares"] if its else [])),
-            "initial_shares_source": initial.get("source", "resumed"),
-            "model_T_samp_per_seed_s": initial.get("T_samp_per_seed_s"),
-            "model_per_seed_s": initial.get("model_per_seed_s"),
-            # the hardware profile's plan-time guess
-            "profile_per_seed_s": initial.get("profile_per_seed_s"),
-            "model_predicted_iteration_s": initial.get("predicted_iteration_s"),
-            "sampler_pool_threads": [sp["T_SC"] for sp in self.splits],
-            "threads_per_trainer": [dict(sp) for sp in self.splits],
-            "cpu_threads_over_time": moves,
-            "predicted_vs_measured_epoch_s": {
-                "predicted": (
-                    initial["predicted_iteration_s"]["T_exec_s"] * self.per_epoch
-                    if "predicted_iteration_s" in initial
-                    else None
-                ),
-                "measured": med(h["epoch_time_s"] for h in history if "epoch_time_s" in h)
-                if any("epoch_time_s" in h for h in history)
-                else None,
-            },
-            "table": [
-                ["final shares", " / ".join(f"{s:.3f}" for s in history[-1]["hyscale"]["shares"])]
-            ]
-            + [
-                [f"{k[:-2]} predicted / measured", f"{_ms(predicted.get(k))} / {_ms(got.get(k))}"]
-                for k in ("T_samp_s", "T_load_s", "T_trans_s", "T_sync_s", "T_prop_s", "T_exec_s")
-            ],
-        }
-
-
-def _ms(seconds: Optional[float]) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3f} ms"
 
 
 class Evaluator:

@@ -1,7 +1,5 @@
 """``mode=mop``: MixGCN's mixture of parallelism (MixGCN: Scalable GCN Training by Mixture of
-Parallelism and
-Mixture of Accelerators, §3.1.2 and Algorithm 2;
-docs/design.md#mop).
+Parallelism and Mixture of Accelerators, §3.1.2 and Algorithm 2; docs/design.md#mop).
 
 Per layer, every one of the m ranks holds the whole normalised Â:
 
@@ -29,8 +27,7 @@ updates; in backward each chunk's gradient travels while the neighbouring
 chunk's update backward runs. Still exact: the same sums, in the same order.
 
 Modules: :mod:`.layout` (splits and the two moves), :mod:`.pipeline` (chunked, asynchronous moves)
-and
-:mod:`.mode` (the planner, prepare, strategy and the registered spec).
+and :mod:`.mode` (the planner, prepare, strategy and the registered spec).
 """
 
 from gnntrain.modes.mop.layout import (

@@ -1,6 +1,5 @@
 """MoP's layouts (MixGCN §3.1.2): floor splits of node rows and feature columns over the m ranks,
-and
-the column-split ↔ row-split all-to-all moves between them."""
+and the column-split ↔ row-split all-to-all moves between them."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ import torch
 
 def stage_count(num_nodes: int, bandwidth: int) -> int:
     """MixGCN Proposition 3.5: with RCM bandwidth b, pipeline idleness vanishes once (n - b)/(2n) >=
-    1/s,
-    so s = ceil(2n / (n - b)) stages; without a usable bandwidth (b >= n) there is nothing to
+    1/s, so s = ceil(2n / (n - b)) stages; without a usable bandwidth (b >= n) there is nothing to
     overlap."""
     if bandwidth >= num_nodes:
         return 1
@@ -26,24 +24,21 @@ def floor_splits(total: int, parts: int) -> List[int]:
 
 def row_splits(n: int, m: int, aggregation_ranks: int = 0) -> List[int]:
     """Row boundaries of the m ranks: floor splits over all of them (MoP), or over the update ranks
-    only
-    (MoA: the first ``aggregation_ranks`` ranks own no rows)."""
+    only (MoA: the first ``aggregation_ranks`` ranks own no rows)."""
     a = aggregation_ranks
     return floor_splits(n, m) if a == 0 else [0] * a + floor_splits(n, m - a)
 
 
 def col_splits(d: int, m: int, aggregation_ranks: int = 0) -> List[int]:
     """Column boundaries of the m ranks: floor splits over all of them (MoP), or over the
-    aggregation
-    ranks only (MoA: the update ranks own no columns)."""
+    aggregation ranks only (MoA: the update ranks own no columns)."""
     a = aggregation_ranks
     return floor_splits(d, m) if a == 0 else floor_splits(d, a) + [d] * (m - a)
 
 
 def exchanged_elements(n: int, d: int, m: int, aggregation_ranks: int = 0) -> int:
     """Elements one all-to-all moves between col- and row-split (N·d − Σ n_i·d_i): with MoA's
-    disjoint
-    groups no rank keeps anything, so all N·d move."""
+    disjoint groups no rank keeps anything, so all N·d move."""
     rows, cols = row_splits(n, m, aggregation_ranks), col_splits(d, m, aggregation_ranks)
     return n * d - sum((rows[i + 1] - rows[i]) * (cols[i + 1] - cols[i]) for i in range(m))
 

@@ -41,14 +41,12 @@ class MoPConfig(ModeConfig):
     name: str = "mop"
     pipeline_chunks: int = 1  # 0 = auto: Proposition 3.5's stage count from the RCM bandwidth
     # > 0: mixture of accelerators (MixGCN §3.2): the first aggregation_ranks ranks only aggregate
-    # (a feature
-    # column split each), the others only update (a node row split each); 0: every rank does both
-    # (MoP)
+    # (a feature column split each), the others only update (a node row split each); 0: every rank
+    # does both (MoP)
     aggregation_ranks: int = 0
     # where MoA's aggregation ranks run: "same" (the profile's device) or "cpu" (CPU aggregation
-    # beside GPU update
-    # ranks, MixGCN §3.2's mixture with the host standing in for its dedicated aggregation
-    # accelerator)
+    # beside GPU update ranks, MixGCN §3.2's mixture with the host standing in for its dedicated
+    # aggregation accelerator)
     aggregation_device: str = "same"
 
 
@@ -73,8 +71,7 @@ class MoPPlanner(ModePlanner):
 
     def rank_devices(self, device: str, world_size: int, ranks_per_node: int) -> Tuple[str, ...]:
         """MoA with ``aggregation_device=cpu`` on a CUDA profile: the aggregation ranks on the host,
-        the
-        update ranks on the node's GPUs in turn (one node: ranks 0..a-1 then cuda:0, cuda:1,
+        the update ranks on the node's GPUs in turn (one node: ranks 0..a-1 then cuda:0, cuda:1,
         ...)."""
         a = self.aggregation_ranks
         if not a or str(self.options.aggregation_device) != "cpu" or device != "cuda":
@@ -164,10 +161,8 @@ class MoPPlanner(ModePlanner):
 
     def work(self, ctx) -> Work:
         """MixGCN §3.1: a rank aggregates every edge over 1/m of each layer's columns and updates
-        1/m of
-        the rows; the all-to-alls move N(m-1)/m (d0 + 4 sum d) elements in all, 2L-1 calls forward
-        and
-        2(L-1) backward. MoA (aggregation_ranks) is priced as plain MoP."""
+        1/m of the rows; the all-to-alls move N(m-1)/m (d0 + 4 sum d) elements in all, 2L-1 calls
+        forward and 2(L-1) backward. MoA (aggregation_ranks) is priced as plain MoP."""
         m = ctx.world_size
         if m == 1:
             return super().work(ctx)
@@ -235,8 +230,8 @@ class MoPPlanner(ModePlanner):
     # ------------------------------------------------------------- prepare
     def partition(self, data, plan):
         """MoP partitions nothing: its node order is the identity, or Reverse Cuthill–McKee (a
-        one-part
-        range partitioning of the reordered graph, cached) with ``partitioner.reorder=rcm``."""
+        one-part range partitioning of the reordered graph, cached) with
+        ``partitioner.reorder=rcm``."""
         if self.settings.partitioner.reorder != "rcm":
             return None, False
         from gnntrain.data import cache_folder
@@ -348,9 +343,8 @@ class MoPStrategy(FullGraphStrategy):
         self.clock = StageClock(ctx.device)
         super().__init__(shard, ctx, settings, aggregate_first=aggregate_first)
         # the first layer's aggregation of the fixed input columns, kept once computed
-        # (train.cache_input_aggregation;
-        # a layer that transforms before it aggregates never hands x_cols itself, so it is never
-        # kept)
+        # (train.cache_input_aggregation; a layer that transforms before it aggregates never hands
+        # x_cols itself, so it is never kept)
         keep = settings.train.cache_input_aggregation and settings.model.name != "custom"
         self.input_spmm = {
             id(a): (InputAggregate(a, self.x_cols) if keep else a.spmm)
@@ -359,8 +353,7 @@ class MoPStrategy(FullGraphStrategy):
 
     def aggregate_cols(self, layer, h_cols, spmm, rows=None):
         """The column side; a row-local term (GIN's (1+ε)·h, a layer's ``self_term``) is added on
-        the row
-        side (update_rows)."""
+        the row side (update_rows)."""
         if hasattr(layer, "self_term"):
             return self.clock.through("aggregation", spmm, h_cols)
         return self.clock.through(
@@ -383,9 +376,8 @@ class MoPStrategy(FullGraphStrategy):
 
     def forward_pipelined(self, model, h_rows, dropout):
         """Every exchange in chunks (MixGCN §3.1.3's fine-grained pipeline): chunk c+1 aggregates
-        while
-        chunk c moves to rows; chunk c updates, is activated and starts back to columns while chunk
-        c+1's update runs; the next layer starts once the last chunk has landed."""
+        while chunk c moves to rows; chunk c updates, is activated and starts back to columns while
+        chunk c+1's update runs; the next layer starts once the last chunk has landed."""
         layout = self.layout
         h_cols, last = self.x_cols, len(model.layers) - 1
         for i, layer in enumerate(model.layers):

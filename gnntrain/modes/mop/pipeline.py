@@ -66,9 +66,8 @@ class _StartToCols(torch.autograd.Function):
 
 class _FinishToCols(torch.autograd.Function):
     """Waits for every chunk's row→column move and assembles the next layer's column slice (N ×
-    d_i).
-    Backward starts each chunk's inverse move, the last chunk's first since its start node waits
-    first, and hands zeros on: the update backward of chunk c-1 runs while chunk c's gradient
+    d_i). Backward starts each chunk's inverse move, the last chunk's first since its start node
+    waits first, and hands zeros on: the update backward of chunk c-1 runs while chunk c's gradient
     travels."""
 
     @staticmethod

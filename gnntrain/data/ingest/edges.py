@@ -1,0 +1,156 @@
+"""The edge side of an ingest: edges read a batch at a time from CSV/TSV, Parquet, NumPy (one
+2xE/Ex2 array or two 1-D arrays), a scipy sparse ``.npz`` or a whole graph, each node named mapped
+to its index (an unknown node refused with where it was read)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+import numpy as np
+
+from gnntrain.data.ingest.nodes import NodeIds, open_npy
+from gnntrain.data.ingest.options import IngestOptions
+from gnntrain.data.ingest.tables import id_type_of, open_table, require_file, table_format
+from gnntrain.errors import DatasetError
+
+EDGE_BATCH = 1 << 22  # edges per step from in-memory or .npy sources
+
+
+# over the function budget: one branch per input format (CSV/TSV, Parquet, NumPy, npz, PyG, DGL)
+def _edge_batches(  # noqa: C901, PLR0912
+    opts: IngestOptions, ids: NodeIds, graph: Optional[Dict[str, Any]]
+) -> Iterator[Tuple[np.ndarray, np.ndarray, Any, int, int]]:
+    """(src index, dst index, locate(i) -> text, done bytes, total bytes) per batch; unknown IDs
+    refused."""
+    if graph is not None and not opts.edges:
+        ei = np.asarray(graph["edge_index"])
+        yield from _array_batches(
+            ei.shape[1],
+            lambda lo, hi: (ei[0, lo:hi], ei[1, lo:hi]),
+            ids,
+            f"--graph {opts.graph}",
+            _node_source(opts, ids),
+        )
+        return
+    if not opts.edges:
+        raise DatasetError(
+            "ingest: no edges given. Pass --edges FILE (CSV/TSV, Parquet, .npy, .npz) or --graph "
+            "FILE."
+        )
+    files = [require_file(p, "--edges") for p in opts.edges]
+    kind = table_format(files[0], opts.edges_format)
+    if len(files) > 2 or (len(files) == 2 and kind != "npy"):
+        raise DatasetError(
+            "ingest: --edges takes one file, or two 1-D .npy files (sources, then destinations)."
+        )
+    if kind == "npy":  # read with pread a block at a time (a memory map would stay resident)
+        arrays = [open_npy(f, "--edges") for f in files]
+        if len(files) == 2:
+            src, dst = arrays
+            if src.ndim != 1 or dst.ndim != 1 or src.shape != dst.shape:
+                raise DatasetError(
+                    f"ingest: --edges {files[0]} {files[1]}: two edge files must be 1-D and of "
+                    "equal "
+                    f"length (got {src.shape} and {dst.shape})."
+                )
+            total, read = len(src), lambda lo, hi: (src.rows(lo, hi), dst.rows(lo, hi))
+        else:
+            (array,) = arrays
+            if array.ndim != 2 or 2 not in array.shape:
+                raise DatasetError(
+                    f"ingest: --edges {files[0]} has shape {array.shape}; an edge array must be "
+                    "2xE "
+                    f"or Ex2 (or give two 1-D files)."
+                )
+            if array.shape[0] == 2:
+                total = array.shape[1]
+                read = lambda lo, hi: (array.items(lo, hi - lo), array.items(total + lo, hi - lo))
+            else:
+                total = array.shape[0]
+                read = lambda lo, hi: tuple(array.rows(lo, hi).T)
+        if arrays[0].dtype.kind not in "iu":
+            raise DatasetError(
+                f"ingest: --edges {files[0]}: node IDs in a .npy must be integers "
+                f"(got {arrays[0].dtype})."
+            )
+        yield from _array_batches(total, read, ids, f"--edges {files[0]}", _node_source(opts, ids))
+        return
+    if kind == "npz":
+        import scipy.sparse as sp
+
+        try:
+            coo = sp.load_npz(files[0]).tocoo()
+        except Exception as exc:
+            raise DatasetError(
+                f"ingest: --edges {files[0]}: not a scipy sparse .npz ({type(exc).__name__}: "
+                f"{exc})."
+            ) from None
+        if coo.shape[0] != coo.shape[1]:
+            raise DatasetError(
+                f"ingest: --edges {files[0]}: the adjacency matrix is "
+                f"{coo.shape[0]}x{coo.shape[1]}; "
+                f"it must be square (row = source, column = destination)."
+            )
+        yield from _array_batches(
+            coo.nnz,
+            lambda lo, hi: (coo.row[lo:hi], coo.col[lo:hi]),
+            ids,
+            f"--edges {files[0]}",
+            _node_source(opts, ids),
+        )
+        return
+    table = open_table(files[0], kind, opts.edges_csv)
+    src_col = table.column(
+        opts.src_column or ("src" if "src" in table.names else None), 0, "--src-column"
+    )
+    dst_col = table.column(
+        opts.dst_column or ("dst" if "dst" in table.names else None), 1, "--dst-column"
+    )
+    if src_col == dst_col:
+        raise DatasetError(
+            f"ingest: {files[0]}: --src-column and --dst-column name the same column {src_col!r}."
+        )
+    import pyarrow as pa
+
+    id_type = ids.type
+    if not ids.identity and opts.nodes.id_type == "auto":
+        edge_type = id_type_of(table, src_col, "auto")
+        if edge_type != id_type and id_type.equals(pa.int64()):
+            raise DatasetError(
+                f"ingest: {files[0]}: the edges name nodes by strings but the node table's IDs are "
+                f"integers; the IDs must be the same kind (--id-type string reads both as text)."
+            )
+    for batch in table.batches([src_col, dst_col], {src_col: id_type, dst_col: id_type}):
+        cols = [batch.table.column(c).combine_chunks() for c in (src_col, dst_col)]
+        coded = [ids.encode(c) for c in cols]
+        for col_name, col, code in zip((src_col, dst_col), cols, coded):
+            if (code < 0).any():
+                i = int(np.flatnonzero(code < 0)[0])
+                raise DatasetError(
+                    f"ingest: {files[0]} {batch.locate(i)}, column {col_name!r}: node "
+                    f"{col[i].as_py()!r} is not a node of the graph ({_node_source(opts, ids)})."
+                )
+        yield coded[0], coded[1], batch.locate, batch.done_bytes, table.size
+
+
+def _node_source(opts: IngestOptions, ids: NodeIds) -> str:
+    if ids.identity:
+        return f"nodes are 0..{ids.num_nodes - 1}"
+    return f"nodes are the IDs of {opts.nodes.features}"
+
+
+def _array_batches(total: int, read, ids: NodeIds, where: str, known: str):
+    """Edges from arrays: ``read(lo, hi)`` -> (sources, destinations) of edges lo..hi-1; ``known``
+    says which nodes exist, for the error on one that does not."""
+    total = int(total)
+    for lo in range(0, total, EDGE_BATCH):
+        src, dst = read(lo, min(total, lo + EDGE_BATCH))
+        s, d = ids.encode(np.asarray(src)), ids.encode(np.asarray(dst))
+        for values, code in ((src, s), (dst, d)):
+            if (code < 0).any():
+                i = int(np.flatnonzero(code < 0)[0])
+                raise DatasetError(
+                    f"ingest: {where}, edge {lo + i}: node {values[i]} is not a node of the "
+                    f"graph ({known})."
+                )
+        yield s, d, (lambda i, lo=lo: f"edge {lo + i}"), lo + s.shape[0], total

@@ -1,0 +1,40 @@
+"""What one ``gnntrain ingest`` is asked to do: :class:`IngestOptions` (the edge and node sources,
+the cleaning policy, the split, the output folder), shared by the driver
+(:mod:`gnntrain.data.ingest`) and the readers it calls (:mod:`.edges`, :mod:`.labels`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from gnntrain.data.ingest.nodes import NodeOptions
+from gnntrain.data.ingest.tables import CsvOptions
+
+
+@dataclass
+class IngestOptions:
+    out: Path
+    # one file, or two 1-D .npy files (sources, destinations)
+    edges: List[Path] = field(default_factory=list)
+    edges_format: str = "auto"
+    src_column: Optional[str] = None  # default: "src" when present, else the first column
+    dst_column: Optional[str] = None  # default: "dst" when present, else the second column
+    # header, delimiter, comment of a CSV/TSV edge list
+    edges_csv: CsvOptions = field(default_factory=CsvOptions)
+    graph: Optional[Path] = (
+        None  # a saved PyG Data (.pt) or DGL graph (.bin): edges, and nodes unless given
+    )
+    nodes: NodeOptions = field(default_factory=NodeOptions)
+    symmetrize: bool = True
+    self_loops: str = "drop"  # drop | error
+    duplicates: str = "drop"  # drop | error
+    # when no masks are given: fractions of labeled nodes
+    split: Tuple[float, float, float] = (
+        0.6,
+        0.2,
+        0.2,
+    )
+    seed: int = 0
+    name: str = ""
+    overwrite: bool = False

@@ -1,0 +1,136 @@
+"""``gnntrain run`` across an emulated cluster (gnntrain/launch/netem.py): one ``torchrun`` agent
+per host, each in its host's network namespace (and cpu group), watched until all have exited
+(:func:`run_job`, :class:`JobResult`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from gnntrain.launch.netem import INTERFACE, EmulatedCluster
+
+FAILED_PEER_GRACE_S = 90.0  # after one agent fails, how long the others get to notice and exit
+
+
+@dataclass
+class JobResult:
+    returncodes: List[int]
+    outputs: List[str]  # stdout + stderr of each host's agent
+    run_dirs: List[Path]  # each host's hydra.run.dir; host 0's holds rank 0's summary
+    wall_s: float
+    dilation: float = 1.0  # the cluster's time dilation: emulated seconds = real seconds / dilation
+
+    @property
+    def ok(self) -> bool:
+        return all(rc == 0 for rc in self.returncodes)
+
+    def summary(self) -> Optional[dict]:
+        path = self.run_dirs[0] / "summary.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+
+def run_job(
+    cluster: EmulatedCluster,
+    overrides: Sequence[str],
+    run_root: Path,
+    ranks_per_host: int = 1,
+    port: int = 29610,
+    timeout_s: Optional[float] = None,
+    env: Optional[Dict[str, str]] = None,
+) -> JobResult:
+    """``gnntrain run overrides`` across the cluster: one ``torchrun`` agent per host, rank 0 on
+    host 0, gloo bound to the shaped interface. Each host's ranks get the host's cores
+    (``hardware.cores_per_node``: its cap, or its share of this machine's) unless the overrides set
+    them; a capped host's agent runs inside the host's cpu group."""
+    bin_dir = Path(sys.executable).parent
+    overrides = list(overrides) + [
+        f"hardware.nodes={cluster.hosts}",
+        f"hardware.ranks_per_node={ranks_per_host}",
+    ]
+    if not any(o.startswith("hardware.cores_per_node=") for o in overrides):
+        cores = cluster.cores_per_host or max(1, (os.cpu_count() or 1) // cluster.hosts)
+        overrides.append(f"hardware.cores_per_node={cores}")
+    base_env = dict(
+        os.environ,
+        **(env or {}),
+        GLOO_SOCKET_IFNAME=INTERFACE,
+        GNNTRAIN_NETWORK=f"emulated '{cluster.name}': {cluster.describe()}",
+        GNNTRAIN_TIME_DILATION=f"{cluster.dilation:.6g}",
+    )
+    run_dirs = [Path(run_root) / f"host{i}" for i in range(cluster.hosts)]
+    procs = []
+    start = time.perf_counter()
+    for i in range(cluster.hosts):
+        cmd = [
+            "ip",
+            "netns",
+            "exec",
+            cluster.namespace(i),
+            str(bin_dir / "torchrun"),
+            f"--nnodes={cluster.hosts}",
+            f"--nproc-per-node={ranks_per_host}",
+            f"--node-rank={i}",
+            f"--master-addr={cluster.address(0)}",
+            f"--master-port={port}",
+            "--no-python",
+            str(bin_dir / "gnntrain"),
+            "run",
+            *overrides,
+            f"hydra.run.dir={run_dirs[i]}",
+        ]
+        group = cluster.cgroup(i)
+        if (
+            group is not None
+        ):  # join the host's cpu group, then become the agent (its children stay in)
+            cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs"), *cmd]
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                env=base_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        )
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    notes = [""] * len(procs)
+    outputs = [_drain(p) for p in procs]  # background readers, so no agent blocks on a full pipe
+    while any(p.poll() is None for p in procs):
+        now = time.monotonic()
+        failed = any(p.returncode not in (None, 0) for p in procs)
+        if failed and (deadline is None or deadline > now + FAILED_PEER_GRACE_S):
+            # the others should end on their own; never hang on them
+            deadline = now + FAILED_PEER_GRACE_S
+        if deadline is not None and now > deadline:
+            for i, p in enumerate(procs):
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    notes[i] = "\n(killed: " + (
+                        "another host's agent failed)"
+                        if failed
+                        else f"the job ran past {timeout_s} s)"
+                    )
+            break
+        time.sleep(0.2)
+    texts = [out.result() + note for out, note in zip(outputs, notes)]
+    return JobResult(
+        [p.wait() for p in procs], texts, run_dirs, time.perf_counter() - start, cluster.dilation
+    )
+
+
+def _drain(proc: subprocess.Popen):
+    """Read an agent's output on a thread; ``.result()`` gives it all once the agent has exited."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(proc.stdout.read)
+    pool.shutdown(wait=False)
+    return future

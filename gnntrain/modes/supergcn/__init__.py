@@ -1,0 +1,29 @@
+"""``mode=supergcn``: quantized pre/post-aggregation halo exchange (SuperGCN, SC'24).
+
+Modules: :mod:`.config` (options, payload, a quantized row's bytes, label propagation rows),
+:mod:`.prepare` (the ranks' rows, sends and receives on a partitioned graph), :mod:`.strategy` (a
+rank's exchange and products) and :mod:`.mode` (the planner and the registered spec).
+"""
+
+from gnntrain.modes.supergcn.config import (
+    BITS,
+    Aggregation,
+    ParamDType,
+    SuperGCNConfig,
+    SuperGCNPayload,
+    label_propagation_rows,
+    row_bytes,
+)
+from gnntrain.modes.supergcn.mode import SUPERGCN, SuperGCNPlanner
+
+__all__ = [
+    "BITS",
+    "SUPERGCN",
+    "Aggregation",
+    "ParamDType",
+    "SuperGCNConfig",
+    "SuperGCNPayload",
+    "SuperGCNPlanner",
+    "label_propagation_rows",
+    "row_bytes",
+]

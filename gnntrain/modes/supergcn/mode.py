@@ -1,0 +1,218 @@
+"""``mode=supergcn``: pre/post/hybrid aggregated halo exchange with int2/4/8
+stochastic quantization and label propagation (SuperGCN paper, §2 "Distributed-level Optimizations";
+docs/design.md#supergcn).
+
+Layout: 1D partition parallelism, one block of rows per rank (as in ``mode=partition``, whose
+exchange machinery this mode shares: ``halo.py``). Per layer and rank i (SuperGCN §2, "Subgraph
+construction based on a hybrid of Pre- and Post-aggregation"; docs/design.md#supergcn):
+
+* local edges (both ends in block i) aggregate straight from i's rows;
+* for every sender j the cut edges j→i are split by a vertex cover of their
+  bipartite graph (``partition/cover.py``): sources in the cover travel raw
+  and are *post*-aggregated by i, the other edges are *pre*-aggregated by j
+  into one partial sum per destination. Rows per pair = |cover|.
+
+The exchange starts asynchronously and the local aggregation runs while it
+is in flight (``mode.overlap``, SuperGCN §2 "Overview of the SuperGCN", step 5); with it, backward's
+exchange overlaps the local aggregation's backward too (an extension; docs/design.md#supergcn).
+
+Both halves are sparse products: the sender builds its outgoing rows as
+``S_j · H_j`` (S_j selects post rows and sums pre edges, each source row
+scaled by its source factor), and the receiver adds a local adjacency over
+``H_i`` to a remote one over the received rows, both scaled by the
+destination factor. Edge weights are the model's global-degree weights
+kept as factors (models/norm.py), so every product is an unweighted SpMM and
+SAGE's mean is exactly "exchange partial sums, divide by the global
+in-degree". Backward runs the same path in reverse.
+
+On the CPU the received rows are post-aggregated into the local product by a sorted, clustered
+index_add (``models/post_aggregation.py``; SuperGCN §2, "Optimizing Index_add operator"), in the
+native C build where it loads, and coded and decoded by its one-pass quantiser
+(``models/_native_halo.c``); both give the torch formulas' bits.
+
+With ``bits < 32`` the exchanged rows (and with ``quantize_backward`` their gradients) are coded per
+row by ``comm/quantize.py`` (SuperGCN §2, "Quantization of communication to Int2"). Label
+propagation (SuperGCN §2, same part; analysed in §3, Lemma 3 and Eq. (5)) adds a learnable label
+embedding to the input features of a fixed random subset of training nodes, which the loss then
+leaves out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from gnntrain.comm.quantize import packed_row_bytes, param_row_bytes
+from gnntrain.errors import PlanError
+from gnntrain.modes.base import CommEstimate, ModePlanner, RankShard
+from gnntrain.modes.cost import Work
+from gnntrain.modes.single import graph_tensors
+from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
+from gnntrain.modes.supergcn.config import BITS, SuperGCNConfig, row_bytes
+from gnntrain.modes.supergcn.prepare import prepare
+from gnntrain.modes.supergcn.strategy import SuperGCNStrategy
+from gnntrain.partition.cover import rows_per_pair
+from gnntrain.sizing import DTYPE_BYTES, halo_rows
+
+
+class SuperGCNPlanner(ModePlanner):
+    @property
+    def bits(self) -> int:
+        return int(self.options.bits)
+
+    def is_exact(self) -> bool:
+        return self.bits >= 32 and float(self.options.label_propagation) == 0
+
+    def work(self, ctx) -> Work:
+        """The row partition's compute, with the halo priced at its wire bytes (SuperGCN §4: codes
+        plus a scale and zero point per row at bits < 32) and quantization as elementwise passes
+        over the rows sent. Cover rows are bounded by the halo rows (hybrid's cover is at most pre's
+        or post's)."""
+        work = super().work(ctx)
+        if ctx.world_size == 1:
+            return work
+        p = self.num_parts(ctx.world_size)
+        rows = halo_rows(ctx, int(ctx.num_nodes / p), p)
+        param = self.options.param_dtype.value
+        moved = list(ctx.comm_widths) + list(ctx.grad_widths)
+        wire = [rows * row_bytes(w, self.bits, ctx.dtype_bytes, param) for w in moved]
+        work.collectives = [("alltoall", b) for b in wire] + [
+            c for c in work.collectives if c[0] != "alltoall"
+        ]
+        if (
+            self.bits < 32
+        ):  # quantize at the sender, dequantize at the receiver: ~4 passes of the raw rows
+            work.elementwise_bytes += 4 * sum(rows * w * ctx.dtype_bytes for w in moved)
+        return work
+
+    def validate(self, ctx) -> List[str]:
+        o = self.options
+        if self.bits not in BITS:
+            raise PlanError(
+                "mode.bits",
+                f"bits={o.bits} is not a supported width.",
+                "use one of 2, 4, 8 or 32 (32 = no quantization)",
+            )
+        rate = float(o.label_propagation)
+        if not 0.0 <= rate < 1.0:
+            raise PlanError(
+                "mode.label_propagation",
+                f"label_propagation={rate} is outside [0, 1): it is the "
+                "fraction of training nodes whose labels become inputs.",
+                "use a rate in [0, 1), e.g. 0.1; 0 turns it off",
+            )
+        self.require_rows_per_part(ctx)
+        warnings = []
+        if self.bits < 32 and ctx.dtype_bytes == 8:
+            warnings.append(f"bits={self.bits} quantizes float64 rows; exactness needs bits=32")
+        return warnings
+
+    def estimate_comm(self, ctx) -> Optional[CommEstimate]:
+        params = ctx.param_bytes
+        if (
+            float(self.options.label_propagation) > 0
+        ):  # the label embedding (classes x input width) is learnt too
+            params += ctx.num_classes * ctx.feat_dim * ctx.dtype_bytes
+        by_kind: Dict[str, int] = (
+            {"allreduce": ctx.world_size * params} if ctx.world_size > 1 else {}
+        )
+        per_row = [
+            row_bytes(w, self.bits, ctx.dtype_bytes, self.options.param_dtype.value)
+            for w in ctx.comm_widths
+        ]
+        return CommEstimate(
+            None,
+            by_kind,
+            f"halo = sum_l sum_pairs |cover_ji| * bytes_per_row(f_l) per direction; "
+            f"bytes per row by layer {per_row} (bits={self.bits}); |cover| per pair needs the "
+            "graph: see 'rows per pair' below or gnntrain partition",
+        )
+
+    def details(self, ctx) -> Dict[str, Any]:
+        o = self.options
+        return {
+            "aggregation": o.aggregation.value,
+            "bits": self.bits,
+            "overlap": bool(o.overlap),
+            "quantize_backward": bool(o.quantize_backward),
+            "param_dtype": o.param_dtype.value,
+            "label_propagation": float(o.label_propagation),
+            "widths communicated": ctx.comm_widths,
+        }
+
+    def graph_report(self, data, part, plan) -> Dict[str, Any]:
+        """Rows per (sender, receiver) pair under pre, post and hybrid, and the bytes they imply."""
+        src, dst, _ = graph_tensors(data, self.settings)
+        table = rows_per_pair(part.inverse[src.numpy()], part.inverse[dst.numpy()], part.offsets)
+        widths = plan.mode_details["widths communicated"]
+        per_row = sum(
+            row_bytes(w, self.bits, DTYPE_BYTES[plan.dtype], self.options.param_dtype.value)
+            for w in widths
+        )
+        report: Dict[str, Any] = {
+            aggregation: {
+                "rows": int(np.sum(grid)),
+                "rows_per_pair": grid,
+                "halo_fwd_bytes_per_epoch": int(np.sum(grid)) * per_row,
+            }
+            for aggregation, grid in table.items()
+        }
+        report["bytes per epoch"] = self._epoch_bytes(
+            data, plan, int(np.sum(table[self.options.aggregation.value]))
+        )
+        return report
+
+    def _epoch_bytes(self, data, plan, rows: int) -> Dict[str, int]:
+        """Bytes per epoch by kind for this run's aggregation and bits (the volume table of
+        docs/design.md#supergcn): codes and raw rows under halo_*, scale/zero points under
+        quant_params; backward only for layers whose sent partial sums have a gradient (with label
+        propagation the first layer's input has one: the label embedding)."""
+        o, b = self.options, DTYPE_BYTES[plan.dtype]
+        forward, backward = self.exchanged_widths(data)
+        if float(o.label_propagation) > 0:
+            backward = forward
+        quantized = self.bits < 32
+
+        def payload(widths, coded: bool) -> int:
+            return sum(packed_row_bytes(w, self.bits) if coded else w * b for w in widths)
+
+        params = param_row_bytes(o.param_dtype.value)
+        coded_bwd = quantized and bool(o.quantize_backward)
+        by_kind = {
+            "halo_fwd": rows * payload(forward, quantized),
+            "halo_bwd": rows * payload(backward, coded_bwd),
+            "quant_params": rows
+            * params
+            * ((len(forward) if quantized else 0) + (len(backward) if coded_bwd else 0)),
+            "allreduce": int(plan.comm_per_epoch["by_kind"].get("allreduce", 0)),
+        }
+        by_kind = {kind: v for kind, v in by_kind.items() if v}
+        return {**by_kind, "total": sum(by_kind.values())}
+
+
+def strategy(mode: SuperGCNPlanner, shard: RankShard, ctx) -> "SuperGCNStrategy":
+    return SuperGCNStrategy(shard, ctx, mode.settings, mode.options, mode.bits)
+
+
+SUPERGCN = register_mode(
+    ModeSpec(
+        name="supergcn",
+        options=SuperGCNConfig,
+        planner=SuperGCNPlanner,
+        prepare=prepare,
+        strategy=strategy,
+        capabilities=Capabilities(
+            needs_restructurable=False,  # exchanges whatever a layer hands its aggregation
+            models_rule="SuperGCN pre-aggregates weighted sums of source rows at the sender; GAT's "
+            "attention weights "
+            "depend on both endpoints' features, so they cannot be summed before the exchange.",
+            auto_variants=(
+                {"aggregation": "hybrid", "bits": 32},
+                {"aggregation": "pre", "bits": 32},
+                {"aggregation": "hybrid", "bits": 8},
+                {"aggregation": "hybrid", "bits": 2},
+            ),
+        ),
+    )
+)
