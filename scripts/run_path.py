@@ -13,7 +13,9 @@ commit, to compare: ``git worktree add``).
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
+import inspect
 import json
 import sys
 import tempfile
@@ -24,9 +26,39 @@ class FirstEpoch(Exception):
     """Raised from the profiler at the first ``train_epoch``: the path is complete."""
 
 
-def trace(overrides, package: Path):
+def layers(repo: Path):
+    """tests/test_architecture.py's LAYERS (sets of module prefixes), read as a literal."""
+    tree = ast.parse((repo / "tests" / "test_architecture.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "LAYERS":
+            return ast.literal_eval(node.value)
+    raise SystemExit("no LAYERS in tests/test_architecture.py")
+
+
+def layer_of(module: str, table) -> int:
+    for index, members in enumerate(table):
+        for member in members:
+            if module == member or (member != "gnntrain" and module.startswith(member + ".")):
+                return index
+    return 0
+
+
+def trace(overrides, package: Path, table):
     calls: collections.Counter = collections.Counter()
+    plan_calls: collections.Counter = collections.Counter()
+    climbs: collections.Counter = collections.Counter()
     root = str(package)
+    following = []
+
+    def module_of(filename: str) -> str:
+        rel = Path(filename).relative_to(package.parent).with_suffix("").as_posix()
+        return rel.replace("/", ".").removesuffix(".__init__")
+
+    def caller_module(frame):
+        frame = frame.f_back
+        while frame is not None and not frame.f_code.co_filename.startswith(root):
+            frame = frame.f_back
+        return module_of(frame.f_code.co_filename) if frame is not None else None
 
     def profile(frame, event, arg):
         if event != "call":
@@ -34,16 +66,20 @@ def trace(overrides, package: Path):
         code = frame.f_code
         if not code.co_filename.startswith(root) or code.co_name.startswith("<"):
             return
+        if not code.co_flags & inspect.CO_OPTIMIZED:  # a class body or a module running at import
+            return
         if code.co_name == "train_epoch" and "/modes/" in code.co_filename:
             raise FirstEpoch
-        module = (
-            Path(code.co_filename)
-            .relative_to(package.parent)
-            .with_suffix("")
-            .as_posix()
-            .replace("/", ".")
-        )
-        calls[(module.removesuffix(".__init__"), code.co_qualname)] += 1
+        module = module_of(code.co_filename)
+        calls[(module, code.co_qualname)] += 1
+        if code.co_name == "run_training":
+            following.append(True)
+        arguments = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        if following and "plan" in arguments:
+            plan_calls[(module, code.co_qualname)] += 1
+            caller = caller_module(frame)
+            if caller and layer_of(caller, table) < layer_of(module, table):
+                climbs[f"{caller} -> {module}"] += 1
 
     from gnntrain.cli import main
 
@@ -54,7 +90,7 @@ def trace(overrides, package: Path):
         pass
     finally:
         sys.setprofile(None)
-    return calls
+    return calls, plan_calls, climbs
 
 
 def main() -> None:
@@ -69,15 +105,23 @@ def main() -> None:
     package = Path(gnntrain.__file__).resolve().parent
     run_dir = tempfile.mkdtemp(prefix="gnntrain-run-path-")
     overrides = overrides or ["mode=single"]
-    calls = trace(
-        [*overrides, "train.epochs=1", "train.progress=false", f"hydra.run.dir={run_dir}"], package
-    )
+    table = layers(package.parent)
+    run = [*overrides, "train.epochs=1", "train.progress=false", f"hydra.run.dir={run_dir}"]
+    calls, plan_calls, climbs = trace(run, package, table)
     modules = sorted({module for module, _ in calls})
+    plan_modules = sorted({module for module, _ in plan_calls})
     if args.json:
-        print(json.dumps({f"{m}:{f}": n for (m, f), n in sorted(calls.items())}, indent=1))
+        listing = {
+            "functions": {f"{m}:{f}": n for (m, f), n in sorted(calls.items())},
+            "plan": {f"{m}:{f}": n for (m, f), n in sorted(plan_calls.items())},
+            "climbs": dict(climbs),
+        }
+        print(json.dumps(listing, indent=1))
     print(
         f"{package}: {' '.join(overrides)}: {len(calls)} functions in {len(modules)} modules, "
-        f"{sum(calls.values())} calls before the first epoch"
+        f"{sum(calls.values())} calls before the first epoch; the plan from run_training: "
+        f"{sum(plan_calls.values())} calls to {len(plan_calls)} functions in "
+        f"{len(plan_modules)} modules, {sum(climbs.values())} of them climbing a layer"
     )
 
 
