@@ -60,7 +60,9 @@ def _graph_per_rank(capabilities, world: int) -> str:
 def resolve_reader(ds) -> str:
     """``dataset.reader`` checked against this install ("" for datasets it does not apply to):
     the reader, with " (auto)" when auto chose it (:func:`gnntrain.data.resolve_reader`)."""
-    if ds.source != "dgl":
+    from gnntrain.data.sources import dataset_source
+
+    if not dataset_source(ds).reader:
         return ""
     from gnntrain.backends import dgl_problem, pyg_problem
     from gnntrain.data import resolve_reader as chosen_reader
@@ -250,13 +252,15 @@ def _refuse_appended_keys(cfg: DictConfig) -> None:
 def _check_shared_settings(cfg: DictConfig) -> None:
     """The settings every mode shares: dataset, training, model, port and hardware (one PlanError
     naming the option)."""
-    from gnntrain.data import check_dataset_config, fill_file_sizes
+    from gnntrain.data import check_dataset_config
+    from gnntrain.data.sources import dataset_source
     from gnntrain.metrics.trackers import check_installed
 
     _refuse_appended_keys(cfg)
     t, m, hw, ds = cfg.train, cfg.model, cfg.hardware, cfg.dataset
-    if ds.source == "files":
-        fill_file_sizes(cfg)  # the ingested graph's own sizes, before anything is sized or checked
+    fill_sizes = dataset_source(ds).fill_sizes
+    if fill_sizes is not None:
+        fill_sizes(cfg)  # e.g. an ingested graph's own sizes, before anything is sized or checked
     check_dataset_config(ds)  # sizes, ratios and fractions a generator or the estimates can use
     _check_training(t)
     if int(m.layers) < 1 or int(m.hidden) < 1:
@@ -379,6 +383,8 @@ def _world_and_parts(cfg: DictConfig, spec, mode, num_nodes: int) -> Tuple[int, 
 def _plan_context(cfg: DictConfig, mode, family, world: int, sizes, dtype: str) -> PlanContext:
     """The sizes every estimate sees: the graph's, and the model's widths, parameters and update
     work from the one model-shape table, in the mode's layer order."""
+    from gnntrain.data.sources import dataset_source
+
     n, e, f, c = sizes
     m, ds = cfg.model, cfg.dataset
     dims = model_dims(f, int(m.hidden), c, int(m.layers))
@@ -398,7 +404,9 @@ def _plan_context(cfg: DictConfig, mode, family, world: int, sizes, dtype: str) 
         update_macs=shape.update_macs,
         elementwise=family.elementwise,
         settings=mode.settings,
-        train_nodes=int(round(n * float(ds.train_fraction))) if ds.source == "generated" else 0,
+        train_nodes=(
+            int(round(n * float(ds.train_fraction))) if dataset_source(ds).config_splits else 0
+        ),
     )
 
 

@@ -337,3 +337,38 @@ def test_a_new_generators_parameters_are_its_config_and_all_enter_the_content_ha
         GENERATORS.remove("ring")
         for entry in ("ring.yaml", "ring_schema.yaml"):
             store.repo["dataset"].pop(entry, None)
+
+
+def test_dataset_sources_are_registered_and_an_unknown_one_is_named(tmp_path):
+    """dataset.source picks a registered DatasetSource (generated, files, dgl, ogb): the plan sizes
+    and checks a dataset through it and the loader loads through it; a new source is one
+    registration, an unknown one is one error naming the sources there are, a taken name is
+    refused."""
+    import dataclasses
+
+    from gnntrain.data.sources import SOURCES, DatasetSource, register_source
+    from gnntrain.errors import DatasetError
+    from gnntrain.plan import build_plan
+    from gnntrain.registry import DuplicateNameError
+
+    assert {"generated", "files", "dgl", "ogb"} <= set(SOURCES)
+    loaded = []
+
+    def load(cfg):  # a source that serves the generated csbm graph under another name
+        loaded.append(cfg.dataset.name)
+        return SOURCES["generated"].load(cfg)
+
+    register_source(DatasetSource("mirror", load=load, directed_edges=lambda ds: 1234))
+    try:
+        cfg = compose(["dataset=csbm", "dataset.source=mirror", "dataset.num_nodes=300"])
+        assert build_plan(cfg).memory_per_rank.total_bytes > 0
+        from gnntrain.data import dataset_sizes
+
+        assert dataset_sizes(cfg.dataset)[1] == 1234
+        assert load_dataset(cfg).num_nodes == 300 and loaded == ["csbm"]
+        with pytest.raises(DuplicateNameError):
+            register_source(dataclasses.replace(SOURCES["mirror"], load=lambda cfg: None))
+    finally:
+        SOURCES.remove("mirror")
+    with pytest.raises(DatasetError, match="unknown source 'nowhere'; use one of dgl, files"):
+        load_dataset(compose(["dataset=csbm", "dataset.source=nowhere"]))

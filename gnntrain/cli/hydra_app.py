@@ -106,35 +106,6 @@ def schema_as_option(args: List[str]) -> Optional[str]:
     return None
 
 
-def _help(show: Callable[[], None]) -> int:
-    """Hydra's --help with the registered schemas (``dataset_schema`` ...) left out of the group
-    lists: they are what a group's YAMLs build on, not options to pick."""
-    import contextlib
-    import io
-    import re
-
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
-        try:
-            show()
-        except SystemExit:
-            pass
-    lines = []
-    for line in text.getvalue().splitlines():
-        group = re.fullmatch(r"(\w+): (.*)", line)
-        if group and group.group(1) in SCHEMA_GROUPS:
-            line = f"{group.group(1)}: " + ", ".join(
-                o for o in group.group(2).split(", ") if not o.endswith("_schema")
-            )
-        lines.append(line)
-    try:
-        sys.stdout.write("\n".join(lines) + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:  # gnntrain run --help | head
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
-
-
 def run_hydra_app(
     task: Callable[[Any], Any], args: List[str], prog: str, forkserver: bool = False
 ) -> int:
@@ -162,14 +133,14 @@ def run_hydra_app(
     sys.argv = [prog] + args  # hydra.main reads the command line
     SWEEP_FAILURES.clear()
     full_error = os.environ.get("HYDRA_FULL_ERROR")
-    os.environ["HYDRA_FULL_ERROR"] = (
-        "1"  # Hydra raises instead of printing: config errors become one line here
-    )
+    # Hydra raises instead of printing: config errors become one line here
+    os.environ["HYDRA_FULL_ERROR"] = "1"
     app = hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)
     try:
-        if "--help" in args or "-h" in args:
-            return _help(app)
         app()
+    except BrokenPipeError:  # the output's reader left (gnntrain run --help | head): nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:
         message = config_error(exc)
         if message is None or full_error:

@@ -355,9 +355,42 @@ def _cpus_per_task(cores_per_node, ranks_per_node) -> int:
     return max(1, cores // max(1, int(ranks_per_node)))
 
 
+def config_groups_help() -> str:
+    """The config groups and their options for ``--help`` (Hydra's help template in
+    configs/config.yaml calls it as ``${gnntrain_config_groups:}``): Hydra's own listing, less the
+    schemas each group's YAMLs extend (``<group>_schema``), which are not options to pick."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.object_type import ObjectType
+
+    loader = GlobalHydra.instance().config_loader()
+
+    def groups(parent: str) -> List[str]:
+        found = []
+        for name in loader.list_groups(parent):
+            path = f"{parent}/{name}" if parent else name
+            if path != "hydra" and not path.startswith("hydra/"):
+                found.append(path)
+                found += groups(path)
+        return found
+
+    lines = []
+    for group in sorted(groups("")):
+        options = [
+            o
+            for o in loader.get_group_options(group, results_filter=ObjectType.CONFIG)
+            if not o.endswith("_schema")
+        ]
+        if options:
+            lines.append(f"{group}: {', '.join(options)}")
+    return "\n".join(lines)
+
+
 def register_resolvers() -> None:
-    """Resolvers used by configs/hydra/launcher/slurm.yaml."""
+    """Resolvers used by configs/hydra/launcher/slurm.yaml and by the help template."""
     from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("gnntrain_config_groups"):
+        OmegaConf.register_new_resolver("gnntrain_config_groups", config_groups_help)
 
     if not OmegaConf.has_resolver("gnntrain_cpus_per_task"):
         OmegaConf.register_new_resolver("gnntrain_cpus_per_task", _cpus_per_task)

@@ -72,56 +72,27 @@ def check_dataset_config(ds) -> None:
     """Refuse a dataset config no loader or generator can use (one PlanError naming the option): the
     sizes and splits every source needs, then a generated graph's own keys (its generator's
     check)."""
-    check_common(ds)
-    if ds.get("source") == "generated":
-        from gnntrain.data.generators import GENERATORS
+    from gnntrain.data.sources import dataset_source
 
-        if ds.get("name") in GENERATORS:
-            GENERATORS[ds.get("name")].check(ds)
+    check_common(ds)
+    dataset_source(ds).check(ds)
 
 
 def dataset_sizes(ds) -> Tuple[int, int, int, int]:
     """(nodes, directed edges incl. reverse, features, classes) from the config alone: a generator's
     own edge count, the published (or ingested) sizes otherwise."""
-    n, f, c = int(ds.num_nodes), int(ds.feat_dim), int(ds.num_classes)
-    if ds.source == "generated":
-        from gnntrain.data.generators import get_generator
+    from gnntrain.data.sources import dataset_source
 
-        return n, int(get_generator(ds.name).directed_edges(ds)), f, c
-    return n, int(ds.num_edges), f, c
+    n, f, c = int(ds.num_nodes), int(ds.feat_dim), int(ds.num_classes)
+    return n, int(dataset_source(ds).directed_edges(ds)), f, c
 
 
 def load_dataset(cfg) -> "GraphData":  # noqa: F821
-    """Load the dataset named by the composed run config ``cfg``."""
-    ds = cfg.dataset
-    if ds.source == "generated":
-        from gnntrain.data.generators import get_generator
+    """Load the dataset named by the composed run config ``cfg``, through its source
+    (:mod:`gnntrain.data.sources`)."""
+    from gnntrain.data.sources import dataset_source
 
-        return get_generator(ds.name).generate(ds)
-    if ds.source == "files":
-        from gnntrain.data.ondisk import load_graph_dir
-
-        return load_graph_dir(resolve_graph_path(cfg))
-    from gnntrain.data import loaders
-
-    cache = resolve_cache_dir(cfg)
-    allow = bool(cfg.get("allow_download", True))
-    if ds.source == "dgl":
-        if ds.name not in loaders.DGL_SOURCES:
-            raise DatasetError(
-                f"dataset '{ds.name}': not a DGL dataset known to gnntrain "
-                f"({sorted(loaders.DGL_SOURCES)})"
-            )
-        if resolve_reader(ds) == "dgl":
-            return loaders.load_dgl_dataset(ds, resolve_data_dir(cfg), cache, allow)
-        from gnntrain.data.pyg import load_pyg_dataset
-
-        return load_pyg_dataset(ds, resolve_data_dir(cfg), cache, allow)
-    if ds.source == "ogb":
-        return loaders.load_ogb_dataset(ds, resolve_data_dir(cfg), cache, allow)
-    raise DatasetError(
-        f"dataset '{ds.name}': unknown source '{ds.source}'; use generated, dgl, ogb or files"
-    )
+    return dataset_source(cfg.dataset).load(cfg)
 
 
 def resolve_graph_path(cfg) -> Path:

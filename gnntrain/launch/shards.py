@@ -49,17 +49,12 @@ def uses_store(plan) -> bool:
 def _raw_files(cfg) -> List[Tuple[str, int, int]]:
     """(path, size, mtime) of a file-backed dataset's raw files, in each reader's layout: a changed
     or moved file makes a new store."""
-    data_dir = resolve_data_dir(cfg)
-    ds = cfg.dataset
-    if ds.source == "generated" or not data_dir:
-        return []
-    from gnntrain.data.loaders import DGL_SOURCES
-    from gnntrain.data.pyg import raw_folders
+    from gnntrain.data.sources import dataset_source
 
-    if ds.source == "dgl" and ds.name in DGL_SOURCES:
-        folders = raw_folders(ds.name)
-    else:
-        folders = [str(ds.name).replace("-", "_")]
+    data_dir = resolve_data_dir(cfg)
+    if not data_dir:
+        return []
+    folders = dataset_source(cfg.dataset).raw_folders(cfg.dataset)
     found = []
     for folder in folders:
         root = Path(data_dir) / folder

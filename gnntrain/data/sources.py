@@ -1,0 +1,144 @@
+"""Dataset sources (``dataset.source``): how the datasets of one source are checked, sized and
+loaded, registered like generators and read by the plan, the loader and the partition store's key
+instead of string if-chains.
+
+* ``generated``: a registered generator (:mod:`gnntrain.data.generators`);
+* ``files``: a folder written by ``gnntrain ingest`` or ``gnntrain generate``;
+* ``dgl``: Planetoid and Reddit files in DGL's layout, read by DGL or PyG (``dataset.reader``);
+* ``ogb``: OGB node-property datasets through OGB's library-agnostic loader.
+
+A new source is one :func:`register_source` call; its datasets are YAMLs naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional
+
+from gnntrain.errors import DatasetError
+from gnntrain.registry import Registry
+
+
+def _config_edges(ds) -> int:
+    return int(ds.num_edges)
+
+
+def _nothing(ds) -> None:
+    return None
+
+
+def _named_folder(ds) -> List[str]:
+    return [str(ds.name).replace("-", "_")]
+
+
+@dataclass(frozen=True)
+class DatasetSource:
+    """One ``dataset.source``: what the plan and the loader ask of its datasets."""
+
+    name: str
+    load: Callable[[Any], Any]  # the run config -> its GraphData
+    # the dataset section -> directed edges, from the config alone (before anything is loaded)
+    directed_edges: Callable[[Any], int] = _config_edges
+    # the dataset section -> PlanError for keys it cannot use
+    check: Callable[[Any], None] = _nothing
+    # the run config -> None: writes the sizes the plan needs where only the data knows them
+    fill_sizes: Optional[Callable[[Any], None]] = None
+    # the dataset section -> its raw folders under data_dir (a changed file makes a new part store)
+    raw_folders: Callable[[Any], List[str]] = _named_folder
+    reader: bool = False  # dataset.reader (dgl | pyg | auto) applies
+    config_splits: bool = (
+        False  # the config's train/val/test fractions are the dataset's (generated)
+    )
+
+
+SOURCES: Registry[DatasetSource] = Registry("dataset source")
+
+
+def register_source(source: DatasetSource) -> DatasetSource:
+    return SOURCES.add(source.name, source)
+
+
+def dataset_source(ds) -> DatasetSource:
+    """The source of the dataset section ``ds``; one DatasetError naming the sources otherwise."""
+    name = str(ds.get("source"))
+    if name not in SOURCES:
+        raise DatasetError(
+            f"dataset '{ds.get('name')}': unknown source '{name}'; use one of "
+            f"{', '.join(sorted(SOURCES))}"
+        )
+    return SOURCES[name]
+
+
+# ------------------------------------------------------------------ the built-in sources
+def _generator(ds):
+    from gnntrain.data.generators import get_generator
+
+    return get_generator(ds.name)
+
+
+def _check_generated(ds) -> None:
+    from gnntrain.data.generators import GENERATORS
+
+    if ds.get("name") in GENERATORS:
+        GENERATORS[ds.get("name")].check(ds)
+
+
+def _load_files(cfg):
+    from gnntrain.data import resolve_graph_path
+    from gnntrain.data.ondisk import load_graph_dir
+
+    return load_graph_dir(resolve_graph_path(cfg))
+
+
+def _fill_file_sizes(cfg) -> None:
+    from gnntrain.data import fill_file_sizes
+
+    fill_file_sizes(cfg)
+
+
+def _load_dgl(cfg):
+    from gnntrain.data import loaders, resolve_cache_dir, resolve_data_dir, resolve_reader
+
+    ds = cfg.dataset
+    if ds.name not in loaders.DGL_SOURCES:
+        raise DatasetError(
+            f"dataset '{ds.name}': not a DGL dataset known to gnntrain "
+            f"({sorted(loaders.DGL_SOURCES)})"
+        )
+    cache, allow = resolve_cache_dir(cfg), bool(cfg.get("allow_download", True))
+    if resolve_reader(ds) == "dgl":
+        return loaders.load_dgl_dataset(ds, resolve_data_dir(cfg), cache, allow)
+    from gnntrain.data.pyg import load_pyg_dataset
+
+    return load_pyg_dataset(ds, resolve_data_dir(cfg), cache, allow)
+
+
+def _dgl_folders(ds) -> List[str]:
+    from gnntrain.data.loaders import DGL_SOURCES
+    from gnntrain.data.pyg import raw_folders
+
+    return raw_folders(ds.name) if ds.name in DGL_SOURCES else _named_folder(ds)
+
+
+def _load_ogb(cfg):
+    from gnntrain.data import loaders, resolve_cache_dir, resolve_data_dir
+
+    allow = bool(cfg.get("allow_download", True))
+    return loaders.load_ogb_dataset(
+        cfg.dataset, resolve_data_dir(cfg), resolve_cache_dir(cfg), allow
+    )
+
+
+register_source(
+    DatasetSource(
+        "generated",
+        load=lambda cfg: _generator(cfg.dataset).generate(cfg.dataset),
+        directed_edges=lambda ds: int(_generator(ds).directed_edges(ds)),
+        check=_check_generated,
+        raw_folders=lambda ds: [],
+        config_splits=True,
+    )
+)
+register_source(DatasetSource("files", load=_load_files, fill_sizes=_fill_file_sizes))
+register_source(DatasetSource("dgl", load=_load_dgl, raw_folders=_dgl_folders, reader=True))
+register_source(DatasetSource("ogb", load=_load_ogb))
