@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gnntrain.config.schema import option_value, unknown_keys
 from gnntrain.errors import PlanError
+from gnntrain.models.registry import configured_shape
 from gnntrain.modes.cost import check_profile, cost_profile, price_estimate
 from gnntrain.plan_types import MemoryEstimate, PlanContext, RunPlan, RunSettings
 from gnntrain.sizing import (
@@ -388,7 +389,7 @@ def _plan_context(cfg: DictConfig, mode, family, world: int, sizes, dtype: str) 
     n, e, f, c = sizes
     m, ds = cfg.model, cfg.dataset
     dims = model_dims(f, int(m.hidden), c, int(m.layers))
-    shape = mode.model_shape(dims, DTYPE_BYTES[dtype])
+    shape = configured_shape(mode.settings, dims, DTYPE_BYTES[dtype], mode.aggregate_first)
     return PlanContext(
         world_size=world,
         num_nodes=n,

@@ -143,7 +143,11 @@ def test_plan_refuses_mop_limits(overrides, needle):
 
 def test_plan_states_replicated_adjacency():
     plan = build_plan(compose(["mode=mop", "hardware.ranks_per_node=2"]))
-    assert "not divided by m" in plan.mode_details["adjacency replicated per rank"]
+    replicated = plan.mode_details["adjacency replicated per rank (not divided by m)"]
+    assert (
+        replicated["edges"]
+        == plan.config["dataset"]["num_edges"] + plan.config["dataset"]["num_nodes"]
+    )
 
 
 def test_plan_refuses_more_chunks_than_rows():
@@ -376,7 +380,12 @@ def test_moa_aggregation_ranks_run_on_the_host_beside_gpu_update_ranks(monkeypat
     assert plan.rank_devices == ("cpu", "cuda:0", "cuda:1") and plan.backend == "gloo"
     cores = int(compose(gpu).hardware.cores_per_node)
     assert plan.rank_threads == (cores - 2, 1, 1)
-    assert "on the host" in plan.mode_details["mixture of accelerators"]
+    mixture = plan.mode_details["mixture of accelerators"]
+    assert mixture == {
+        "aggregation ranks": [0],
+        "aggregation device": "cpu",
+        "update ranks": [1, 2],
+    }
     same = build_plan(compose(gpu))
     assert same.rank_devices == ("cuda:0", "cuda:1", "cuda:2") and same.backend == "nccl"
 

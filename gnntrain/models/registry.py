@@ -26,7 +26,7 @@ import inspect
 import typing
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from omegaconf import MISSING
 
@@ -200,3 +200,40 @@ def describe_model(
     first_has_grad = not aggregates_input
     grads = [w for i, w in enumerate(widths) if i > 0 or first_has_grad]
     return ModelShape(tuple(widths), tuple(grads), params * dtype_bytes, tuple(macs))
+
+
+def configured_shape(
+    settings, dims: Sequence[int], dtype_bytes: int = 8, aggregate_first: Optional[bool] = None
+) -> ModelShape:
+    """The run's configured model (``settings``: :class:`~gnntrain.plan_types.RunSettings`) at
+    widths ``dims`` in the layer order ``aggregate_first`` (a mode's): the one model-shape table the
+    plan and the estimates read."""
+    from gnntrain.config.schema import option_value
+
+    m = settings.model
+    return describe_model(
+        model_family(m.name, m.target),
+        dims,
+        dtype_bytes,
+        aggregate_first,
+        str(option_value(m.norm)),
+        settings.model_options,
+    )
+
+
+def graph_dims(settings, data) -> List[int]:
+    """The configured model's widths on the loaded graph ``data``: [F, hidden, ..., classes]."""
+    from gnntrain.sizing import model_dims
+
+    m = settings.model
+    return model_dims(data.features.shape[1], int(m.hidden), data.num_classes, int(m.layers))
+
+
+def exchanged_widths(
+    settings, data, aggregate_first: Optional[bool] = None
+) -> Tuple[List[int], List[int]]:
+    """(the width each layer communicates, those of the layers that also move it backward) on
+    ``data`` in the layer order ``aggregate_first``: what a plan's context holds once the graph is
+    known."""
+    shape = configured_shape(settings, graph_dims(settings, data), 8, aggregate_first)
+    return list(shape.widths), list(shape.grad_widths)

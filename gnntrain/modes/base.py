@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from gnntrain.config.schema import option_value
 from gnntrain.errors import PlanError
 from gnntrain.modes.cost import (
     CommEstimate,
@@ -38,11 +37,10 @@ from gnntrain.modes.cost import (
 )
 from gnntrain.modes.strategy import SPLITS
 from gnntrain.plan_types import MemoryEstimate, PlanContext, RunPlan, RunSettings, typed_section
-from gnntrain.sizing import estimate_memory, halo_rows, model_dims
+from gnntrain.sizing import estimate_memory, halo_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.data.graph import GraphData
-    from gnntrain.models.registry import ModelShape
     from gnntrain.partition import Partitioning
 
 
@@ -274,33 +272,6 @@ class ModePlanner:
         """:meth:`estimate` priced at this host's measured ``cost``
         (:func:`~gnntrain.modes.cost.price_estimate`)."""
         return price_estimate(self.estimate(ctx), cost, self.spec.name)
-
-    def model_dims(self, data: "GraphData") -> List[int]:
-        """The configured model's widths on ``data``: [F, hidden, ..., hidden, classes]."""
-        m = self.settings.model
-        return model_dims(data.features.shape[1], int(m.hidden), data.num_classes, int(m.layers))
-
-    def model_shape(self, dims: Sequence[int], dtype_bytes: int = 8) -> "ModelShape":
-        """The configured model's :class:`~gnntrain.models.registry.ModelShape` at widths ``dims``,
-        in this mode's layer order (the one model-shape table the plan and the estimates read)."""
-        from gnntrain.models.registry import describe_model, model_family
-
-        m = self.settings.model
-        return describe_model(
-            model_family(m.name, m.target),
-            dims,
-            dtype_bytes,
-            self.aggregate_first,
-            str(option_value(m.norm)),
-            self.settings.model_options,
-        )
-
-    def exchanged_widths(self, data: "GraphData") -> Tuple[List[int], List[int]]:
-        """(the width each layer communicates, those of the layers that also move it backward) on
-        ``data``, in this mode's layer order: what :class:`PlanContext` holds, once the graph is
-        known."""
-        shape = self.model_shape(self.model_dims(data))
-        return list(shape.widths), list(shape.grad_widths)
 
     def graph_report(self, data: "GraphData", part, plan: RunPlan) -> Optional[Dict[str, Any]]:
         """Plan figures that need the graph and its partitioning (``gnntrain plan``/``partition``

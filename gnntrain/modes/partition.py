@@ -28,6 +28,7 @@ import torch
 from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
 from gnntrain.models import SparseAdjacency
+from gnntrain.models.registry import exchanged_widths
 from gnntrain.modes.base import CommEstimate, ModePlanner, Prepared, RankShard, ShardBuilder
 from gnntrain.modes.cagnet import CagnetStrategy
 from gnntrain.modes.cost import Work, local_work
@@ -267,7 +268,7 @@ class PartitionPlanner(ModePlanner):
         gradient."""
         if self.comm != SPARSE or self.c > 1 or plan.world_size < 2:
             return None
-        widths, backward = self.exchanged_widths(data)
+        widths, backward = exchanged_widths(self.settings, data, self.aggregate_first)
         rows, b = int(part.metrics.total_volume), DTYPE_BYTES[plan.dtype]
         by_kind = {
             "halo_fwd": rows * sum(widths) * b,

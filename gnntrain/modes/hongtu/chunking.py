@@ -12,6 +12,7 @@ import torch
 from gnntrain.comm.accounting import NOT_TRAFFIC
 from gnntrain.data import cache_folder
 from gnntrain.errors import PlanError
+from gnntrain.models.registry import configured_shape, graph_dims
 from gnntrain.modes.hongtu.config import REORGANIZE_VERSION
 from gnntrain.modes.hongtu.cost import bandwidths, chunk_working_bytes, cost_model
 from gnntrain.modes.hongtu.schedule import disk_traffic, epoch_traffic
@@ -41,9 +42,9 @@ def choose_layout(mode, data, part, plan) -> Dict[str, Any]:
     """Chunks (given or automatic), batches (reorganized or identity) and their figures."""
     src_n, dst_n, weights = graph_edges(mode, data, part)
     src_np, dst_np = src_n.numpy(), dst_n.numpy()
-    ctx_dims = mode.model_dims(data)
+    ctx_dims = graph_dims(mode.settings, data)
     b = DTYPE_BYTES[plan.dtype]
-    pbytes = mode.model_shape(ctx_dims, b).param_bytes
+    pbytes = configured_shape(mode.settings, ctx_dims, b, mode.aggregate_first).param_bytes
     cap = mode.device_cap()
     max_n = int(np.diff(part.offsets).min())
     n = int(mode.options.chunks)

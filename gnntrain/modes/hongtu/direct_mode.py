@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnntrain.errors import PlanError
+from gnntrain.models.registry import graph_dims
 from gnntrain.modes.base import Prepared, RankShard, ShardBuilder
 from gnntrain.modes.hongtu import direct_graph
 from gnntrain.modes.hongtu.config import HongTuConfig
@@ -61,7 +62,7 @@ class DirectPlanner(HongTuPlanner):
         """(the plan's and the summary's figures: chunks, tiers, predicted disk bytes; the
         chunks)."""
         chunks = direct_graph.chunk_ranges(data.num_nodes, int(self.options.chunks))
-        dims, b = self.model_dims(data), DTYPE_BYTES[plan.dtype]
+        dims, b = graph_dims(self.settings, data), DTYPE_BYTES[plan.dtype]
         budget = self.host_budget()
         tiers = self.tiers(data.num_nodes, dims, b, budget)
         figures = direct_graph.direct_figures(

@@ -45,6 +45,7 @@ import numpy as np
 
 from gnntrain.comm.quantize import packed_row_bytes, param_row_bytes
 from gnntrain.errors import PlanError
+from gnntrain.models.registry import exchanged_widths
 from gnntrain.modes.base import CommEstimate, ModePlanner, RankShard
 from gnntrain.modes.cost import Work
 from gnntrain.modes.single import graph_tensors
@@ -169,7 +170,7 @@ class SuperGCNPlanner(ModePlanner):
         quant_params; backward only for layers whose sent partial sums have a gradient (with label
         propagation the first layer's input has one: the label embedding)."""
         o, b = self.options, DTYPE_BYTES[plan.dtype]
-        forward, backward = self.exchanged_widths(data)
+        forward, backward = exchanged_widths(self.settings, data, self.aggregate_first)
         if float(o.label_propagation) > 0:
             backward = forward
         quantized = self.bits < 32
