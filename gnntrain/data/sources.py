@@ -84,20 +84,21 @@ def _check_generated(ds) -> None:
 
 
 def _load_files(cfg):
-    from gnntrain.data import resolve_graph_path
+    from gnntrain.data.locations import resolve_graph_path
     from gnntrain.data.ondisk import load_graph_dir
 
     return load_graph_dir(resolve_graph_path(cfg))
 
 
 def _fill_file_sizes(cfg) -> None:
-    from gnntrain.data import fill_file_sizes
+    from gnntrain.data.locations import fill_file_sizes
 
     fill_file_sizes(cfg)
 
 
 def _load_dgl(cfg):
-    from gnntrain.data import loaders, resolve_cache_dir, resolve_data_dir, resolve_reader
+    from gnntrain.data import loaders
+    from gnntrain.data.locations import resolve_cache_dir, resolve_data_dir, resolve_reader
 
     ds = cfg.dataset
     if ds.name not in loaders.DGL_SOURCES:
@@ -121,7 +122,8 @@ def _dgl_folders(ds) -> List[str]:
 
 
 def _load_ogb(cfg):
-    from gnntrain.data import loaders, resolve_cache_dir, resolve_data_dir
+    from gnntrain.data import loaders
+    from gnntrain.data.locations import resolve_cache_dir, resolve_data_dir
 
     allow = bool(cfg.get("allow_download", True))
     return loaders.load_ogb_dataset(
