@@ -287,7 +287,22 @@ def test_auto_ranks_exact_candidates_and_says_why_others_dropped(cache_dir):
     plan = _plan(["mode=auto"], cache_dir)
     auto = plan.auto
     names = {r["mode"] for r in auto["ranked"]}
-    assert {"single", "partition", "mop", "supergcn", "hongtu"} <= names and "hyscale" not in names
+    # from the registry: a mode with an exact variant among its auto variants is ranked, the others
+    # (approximate only) are dropped
+    from gnntrain.modes import MODE_REGISTRY
+    from gnntrain.plan import build_mode
+
+    def exact(name, variant):
+        options = [f"mode.{key}={value}" for key, value in variant.items()]
+        return build_mode(compose([f"mode={name}", *options])).is_exact()
+
+    can_be_exact = {
+        name
+        for name, spec in MODE_REGISTRY.items()
+        if any(exact(name, variant) for variant in spec.capabilities.auto_variants)
+    }
+    assert can_be_exact <= names and not names - can_be_exact
+    assert can_be_exact and set(MODE_REGISTRY) - can_be_exact  # both kinds exist: not vacuous
     assert all(r["exact"] for r in auto["ranked"])
     reasons = {d["candidate"]: d["reason"] for d in auto["dropped"]}
     assert any(
