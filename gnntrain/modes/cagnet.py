@@ -124,9 +124,7 @@ class CagnetStrategy(FullGraphStrategy):
     """A rank of CAGNET's 1D algorithm: each aggregation is p broadcast stages (forward and
     backward)."""
 
-    def __init__(
-        self, shard: RankShard, ctx, settings: RunSettings, aggregate_first: Optional[bool] = None
-    ):
+    def __init__(self, shard: RankShard, ctx, settings: RunSettings, model, optimizer):
         offsets = shard.payload.offsets
         lo = int(offsets[shard.rank])
         n_own = int(offsets[shard.rank + 1]) - lo
@@ -140,7 +138,7 @@ class CagnetStrategy(FullGraphStrategy):
         backward = stage_blocks(out_src, out_dst, out_w, offsets, n_own, kernel, device)
         sizes = (offsets[1:] - offsets[:-1]).tolist()
         self.stages = BroadcastStages(ctx.comm, sizes, forward, backward)
-        super().__init__(shard, ctx, settings, aggregate_first=aggregate_first)
+        super().__init__(shard, ctx, settings, model, optimizer)
 
     def aggregate(self, h: torch.Tensor) -> torch.Tensor:
         return staged_aggregate(h, self.stages)

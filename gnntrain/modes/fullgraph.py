@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from gnntrain.metrics.clock import StageClock
-from gnntrain.models import GNN, GlobalDropout, SparseAdjacency, build_model
+from gnntrain.models import GNN, GlobalDropout, SparseAdjacency
 from gnntrain.models.export import rows_output
 from gnntrain.modes.base import RankShard
-from gnntrain.modes.strategy import SPLITS, EpochStats, RankStrategy, model_spec, sync_gradients
+from gnntrain.modes.strategy import SPLITS, EpochStats, RankStrategy, sync_gradients
 from gnntrain.plan_types import RunSettings
 from gnntrain.runtime import RankContext
 
@@ -81,8 +81,11 @@ class FullGraphStrategy(RankStrategy):
         shard: RankShard,
         ctx: RankContext,
         settings: RunSettings,
-        aggregate_first: Optional[bool] = None,
+        model: GNN,
+        optimizer: torch.optim.Optimizer,
     ):
+        """``model`` and ``optimizer``: the epoch loop's
+        (:func:`~gnntrain.modes.strategy.build_training`), in this mode's layer order."""
         self.ctx = ctx
         data_device = torch.device("cpu") if self.inputs_on_host else ctx.device
         self.x = shard.features.to(device=data_device, dtype=ctx.dtype)
@@ -91,24 +94,12 @@ class FullGraphStrategy(RankStrategy):
         self.label_mask = (
             shard.label_input_mask.to(data_device) if shard.label_input_mask is not None else None
         )
-        spec = model_spec(
-            settings,
-            self.x.shape[1],
-            shard.num_classes,
-            aggregate_first,
-            label_inputs=self.label_mask is not None,
-        )
         seed = int(settings.train.seed)
-        self.model: GNN = build_model(spec, seed, ctx.dtype).to(ctx.device)
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(),
-            lr=float(settings.train.lr),
-            weight_decay=float(settings.train.weight_decay),
-        )
+        self.model, self.optimizer = model, optimizer
         self.params = list(self.model.parameters())
         full = torch.equal(shard.global_ids, torch.arange(shard.num_global_nodes))
         self.dropout = GlobalDropout(
-            spec.dropout, seed, shard.num_global_nodes, None if full else shard.global_ids
+            model.spec.dropout, seed, shard.num_global_nodes, None if full else shard.global_ids
         )
         self.global_counts, self.num_nodes = shard.global_counts, shard.num_global_nodes
         self.n_train = max(1, shard.global_counts["train"])

@@ -346,12 +346,10 @@ def _out_edges(src, dst, w, by_src, lo: int, hi: int) -> Optional[Edges]:
     return dst[sel], src[sel] - lo, w[sel]
 
 
-def strategy(mode: PartitionPlanner, shard: RankShard, ctx) -> FullGraphStrategy:
+def strategy(mode: PartitionPlanner, shard: RankShard, ctx, model, optimizer) -> FullGraphStrategy:
     if mode.comm == CAGNET:
-        return CagnetStrategy(
-            shard, ctx, mode.settings, aggregate_first=mode.options.aggregate_first
-        )
-    return PartitionStrategy(shard, ctx, mode.settings, mode.options)
+        return CagnetStrategy(shard, ctx, mode.settings, model, optimizer)
+    return PartitionStrategy(shard, ctx, mode.settings, mode.options, model, optimizer)
 
 
 class PartitionStrategy(FullGraphStrategy):
@@ -359,7 +357,15 @@ class PartitionStrategy(FullGraphStrategy):
     exchanged per layer (sparse all-to-all, or the dense all-to-all of every row), 1.5D rows summed
     over the grid row."""
 
-    def __init__(self, shard: RankShard, ctx, settings: RunSettings, options: "PartitionConfig"):
+    def __init__(
+        self,
+        shard: RankShard,
+        ctx,
+        settings: RunSettings,
+        options: "PartitionConfig",
+        model,
+        optimizer,
+    ):
         comm = self.comm = ctx.comm
         payload: PartitionPayload = shard.payload
         self.grid = grid = Grid(shard.world_size, int(payload.replication))
@@ -408,7 +414,7 @@ class PartitionStrategy(FullGraphStrategy):
                 if row == i:
                     self.row_group = g
         plan.send_index = plan.send_index.to(ctx.device)
-        super().__init__(shard, ctx, settings, aggregate_first=options.aggregate_first)
+        super().__init__(shard, ctx, settings, model, optimizer)
 
     def aggregate(self, h: torch.Tensor) -> torch.Tensor:
         halo = halo_exchange(h, self.halo, self.comm)

@@ -36,7 +36,7 @@ class SingleStrategy(FullGraphStrategy):
     """The whole graph in one process: one SpMM per layer (the first layer's of the fixed inputs
     once per run)."""
 
-    def __init__(self, shard: RankShard, ctx, settings: RunSettings):
+    def __init__(self, shard: RankShard, ctx, settings: RunSettings, model, optimizer):
         dst, src, w = shard.edges
         self.adjacency = SparseAdjacency(
             dst,
@@ -54,7 +54,7 @@ class SingleStrategy(FullGraphStrategy):
         if builtin and self.adjacency.release_edge_lists():
             # the native kernel holds its CSR pair: the COO is never read again (~24 B/edge)
             shard.edges = None
-        super().__init__(shard, ctx, settings)
+        super().__init__(shard, ctx, settings, model, optimizer)
         # the adjacency itself where attention reads its edge list (GAT) or a user's layer might
         keep = builtin and settings.train.cache_input_aggregation
         self.aggregation = InputAggregate(self.adjacency, self.x) if keep else self.adjacency
@@ -81,8 +81,8 @@ def prepare(mode: ModePlanner, data, plan, part, ranks: Optional[Sequence[int]] 
     return builder.prepared([builder.shard(0, None, (dst, src, w))])
 
 
-def strategy(mode: ModePlanner, shard: RankShard, ctx) -> SingleStrategy:
-    return SingleStrategy(shard, ctx, mode.settings)
+def strategy(mode: ModePlanner, shard: RankShard, ctx, model, optimizer) -> SingleStrategy:
+    return SingleStrategy(shard, ctx, mode.settings, model, optimizer)
 
 
 SINGLE = register_mode(

@@ -11,7 +11,9 @@ the
 * ``prepare(planner, data, plan, part, ranks)``: one :class:`~gnntrain.modes.base.RankShard` (with
 the
   mode's typed payload) per rank;
-* ``strategy(planner, shard, ctx)``: the rank's :class:`~gnntrain.modes.strategy.RankStrategy`;
+* ``strategy(planner, shard, ctx, model, optimizer)``: the rank's
+  :class:`~gnntrain.modes.strategy.RankStrategy` around the model and optimizer the epoch loop built
+  (:func:`~gnntrain.modes.strategy.build_training`);
 * ``select(options)``: where the options choose a variant with parts of its own (HongTu's direct
   path), that variant's spec.
 
@@ -69,7 +71,8 @@ class Capabilities:
 
 
 PrepareFn = Callable[["ModePlanner", Any, Any, Any, Optional[Sequence[int]]], "Prepared"]
-StrategyFn = Callable[["ModePlanner", "RankShard", Any], "RankStrategy"]
+# (planner, shard, rank context, model, optimizer): the model and optimizer are the epoch loop's
+StrategyFn = Callable[["ModePlanner", "RankShard", Any, Any, Any], "RankStrategy"]
 
 
 @dataclass(frozen=True)

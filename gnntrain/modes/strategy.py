@@ -50,6 +50,32 @@ def model_spec(
     )
 
 
+def build_training(
+    settings: RunSettings, shard, ctx, aggregate_first: Optional[bool]
+) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """The rank's model and optimizer, built once by the epoch loop and handed to the mode's
+    strategy (torchtitan's split: the trainer builds the model, the parallelism wraps it): identical
+    initial weights on every rank from one seeded generator, on the rank's device in the run's
+    dtype, in the mode's layer order, with a label embedding where the shard has label-input rows
+    (SuperGCN)."""
+    from gnntrain.models import build_model
+
+    spec = model_spec(
+        settings,
+        shard.features.shape[1],
+        shard.num_classes,
+        aggregate_first,
+        label_inputs=shard.label_input_mask is not None,
+    )
+    model = build_model(spec, int(settings.train.seed), ctx.dtype).to(ctx.device)
+    optimizer = torch.optim.Adam(
+        model.parameters(),
+        lr=float(settings.train.lr),
+        weight_decay=float(settings.train.weight_decay),
+    )
+    return model, optimizer
+
+
 def sync_gradients(params: List[torch.nn.Parameter], comm, through_host: bool = False) -> None:
     """One flat SUM all-reduce of every parameter gradient (kind ``allreduce``).
 

@@ -28,7 +28,7 @@ from gnntrain.checkpoint import (
 from gnntrain.comm.accounting import KINDS, NOT_TRAFFIC, Phase
 from gnntrain.interrupts import STOP
 from gnntrain.models.kernels import SPMM_CALLS
-from gnntrain.modes.strategy import SPLITS, RankStrategy
+from gnntrain.modes.strategy import SPLITS, RankStrategy, build_training
 from gnntrain.runtime import RankContext, peak_device_bytes, peak_host_bytes
 
 
@@ -37,7 +37,8 @@ def train_rank(mode, shard, ctx: RankContext) -> Dict[str, Any]:
     it, then the run's totals and the mode's own figures are gathered (collectives, on every
     rank)."""
     start = time.perf_counter()
-    strategy = mode.spec.strategy(mode, shard, ctx)
+    model, optimizer = build_training(mode.settings, shard, ctx, mode.aggregate_first)
+    strategy = mode.spec.strategy(mode, shard, ctx, model, optimizer)
     setup_s = time.perf_counter() - start
     try:
         result = EpochLoop(ctx, strategy).run()

@@ -296,7 +296,7 @@ class DirectStrategy(FullGraphStrategy):
 
     inputs_on_host = True
 
-    def __init__(self, shard, ctx, settings, aggregate_first: Optional[bool]):
+    def __init__(self, shard, ctx, settings, model, optimizer):
         from gnntrain.models.registry import model_family
 
         payload = shard.payload  # a DirectPayload
@@ -311,7 +311,7 @@ class DirectStrategy(FullGraphStrategy):
             ctx.comm,
         )
         self.clock = self.engine.clock
-        super().__init__(shard, ctx, settings, aggregate_first=aggregate_first)
+        super().__init__(shard, ctx, settings, model, optimizer)
 
     def forward(self, model, x, dropout):
         from gnntrain.modes.hongtu.engine import _HongTuEpoch

@@ -128,10 +128,10 @@ def prepare(
     )
 
 
-def strategy(mode: DirectPlanner, shard: RankShard, ctx):
+def strategy(mode: DirectPlanner, shard: RankShard, ctx, model, optimizer):
     from gnntrain.modes.hongtu.direct import DirectStrategy
 
-    return DirectStrategy(shard, ctx, mode.settings, mode.aggregate_first)
+    return DirectStrategy(shard, ctx, mode.settings, model, optimizer)
 
 
 HONGTU_DIRECT = ModeSpec(

@@ -291,8 +291,8 @@ def prepare(
     )
 
 
-def strategy(mode: HongTuPlanner, shard: RankShard, ctx):
-    return HongTuStrategy(shard, ctx, mode.settings, mode.dedup, mode.aggregate_first)
+def strategy(mode: HongTuPlanner, shard: RankShard, ctx, model, optimizer):
+    return HongTuStrategy(shard, ctx, mode.settings, mode.dedup, model, optimizer)
 
 
 # attention layers are recomputed whole (the engine's GAT path); one rank offloading to its device

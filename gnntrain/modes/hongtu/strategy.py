@@ -29,7 +29,8 @@ class HongTuStrategy(FullGraphStrategy):
         ctx,
         settings: RunSettings,
         dedup: str,
-        aggregate_first: Optional[bool],
+        model,
+        optimizer,
     ):
         figures = shard.payload.figures
         tables = VertexTables.for_rank(figures["tiers"], ctx, shard.rank)
@@ -47,7 +48,7 @@ class HongTuStrategy(FullGraphStrategy):
         self.clock = self.engine.clock
         self.figures = shard.payload.figures
         self.held_params: Optional[List[torch.nn.Parameter]] = None
-        super().__init__(shard, ctx, settings, aggregate_first=aggregate_first)
+        super().__init__(shard, ctx, settings, model, optimizer)
 
     def forward(self, model, x, dropout):
         engine = self.engine

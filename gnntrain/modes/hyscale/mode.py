@@ -240,10 +240,10 @@ def prepare(
     return builder.prepared(shards, replicated="whole graph per trainer")
 
 
-def strategy(mode: HyScalePlanner, shard: RankShard, ctx):
+def strategy(mode: HyScalePlanner, shard: RankShard, ctx, model, optimizer):
     from gnntrain.modes.hyscale.trainer import HyScaleTrainer  # imports the samplers: ranks only
 
-    return HyScaleTrainer(mode.options, shard, ctx, mode.settings)
+    return HyScaleTrainer(mode.options, shard, ctx, mode.settings, model, optimizer)
 
 
 HYSCALE = register_mode(

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from gnntrain.models import SparseAdjacency, build_model
+from gnntrain.models import SparseAdjacency
 from gnntrain.models.export import rows_output
 from gnntrain.modes.base import RankShard
 from gnntrain.modes.hyscale.batches import global_batches, initial_shares, trainer_slice
@@ -23,7 +23,7 @@ from gnntrain.modes.hyscale.report import mode_report
 from gnntrain.modes.hyscale.sampler import Block, make_sampler
 from gnntrain.modes.hyscale.threads import on_this_host, split_threads
 from gnntrain.modes.staging import HostToDeviceStager, StagedRows
-from gnntrain.modes.strategy import SPLITS, EpochStats, RankStrategy, model_spec, sync_gradients
+from gnntrain.modes.strategy import SPLITS, EpochStats, RankStrategy, sync_gradients
 from gnntrain.plan_types import RunSettings
 from gnntrain.runtime import RankContext
 from gnntrain.seeding import Stream, derive_seed
@@ -34,7 +34,13 @@ class HyScaleTrainer(RankStrategy):
     :class:`~gnntrain.modes.strategy.RankStrategy` that the one epoch loop runs."""
 
     def __init__(
-        self, options: HyScaleConfig, shard: RankShard, ctx: RankContext, settings: RunSettings
+        self,
+        options: HyScaleConfig,
+        shard: RankShard,
+        ctx: RankContext,
+        settings: RunSettings,
+        model,
+        optimizer,
     ):
         self.o, self.shard, self.ctx, self.settings = options, shard, ctx, settings
         self.comm, self.device, self.dtype = ctx.comm, ctx.device, ctx.dtype
@@ -62,14 +68,8 @@ class HyScaleTrainer(RankStrategy):
         self.schedule = ShareSchedule()
         slow = [float(s) for s in self.o.slowdown]
         self.slowdown = slow[self.rank] if slow else 1.0
-        spec = model_spec(settings, self.features.shape[1], shard.num_classes)
-        self.model = build_model(spec, self.seed, self.dtype).to(self.device)
+        self.model, self.optimizer = model, optimizer  # the epoch loop's (build_training)
         self.params = list(self.model.parameters())
-        self.optimizer = torch.optim.Adam(
-            self.params,
-            lr=float(settings.train.lr),
-            weight_decay=float(settings.train.weight_decay),
-        )
         self.global_counts, self.num_nodes = shard.global_counts, shard.num_global_nodes
         self.batch_size = int(self.o.batch_size)
         self.per_epoch = math.ceil(self.train_ids.numel() / self.batch_size)

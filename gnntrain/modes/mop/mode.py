@@ -282,8 +282,8 @@ def prepare(mode: MoPPlanner, data, plan, part, ranks: Optional[Sequence[int]] =
     )
 
 
-def strategy(mode: MoPPlanner, shard: RankShard, ctx) -> "MoPStrategy":
-    return MoPStrategy(shard, ctx, mode.settings, mode.aggregation_ranks, mode.aggregate_first)
+def strategy(mode: MoPPlanner, shard: RankShard, ctx, model, optimizer) -> "MoPStrategy":
+    return MoPStrategy(shard, ctx, mode.settings, mode.aggregation_ranks, model, optimizer)
 
 
 def _flop_balance(ctx, adj, layout, model) -> Dict[str, Any]:
@@ -323,7 +323,8 @@ class MoPStrategy(FullGraphStrategy):
         ctx,
         settings: RunSettings,
         aggregation_ranks: int,
-        aggregate_first: Optional[bool],
+        model,
+        optimizer,
     ):
         n = shard.num_global_nodes
         dst, src, w = shard.edges
@@ -341,7 +342,7 @@ class MoPStrategy(FullGraphStrategy):
         )
         # MixGCN Fig. 8's split: aggregation, all-to-all (comm), update
         self.clock = StageClock(ctx.device)
-        super().__init__(shard, ctx, settings, aggregate_first=aggregate_first)
+        super().__init__(shard, ctx, settings, model, optimizer)
         # the first layer's aggregation of the fixed input columns, kept once computed
         # (train.cache_input_aggregation; a layer that transforms before it aggregates never hands
         # x_cols itself, so it is never kept)

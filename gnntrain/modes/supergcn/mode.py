@@ -192,8 +192,8 @@ class SuperGCNPlanner(ModePlanner):
         return {**by_kind, "total": sum(by_kind.values())}
 
 
-def strategy(mode: SuperGCNPlanner, shard: RankShard, ctx) -> "SuperGCNStrategy":
-    return SuperGCNStrategy(shard, ctx, mode.settings, mode.options, mode.bits)
+def strategy(mode: SuperGCNPlanner, shard: RankShard, ctx, model, optimizer) -> SuperGCNStrategy:
+    return SuperGCNStrategy(shard, ctx, mode.settings, mode.options, mode.bits, model, optimizer)
 
 
 SUPERGCN = register_mode(

@@ -21,7 +21,14 @@ class SuperGCNStrategy(FullGraphStrategy):
     all-to-all while the local product runs; the remote product adds what arrived."""
 
     def __init__(
-        self, shard: RankShard, ctx, settings: RunSettings, options: "SuperGCNConfig", bits: int
+        self,
+        shard: RankShard,
+        ctx,
+        settings: RunSettings,
+        options: "SuperGCNConfig",
+        bits: int,
+        model,
+        optimizer,
     ):
         comm, info = ctx.comm, shard.payload  # a SuperGCNPayload
         n_own = shard.features.shape[0]
@@ -66,7 +73,7 @@ class SuperGCNStrategy(FullGraphStrategy):
             overlap_backward=self.overlap,
             clock=clock,
         )
-        super().__init__(shard, ctx, settings)
+        super().__init__(shard, ctx, settings, model, optimizer)
 
     def aggregate(self, h: torch.Tensor) -> torch.Tensor:
         clock = self.clock
