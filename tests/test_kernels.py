@@ -101,8 +101,8 @@ def test_native_adjacency_releases_its_edge_lists_and_single_drops_the_shards(tr
     kept = {}
     original = single.SingleStrategy.__init__
 
-    def spy(self, shard, ctx, settings):
-        original(self, shard, ctx, settings)
+    def spy(self, shard, ctx, settings, model, optimizer):
+        original(self, shard, ctx, settings, model, optimizer)
         kept[settings.model.name] = shard.edges is not None
 
     monkeypatch.setattr(single.SingleStrategy, "__init__", spy)
