@@ -20,13 +20,7 @@ from gnntrain.errors import PlanError
 from gnntrain.models.registry import configured_shape
 from gnntrain.modes.cost import check_profile, cost_profile, price_estimate
 from gnntrain.plan_types import MemoryEstimate, PlanContext, RunPlan, RunSettings
-from gnntrain.sizing import (
-    DTYPE_BYTES,
-    format_bytes,
-    host_cores,
-    host_memory_bytes,
-    model_dims,
-)
+from gnntrain.sizing import DTYPE_BYTES, format_bytes, host_cores, host_memory_bytes, model_dims
 
 __all__ = [
     "MemoryEstimate",

@@ -41,10 +41,8 @@ class Check:
         cfg = compose(["train.progress=false", f"cache_dir={self.tmp / 'cache'}"] + overrides)
         run_dir = self.tmp / f"run{next(RUNS)}"
         run_dir.mkdir(parents=True)
-        with (
-            open(run_dir / "console.log", "w") as log,
-            contextlib.redirect_stdout(log),
-        ):  # the table per run
+        # the table per run
+        with open(run_dir / "console.log", "w") as log, contextlib.redirect_stdout(log):
             return run_training(build_plan(cfg), run_dir)
 
     def on_device(self, overrides: List[str]) -> dict:

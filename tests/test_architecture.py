@@ -201,9 +201,8 @@ def imported_modules(path: Path) -> Set[str]:
     are literal Python."""
     names: Set[str] = set()
     trees = [ast.parse(path.read_text(), filename=str(path))]
-    for node in ast.walk(
-        trees[0]
-    ):  # code run in a child interpreter (python -c "...") is Python too
+    # code run in a child interpreter (python -c "...") is Python too
+    for node in ast.walk(trees[0]):
         if (
             isinstance(node, ast.Constant)
             and isinstance(node.value, str)
@@ -265,9 +264,8 @@ def forbidden_imports(repo: Path) -> List[str]:
     for importer, trees in NO_IMPORT.items():
         banned = {name: tree for tree in trees for name in importable_names(repo / tree)}
         for path in sorted((repo / importer).rglob("*.py")):
-            if (
-                path.resolve() == Path(__file__).resolve()
-            ):  # this checker: its fixtures are code strings
+            # this checker: its fixtures are code strings
+            if path.resolve() == Path(__file__).resolve():
                 continue
             for module in sorted(imported_modules(path)):
                 if module.split(".")[0] in banned:
@@ -307,10 +305,7 @@ def _repo(tmp_path: Path, files: Dict[str, str]) -> Path:
     [
         ({"benchmarks/suites/kernels.py": "def f():\n    import tests.conftest\n"}, True),
         # tests/ put on sys.path
-        (
-            {"benchmarks/harness.py": "def f():\n    from conftest import ROOT\n"},
-            True,
-        ),
+        ({"benchmarks/harness.py": "def f():\n    from conftest import ROOT\n"}, True),
         (
             {
                 "scripts/gpu_check.py": "import "
@@ -327,15 +322,9 @@ def _repo(tmp_path: Path, files: Dict[str, str]) -> Path:
             True,
         ),
         # benchmarks/suites on sys.path
-        (
-            {"tests/test_x.py": "def f():\n    import kernels\n"},
-            True,
-        ),
+        ({"tests/test_x.py": "def f():\n    import kernels\n"}, True),
         # run as python -c CODE
-        (
-            {"tests/test_x.py": "CODE = 'from gpu_check import main'\n"},
-            True,
-        ),
+        ({"tests/test_x.py": "CODE = 'from gpu_check import main'\n"}, True),
         ({"gnntrain/x.py": "def f():\n    from benchmarks import harness\n"}, True),
         (
             {

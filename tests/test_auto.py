@@ -215,10 +215,7 @@ def test_predictions_follow_the_work(cache_dir):
     large = _plan(["mode=partition", "dataset.num_nodes=80000"], cache_dir).prediction
     assert large["compute_s"] > 3 * small["compute_s"] and large["comm_s"] > small["comm_s"]
     # degree 4 < p - 1: the halo is not every row
-    wide = [
-        "dataset.num_nodes=80000",
-        "hardware.ranks_per_node=8",
-    ]
+    wide = ["dataset.num_nodes=80000", "hardware.ranks_per_node=8"]
     sparse = _plan(["mode=partition", *wide], cache_dir).prediction
     oblivious = _plan(["mode=partition", "mode.comm=oblivious", *wide], cache_dir).prediction
     assert oblivious["comm_s"] > sparse["comm_s"]

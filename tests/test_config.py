@@ -26,13 +26,11 @@ def _schema_class(group: str, option: str) -> type:
     from gnntrain.models import MODEL_REGISTRY
     from gnntrain.modes import MODE_REGISTRY
 
-    if (
-        group == "mode"
-    ):  # mode=auto is not a mode: it picks one (gnntrain/auto.py), with the base options schema
+    # mode=auto is not a mode: it picks one (gnntrain/auto.py), with the base options schema
+    if group == "mode":
         return schema.ModeConfig if option == "auto" else MODE_REGISTRY[option].options
-    if (
-        group == "model" and option != "custom"
-    ):  # a model's schema: ModelConfig + its layer's options
+    # a model's schema: ModelConfig + its layer's options
+    if group == "model" and option != "custom":
         from hydra.core.config_store import ConfigStore
 
         node = ConfigStore.instance().load(f"model/{option}_schema.yaml").node
@@ -41,9 +39,8 @@ def _schema_class(group: str, option: str) -> type:
             MODEL_REGISTRY[option].option_parameters()
         )
         return OmegaConf.get_type(node)
-    if (
-        group == "dataset" and option in GENERATORS
-    ):  # a generator's schema: DatasetConfig + its parameters
+    # a generator's schema: DatasetConfig + its parameters
+    if group == "dataset" and option in GENERATORS:
         return GENERATORS[option].config
     return {
         "dataset": schema.DatasetConfig,
@@ -85,9 +82,8 @@ def test_every_yaml_names_its_schema(rel):
 
     path = Path(CONFIG_DIR) / rel
     group = path.parent.relative_to(CONFIG_DIR).as_posix()
-    if (
-        group == "logger"
-    ):  # several at once (logger=[csv,tensorboard]) merge into one node that the root schema
+    # several at once (logger=[csv,tensorboard]) merge into one node that the root schema
+    if group == "logger":
         # types (LoggerConfig); a schema named by each option would reset the others' blocks to null
         cfg = compose([f"logger={path.stem}"])
         assert (

@@ -195,11 +195,7 @@ def test_hyscale_cpu_trainer_gets_the_cores_the_accelerators_do_not_need():
         )
     )
     # 4 samplers + loader + feeder
-    assert pinned.rank_threads(("cpu", "cuda:0", "cuda:1"), 3, 16) == (
-        4,
-        6,
-        6,
-    )
+    assert pinned.rank_threads(("cpu", "cuda:0", "cuda:1"), 3, 16) == (4, 6, 6)
     from gnntrain.plan import build_plan
 
     plan = build_plan(compose(["mode=hyscale", "dataset=csbm", "dataset.num_nodes=300"]))

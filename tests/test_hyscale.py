@@ -154,11 +154,7 @@ def _stages(**times):
         (_stages(SC=9, Accel=0.1, SA=0.2), ONE, ("T_SC", "balance_work", "sample")),
         (_stages(SC=9, TC=0.1), {**ONE, "T_TC": 2}, ("T_SC", "balance_thread", "T_TC")),
         # fallback: no thread to move
-        (
-            _stages(SC=9, TC=0.1),
-            ONE,
-            ("T_SC", "balance_work", "sample"),
-        ),
+        (_stages(SC=9, TC=0.1), ONE, ("T_SC", "balance_work", "sample")),
         (_stages(TC=9, Accel=0.1), ONE, ("T_TC", "balance_work", "train")),
         (_stages(TC=9, SA=0.1, Accel=0.2), ONE, ("T_TC", "balance_work", "train")),
         (_stages(TC=9, SC=0.1), {**ONE, "T_SC": 3}, ("T_TC", "balance_thread", "T_SC")),

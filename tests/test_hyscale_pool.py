@@ -178,10 +178,7 @@ def test_plan_prints_the_thread_split():
 def test_a_run_keeps_the_reserve_where_the_machine_has_the_cores():
     assert on_this_host([4, 12], cores=16) == [4, 12]  # the plan's reserve, not an even 8 / 8
     # a profile bigger than this machine: its even share
-    assert on_this_host([8, 8], cores=2) == [
-        1,
-        1,
-    ]
+    assert on_this_host([8, 8], cores=2) == [1, 1]
 
 
 def test_the_models_stage_costs_are_measured_at_start(train):

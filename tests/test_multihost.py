@@ -22,10 +22,7 @@ from conftest import SHARED_DGL, assert_exact, compose, requires_shared
 
 SUFFIX = f"{os.getpid() % 100000}"
 # the test's own addresses, inside its own namespaces
-HOSTS = {
-    "h1": "10.77.0.1",
-    "h2": "10.77.0.2",
-}
+HOSTS = {"h1": "10.77.0.1", "h2": "10.77.0.2"}
 BIN = Path(sys.executable).parent
 
 

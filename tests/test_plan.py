@@ -36,24 +36,15 @@ def test_single_always_runs_one_process():
         (["hardware.ranks_per_node=0"], "hardware"),
         (["hardware.ranks_per_node=3", "mode.replication=2"], "mode.replication"),  # p % c
         # c^2 does not divide p
-        (
-            ["hardware.ranks_per_node=6", "mode.replication=2"],
-            "mode.replication",
-        ),
+        (["hardware.ranks_per_node=6", "mode.replication=2"], "mode.replication"),
         # more ranks than nodes
-        (
-            ["hardware.ranks_per_node=8", "dataset.num_nodes=5"],
-            "world size",
-        ),
+        (["hardware.ranks_per_node=8", "dataset.num_nodes=5"], "world size"),
         (["partitioner.num_parts=3"], "partitioner.num_parts"),  # world size != partition count
         (["port=70000"], "port"),
         (["mode=hyscale", "mode.batch_size=1"], "mode.batch_size"),  # fewer seeds than trainers
         (["hardware=gpu-1"], "hardware.device"),  # CUDA profile on a host without CUDA
         # does not fit memory
-        (
-            ["dataset=reddit", "hardware.host_memory_gb=0.5"],
-            "dataset/hardware",
-        ),
+        (["dataset=reddit", "hardware.host_memory_gb=0.5"], "dataset/hardware"),
         (["model.dropout=1.0"], "model.dropout"),
     ],
 )
@@ -161,11 +152,7 @@ def test_plan_cli_writes_plan_yaml(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "args,needle",
-    [
-        (["mode=nosuchmode"], "nosuchmode"),
-        (["train.epochz=1"], "epochz"),
-    ],
+    "args,needle", [(["mode=nosuchmode"], "nosuchmode"), (["train.epochz=1"], "epochz")]
 )
 def test_cli_composition_errors_are_one_message(tmp_path, args, needle):
     proc = run_cli(["plan", f"hydra.run.dir={tmp_path}"] + args, cwd=tmp_path, timeout=120)
@@ -208,10 +195,7 @@ def test_oversubscription_warns_but_plans():
         (["dataset=rmat", "dataset.rmat_abcd=[0.5,0.5]"], "dataset.rmat_abcd"),
         (["dataset=rmat", "dataset.rmat_abcd=[1.2,-0.2,0,0]"], "dataset.rmat_abcd"),
         # published sizes size the plan too
-        (
-            ["dataset=cora", "dataset.feat_dim=-1"],
-            "dataset.feat_dim",
-        ),
+        (["dataset=cora", "dataset.feat_dim=-1"], "dataset.feat_dim"),
     ],
 )
 def test_bad_dataset_values_are_plan_errors(overrides, option):

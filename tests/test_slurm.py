@@ -297,10 +297,7 @@ def test_two_node_job_runs_one_rank_per_node(two_node_slurm, tmp_path):
     summary = read_summary(sweep / "0-partition-csbm")
     assert summary["status"] == "completed" and summary["world_size"] == 2
     # rank 0 on gtnode1, rank 1 on gtnode2
-    assert summary["rank_hosts"] == [
-        "10.78.0.1",
-        "10.78.0.2",
-    ]
+    assert summary["rank_hosts"] == ["10.78.0.1", "10.78.0.2"]
     assert "hostname=gtnode1" in logs and "hostname=gtnode2" in logs
     single = run_training(build_plan(compose(graph + ["mode=single"])), tmp_path / "single")
     assert_exact(summary["losses"], single["losses"])

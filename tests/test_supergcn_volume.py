@@ -164,10 +164,7 @@ def test_bytes_equal_closed_form(train, cache_dir, aggregation, bits, backward):
     r = rows[aggregation]
     assert s["partition"]["halo_rows"] == r
     # both SAGE layers narrow, so each sends h·W_neigh (a gradient path)
-    widths = [
-        16,
-        data.num_classes,
-    ]
+    widths = [16, data.num_classes]
 
     def per_row(width, quantized):
         return packed_row_bytes(width, bits) if quantized else width * 4

@@ -148,9 +148,8 @@ def _run_suite(
                                 links[network],
                                 cores_per_host=CORES_PER_HOST if network == "cluster" else 0,
                             )
-                        for attempt in range(
-                            2
-                        ):  # a second try on another port, should the first be taken
+                        # a second try on another port, should the first be taken
+                        for attempt in range(2):
                             job = netem_jobs.run_job(
                                 clusters[(p, network)],
                                 graph + extra,

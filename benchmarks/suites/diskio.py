@@ -75,9 +75,8 @@ def _mmap_methods(path: Path, rows: int, ranges, gathers) -> Dict[str, Callable[
 
     from gnntrain.modes.hongtu.tiers import DiskTable
 
-    def opened() -> (
-        DiskTable
-    ):  # the written file as the disk tier maps its own (DiskTable.create makes it empty)
+    # the written file as the disk tier maps its own (DiskTable.create makes it empty)
+    def opened() -> DiskTable:
         with open(path, "r+b") as f:
             mapping = mmap.mmap(f.fileno(), rows * WIDTH * 4)
         tensor = torch.frombuffer(mapping, dtype=torch.float32).view(rows, WIDTH)

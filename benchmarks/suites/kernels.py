@@ -137,9 +137,8 @@ def _spmm_gnntrain(folder: str, reps: int, build: str = "auto") -> Dict[str, Lis
 
 
 def _time_ops(ops, h, grad, reps: int) -> Dict[str, List[float]]:
-    for _ in range(
-        WARMUP_CALLS
-    ):  # builds the CSR pair / DGL formats, loads numba; a fresh process's first
+    # builds the CSR pair / DGL formats, loads numba; a fresh process's first
+    for _ in range(WARMUP_CALLS):
         for (
             op
         ) in ops.values():  # big tensors are up to 3x slower (new pages), for every stack alike
@@ -164,9 +163,8 @@ def _epoch(candidate: str, folder: str, n: int, epochs: int) -> dict:
     import torch.nn as nn
     import torch.nn.functional as F
 
-    if system.startswith(
-        "gnntrain"
-    ):  # gnntrain: A·x of the inputs kept; gnntrainrecompute: recomputed
+    # gnntrain: A·x of the inputs kept; gnntrainrecompute: recomputed
+    if system.startswith("gnntrain"):
         from gnntrain.launch import run_training
         from gnntrain.plan import build_plan
 
@@ -286,9 +284,8 @@ def suite_kernels(quick: bool) -> SuiteResult:
             for system in ("dgl", "pyg", "gnntrain", "gnntrainrecompute")
         ]
         runs: Dict[str, List[dict]] = {name: [] for name in names}
-        for _ in range(
-            reps
-        ):  # interleaved repetitions, each candidate in a fresh process of its stack
+        # interleaved repetitions, each candidate in a fresh process of its stack
+        for _ in range(reps):
             for name in names:
                 runs[name].append(_run(f"{name.split('-')[0]}:_epoch", name, folder, n, epochs))
     med = {name: statistics.median(_steady(r["times"]) for r in rs) for name, rs in runs.items()}

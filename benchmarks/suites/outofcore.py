@@ -49,9 +49,8 @@ def suite_outofcore(quick: bool) -> SuiteResult:
     peaks = {name: [] for name, _ in candidates}
     refused: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for rep in range(
-            reps
-        ):  # interleaved, each run a process of its own (its memory peak is its own)
+        # interleaved, each run a process of its own (its memory peak is its own)
+        for rep in range(reps):
             for i, (name, extra) in enumerate(candidates):
                 if name in refused:
                     continue

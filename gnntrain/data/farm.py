@@ -45,11 +45,7 @@ def offline() -> bool:
 
 
 # download servers
-DOWNLOAD_HOSTS = {
-    "DGL": "data.dgl.ai",
-    "PyG": "github.com",
-    "OGB": "snap.stanford.edu",
-}
+DOWNLOAD_HOSTS = {"DGL": "data.dgl.ai", "PyG": "github.com", "OGB": "snap.stanford.edu"}
 
 
 def network_problem(library: str, timeout_s: float = 3.0) -> Optional[str]:

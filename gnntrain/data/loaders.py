@@ -76,10 +76,7 @@ OGB_REQUIRED = [
 ]
 OGB_SPLITS = {"ogbn-arxiv": "time", "ogbn-products": "sales_ranking"}
 # ogb master.csv versions
-OGB_RELEASE = {
-    "ogbn-arxiv": "RELEASE_v1.txt",
-    "ogbn-products": "RELEASE_v1.txt",
-}
+OGB_RELEASE = {"ogbn-arxiv": "RELEASE_v1.txt", "ogbn-products": "RELEASE_v1.txt"}
 OGB_EXTRA = {"ogbn-arxiv": ["raw/node_year.csv.gz"]}  # additional node files OGB reads
 
 

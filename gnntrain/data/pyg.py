@@ -31,11 +31,7 @@ from gnntrain.data.loaders import DGL_SOURCES, graph_data
 from gnntrain.errors import DatasetError
 
 # PyG's Planetoid(name=...)
-PLANETOID_NAMES = {
-    "cora": "Cora",
-    "citeseer": "CiteSeer",
-    "pubmed": "PubMed",
-}
+PLANETOID_NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 PLANETOID_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
 REDDIT_FILES = ["reddit_data.npz", "reddit_graph.npz"]
 REDDIT_CLASSES = 41  # DGL's RedditDataset.num_classes; PyG counts the labels present

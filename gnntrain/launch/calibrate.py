@@ -43,12 +43,7 @@ from typing import Any, Callable, Dict, List
 
 from gnntrain.config.schema import option_value
 from gnntrain.errors import PlanError
-from gnntrain.launch.host_probes import (
-    GEMM_WIDTHS,
-    probe_collectives,
-    probe_h2d,
-    rates_under_load,
-)
+from gnntrain.launch.host_probes import GEMM_WIDTHS, probe_collectives, probe_h2d, rates_under_load
 from gnntrain.launch.training_probes import fit_mode_factors, fit_overheads
 from gnntrain.sizing import host_cores
 

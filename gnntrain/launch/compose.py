@@ -92,16 +92,16 @@ def config_error(exc: BaseException) -> Optional[str]:
         )
     cause = exc.__cause__
     kind, key = getattr(cause, "object_type", None), getattr(cause, "full_key", None)
-    if (
-        isinstance(exc, CompactHydraException) and isinstance(cause, ValidationError) and key
-    ):  # a value of wrong type
+    # a value of wrong type
+    if isinstance(exc, CompactHydraException) and isinstance(cause, ValidationError) and key:
         return f"{key}: {str(cause).splitlines()[0]}"
+    # key=value, no such key
     if (
         isinstance(exc, CompactHydraException)
         and isinstance(cause, (ConfigAttributeError, ConfigKeyError))
         and key
         and dataclasses.is_dataclass(kind)
-    ):  # key=value, no such key
+    ):
         valid = [f.name for f in dataclasses.fields(kind)]
         parent = key.rsplit(".", 1)[0] + "." if "." in key else ""
         close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=3)

@@ -73,9 +73,8 @@ def check_resume(plan, run_dir: Path) -> None:
             f"resume={cfg['resume']}: no valid checkpoint in {directory}. Point resume= at a "
             "run directory that was trained with train.checkpoint_every > 0."
         )
-    if (
-        state is None
-    ):  # train.resume=true where no checkpoint was written yet: say so, then train from epoch 1
+    # train.resume=true where no checkpoint was written yet: say so, then train from epoch 1
+    if state is None:
         logging.getLogger("gnntrain").warning(
             f"train.resume=true: no checkpoint in {directory} yet; training from epoch 1"
         )
@@ -142,9 +141,8 @@ def run_training(plan, run_dir: Path, preflighted: bool = False) -> Dict[str, An
     except Interrupted as exc:
         write_json_atomic(run_dir / "summary.json", interrupted_summary(plan, exc.signal, run_dir))
         raise
-    except (
-        KeyboardInterrupt
-    ):  # before the ranks trained (loading, partitioning) or in a one-process run
+    # before the ranks trained (loading, partitioning) or in a one-process run
+    except KeyboardInterrupt:
         write_json_atomic(run_dir / "summary.json", interrupted_summary(plan, "SIGINT", run_dir))
         raise Interrupted("SIGINT", 0) from None
     except GnnTrainError as exc:
@@ -205,11 +203,7 @@ def _shard_source(plan):
             store_hit=build_s == 0.0,
         )
         # 0 s of preprocessing when reused
-        return (
-            ShardSource(store=str(directory)),
-            partition,
-            build_s,
-        )
+        return (ShardSource(store=str(directory)), partition, build_s)
     prepared = prepare(plan)
     return ShardSource(shards=prepared.shards), prepared.partition, prepared.preprocess_s
 
@@ -323,9 +317,8 @@ def _run_external(plan, run_dir: Path, identity: RankIdentity) -> Dict[str, Any]
     try:
         from gnntrain.launch.shards import open_rank_shard, uses_store
 
-        if uses_store(
-            plan
-        ):  # the first rank builds the store under its lock; all open their own part
+        # the first rank builds the store under its lock; all open their own part
+        if uses_store(plan):
             shard, partition, preprocess_s = open_rank_shard(plan, identity.rank)
         else:
             prepared = prepare(plan, ranks=[identity.rank])

@@ -125,9 +125,8 @@ def _cap_cpu(group: Path, v2: bool, cores: float) -> None:
     quota = max(1000, int(round(cores * CPU_PERIOD_US)))  # the kernel's smallest quota is 1 ms
     try:
         if v2:
-            with contextlib.suppress(
-                OSError
-            ):  # already on, or not ours to turn on (then mkdir says so)
+            # already on, or not ours to turn on (then mkdir says so)
+            with contextlib.suppress(OSError):
                 (group.parent / "cgroup.subtree_control").write_text("+cpu")
             group.mkdir(exist_ok=True)
             (group / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")

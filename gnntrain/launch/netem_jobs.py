@@ -86,9 +86,8 @@ def run_job(
             f"hydra.run.dir={run_dirs[i]}",
         ]
         group = cluster.cgroup(i)
-        if (
-            group is not None
-        ):  # join the host's cpu group, then become the agent (its children stay in)
+        # join the host's cpu group, then become the agent (its children stay in)
+        if group is not None:
             cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs"), *cmd]
         procs.append(
             subprocess.Popen(

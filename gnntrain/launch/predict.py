@@ -137,9 +137,8 @@ def predict_command(argv: List[str]) -> int:
     options, rest = [], []
     args_iter = iter(argv)
     for item in args_iter:  # options (and their values) for argparse, key=value overrides for Hydra
-        if item.startswith(
-            "run_dir="
-        ):  # the run folder given as key=value, like the overrides beside it
+        # the run folder given as key=value, like the overrides beside it
+        if item.startswith("run_dir="):
             options.append(item.split("=", 1)[1])
         elif "=" in item and not item.startswith("-"):
             rest.append(item)

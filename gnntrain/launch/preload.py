@@ -24,7 +24,6 @@ import gnntrain.plan
 import gnntrain.training  # noqa: F401
 
 gc.freeze()
-if any(
-    "multiprocessing.forkserver" in arg for arg in sys.orig_argv
-):  # the fork server itself, nowhere else
+# the fork server itself, nowhere else
+if any("multiprocessing.forkserver" in arg for arg in sys.orig_argv):
     atexit.register(os._exit, 0)

@@ -108,11 +108,7 @@ def _probe_ranks(cfg) -> int:
 
 
 # calibrate --quick: a rougher factor per mode
-QUICK_MODE_PROBE = {
-    "num_nodes": 6000,
-    "epochs": 3,
-    "reps": 1,
-}
+QUICK_MODE_PROBE = {"num_nodes": 6000, "epochs": 3, "reps": 1}
 
 
 def fit_mode_factors(

@@ -39,9 +39,8 @@ def auto_table(auto: Dict[str, Any]) -> Table:
         f"({'approximate modes admitted' if auto['allow_approximate'] else 'exact modes only'})"
     )
     for header in ("#", "candidate", "epoch ms", "of it comm", "mem/rank", "bytes/epoch"):
-        if (
-            header == "candidate"
-        ):  # the one column that folds on a narrow terminal; figures stay whole
+        # the one column that folds on a narrow terminal; figures stay whole
+        if header == "candidate":
             table.add_column(header, overflow="fold", ratio=1, min_width=14)
         else:
             table.add_column(header, justify="right", no_wrap=True)

@@ -345,9 +345,8 @@ def summary_table(summary: Dict[str, Any]) -> Table:
         ),
         ("final loss", f"{summary['losses'][-1]:.6f}" if summary.get("losses") else "—"),
     ]
-    if any(
-        a != "—" for a in acc
-    ):  # a split without a figure (never evaluated, or no nodes) reads "—"
+    # a split without a figure (never evaluated, or no nodes) reads "—"
+    if any(a != "—" for a in acc):
         rows.append(("accuracy train/val/test", " / ".join(acc)))
     rows.append(("median epoch time", f"{median * 1000:.2f} ms" if median is not None else "—"))
     tb = summary.get("time_breakdown_s") or {}

@@ -114,14 +114,10 @@ def add_entry(node: Tree, key: Any, value: Any, depth: int, width: int) -> None:
     for suffix in (" ms", " s"):  # "T_load ms": 0.16  ->  "T_load: 0.16 ms"
         if key.endswith(suffix) and number:
             key, unit = key[: -len(suffix)], suffix
-    if (
-        key.endswith(" bytes") and number
-    ):  # "disk bytes per rank"-style keys keep the word; a trailing one goes
+    # "disk bytes per rank"-style keys keep the word; a trailing one goes
+    if key.endswith(" bytes") and number:
         # "host budget bytes": 1024 -> "host budget: 1.00 KiB"
-        text, key = (
-            fmt_value(value, key),
-            key[: -len(" bytes")],
-        )
+        text, key = (fmt_value(value, key), key[: -len(" bytes")])
     text = (fmt_value(value, key) if text is None else text) + unit
     if GUIDE * depth + len(key) + 2 + len(text) <= width:
         node.add(Text(f"{key}: {text}"))

@@ -103,9 +103,8 @@ def torch_keep_mask(rows: torch.Tensor, width: int, stream: int, threshold: int)
     x.mul_(_signed(0x7FEB352D, 32))
     x.bitwise_xor_(_shift_right_logical(x, 15, 32))
     x.mul_(_signed(0x846CA68B, 32))
-    if (
-        threshold > (1 << 31) - 1
-    ):  # above every int32 (p within 2^-33 of 1): a scalar compare would wrap
+    # above every int32 (p within 2^-33 of 1): a scalar compare would wrap
+    if threshold > (1 << 31) - 1:
         return torch.zeros_like(x, dtype=torch.bool)
     return x >= threshold
 

@@ -135,9 +135,8 @@ def register_model(family: ModelFamily) -> ModelFamily:
 def model_family(name: str, target: Optional[str] = None) -> ModelFamily:
     """The family of model ``name`` (``custom``: the user's layer class ``target``); one PlanError
     otherwise."""
-    if (
-        name == "custom"
-    ):  # the user's layer class, weighted by its normalization; the modes that re-lay out
+    # the user's layer class, weighted by its normalization; the modes that re-lay out
+    if name == "custom":
         # the aggregation (not restructurable) refuse it
         from gnntrain.models.custom import resolve_layer_class
 
@@ -189,9 +188,8 @@ def describe_model(
             widths.append(int(layer.comm_width()))
             params += sum(p.numel() for p in layer.parameters())
             macs.append(sum(p.numel() for p in layer.parameters() if p.dim() >= 2))
-            if (
-                len(widths) == 1
-            ):  # a layer says whether it aggregates its input; else: its width tells
+            # a layer says whether it aggregates its input; else: its width tells
+            if len(widths) == 1:
                 aggregates_input = bool(getattr(layer, "aggregate_first", widths[0] == dims[0]))
     if norm == "layer":
         # LayerNorm's weight and bias on every hidden layer

@@ -287,9 +287,8 @@ class ModePlanner:
 
         cfg = self.settings.partitioner
         csr = getattr(data, "csr", None)
-        if (
-            csr is not None and cfg.name == "ldg" and cfg.reorder is None
-        ):  # streamed from the CSR: no edge lists
+        # streamed from the CSR: no edge lists
+        if csr is not None and cfg.name == "ldg" and cfg.reorder is None:
             return partition_graph(
                 None,
                 None,

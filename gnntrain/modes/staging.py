@@ -223,9 +223,8 @@ class DeviceToHostQueue:
             accumulate(moved) if accumulate is not None else host.__setitem__(index, moved)
             self.settled += 1
             return
-        if (
-            not self.cuda
-        ):  # a CPU stand-in for the deferred path: a private copy, written when settled
+        # a CPU stand-in for the deferred path: a private copy, written when settled
+        if not self.cuda:
             moved = rows.detach().clone()
             then = (
                 (lambda: accumulate(moved))

@@ -33,10 +33,7 @@ def in_degree(dst: np.ndarray, n: int) -> np.ndarray:
 
 
 # METIS_OBJTYPE_CUT, METIS_OBJTYPE_VOL (total communication volume)
-METIS_OBJECTIVES = {
-    "cut": 0,
-    "vol": 1,
-}
+METIS_OBJECTIVES = {"cut": 0, "vol": 1}
 
 
 def metis_parts(

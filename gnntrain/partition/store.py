@@ -339,9 +339,8 @@ def open_or_build(
             corrupt, corrupt_build = True, meta.get("built_at")
     with file_lock(directory.with_name(f".{directory.name}.lock")):
         meta = read_meta(directory)
-        if meta is None or (
-            corrupt and meta.get("built_at") == corrupt_build
-        ):  # not rebuilt meanwhile
+        # not rebuilt meanwhile
+        if meta is None or (corrupt and meta.get("built_at") == corrupt_build):
             parts, figures = build()
             write_store(directory, parts, dict(figures, built_at=time.time()))
             meta = read_meta(directory)

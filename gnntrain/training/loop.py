@@ -70,9 +70,8 @@ def inject_fault(rank: int, epoch: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if action == "hang":
         time.sleep(3600)
-    if (
-        action == "ctrl-c"
-    ):  # what a terminal's Ctrl-C does: SIGINT to the launcher and every rank, mid-epoch
+    # what a terminal's Ctrl-C does: SIGINT to the launcher and every rank, mid-epoch
+    if action == "ctrl-c":
         os.killpg(os.getpgrp(), signal.SIGINT)
     if action == "term-launcher":  # a batch system's or a user's SIGTERM to the launcher alone
         os.kill(int(os.environ.get("GNNTRAIN_LAUNCHER_PID") or os.getppid()), signal.SIGTERM)
@@ -179,9 +178,8 @@ class EpochLoop:
             if correct is not None:
                 accuracy = {s: record[f"{s}_acc"] for s in SPLITS}
             history.append(record)
-            if (
-                boundary is not None
-            ):  # before the metrics line: an epoch shown there survives preemption
+            # before the metrics line: an epoch shown there survives preemption
+            if boundary is not None:
                 boundary.update(epoch + 1, model, optimizer, history)
             if ctx.recorder is not None:
                 ctx.recorder.epoch(record)
@@ -194,9 +192,8 @@ class EpochLoop:
                     "last_epoch": epoch + 1,
                     "epochs": epochs,
                 }
-                if (
-                    comm.rank == 0 and ctx.run_dir is not None and not saved
-                ):  # so that the run can resume
+                # so that the run can resume
+                if comm.rank == 0 and ctx.run_dir is not None and not saved:
                     (
                         checkpointer
                         or make_checkpointer(

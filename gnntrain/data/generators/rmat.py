@@ -91,9 +91,8 @@ def rmat_blocks(cfg) -> GraphBlocks:
         for lo, hi in row_blocks(n):
             proj[lo:hi] = features(lo, hi) @ hidden
         out = np.empty(n, dtype=np.int64)
-        for lo, hi in row_blocks(
-            n
-        ):  # neighbour sum scaled to unit variance per node: the graph term dominates
+        # neighbour sum scaled to unit variance per node: the graph term dominates
+        for lo, hi in row_blocks(n):
             e_lo, e_hi = int(indptr[lo]), int(indptr[hi])
             adj = sp.csr_matrix(
                 (

@@ -12,13 +12,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from gnntrain.data.ingest.labels import LABEL_NAMES, _check_labels, _label_array
-from gnntrain.data.ingest.nodes import (
-    FEATURE_ROWS,
-    NodeIds,
-    NodeOptions,
-    NodeResult,
-    _check_finite,
-)
+from gnntrain.data.ingest.nodes import FEATURE_ROWS, NodeIds, NodeOptions, NodeResult, _check_finite
 from gnntrain.data.ingest.tables import ParquetTable, id_type_of, open_table
 from gnntrain.errors import DatasetError
 

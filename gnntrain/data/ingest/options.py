@@ -30,11 +30,7 @@ class IngestOptions:
     self_loops: str = "drop"  # drop | error
     duplicates: str = "drop"  # drop | error
     # when no masks are given: fractions of labeled nodes
-    split: Tuple[float, float, float] = (
-        0.6,
-        0.2,
-        0.2,
-    )
+    split: Tuple[float, float, float] = (0.6, 0.2, 0.2)
     seed: int = 0
     name: str = ""
     overwrite: bool = False

@@ -103,9 +103,8 @@ class DirectEngine:
     ) -> None:
         table[lo:hi] = rows
         self._count(table, "disk_write", hi - lo, table.shape[1])
-        if (
-            keep_cached
-        ):  # the next layer reads it at random: out of this process, but kept in the page cache
+        # the next layer reads it at random: out of this process, but kept in the page cache
+        if keep_cached:
             self.tables.release_rows(lo, hi, table)
         else:  # read again only by the backward pass, in order: its write-back starts now
             self.tables.evict_rows(lo, hi, table)
@@ -168,9 +167,8 @@ class DirectEngine:
         for lo, hi in self.chunks:  # x is no table: only the write can touch the disk tier
             cache[lo:hi] = self._product(x, lo, hi, transpose=False)
             self.tables.evict_rows(lo, hi, cache)
-        if self.tables.holds(
-            cache
-        ):  # once per run, not per epoch: reported apart, not recorded as traffic
+        # once per run, not per epoch: reported apart, not recorded as traffic
+        if self.tables.holds(cache):
             self.disk_once = {"disk_write": cache.numel() * self.value_bytes}
         self.fixed_input, self.input_cache, self._input_version = x, cache, x._version
         return cache
@@ -216,9 +214,8 @@ class DirectEngine:
                 self._write(out_table, lo, hi, y, keep_cached=True)
                 if cache is not None and given is None:
                     self._write(cache, lo, hi, agg)
-            if (
-                layer > 0 and not self.family.self_row
-            ):  # backward never reads this layer's input again
+            # backward never reads this layer's input again
+            if layer > 0 and not self.family.self_row:
                 self.tables.evict_rows(0, None, h)
             self.acts.append(out_table)
             self.cache.append(cache)

@@ -54,10 +54,7 @@ class HongTuEngine(ChunkTransfers):
         self.ctx, self.comm, self.device, self.dtype = ctx, ctx.comm, ctx.device, ctx.dtype
         self.value_bytes = DTYPE_BYTES[ctx.plan.dtype]
         # elementwise: cache the aggregation; else recompute the layer
-        self.family, self.dedup = (
-            family,
-            dedup,
-        )
+        self.family, self.dedup = (family, dedup)
         self.rank = shard.rank
         self.lo = int(self.layout.part_offsets[self.rank])
         self.pin = self.device.type == "cuda"
@@ -204,9 +201,8 @@ class HongTuEngine(ChunkTransfers):
         self.masks = [None] * (len(layers) + 1)
         self.dropout = dropout
         if self.p > 0:
-            for i in range(
-                1, len(layers)
-            ):  # a GPU draws each chunk's rows where it uses them ("device")
+            # a GPU draws each chunk's rows where it uses them ("device")
+            for i in range(1, len(layers)):
                 self.masks[i] = "device" if self.pin else dropout.keep_mask(model.spec.dims[i], i)
         x_key = _inputs_key(x)
         if self.pin and not x.is_pinned():
@@ -375,9 +371,8 @@ class HongTuEngine(ChunkTransfers):
                 idx = self.indices.step("bwd", index_in_sweep)
                 self.arena.hold("indices", self.indices.bytes_held())
                 v_pos = idx.v_pos
-                if index_in_sweep + 1 < len(
-                    self.bwd.steps
-                ):  # the next chunk's own rows, read ahead
+                # the next chunk's own rows, read ahead
+                if index_in_sweep + 1 < len(self.bwd.steps):
                     ahead = self._local(self.bwd.steps[index_in_sweep + 1].chunk)
                     self.tables.prefetch_rows(ahead.start, ahead.stop, *sequential)
                 self.arena.hold("topology", self._topology_bytes(c))

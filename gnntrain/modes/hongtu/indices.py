@@ -33,10 +33,7 @@ FIELDS = (
     "v_pos",
 )
 # host row indices unless the sweep hands rows over device to device
-HOST_SIDE = {
-    "give_index",
-    "recv_index",
-}
+HOST_SIDE = {"give_index", "recv_index"}
 HOST_ROWS = ("load_rows", "flush_rows")  # host table rows: read on the host, never uploaded
 
 

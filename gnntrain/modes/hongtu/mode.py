@@ -104,9 +104,8 @@ class HongTuPlanner(ModePlanner):
             )
         on_host = self.settings.device == "cpu"
         arena = self.device_cap() if on_host else 0
-        if (
-            on_host and not arena
-        ):  # no cap: the arena holds a batch's working set (chunk_working_bytes, unchunked)
+        # no cap: the arena holds a batch's working set (chunk_working_bytes, unchunked)
+        if on_host and not arena:
             m, n = ctx.world_size, max(1, int(self.options.chunks) or 4)
             degree = (ctx.num_edges + ctx.num_nodes) / max(1, ctx.num_nodes)
             rows = ctx.num_nodes // (m * n)

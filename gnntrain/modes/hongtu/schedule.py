@@ -240,9 +240,8 @@ def disk_traffic(
             )
             if layer + 1 < layers and f"act{layer + 1}" in on_disk:
                 io["disk_write"] += own * d_out
-            if (
-                layer + 1 < layers and f"grad{layer + 1}" in on_disk
-            ):  # backward reads the output gradient
+            # backward reads the output gradient
+            if layer + 1 < layers and f"grad{layer + 1}" in on_disk:
                 io["disk_read"] += own * d_out
             if cached and f"cache{layer}" in on_disk:  # written forward, read backward
                 kept_input = layer == 0 and input_kept  # read forward instead of written

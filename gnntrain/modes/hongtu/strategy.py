@@ -23,15 +23,7 @@ class HongTuStrategy(FullGraphStrategy):
 
     inputs_on_host = True
 
-    def __init__(
-        self,
-        shard: RankShard,
-        ctx,
-        settings: RunSettings,
-        dedup: str,
-        model,
-        optimizer,
-    ):
+    def __init__(self, shard: RankShard, ctx, settings: RunSettings, dedup: str, model, optimizer):
         figures = shard.payload.figures
         tables = VertexTables.for_rank(figures["tiers"], ctx, shard.rank)
         self.engine = HongTuEngine(
@@ -108,7 +100,6 @@ class HongTuStrategy(FullGraphStrategy):
         )
         result["mode_report"] = report
         result["peak_memory_bytes"]["device_arena_max_rank"] = int(peaks[0])
-        if (
-            engine.arena.allocator_peak is not None
-        ):  # CUDA: what the allocator really held, transients included
+        # CUDA: what the allocator really held, transients included
+        if engine.arena.allocator_peak is not None:
             result["peak_memory_bytes"]["device_allocator_max_rank"] = int(peaks[1])

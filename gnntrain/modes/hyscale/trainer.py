@@ -213,9 +213,8 @@ class HyScaleTrainer(RankStrategy):
         total = sum(b.sizes)
         optimizer.zero_grad(set_to_none=False)
         ce = 0.0
-        if (
-            b.ready is not None
-        ):  # made on the side stream: keep the allocator from reusing them too early
+        # made on the side stream: keep the allocator from reusing them too early
+        if b.ready is not None:
             for t in [b.x, b.y] + [t for bl in b.blocks for t in (bl.dst, bl.src, bl.weight)]:
                 t.record_stream(torch.cuda.current_stream(self.device))
         if b.seeds.numel():

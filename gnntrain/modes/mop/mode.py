@@ -318,13 +318,7 @@ class MoPStrategy(FullGraphStrategy):
     fine-grained pipeline (§3.1.3)."""
 
     def __init__(
-        self,
-        shard: RankShard,
-        ctx,
-        settings: RunSettings,
-        aggregation_ranks: int,
-        model,
-        optimizer,
+        self, shard: RankShard, ctx, settings: RunSettings, aggregation_ranks: int, model, optimizer
     ):
         n = shard.num_global_nodes
         dst, src, w = shard.edges
@@ -393,9 +387,8 @@ class MoPStrategy(FullGraphStrategy):
                     done_token, done, done_box = in_flight
                     z_rows = _FinishToRows.apply(done_token, layout, width, done.sizes, done_box)
                     out = self.update_rows(layer, h_rows[done.own], z_rows)
-                    if (
-                        i < last
-                    ):  # the next layer's input, row-local: activate the chunk and send it
+                    # the next layer's input, row-local: activate the chunk and send it
+                    if i < last:
                         out = hidden_activation(
                             out,
                             i + 1,

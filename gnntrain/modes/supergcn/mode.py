@@ -81,9 +81,8 @@ class SuperGCNPlanner(ModePlanner):
         work.collectives = [("alltoall", b) for b in wire] + [
             c for c in work.collectives if c[0] != "alltoall"
         ]
-        if (
-            self.bits < 32
-        ):  # quantize at the sender, dequantize at the receiver: ~4 passes of the raw rows
+        # quantize at the sender, dequantize at the receiver: ~4 passes of the raw rows
+        if self.bits < 32:
             work.elementwise_bytes += 4 * sum(rows * w * ctx.dtype_bytes for w in moved)
         return work
 
@@ -111,9 +110,8 @@ class SuperGCNPlanner(ModePlanner):
 
     def estimate_comm(self, ctx) -> Optional[CommEstimate]:
         params = ctx.param_bytes
-        if (
-            float(self.options.label_propagation) > 0
-        ):  # the label embedding (classes x input width) is learnt too
+        # the label embedding (classes x input width) is learnt too
+        if float(self.options.label_propagation) > 0:
             params += ctx.num_classes * ctx.feat_dim * ctx.dtype_bytes
         by_kind: Dict[str, int] = (
             {"allreduce": ctx.world_size * params} if ctx.world_size > 1 else {}
