@@ -3,8 +3,8 @@ tree, interleaves repetitions, and reports medians, min-max and ratios to a
 baseline measured in the same run. Results go to docs/bench/<suite>.json and
 the tables in docs/BENCHMARKS.md (regenerated from every JSON present).
 
-usage: python -m benchmarks [SUITE ...] [--quick]   (no SUITE: every suite; run from the repository
-root)
+usage: python -m benchmarks [SUITE ...] [--quick]
+                        (no SUITE: every suite; run from the repository root)
        make bench       reference, overhead and volume (the CI-sized set, < 15 min on 2 cores)
        make bench-all   every suite (the scale suite alone is the longest: see its wall time)
 """

@@ -1,8 +1,10 @@
 """gnntrain from Python: compose, plan, run, and train on a graph you hold in memory.
 
-    import gnntrain.api as gt result = gt.train(data, ["mode=partition", "train.epochs=100"]) # a
-    PyG Data, a DGL graph, or arrays result.summary["accuracy"], result.run_dir model =
-    result.model() # a torch.nn.Module: model(data) -> logits
+    import gnntrain.api as gt
+    # data: a PyG Data, a DGL graph, or arrays
+    result = gt.train(data, ["mode=partition", "train.epochs=100"])
+    result.summary["accuracy"], result.run_dir
+    model = result.model()          # a torch.nn.Module: model(data) -> logits
 
 The same entry the CLI takes: overrides are Hydra's (``key=value``, ``group=option``), the plan is
 validated as ``gnntrain plan`` validates it, and the run writes what ``gnntrain run`` writes

@@ -134,9 +134,8 @@ class PlanContext:
     comm_widths: Tuple[int, ...]  # width each layer hands to its aggregation (what a halo carries)
     param_bytes: int
     model: str
-    train_nodes: int = (
-        0  # expected training nodes when the config implies it (generated graphs), else 0
-    )
+    # expected training nodes when the config implies it (generated graphs), else 0
+    train_nodes: int = 0
     # comm_widths of the layers whose communicated tensor has a gradient, i.e. that move data
     # backward too: every layer but a first one that aggregates the input features, which need none
     # (grad_widths())
@@ -144,9 +143,8 @@ class PlanContext:
     update_macs: Tuple[
         int, ...
     ] = ()  # multiply-adds of each layer's dense update per row (the model's shape)
-    elementwise: bool = (
-        True  # the model aggregates weighted sums of rows (False: attention, with per-edge work)
-    )
+    # the model aggregates weighted sums of rows (False: attention, with per-edge work)
+    elementwise: bool = True
     settings: Optional[RunSettings] = field(default=None, repr=False, compare=False)
 
     @property
@@ -183,15 +181,13 @@ class RunPlan:
     rank_threads: Tuple[
         int, ...
     ] = ()  # per rank, where the mode does not share cores evenly (HyScale on GPUs)
-    reader: str = (
-        ""  # dataset.reader resolved for Planetoid/Reddit: "dgl", "pyg (auto)", ...; "" for others
-    )
+    # dataset.reader resolved for Planetoid/Reddit: "dgl", "pyg (auto)", ...; "" for others
+    reader: str = ""
     # predicted epoch time, memory and bytes (ModePlanner.predict) where the hardware profile is
     # calibrated
     prediction: Optional[Dict[str, Any]] = None
-    auto: Optional[Dict[str, Any]] = (
-        None  # mode=auto: the ranked candidates and why others were dropped
-    )
+    # mode=auto: the ranked candidates and why others were dropped
+    auto: Optional[Dict[str, Any]] = None
 
     @cached_property
     def config_obj(self) -> DictConfig:

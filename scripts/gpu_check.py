@@ -7,9 +7,10 @@ Writes ``docs/bench/gpu.json``: the device, torch and CUDA versions, one record 
 table that ``python -m benchmarks --render`` (benchmarks.harness.render) turns into the ``gpu``
 section of docs/BENCHMARKS.md.
 
-    bash scripts/gpu-check.sh [CHECK ...] # on the GPU machine: installs the carried wheels, runs
-    python scripts/gpu_check.py --device cpu --quick # the same flow on a CPU at small sizes (smoke
-    test)
+    bash scripts/gpu-check.sh [CHECK ...]
+        # on the GPU machine: installs the carried wheels, runs
+    python scripts/gpu_check.py --device cpu --quick
+        # the same flow on a CPU at small sizes (smoke test)
 
 Records of checks not run this time are kept from the previous file when it names the same device,
 so the checks can be spread over several calls of a time-limited machine.

@@ -2,10 +2,9 @@
 host with the deferred paths that CUDA takes (docs/design.md#hongtu, "Overlapped transfers").
 
 - write-backs are queued, never copied synchronously, and a step's land only after the next step's
-loads
-  and compute were issued, in issue order (so the sums are the same bits);
+  loads and compute were issued, in issue order (so the sums are the same bits);
 - index tensors go to the device once per run where they fit, else one step ahead, from one pack per
-step;
+  step;
 - the device timeline measures overlap from intervals, never by settling the device.
 """
 

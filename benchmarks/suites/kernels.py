@@ -24,9 +24,8 @@ from benchmarks.harness import (
 from benchmarks.registry import suite
 
 THREADS = 2
-WARMUP_CALLS = (
-    3  # SpMM rows: untimed calls per op before the timed ones (a fresh process's first two
-)
+# SpMM rows: untimed calls per op before the timed ones (a fresh process's first two
+WARMUP_CALLS = 3
 SPMM_CALLS = 6  # are 2-4x slower here, every stack alike); timed calls per op and process
 SPMM_ROUNDS = 3  # rounds of alternating SpMM processes (the VM's speed drifts within minutes)
 WARMUP_EPOCHS = 3  # epoch rows: epochs dropped before the median

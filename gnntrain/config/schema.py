@@ -77,9 +77,8 @@ class DatasetConfig:
     name: str = MISSING
     # generated | dgl (Planetoid, Reddit: DGL's file layout) | ogb | files (gnntrain ingest)
     source: str = MISSING
-    path: Optional[str] = (
-        None  # source=files: the folder gnntrain ingest wrote (relative: to data_dir, then cwd)
-    )
+    # source=files: the folder gnntrain ingest wrote (relative: to data_dir, then cwd)
+    path: Optional[str] = None
     reader: DatasetReader = DatasetReader.auto  # source=dgl only: the library that reads the files
     num_nodes: int = 2708
     num_edges: int = 10556  # directed edge count (rmat: generated edges before symmetrising)
@@ -101,9 +100,8 @@ class ModelConfig:
     (:meth:`gnntrain.models.registry.ModelFamily.options_schema`, ``configs/model/<name>.yaml``)."""
 
     name: str = MISSING  # gcn | sage | gin | gat | custom
-    target: Optional[str] = (
-        None  # model=custom: the layer class, pkg.module.Class (docs/design.md#your-own-model)
-    )
+    # model=custom: the layer class, pkg.module.Class (docs/design.md#your-own-model)
+    target: Optional[str] = None
     layers: int = 2
     hidden: int = 16
     dropout: float = 0.5
@@ -142,9 +140,8 @@ class PartitionerConfig:
     # weight so METIS balances all of a rank's compute, not only its SpMM
     # (docs/design.md#partitioning)
     row_weight: float = 0.0
-    objective: str = (
-        "cut"  # cut | vol: what METIS minimises, the edge cut or the total communication volume
-    )
+    # cut | vol: what METIS minimises, the edge cut or the total communication volume
+    objective: str = "cut"
     reorder: Optional[str] = None  # null | rcm
     # volume refinement (GVB approximation)
     imbalance_eps: float = 0.05  # max allowed (max-avg)/avg of nnz per part
@@ -218,9 +215,8 @@ class HardwareConfig:
     # docs/design.md#hyscale)
     host_mem_gbps: float = 20.0  # effective host DRAM bandwidth (feature loading, CPU aggregation)
     core_gmacs: float = 8.0  # multiply-adds per second per core, in 1e9 (CPU feature update)
-    device_mem_gbps: float = (
-        500.0  # accelerator memory bandwidth (HyScale aggregation; HongTu's reuse T_ru)
-    )
+    # accelerator memory bandwidth (HyScale aggregation; HongTu's reuse T_ru)
+    device_mem_gbps: float = 500.0
     device_gmacs: float = 10000.0  # accelerator multiply-adds per second, in 1e9
     # SLURM mapping for hydra/launcher=slurm (configs/hydra/launcher/slurm.yaml;
     # docs/design.md#launcher)
@@ -260,9 +256,8 @@ class CsvLoggerConfig:
 
 @dataclass
 class TensorBoardLoggerConfig:
-    dir: str = (
-        "tensorboard"  # event files, in the run directory: tensorboard --logdir RUN_DIR/tensorboard
-    )
+    # event files, in the run directory: tensorboard --logdir RUN_DIR/tensorboard
+    dir: str = "tensorboard"
 
 
 @dataclass
@@ -317,9 +312,8 @@ class RunConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     data_dir: Optional[str] = None  # raw dataset files (env GNNTRAIN_DATA_DIR)
     cache_dir: Optional[str] = None  # processed data + partitions (env GNNTRAIN_CACHE_DIR)
-    allow_download: bool = (
-        True  # let DGL/OGB download missing files (never when GNNTRAIN_OFFLINE=1)
-    )
+    # let DGL/OGB download missing files (never when GNNTRAIN_OFFLINE=1)
+    allow_download: bool = True
     kernel: Kernel = Kernel.auto
     resume: Optional[str] = None  # a run directory to resume from (its newest valid checkpoint)
     port: int = 0  # rendezvous port for local launches; 0 = pick a free one

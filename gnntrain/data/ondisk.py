@@ -2,12 +2,15 @@
 
 One folder per graph::
 
-    meta.json format, sizes, dtypes, per-array byte sizes, the content digest indptr.npy int64
-    (N+1): CSR by destination, row v's in-neighbours are indices[indptr[v]:indptr[v+1]] indices.npy
-    int32 where N < 2^31, else int64: sources, sorted within a row, no self-loops, no duplicates
-    features.npy float32 (N, F) labels.npy int64 (N,): -1 for a node without a label (never in a
-    mask) train_mask.npy, val_mask.npy, test_mask.npy bool (N,) node_ids.parquet the user's own ID
-    of every node, in node order (integers or strings)
+    meta.json         format, sizes, dtypes, per-array byte sizes, the content digest
+    indptr.npy        int64 (N+1): CSR by destination,
+                      row v's in-neighbours are indices[indptr[v]:indptr[v+1]]
+    indices.npy       int32 where N < 2^31, else int64:
+                      sources, sorted within a row, no self-loops, no duplicates
+    features.npy      float32 (N, F)
+    labels.npy        int64 (N,): -1 for a node without a label (never in a mask)
+    train_mask.npy, val_mask.npy, test_mask.npy   bool (N,)
+    node_ids.parquet  the user's own ID of every node, in node order (integers or strings)
 
 Every array is a plain ``.npy`` file, so NumPy memory-maps it (``np.load(mmap_mode=...)``).
 A folder is written under a temporary name and renamed into place once ``meta.json`` is

@@ -46,9 +46,8 @@ class DatasetSource:
     # the dataset section -> its raw folders under data_dir (a changed file makes a new part store)
     raw_folders: Callable[[Any], List[str]] = _named_folder
     reader: bool = False  # dataset.reader (dgl | pyg | auto) applies
-    config_splits: bool = (
-        False  # the config's train/val/test fractions are the dataset's (generated)
-    )
+    # the config's train/val/test fractions are the dataset's (generated)
+    config_splits: bool = False
 
 
 SOURCES: Registry[DatasetSource] = Registry("dataset source")

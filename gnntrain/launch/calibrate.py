@@ -6,21 +6,19 @@ can give a rank (cores / ranks, for 1..ranks_per_node ranks), run by that many p
 that each sees the host as a rank of a busy node does:
 
 * SpMM forward+backward per edge and per edge x column (widths 8 and 128), with ``kernel=auto``'s
-kernel;
+  kernel;
 * GEMM multiply-adds per second;
 * elementwise bytes per second (host memory bandwidth as torch's kernels see it), a hidden layer's
   relu + dropout per element, and rows picked and added back by index per element;
 * the fixed costs the rates do not explain, fitted on real training runs of a 2000-node graph: per
-layer
-  and per optimizer step (mode=single, 1 and 3 layers, at each thread count) and per collective call
-  (mode=partition on 2 ranks);
-* per mode, the factor between measured and modelled compute that grows with the graph, on a 40
-000-node
-  graph (``mode_factor``);
+  layer and per optimizer step (mode=single, 1 and 3 layers, at each thread count) and per
+  collective call (mode=partition on 2 ranks);
+* per mode, the factor between measured and modelled compute that grows with the graph, on a
+  40 000-node graph (``mode_factor``);
 * host→device bandwidth where the profile's device is CUDA;
 * one 2-rank probe of all_to_all_single, all_reduce and all_gather on the profile's backend (latency
-from
-  64-byte calls, bandwidth from 4 MiB ones); probe processes fork from the ranks' preloaded server.
+  from 64-byte calls, bandwidth from 4 MiB ones); probe processes fork from the ranks' preloaded
+  server.
 
 The profile is the composed one with ``cost`` filled in,
 ``host_mem_gbps``/``core_gmacs``/``h2d_gbps`` replaced by the measurements, written as ``<user

@@ -13,8 +13,8 @@ the namespaces this module made):
 - each link is shaped in both directions: ``eth0``'s egress is the host's upload, ``p<i>``'s egress
   its download;
 - with ``cores_per_host``, host i's processes also run in a cpu cgroup ``N-h<i>`` capped at that
-many
-  cores, time-dilated where the machine has fewer cores than the cluster (see ``dilation_for``).
+  many cores, time-dilated where the machine has fewer cores than the cluster (see
+  ``dilation_for``).
 
 Running ``gnntrain run`` across a cluster is :mod:`gnntrain.launch.netem_jobs`; the
 ``gnntrain netem`` command, :mod:`gnntrain.launch.netem_cli`.
@@ -44,9 +44,8 @@ CGROUP_ROOT = Path(os.environ.get("GNNTRAIN_CGROUP_ROOT", "/sys/fs/cgroup"))
 # the share of the machine's cores the hosts get together; the rest runs the kernel's network path
 # (veth, bridge, tbf) and the torchrun agents, which no host's cap accounts for
 CPU_HEADROOM = 0.9
-CPU_PERIOD_US = (
-    5000  # a short quota period, so a capped host is slowed evenly, not in 100 ms stalls
-)
+# a short quota period, so a capped host is slowed evenly, not in 100 ms stalls
+CPU_PERIOD_US = 5000
 
 
 @dataclass(frozen=True)

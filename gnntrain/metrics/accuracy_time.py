@@ -12,9 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-DEFAULT_MARGIN = (
-    0.01  # the default target: every run's best validation accuracy, the lowest of them, minus 1 pp
-)
+# the default target: every run's best validation accuracy, the lowest of them, minus 1 pp
+DEFAULT_MARGIN = 0.01
 WALL_TIME_NOTE = (
     "wall time = the sum of training epoch times (metrics.jsonl epoch_time_s), without startup, "
     "preprocessing or evaluation"

@@ -21,9 +21,8 @@ class GATLayer(nn.Module):
     modes that split the graph call :meth:`attend` on their own row blocks.
     """
 
-    aggregate_first = (
-        True  # attention scores read the layer's input rows (the estimates' layer order)
-    )
+    # attention scores read the layer's input rows (the estimates' layer order)
+    aggregate_first = True
 
     def __init__(self, d_in: int, d_out: int, negative_slope: float = 0.2, heads: int = 1):
         """``model.negative_slope``: the LeakyReLU slope of the attention scores; ``model.heads``:

@@ -36,18 +36,16 @@ class ModelSpec:
     out_dim: int
     layers: int
     dropout: float
-    aggregate_first: Optional[bool] = (
-        None  # GCN and SAGE; None = DGL's rule (aggregate unless narrowing)
-    )
+    # GCN and SAGE; None = DGL's rule (aggregate unless narrowing)
+    aggregate_first: Optional[bool] = None
     layer_options: Tuple[
         Tuple[str, Any], ...
     ] = ()  # the model's own options (ModelFamily.option_parameters)
     # > 0: a learnable label embedding for label-propagation rows (SuperGCN §2 and §3 Eq. (5);
     # docs/design.md#supergcn)
     label_classes: int = 0
-    norm: str = (
-        "none"  # "layer": LayerNorm on each hidden layer's output, before its relu (row-local)
-    )
+    # "layer": LayerNorm on each hidden layer's output, before its relu (row-local)
+    norm: str = "none"
     target: Optional[str] = None  # name "custom": the user's layer class (gnntrain.models.custom)
 
     @property

@@ -10,9 +10,8 @@ never the composed config, and takes part in three stages:
 :meth:`ModePlanner.validate`
    and :meth:`ModePlanner.estimate` see only sizes (a :class:`~gnntrain.plan_types.PlanContext`);
 2. **prepare** (launcher process, or each rank under torchrun/srun): ``spec.prepare`` turns the
-loaded
-   :class:`GraphData` into one :class:`RankShard` of plain tensors (and the mode's typed payload)
-   per rank;
+   loaded :class:`GraphData` into one :class:`RankShard` of plain tensors (and the mode's typed
+   payload) per rank;
 3. **train** (in each rank): ``spec.strategy`` builds the rank's
    :class:`~gnntrain.modes.strategy.RankStrategy`, which the one epoch loop runs.
 """
@@ -65,9 +64,8 @@ class RankShard:
     global_ids: torch.Tensor
     edges: Sequence[torch.Tensor]
     payload: Any = None
-    label_input_mask: Optional[torch.Tensor] = (
-        None  # rows whose label is an input (label propagation)
-    )
+    # rows whose label is an input (label propagation)
+    label_input_mask: Optional[torch.Tensor] = None
 
 
 @dataclass
@@ -162,13 +160,11 @@ class ModePlanner:
     :class:`~gnntrain.modes.spec.ModeSpec` (capabilities, prepare, strategy) it was built from."""
 
     def __init__(self, spec: Any, options, settings: RunSettings):
-        self.spec = (
-            spec  # the gnntrain.modes.spec.ModeSpec it was built from (spec imports this module)
-        )
+        # the gnntrain.modes.spec.ModeSpec it was built from (spec imports this module)
+        self.spec = spec
         self.options = typed_section(spec.options, options)  # this mode's own section
-        self.settings = (
-            settings  # the run's typed settings: model, train, hardware, partitioner, dataset
-        )
+        # the run's typed settings: model, train, hardware, partitioner, dataset
+        self.settings = settings
 
     # ------------------------------------------------------------- planning
     def world_size(self, hardware_world_size: int) -> int:

@@ -16,10 +16,9 @@ bytes per rank); :func:`predict` prices it with the host's measured costs
   constant per mode fitted on this host absorbs the implementation's efficiency: chunked kernels,
   relayouts);
 * communication = Σ over collectives of latency + ``collective_overhead_us`` + bytes per rank /
-bandwidth,
-  each kind with its own measured (latency, bandwidth); when the ranks span nodes, the profile's
-  ``link_gbit_s`` shared by a node's ranks caps the bandwidth and ``link_latency_us`` adds to the
-  latency.
+  bandwidth, each kind with its own measured (latency, bandwidth); when the ranks span nodes, the
+  profile's ``link_gbit_s`` shared by a node's ranks caps the bandwidth and ``link_latency_us`` adds
+  to the latency.
 
 The papers' own volume models give the bytes: sparsity-aware partition volume × f (Mukhopadhyay
 et al., §4), MixGCN's N(m−1)/m·(d₀ + 4Σd) (§3.1), SuperGCN's cover rows × quantised width (§4),
@@ -38,9 +37,8 @@ from gnntrain.errors import PlanError
 from gnntrain.plan_types import MemoryEstimate, PlanContext
 
 COLLECTIVES = ("alltoall", "allreduce", "allgather")
-ELEMENTWISE_PASSES = (
-    4  # reads+writes per layer output element besides the activation: bias add and its gradient
-)
+# reads+writes per layer output element besides the activation: bias add and its gradient
+ELEMENTWISE_PASSES = 4
 
 
 @dataclass(frozen=True)
@@ -230,15 +228,13 @@ class Work:
     # (multiply-adds, narrow dimension)
     gemms: List[Tuple[float, int]] = field(default_factory=list)
     elementwise_bytes: float = 0.0
-    activation_elements: float = (
-        0.0  # hidden-layer outputs through relu and dropout, forward and backward
-    )
+    # hidden-layer outputs through relu and dropout, forward and backward
+    activation_elements: float = 0.0
     layers: int = 0  # layer forward+backward passes (each costs op_overhead)
     steps: int = 1  # optimizer steps (each costs epoch_overhead: loss, backward start, step)
     copy_bytes: float = 0.0  # streaming host memory copies, priced at elementwise bandwidth
-    gathered_elements: float = (
-        0.0  # values picked or accumulated by row index (halo packing, chunk loads)
-    )
+    # values picked or accumulated by row index (halo packing, chunk loads)
+    gathered_elements: float = 0.0
     h2d_bytes: float = 0.0  # host→device transfers
     # (kind, bytes per rank) per call
     collectives: List[Tuple[str, float]] = field(default_factory=list)
@@ -256,9 +252,8 @@ class Prediction:
     comm_bytes: Optional[int]
     basis: str  # the profile's calibration, for the printout
     collective_calls: int = 0
-    scaling_compute_s: float = (
-        0.0  # the part of compute_s that grows with the graph (mode_factor applied)
-    )
+    # the part of compute_s that grows with the graph (mode_factor applied)
+    scaling_compute_s: float = 0.0
 
     @property
     def epoch_s(self) -> float:

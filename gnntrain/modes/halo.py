@@ -205,9 +205,8 @@ class ExchangeSpec:
     kinds: Sequence[str] = ("halo_fwd", "halo_bwd")
     quantizer: Optional[object] = None  # gnntrain.comm.quantize.RowQuantizer
     quantize_backward: bool = False
-    overlap_backward: bool = (
-        False  # backward's exchange runs while autograd does the ready local work
-    )
+    # backward's exchange runs while autograd does the ready local work
+    overlap_backward: bool = False
     clock: Optional[StageClock] = None  # gets the time blocked waiting for rows as stage "sync"
 
 

@@ -75,9 +75,8 @@ class PartitionConfig(ModeConfig):
     name: str = "partition"
     comm: CommKind = CommKind.sparse
     replication: int = 1  # c of the 1.5D grid; 1 = 1D
-    aggregate_first: Optional[bool] = (
-        None  # (A·H)·W if true, A·(H·W) if false; null = per layer by width
-    )
+    # (A·H)·W if true, A·(H·W) if false; null = per layer by width
+    aggregate_first: Optional[bool] = None
 
 
 Edges = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (dst, src, weight)
@@ -90,9 +89,8 @@ class PartitionPayload:
 
     offsets: torch.Tensor  # block row i is relabelled rows [offsets[i], offsets[i+1])
     replication: int  # c of the (p/c) x c grid
-    out_edges: Optional[Edges] = (
-        None  # comm=cagnet: the edges leaving this block (dst global, src local, w)
-    )
+    # comm=cagnet: the edges leaving this block (dst global, src local, w)
+    out_edges: Optional[Edges] = None
 
 
 @dataclass(frozen=True)

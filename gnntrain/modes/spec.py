@@ -5,12 +5,10 @@
 * ``name`` and ``options`` (the options dataclass ``configs/mode/<name>.yaml`` extends);
 * ``capabilities``: what it hosts and how it runs (:class:`Capabilities`);
 * ``planner``: the plan side, a :class:`~gnntrain.modes.base.ModePlanner` subclass (cost model and
-the
-  figures that need the graph), built by :meth:`ModeSpec.plan` from the options and the run's
+  the figures that need the graph), built by :meth:`ModeSpec.plan` from the options and the run's
   settings;
 * ``prepare(planner, data, plan, part, ranks)``: one :class:`~gnntrain.modes.base.RankShard` (with
-the
-  mode's typed payload) per rank;
+  the mode's typed payload) per rank;
 * ``strategy(planner, shard, ctx, model, optimizer)``: the rank's
   :class:`~gnntrain.modes.strategy.RankStrategy` around the model and optimizer the epoch loop built
   (:func:`~gnntrain.modes.strategy.build_training`);
@@ -39,21 +37,18 @@ if TYPE_CHECKING:  # pragma: no cover
 class Capabilities:
     """What a mode hosts and how it runs, read by the plan, ``mode=auto`` and the launcher."""
 
-    needs_elementwise: bool = (
-        True  # a model's aggregation must be a weighted sum of rows (no attention)
-    )
-    needs_restructurable: bool = (
-        True  # ... and follow the built-in layer protocol (a user's custom layer does not)
-    )
+    # a model's aggregation must be a weighted sum of rows (no attention)
+    needs_elementwise: bool = True
+    # ... and follow the built-in layer protocol (a user's custom layer does not)
+    needs_restructurable: bool = True
     models_rule: str = ""  # why other models are refused, for the plan's message
     # each rank opens only its own part from the partition store; False: the mode needs the whole
     # graph in every rank (single holds it by definition, HyScale samples from all of it), said by
     # whole_graph_reason
     part_store: bool = True
     whole_graph_reason: str = ""
-    partitions_graph: bool = (
-        True  # prepare reads a partitioning of the graph (partition, SuperGCN, HongTu, MoP)
-    )
+    # prepare reads a partitioning of the graph (partition, SuperGCN, HongTu, MoP)
+    partitions_graph: bool = True
     min_world_size: int = 2  # below it the mode is mode=single with overhead; mode=auto skips it
     auto_variants: Tuple[Mapping[str, Any], ...] = ({},)  # mode=auto's option overrides to try
 

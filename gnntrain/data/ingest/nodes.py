@@ -70,9 +70,8 @@ class NodeOptions:
     features: Optional[Path] = None
     features_format: str = "auto"
     id_column: Optional[str] = None  # node tables: default "id" when present, else the first column
-    feature_columns: Optional[List[str]] = (
-        None  # names or glob patterns; default every numeric column left
-    )
+    # names or glob patterns; default every numeric column left
+    feature_columns: Optional[List[str]] = None
     labels: Optional[Path] = None
     label_column: Optional[str] = None
     num_classes: int = 0  # 0: max label + 1

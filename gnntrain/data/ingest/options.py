@@ -22,9 +22,8 @@ class IngestOptions:
     dst_column: Optional[str] = None  # default: "dst" when present, else the second column
     # header, delimiter, comment of a CSV/TSV edge list
     edges_csv: CsvOptions = field(default_factory=CsvOptions)
-    graph: Optional[Path] = (
-        None  # a saved PyG Data (.pt) or DGL graph (.bin): edges, and nodes unless given
-    )
+    # a saved PyG Data (.pt) or DGL graph (.bin): edges, and nodes unless given
+    graph: Optional[Path] = None
     nodes: NodeOptions = field(default_factory=NodeOptions)
     symmetrize: bool = True
     self_loops: str = "drop"  # drop | error

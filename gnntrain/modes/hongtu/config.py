@@ -16,25 +16,20 @@ REORGANIZE_VERSION = 3  # bump when Algorithm 4 changes: cached batch orders are
 @dataclass
 class HongTuConfig(ModeConfig):
     name: str = "hongtu"
-    chunks: int = (
-        4  # n chunks per partition; 0 = the smallest n whose device working set fits device_memory
-    )
+    # n chunks per partition; 0 = the smallest n whose device working set fits device_memory
+    chunks: int = 4
     dedup: str = "p2p+reuse"  # none | p2p | reuse | p2p+reuse
-    reorganize: bool = (
-        True  # greedy chunk-to-batch assignment and batch order (Algorithm 4), cached
-    )
-    device_memory: Optional[str] = (
-        None  # e.g. "1GiB"; null = the hardware profile's device_memory_gb (0 = no cap)
-    )
-    host_budget: Optional[str] = (
-        None  # vertex tables a rank keeps in host memory, e.g. "2GiB"; the rest on disk.
-    )
+    # greedy chunk-to-batch assignment and batch order (Algorithm 4), cached
+    reorganize: bool = True
+    # e.g. "1GiB"; null = the hardware profile's device_memory_gb (0 = no cap)
+    device_memory: Optional[str] = None
+    # vertex tables a rank keeps in host memory, e.g. "2GiB"; the rest on disk.
+    host_budget: Optional[str] = None
     # null: what the profile's host memory leaves after the rest of the estimate (no disk tier where
     # all fits)
     disk_dir: Optional[str] = None  # the disk tier's scratch folder; null = <cache_dir>/disk-tier
-    direct: bool = (
-        False  # one rank on a CPU device: the SpMM reads neighbours in place, topology from the CSR
-    )
+    # one rank on a CPU device: the SpMM reads neighbours in place, topology from the CSR
+    direct: bool = False
 
 
 _UNITS = {

@@ -118,9 +118,8 @@ class HongTuEngine(ChunkTransfers):
         ] = {}  # disk-tier bytes (disk_read, disk_write) of the current pass
         self.disk_last: Dict[str, int] = {}  # ... of the last training epoch
         self.p = 0.0
-        self.device_topology: Optional[Tuple[Tuple[int, int], SparseAdjacency]] = (
-            None  # the current chunk's only
-        )
+        # the current chunk's only
+        self.device_topology: Optional[Tuple[Tuple[int, int], SparseAdjacency]] = None
         self.acts: List[torch.Tensor] = []
         self.cache: List[Optional[torch.Tensor]] = []
         self.masks: List[Optional[Union[torch.Tensor, str]]] = []

@@ -26,9 +26,8 @@ System on Single-Node Heterogeneous Architecture; docs/design.md#hyscale).
 * **Initial shares** (§V): the performance model's split, with T_samp measured
   at start, unless ``mode.shares`` gives one.
 * **Gradient sync** (§III-A "Synchronizer"; synchronous SGD as in §II-B): synchronous. Loss = Σ CE
-over a
-  trainer's slice / global batch size, and gradients are all-reduced with SUM, so trainer i's mean
-  gradient enters with weight b_i/B (unbiased for uneven shares).
+  over a trainer's slice / global batch size, and gradients are all-reduced with SUM, so trainer i's
+  mean gradient enters with weight b_i/B (unbiased for uneven shares).
 * **DRM** (§IV-A, Algorithm 1): :func:`drm_step`, a pure function of the
   per-trainer stage times; balance_work is the damped proportional rule of
   :func:`rebalance`. A decision made after iteration t applies to batch t+3

@@ -10,9 +10,8 @@ from gnntrain.config.schema import ModeConfig
 
 # a decision after iteration t applies to batch t + DRM_LAG (depth-2 queue + the batch in flight)
 DRM_LAG = 3
-DRM_WARMUP = (
-    1  # the run's first iterations pay one-time costs (allocations, lazy init): DRM ignores them
-)
+# the run's first iterations pay one-time costs (allocations, lazy init): DRM ignores them
+DRM_WARMUP = 1
 
 
 class SamplerKind(str, Enum):

@@ -63,9 +63,8 @@ class SamplerPool:
             max(0, int(depth)),
             int(end),
         )
-        self.ready = (
-            ready  # blocks until draw k may start (its shares are decided), before it takes a slot
-        )
+        # blocks until draw k may start (its shares are decided), before it takes a slot
+        self.ready = ready
         # daemon threads (not a ThreadPoolExecutor, whose threads the interpreter joins at exit: a
         # draw waiting for shares that never come would then hang a failed rank's exit)
         self._tasks: "queue.Queue" = queue.Queue()
