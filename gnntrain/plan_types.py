@@ -32,26 +32,26 @@ from gnntrain.config.schema import (
 T = TypeVar("T")
 
 
+def plain_section(section: Any) -> Dict[str, Any]:
+    """A config section (a DictConfig, or a plain dict as a rank's ``plan.config`` holds it) as a
+    plain, resolved dict."""
+    if OmegaConf.is_config(section):
+        return OmegaConf.to_container(section, resolve=True)
+    return dict(section)
+
+
 def typed_section(schema: Type[T], section: Any) -> T:
-    """One config section (a DictConfig or a plain dict, as a rank's ``plan.config`` holds it) as an
-    instance of its schema dataclass: enums as members, lists as lists."""
-    values = (
-        OmegaConf.to_container(section, resolve=True)
-        if OmegaConf.is_config(section)
-        else dict(section)
-    )
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
+    """One config section as an instance of its schema dataclass: enums as members, lists as
+    lists."""
+    merged = OmegaConf.merge(OmegaConf.structured(schema), plain_section(section))
+    return OmegaConf.to_object(merged)
 
 
 def split_section(schema: Type[T], section: Any) -> Tuple[T, Dict[str, Any]]:
     """(the fields of ``schema`` typed, the section's other keys): a section whose schema extends
     ``schema`` with a plug-in's own options (a model's layer arguments, a generator's
     parameters)."""
-    values = (
-        OmegaConf.to_container(section, resolve=True)
-        if OmegaConf.is_config(section)
-        else dict(section)
-    )
+    values = plain_section(section)
     shared = {f.name for f in fields(schema)}
     return (
         typed_section(schema, {k: v for k, v in values.items() if k in shared}),

@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, List, NoReturn, Optional
+from typing import Any, Callable, List, Optional
+
+from gnntrain.launch.compose import config_dir
 
 SCHEMA_GROUPS = ("dataset", "model", "mode", "partitioner", "hardware", "logger")
 SWEEP_FAILURES: List[str] = []  # the overrides of each failed job of a sweep run in this process
@@ -29,12 +31,6 @@ def error(message: str) -> None:
     from rich.markup import escape
 
     console(stderr=True).print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)
-
-
-def config_dir() -> str:
-    from gnntrain.launch.compose import config_dir as packaged
-
-    return packaged()
 
 
 def is_multirun() -> bool:
@@ -81,10 +77,6 @@ def fail(message: Optional[str], status: str, job_result: Any = None, code: int 
     if is_multirun():
         _record_sweep_failure(status)
         return job_result
-    _exit(code)
-
-
-def _exit(code: int) -> NoReturn:
     sys.exit(code)
 
 
@@ -99,9 +91,8 @@ def schema_as_option(args: List[str]) -> Optional[str]:
             group = hit.group(1)
             options = sorted(p.stem for p in (Path(config_dir()) / group).glob("*.yaml"))
             return (
-                f"{arg}: {hit.group(2)} is the schema of the {group} group, not a {group}. Use one "
-                "of: "
-                f"{', '.join(options)}."
+                f"{arg}: {hit.group(2)} is the schema of the {group} group, not a {group}. "
+                f"Use one of: {', '.join(options)}."
             )
     return None
 

@@ -15,6 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional
 
+from gnntrain.data.locations import (
+    fill_file_sizes,
+    resolve_cache_dir,
+    resolve_data_dir,
+    resolve_graph_path,
+    resolve_reader,
+)
 from gnntrain.errors import DatasetError
 from gnntrain.registry import Registry
 
@@ -83,21 +90,13 @@ def _check_generated(ds) -> None:
 
 
 def _load_files(cfg):
-    from gnntrain.data.locations import resolve_graph_path
     from gnntrain.data.ondisk import load_graph_dir
 
     return load_graph_dir(resolve_graph_path(cfg))
 
 
-def _fill_file_sizes(cfg) -> None:
-    from gnntrain.data.locations import fill_file_sizes
-
-    fill_file_sizes(cfg)
-
-
 def _load_dgl(cfg):
     from gnntrain.data import loaders
-    from gnntrain.data.locations import resolve_cache_dir, resolve_data_dir, resolve_reader
 
     ds = cfg.dataset
     if ds.name not in loaders.DGL_SOURCES:
@@ -122,7 +121,6 @@ def _dgl_folders(ds) -> List[str]:
 
 def _load_ogb(cfg):
     from gnntrain.data import loaders
-    from gnntrain.data.locations import resolve_cache_dir, resolve_data_dir
 
     allow = bool(cfg.get("allow_download", True))
     return loaders.load_ogb_dataset(
@@ -140,6 +138,6 @@ register_source(
         config_splits=True,
     )
 )
-register_source(DatasetSource("files", load=_load_files, fill_sizes=_fill_file_sizes))
+register_source(DatasetSource("files", load=_load_files, fill_sizes=fill_file_sizes))
 register_source(DatasetSource("dgl", load=_load_dgl, raw_folders=_dgl_folders, reader=True))
 register_source(DatasetSource("ogb", load=_load_ogb))

@@ -117,11 +117,11 @@ def generator_params(cfg, name: str = "") -> Dict[str, Any]:
     omits one)."""
     from omegaconf import OmegaConf
 
+    from gnntrain.plan_types import plain_section
+
     config = get_generator(name or str(cfg["name"])).config
-    given = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
-    values = OmegaConf.to_container(
-        OmegaConf.merge(OmegaConf.structured(config), given), resolve=True
-    )
+    merged = OmegaConf.merge(OmegaConf.structured(config), plain_section(cfg))
+    values = OmegaConf.to_container(merged, resolve=True)
     return {
         f.name: values[f.name] for f in fields(config) if f.name not in DatasetConfig.DESCRIPTIVE
     }
