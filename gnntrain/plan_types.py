@@ -188,6 +188,8 @@ class RunPlan:
     prediction: Optional[Dict[str, Any]] = None
     # mode=auto: the ranked candidates and why others were dropped
     auto: Optional[Dict[str, Any]] = None
+    # partitioner=auto: why the partitioner named above was chosen ("" where the user named it)
+    partitioner_note: str = ""
 
     @cached_property
     def config_obj(self) -> DictConfig:

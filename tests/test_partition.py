@@ -23,6 +23,10 @@ def _pcfg(name="metis", **kw):
         "max_volume_growth": 0.05,
         "refine_rounds": 50,
         "num_parts": 0,
+        "row_weight": 0.0,
+        "preset": "default",
+        "threads": 1,
+        "compress": True,
     }
     base.update(kw)
     return OmegaConf.create(base)
@@ -62,7 +66,7 @@ def test_metrics_equal_brute_force(seed, k):
     assert m.send_imbalance == pytest.approx((max(send) - avg) / avg)
 
 
-PARTITIONERS_UNDER_TEST = ["metis", "random", "range", "volume"]
+PARTITIONERS_UNDER_TEST = ["metis", "kaminpar", "random", "range", "volume"]
 
 
 @pytest.mark.parametrize("name", PARTITIONERS_UNDER_TEST)

@@ -190,7 +190,7 @@ def partition_task(cfg) -> None:
         data, part, hit = _load_and_partition(cfg, plan)
     except GnnTrainError as exc:
         return fail(str(exc), "failed")
-    print_partition(data, cfg.partitioner, part, hit)
+    print_partition(data, plan.settings.partitioner, part, hit)
     report = _graph_report(cfg, plan, data, part)
     if report:
         from gnntrain.metrics.report import print_graph_report

@@ -132,7 +132,7 @@ class AutoConfig:
 # ----------------------------------------------------------------- partitioner
 @dataclass
 class PartitionerConfig:
-    name: str = MISSING  # metis | random | range | volume | ldg
+    name: str = MISSING  # auto | metis | kaminpar | random | range | volume | ldg
     seed: int = 0
     num_parts: int = 0  # 0 = what the mode needs at this world size; otherwise must match it
     vertex_weights: str = "nnz"  # nnz | uniform  (metis/volume)
@@ -147,6 +147,11 @@ class PartitionerConfig:
     imbalance_eps: float = 0.05  # max allowed (max-avg)/avg of nnz per part
     max_volume_growth: float = 0.05  # total volume may grow at most this fraction
     refine_rounds: int = 50
+    # kaminpar: its configuration preset, threads (0 = this process's CPUs), and whether it
+    # compresses the graph while loading it (TeraPart's encoding: a fraction of the memory)
+    preset: str = "default"
+    threads: int = 0
+    compress: bool = True
 
 
 # -------------------------------------------------------------------- hardware

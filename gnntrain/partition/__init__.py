@@ -19,6 +19,7 @@ from gnntrain.partition.layout import (
 from gnntrain.partition.partitioners import PARTITIONERS, bandwidth, partition_nodes, rcm_order
 
 __all__ = [
+    "CSR_PARTITIONERS",
     "PARTITIONERS",
     "Partitioning",
     "PartitionMetrics",
@@ -31,6 +32,9 @@ __all__ = [
 
 log = logging.getLogger("gnntrain.partition")
 
+# partitioners that read a destination-sorted CSR without the edge lists
+CSR_PARTITIONERS = ("ldg", "kaminpar")
+
 
 def partitioner_options(cfg) -> dict:
     keys = ["name", "seed", "vertex_weights", "reorder"]
@@ -38,6 +42,8 @@ def partitioner_options(cfg) -> dict:
         keys += ["imbalance_eps", "max_volume_growth", "refine_rounds"]
     if cfg.name == "ldg":
         keys += ["imbalance_eps"]
+    if cfg.name == "kaminpar":  # threads change neither the key nor, by design, much of the result
+        keys += ["imbalance_eps", "row_weight", "preset", "compress"]
     options = {key: getattr(cfg, key) for key in keys}
     if cfg.name in ("metis", "volume") and getattr(cfg, "objective", "cut") != "cut":
         options["objective"] = cfg.objective  # keys of partitions cut by edge cut stay as they were
@@ -56,14 +62,16 @@ def partition_graph(
     dataset_hash: str,
     cache_root: Optional[Path] = None,
     csr: Optional[tuple] = None,
+    symmetric: bool = False,
 ) -> tuple:
     """Partition the directed edge list into k contiguous parts (cached).
 
     Returns ``(Partitioning, cache_hit)``. Metrics are computed on the edges
     as given (the caller decides about self-loops; they never cross parts).
-    ``csr``: (indptr, indices) of the same edges, destination-sorted, instead of the lists: only the
-    streaming partitioner (``ldg``, :mod:`gnntrain.partition.streaming`) takes it, in O(N) memory
-    beside it.
+    ``csr``: (indptr, indices) of the same edges, destination-sorted, instead of the lists, with
+    ``symmetric`` saying whether every edge's reverse is in it: the streaming partitioner (``ldg``,
+    :mod:`gnntrain.partition.streaming`) reads it in O(N) memory beside it, and ``kaminpar``
+    (:mod:`gnntrain.partition.kaminpar`) writes its input file from it a block at a time.
     """
     from gnntrain.errors import PlanError
     from gnntrain.partition.streaming import csr_metrics, ldg_parts
@@ -74,11 +82,12 @@ def partition_graph(
         )
     if csr is None:
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    elif cfg.name != "ldg" or cfg.reorder is not None:
+    elif cfg.name not in CSR_PARTITIONERS or cfg.reorder is not None:
         raise PlanError(
             "partitioner",
             f"partitioner={cfg.name} (reorder {cfg.reorder}) needs the edge lists.",
-            "use partitioner=ldg with partitioner.reorder=null for a graph given as a CSR",
+            "use partitioner=kaminpar or ldg with partitioner.reorder=null for a graph given as a "
+            "CSR",
         )
     elif k > num_nodes:
         raise PlanError(
@@ -87,11 +96,17 @@ def partition_graph(
             "use at most as many parts as nodes",
         )
 
+    scratch = None if cache_root is None else Path(cache_root) / "scratch"
+
     def build():
-        if csr is not None:
+        if csr is not None and cfg.name == "kaminpar":
+            from gnntrain.partition.kaminpar import kaminpar_parts
+
+            parts = kaminpar_parts(*csr, symmetric, k, cfg, scratch)
+        elif csr is not None:
             parts = ldg_parts(*csr, k, cfg.vertex_weights, cfg.imbalance_eps)
         else:
-            parts = partition_nodes(src, dst, num_nodes, k, cfg)
+            parts = partition_nodes(src, dst, num_nodes, k, cfg, scratch)
         order = (
             (lambda nodes: rcm_order(src, dst, num_nodes, nodes)) if cfg.reorder == "rcm" else None
         )

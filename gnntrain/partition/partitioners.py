@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 from gnntrain.errors import PlanError
 
-PARTITIONERS = ("metis", "random", "range", "volume", "ldg")
+PARTITIONERS = ("metis", "kaminpar", "random", "range", "volume", "ldg")
 
 
 def symmetric_csr(src: np.ndarray, dst: np.ndarray, n: int) -> sp.csr_matrix:
@@ -103,8 +103,11 @@ def range_parts(n: int, k: int) -> np.ndarray:
     return np.repeat(np.arange(k, dtype=np.int64), np.diff(bounds))
 
 
-def partition_nodes(src: np.ndarray, dst: np.ndarray, n: int, k: int, cfg) -> np.ndarray:
-    """Part id per node for the partitioner config ``cfg``."""
+def partition_nodes(
+    src: np.ndarray, dst: np.ndarray, n: int, k: int, cfg, scratch_root=None
+) -> np.ndarray:
+    """Part id per node for the partitioner config ``cfg`` (KaMinPar writes its input file under
+    ``scratch_root``)."""
     if k > n:
         raise PlanError(
             "world size",
@@ -118,6 +121,13 @@ def partition_nodes(src: np.ndarray, dst: np.ndarray, n: int, k: int, cfg) -> np
     )
     if name == "metis":
         return metis_parts(src, dst, n, k, cfg.seed, cfg.vertex_weights, objective, row_weight)
+    if name == "kaminpar":  # from edge lists: a CSR with sorted rows, symmetrised on the way
+        from gnntrain.partition.kaminpar import kaminpar_parts
+
+        order = np.lexsort((src, dst))
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(dst, minlength=n), out=indptr[1:])
+        return kaminpar_parts(indptr, src[order], False, k, cfg, scratch_root)
     if name == "random":
         return random_parts(n, k, cfg.seed)
     if name == "range":
