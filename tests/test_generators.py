@@ -3,11 +3,13 @@ learnable (a GCN clearly beats an MLP on csbm)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from conftest import CORA, compose, requires_shared
 
 from gnntrain.data import load_dataset
+from gnntrain.errors import PlanError
 
 
 def test_csbm_is_deterministic_and_sized():
@@ -81,6 +83,58 @@ def _accuracy(data, aggregate_hops: int) -> float:
     return float((pred[data.test_mask] == data.labels[data.test_mask]).float().mean())
 
 
+COMMUNITIES = [
+    "dataset=communities",
+    "dataset.num_nodes=20000",
+    "dataset.feat_dim=4",
+    "dataset.leaf_size=40",
+]
+
+
+def _homophily_and_volume(overrides):
+    from gnntrain.partition import compute_metrics
+    from gnntrain.partition.partitioners import metis_parts
+
+    data = load_dataset(compose(overrides))
+    src, dst, y = data.src.numpy(), data.dst.numpy(), data.labels.numpy()
+    parts = metis_parts(src, dst, data.num_nodes, 4, 0, "nnz")
+    return data, float((y[src] == y[dst]).mean()), compute_metrics(src, dst, parts, 4)
+
+
+def test_communities_are_power_law_local_and_as_homophilous_as_asked():
+    data, homophily, metrics = _homophily_and_volume(COMMUNITIES)
+    degree = np.bincount(data.dst.numpy(), minlength=data.num_nodes)
+    # power law: hubs far above the median, most nodes below the mean
+    assert degree.max() > 20 * np.median(degree) and np.median(degree) < degree.mean()
+    assert 0.7 < homophily < 0.9  # ogbn-products: 0.81
+    # locality: METIS's halo at p = 4 is a fraction of csbm's on a graph of the same size and degree
+    csbm = ["dataset=csbm", "dataset.num_nodes=20000", "dataset.feat_dim=4"]
+    avg = data.num_edges / data.num_nodes
+    _, _, csbm_metrics = _homophily_and_volume(csbm + [f"dataset.avg_degree={avg:.1f}"])
+    assert metrics.total_volume < 0.6 * csbm_metrics.total_volume, (metrics, csbm_metrics)
+    # purity tunes homophily; without local edges METIS finds no structure to exploit
+    _, mixed, _ = _homophily_and_volume(COMMUNITIES + ["dataset.label_purity=0.3"])
+    _, _, flat = _homophily_and_volume(COMMUNITIES + ["dataset.locality=[0,0,0]"])
+    assert mixed < homophily - 0.4 and flat.total_volume > 1.5 * metrics.total_volume
+
+
+@pytest.mark.parametrize(
+    "override,option",
+    [
+        ("dataset.locality=[0.6,0.5,0.1]", "dataset.locality"),
+        ("dataset.locality=[0.5,0.2]", "dataset.locality"),
+        ("dataset.degree_exponent=2", "dataset.degree_exponent"),
+        ("dataset.label_purity=1.5", "dataset.label_purity"),
+    ],
+)
+def test_communities_refuse_impossible_parameters(override, option):
+    from gnntrain.plan import build_plan
+
+    with pytest.raises(PlanError) as info:
+        build_plan(compose(COMMUNITIES + [override]))
+    assert info.value.option == option
+
+
 def test_csbm_is_learnable_and_graph_matters():
     data = load_dataset(compose(["dataset=csbm"]))
     gcn, mlp = _accuracy(data, 1), _accuracy(data, 0)
@@ -151,6 +205,13 @@ SMALL = {
         "dataset.num_edges=9000",
         "dataset.feat_dim=6",
     ],
+    "communities": [
+        "dataset=communities",
+        "dataset.num_nodes=3000",
+        "dataset.feat_dim=6",
+        "dataset.avg_degree=8",
+        "dataset.leaf_size=40",
+    ],
     "rmat-directed": [
         "dataset=rmat",
         "dataset.num_nodes=2000",
@@ -166,13 +227,14 @@ def small_blocks(monkeypatch):
     """Blocks of 1000 edge draws and 512 rows, so a small graph takes every multi-block path (both
     sides patched alike: the block size shapes the graph)."""
     import gnntrain.data.generators as generators
+    import gnntrain.data.generators.communities as communities
     import gnntrain.data.generators.csbm as csbm
     import gnntrain.data.generators.rmat as rmat
     import gnntrain.data.ingest.generated as generated
 
-    for module in (csbm, rmat):
+    for module in (csbm, rmat, communities):
         monkeypatch.setattr(module, "EDGE_BLOCK", 1000)
-    for module in (generators, csbm, rmat, generated):
+    for module in (generators, csbm, rmat, communities, generated):
         monkeypatch.setattr(module, "ROW_BLOCK", 512)
 
 
