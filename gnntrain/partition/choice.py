@@ -1,4 +1,4 @@
-"""``partitioner=auto`` (the default): METIS where its peak fits the host, KaMinPar where it does not.
+"""``partitioner=auto`` (the default): METIS where its peak fits the host, KaMinPar where not.
 
 Partitioning runs in one process, before the ranks start, beside the loaded graph. Its peak per
 directed edge, measured with ``python -m benchmarks partitioners`` (peak RSS less the loaded graph;

@@ -170,7 +170,7 @@ def write_parhip(
     try:
         if symmetric:
             adjacency = None
-            degrees_of = lambda lo, hi: np.diff(indptr[lo : hi + 1])  # noqa: E731
+            degrees_of = lambda lo, hi: np.diff(indptr[lo : hi + 1])
         else:
             if not _sorted_rows(indptr, indices):
                 raise PlanError(

@@ -1,4 +1,4 @@
-"""``dataset=communities``: a graph with the locality real graphs have, for partition-parallel modes.
+"""``dataset=communities``: a graph with the locality of real graphs, for partition-parallel modes.
 
 csbm's edges pick a uniform partner of a class that spans a seventh of the graph, so at p = 4 every
 partitioner leaves a halo of about N rows per layer; real graphs (ogbn-products, social and
@@ -26,8 +26,8 @@ Radicchi's LFR benchmark, Phys. Rev. E 78, 2008, for power-law degrees inside co
 The defaults are calibrated to ogbn-products' published statistics (Hu et al., *Open Graph
 Benchmark*, 2020, Table 1: 2,449,029 nodes, 61,859,140 undirected edges, 47 classes, 100 features;
 edge homophily 0.81). Measured at 1M nodes: 49.8 directed edges per node after repeats are merged,
-median degree 33, maximum 4,172, edge homophily 0.82. The edges, features and labels come in blocks like csbm's, so ``gnntrain
-generate`` writes any size in bounded memory (a few arrays of N).
+median degree 33, maximum 4,172, edge homophily 0.82. The edges, features and labels come in blocks
+like csbm's, so ``gnntrain generate`` writes any size in bounded memory (a few arrays of N).
 """
 
 from __future__ import annotations
