@@ -34,6 +34,7 @@ from gnntrain.modes.cagnet import CagnetStrategy
 from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import FullGraphStrategy
 from gnntrain.modes.halo import build_halo_plan, group_all_reduce, halo_exchange, local_source_index
+from gnntrain.modes.row_edges import row_edges
 from gnntrain.modes.single import graph_tensors
 from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.partition.store import store_record
@@ -298,30 +299,37 @@ def prepare(
     k."""
     grid = Grid(plan.world_size, mode.c)
     builder = ShardBuilder(data, plan.world_size)
-    src, dst, w = graph_tensors(data, mode.settings)
     inverse = torch.from_numpy(part.inverse)
     perm = torch.from_numpy(part.perm)
     offsets = torch.from_numpy(part.offsets)
-    src_n, dst_n = inverse[src], inverse[dst]
-    order = torch.argsort(dst_n, stable=True)
-    src_n, dst_n, w = src_n[order], dst_n[order], w[order]
-    # out-edges, for A^T
-    by_src = torch.argsort(src_n, stable=True) if mode.comm == CAGNET else None
+    # from the CSR, a part at a time (CAGNET's transposed blocks still come from the edge lists)
+    streamed = row_edges(data, mode.settings) if mode.comm != CAGNET else None
+    if streamed is None:
+        src, dst, w = graph_tensors(data, mode.settings)
+        src_n, dst_n = inverse[src], inverse[dst]
+        order = torch.argsort(dst_n, stable=True)
+        src_n, dst_n, w = src_n[order], dst_n[order], w[order]
+        # out-edges, for A^T
+        by_src = torch.argsort(src_n, stable=True) if mode.comm == CAGNET else None
     shards = []
     for rank in range(plan.world_size) if ranks is None else ranks:
         i, k = grid.position(rank)
         lo, hi = int(offsets[i]), int(offsets[i + 1])
         blocks = grid.group_blocks(k)
         col_lo, col_hi = int(offsets[blocks[0]]), int(offsets[blocks[-1] + 1])
-        e_lo, e_hi = (int(x) for x in torch.searchsorted(dst_n, torch.tensor([lo, hi])))
-        s, d, ww = src_n[e_lo:e_hi], dst_n[e_lo:e_hi], w[e_lo:e_hi]
+        if streamed is not None:
+            d, s, ww = streamed.rows(part.perm[lo:hi])
+            s = inverse[s]
+            out_edges = None
+        else:
+            e_lo, e_hi = (int(x) for x in torch.searchsorted(dst_n, torch.tensor([lo, hi])))
+            s, d, ww = src_n[e_lo:e_hi], dst_n[e_lo:e_hi] - lo, w[e_lo:e_hi]
+            out_edges = _out_edges(src_n, dst_n, w, by_src, lo, hi)
         keep = (s >= col_lo) & (s < col_hi)
-        payload = PartitionPayload(offsets, grid.c, _out_edges(src_n, dst_n, w, by_src, lo, hi))
+        payload = PartitionPayload(offsets, grid.c, out_edges)
         # one replica counts each row's loss and accuracy
         shards.append(
-            builder.shard(
-                rank, perm[lo:hi], (d[keep] - lo, s[keep], ww[keep]), payload, counted=k == 0
-            )
+            builder.shard(rank, perm[lo:hi], (d[keep], s[keep], ww[keep]), payload, counted=k == 0)
         )
     m = part.metrics
     return builder.prepared(

@@ -1,0 +1,110 @@
+"""Multi-rank prepares from the CSR (#55, gnntrain/modes/row_edges.py): a part's in-edges, self-loops
+and weight factors read from an ingested graph's memory-mapped CSR equal the whole-graph COO path's
+edge for edge, and `mode=partition` (1D and 1.5D) builds its part store and trains exactly like
+`single` without the whole graph's edge lists ever being made."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import EXACT, assert_exact, compose, requires_shared, single_losses
+
+from gnntrain.data.graph import CsrGraphData
+
+DIRECTED = ["dataset=rmat", "dataset.num_nodes=256", "dataset.symmetrize=false"]
+KAMINPAR = ["partitioner=kaminpar", "partitioner.threads=1"]
+
+
+def _ingested_generated(tmp_path, generator):
+    from gnntrain.data.ingest.generated import write_generated
+
+    folder = tmp_path / "graph"
+    write_generated(compose(generator).dataset, folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cora_folder(cora, tmp_path_factory):
+    """Cora ingested from .npy arrays, as `gnntrain ingest` writes it."""
+    from gnntrain.data.ingest import IngestOptions, NodeOptions, ingest
+
+    raw = tmp_path_factory.mktemp("cora-npy")
+    np.save(raw / "edge_index.npy", np.stack([cora.src.numpy(), cora.dst.numpy()]))
+    np.save(raw / "x.npy", cora.features.numpy())
+    np.save(raw / "y.npy", cora.labels.numpy())
+    for split, mask in cora.masks.items():
+        np.save(raw / f"{split}_mask.npy", mask.numpy())
+    nodes = NodeOptions(
+        features=raw / "x.npy",
+        labels=raw / "y.npy",
+        masks={m: raw / f"{m}.npy" for m in ("train_mask", "val_mask", "test_mask")},
+    )
+    out = tmp_path_factory.mktemp("cora-ingested") / "cora"
+    ingest(IngestOptions(out=out, edges=[raw / "edge_index.npy"], nodes=nodes))
+    return out
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage", "gin"])
+@pytest.mark.parametrize("self_loop", [True, False])
+def test_row_edges_equal_the_coo_path_edge_for_edge(tmp_path, model, self_loop):
+    from gnntrain.data.ondisk import load_graph_dir
+    from gnntrain.modes.row_edges import row_edges
+    from gnntrain.modes.single import graph_tensors
+    from gnntrain.plan_types import RunSettings
+
+    data = load_graph_dir(_ingested_generated(tmp_path, DIRECTED))
+    cfg = compose(
+        DIRECTED + [f"model={model}", f"model.self_loop={self_loop}", "train.dtype=float64"]
+    )
+    settings = RunSettings.of(cfg)
+    streamed = row_edges(data, settings)
+    src, dst, w = graph_tensors(data, settings)
+    rng = np.random.default_rng(0)
+    rows = rng.permutation(data.num_nodes)[:90]  # any rows, in any order
+    d, s, ww = streamed.rows(rows)
+    # the COO path's edges of the same rows, in its order: by position in `rows`, stably
+    position = torch.full((data.num_nodes,), -1, dtype=torch.int64)
+    position[torch.from_numpy(rows)] = torch.arange(rows.size)
+    held = position[dst] >= 0
+    order = torch.argsort(position[dst][held], stable=True)
+    assert torch.equal(d, position[dst][held][order]) and torch.equal(s, src[held][order])
+    assert torch.equal(ww, w[held][order])
+
+
+def _forbid_edge_lists(monkeypatch):
+    def refuse(_self):
+        raise AssertionError("a multi-rank prepare built the whole graph's edge lists")
+
+    for name in ("src", "dst"):
+        monkeypatch.setattr(CsrGraphData, name, property(refuse, getattr(CsrGraphData, name).fset))
+
+
+LAYOUTS = {
+    "1D p=2": ["hardware.ranks_per_node=2"],
+    "1D p=3": ["hardware.ranks_per_node=3"],
+    "1.5D p=4 c=2": ["hardware.ranks_per_node=4", "mode.replication=2"],
+}
+
+
+@requires_shared
+def test_partition_on_ingested_cora_never_builds_edge_lists(cora_folder, train, monkeypatch):
+    graph = ["dataset=files", f"dataset.path={cora_folder}"]
+    reference = single_losses(train, graph + EXACT)
+    _forbid_edge_lists(monkeypatch)
+    for name, layout in LAYOUTS.items():
+        summary = train(graph + EXACT + KAMINPAR + ["mode=partition"] + layout)
+        assert summary["partition"]["partitioner"] == "kaminpar", name
+        assert_exact(summary["losses"], reference)
+
+
+def test_partition_on_a_directed_ingested_graph_never_builds_edge_lists(
+    train, tmp_path, monkeypatch
+):
+    graph = ["dataset=files", f"dataset.path={_ingested_generated(tmp_path, DIRECTED)}"]
+    graph += ["model.self_loop=true", "model.layers=3"]
+    reference = single_losses(train, graph + EXACT)
+    _forbid_edge_lists(monkeypatch)
+    for name in ("1D p=3", "1.5D p=4 c=2"):
+        summary = train(graph + EXACT + KAMINPAR + ["mode=partition"] + LAYOUTS[name])
+        assert_exact(summary["losses"], reference)
