@@ -1,5 +1,5 @@
-"""Multi-rank prepares from the CSR (#55, gnntrain/modes/row_edges.py): a part's in-edges, self-loops
-and weight factors read from an ingested graph's memory-mapped CSR equal the whole-graph COO path's
+"""Multi-rank prepares from the CSR (#55, gnntrain/modes/row_edges.py): a part's in-edges,
+self-loops and weight factors read from an ingested graph's memory-mapped CSR equal the whole-graph COO path's
 edge for edge, and `mode=partition` (1D and 1.5D) builds its part store and trains exactly like
 `single` without the whole graph's edge lists ever being made."""
 
@@ -108,3 +108,41 @@ def test_partition_on_a_directed_ingested_graph_never_builds_edge_lists(
     for name in ("1D p=3", "1.5D p=4 c=2"):
         summary = train(graph + EXACT + KAMINPAR + ["mode=partition"] + LAYOUTS[name])
         assert_exact(summary["losses"], reference)
+
+
+def test_the_store_is_written_a_part_at_a_time_and_equals_the_whole_prepare(
+    tmp_path, cache_dir, monkeypatch
+):
+    """Each part is prepared alone (ranks=[r]) and written before the next is made; what the ranks
+    open equals the parts of one whole-graph prepare."""
+    from gnntrain.launch.shards import ensure_store, open_shard, prepare_in_memory
+    from gnntrain.modes import mode_spec
+    from gnntrain.plan import build_plan
+
+    folder = _ingested_generated(tmp_path, DIRECTED)
+    plan = build_plan(
+        compose(
+            ["dataset=files", f"dataset.path={folder}", f"cache_dir={cache_dir}", "mode=partition"]
+            + KAMINPAR
+            + ["hardware.ranks_per_node=3"]
+        )
+    )
+    whole = prepare_in_memory(plan)
+    spec = mode_spec("partition")
+    calls = []
+
+    def one_part_at_a_time(mode, data, plan, part, ranks=None):
+        calls.append(ranks)
+        return prepare(mode, data, plan, part, ranks)
+
+    prepare = spec.prepare
+    monkeypatch.setitem(spec.__dict__, "prepare", one_part_at_a_time)  # a frozen dataclass
+    directory, meta, _ = ensure_store(plan)
+    assert calls == [[0], [1], [2]]
+    assert meta["partition"]["partitioner"] == "kaminpar" and meta["num_parts"] == 3
+    for rank, expected in enumerate(whole.shards):
+        shard, _ = open_shard(plan, directory, rank)
+        for got, want in zip(shard.edges, expected.edges):
+            assert torch.equal(got, want)
+        assert torch.equal(shard.features, expected.features)
+        assert torch.equal(shard.global_ids, expected.global_ids)

@@ -166,7 +166,12 @@ def prepare_in_memory(plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
     data, mode, part, hit = load_and_partition(plan)
     # loading and partitioning (the partitioner's cache, or METIS)
     load_s = time.perf_counter() - start
-    prepared = mode.spec.prepare(mode, data, plan, part, ranks)
+    return _with_graph_figures(
+        mode.spec.prepare(mode, data, plan, part, ranks), data, part, hit, load_s
+    )
+
+
+def _with_graph_figures(prepared: Prepared, data, part, hit: bool, load_s: float) -> Prepared:
     prepared.preprocess_s += load_s
     if part is not None:
         prepared.partition.setdefault("cache_hit", hit)
@@ -177,21 +182,42 @@ def prepare_in_memory(plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
     return prepared
 
 
+def _fields(shard: RankShard) -> Dict[str, Any]:
+    return {f.name: getattr(shard, f.name) for f in dataclasses.fields(RankShard)}
+
+
 def _build(plan):
     """(every part's fields, the store's figures): what ``gnntrain partition`` and the first rank
-    write."""
-    prepared = prepare_in_memory(plan)
-    parts = [
-        {f.name: getattr(shard, f.name) for f in dataclasses.fields(RankShard)}
-        for shard in prepared.shards
-    ]
-    return parts, {
-        "partition": prepared.partition,
-        "preprocess_s": prepared.preprocess_s,
+    write. Where the mode prepares a part from the graph's CSR (:meth:`ModePlanner.streams_parts`),
+    the parts come one at a time, each prepared alone and written before the next is made, and the
+    figures are filled in as they go."""
+    start = time.perf_counter()
+    data, mode, part, hit = load_and_partition(plan)
+    load_s = time.perf_counter() - start
+    figures: Dict[str, Any] = {
         "mode": plan.mode,
         "dataset": plan.dataset,
         "world_size": plan.world_size,
     }
+
+    def note(prepared: Prepared) -> None:
+        figures.update(partition=prepared.partition, preprocess_s=time.perf_counter() - start)
+
+    if not mode.streams_parts(data):
+        prepared = _with_graph_figures(
+            mode.spec.prepare(mode, data, plan, part, None), data, part, hit, load_s
+        )
+        note(prepared)
+        return [_fields(shard) for shard in prepared.shards], figures
+
+    def parts():
+        for rank in range(plan.world_size):
+            prepared = mode.spec.prepare(mode, data, plan, part, [rank])
+            yield _fields(prepared.shards[0])
+            del prepared.shards[:]
+            note(_with_graph_figures(prepared, data, part, hit, 0.0))
+
+    return parts(), figures
 
 
 def ensure_store(plan) -> Tuple[Path, Dict[str, Any], float]:

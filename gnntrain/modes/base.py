@@ -274,6 +274,12 @@ class ModePlanner:
         print them); None when the mode has none."""
         return None
 
+    def streams_parts(self, data: "GraphData") -> bool:
+        """Whether :func:`prepare` builds one part in memory proportional to that part, from the
+        graph's CSR (``ranks=[r]``): the partition store is then written a part at a time. False
+        (the default) where prepare starts from the whole graph's edge lists."""
+        return False
+
     # ------------------------------------------------------------ partition
     def partition(self, data: "GraphData", plan: RunPlan) -> Tuple[Optional["Partitioning"], bool]:
         """(the graph's partitioning into ``plan.num_parts`` parts, whether it came from the cache),

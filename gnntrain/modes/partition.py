@@ -125,6 +125,11 @@ class PartitionPlanner(ModePlanner):
     def num_parts(self, world_size: int) -> int:
         return world_size // max(1, self.c)
 
+    def streams_parts(self, data) -> bool:
+        """From an ingested graph's CSR (:mod:`gnntrain.modes.row_edges`), save CAGNET's transposed
+        blocks."""
+        return self.comm != CAGNET and row_edges(data, self.settings) is not None
+
     @property
     def aggregate_first(self) -> Optional[bool]:
         return self.options.aggregate_first
@@ -303,7 +308,7 @@ def prepare(
     perm = torch.from_numpy(part.perm)
     offsets = torch.from_numpy(part.offsets)
     # from the CSR, a part at a time (CAGNET's transposed blocks still come from the edge lists)
-    streamed = row_edges(data, mode.settings) if mode.comm != CAGNET else None
+    streamed = row_edges(data, mode.settings) if mode.streams_parts(data) else None
     if streamed is None:
         src, dst, w = graph_tensors(data, mode.settings)
         src_n, dst_n = inverse[src], inverse[dst]

@@ -24,7 +24,7 @@ import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -155,14 +155,20 @@ class _Writer:
         )
 
 
-def write_store(directory: Path, parts: Sequence[Dict[str, Any]], meta: Dict[str, Any]) -> None:
-    """Write ``parts`` (one field dict per rank) and ``meta`` into ``directory``, atomically: the
-    files go to a sibling folder that is renamed into place, ``meta.json`` last."""
+def write_store(
+    directory: Path, parts: Iterable[Dict[str, Any]], meta: Dict[str, Any], **extra: Any
+) -> None:
+    """Write ``parts`` (one field dict per rank) and ``meta`` (plus ``extra``) into ``directory``,
+    atomically: the files go to a sibling folder that is renamed into place, ``meta.json`` last.
+
+    ``parts`` may be a list, whose arrays held by several parts are written once, or an iterator
+    that builds each part as it is written (a streamed store: one part in memory at a time); then
+    ``meta`` is read once every part is written, so the iterator may fill it in as it goes."""
     directory = Path(directory)
     staging = directory.with_name(directory.name + f".tmp{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     counts: Dict[int, int] = {}
-    for part in parts:
+    for part in parts if isinstance(parts, Sequence) else ():
         seen = set()
         for value in _arrays(part):
             if id(value) not in seen:
@@ -183,8 +189,9 @@ def write_store(directory: Path, parts: Sequence[Dict[str, Any]], meta: Dict[str
     files = describe_files(staging, writer.files)
     full = dict(
         meta,
+        **extra,
         format_version=FORMAT_VERSION,
-        num_parts=len(parts),
+        num_parts=len(part_files),
         files=files,
         parts=[sorted(set(rels)) for rels in part_files],
         bytes_per_part=[sum(files[f]["bytes"] for f in set(rels)) for rels in part_files],
@@ -313,7 +320,7 @@ def ensure_store(directory: Path, build: Callable[[], tuple]) -> Dict[str, Any]:
         meta = read_meta(directory)
         if meta is None:
             parts, figures = build()
-            write_store(directory, parts, dict(figures, built_at=time.time()))
+            write_store(directory, parts, figures, built_at=time.time())
             meta = read_meta(directory)
     return meta
 
@@ -342,6 +349,6 @@ def open_or_build(
         # not rebuilt meanwhile
         if meta is None or (corrupt and meta.get("built_at") == corrupt_build):
             parts, figures = build()
-            write_store(directory, parts, dict(figures, built_at=time.time()))
+            write_store(directory, parts, figures, built_at=time.time())
             meta = read_meta(directory)
     return open_part(directory, rank, meta, verify), meta
