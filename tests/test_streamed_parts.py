@@ -1,7 +1,7 @@
 """Multi-rank prepares from the CSR (#55, gnntrain/modes/row_edges.py): a part's in-edges,
-self-loops and weight factors read from an ingested graph's memory-mapped CSR equal the whole-graph COO path's
-edge for edge, and `mode=partition` (1D and 1.5D) builds its part store and trains exactly like
-`single` without the whole graph's edge lists ever being made."""
+self-loops and weight factors read from an ingested graph's memory-mapped CSR equal the whole-graph
+COO path's edge for edge, and `mode=partition` (1D and 1.5D) builds its part store, a part at a
+time, and trains exactly like `single` without the whole graph's edge lists ever being made."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ graphs of 1M nodes or more (csbm, R-MAT and the `communities` graph with localit
 Each graph is written once to disk by the generator's block writer (`gnntrain generate`'s code) and
 kept in the cache folder; each (graph, partitioner, k) runs in a fresh process that memory-maps the
 ingested CSR. METIS gets the edge lists (what `partitioner=metis` builds today); KaMinPar and LDG
-read the CSR where it lies. The goal (#55): KaMinPar's total volume at most 1.1x METIS's with at most
-0.3x METIS's peak."""
+read the CSR where it lies. The goal (#55): KaMinPar's total volume at most 1.1x METIS's with at
+most 0.3x METIS's peak."""
 
 from __future__ import annotations
 
@@ -163,8 +163,7 @@ def suite_partitioner_scale(quick: bool) -> SuiteResult:
         "the interpreter with torch and numba loaded and the CSR pages it touched (about 0.8 GiB "
         "at 1M nodes: LDG's whole peak); 'partitioning's own' is the peak above the process's "
         "peak just before partitioning (METIS's includes building the edge lists it needs). METIS "
-        "builds the edge lists and its symmetric CSR from them (what "
-        "partitioner=metis does); KaMinPar writes its ParHiP input from the CSR in blocks and loads "
-        "it compressed (preset default, the machine's threads); LDG streams the CSR once. Volumes "
+        "builds the edge lists and its symmetric CSR from them (what partitioner=metis does); "
+        "KaMinPar writes its ParHiP input from the CSR in blocks and loads it compressed (preset default, the machine's threads); LDG streams the CSR once. Volumes "
         "count rows (x feature width x dtype = bytes per layer).",
     )
