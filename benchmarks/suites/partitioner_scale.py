@@ -165,5 +165,6 @@ def suite_partitioner_scale(quick: bool) -> SuiteResult:
         "peak just before partitioning (METIS's includes building the edge lists it needs). METIS "
         "builds the edge lists and its symmetric CSR from them (what partitioner=metis does); "
         "KaMinPar writes its ParHiP input from the CSR in blocks and loads it compressed (preset "
-        "default, the machine's threads); LDG streams the CSR once. Volumes count rows (x feature width x dtype = bytes per layer).",
+        "default, the machine's threads); LDG streams the CSR once. Volumes count rows (x feature "
+        "width x dtype = bytes per layer).",
     )
