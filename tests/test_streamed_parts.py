@@ -146,3 +146,27 @@ def test_the_store_is_written_a_part_at_a_time_and_equals_the_whole_prepare(
             assert torch.equal(got, want)
         assert torch.equal(shard.features, expected.features)
         assert torch.equal(shard.global_ids, expected.global_ids)
+
+
+def test_metis_partitions_a_symmetric_ingested_graph_from_its_csr(tmp_path, cache_dir, monkeypatch):
+    """The same input as from the edge lists, so the same parts, without them."""
+    from gnntrain.data.ondisk import load_graph_dir
+    from gnntrain.partition import partition_graph
+    from gnntrain.plan import build_plan, plan_mode
+
+    folder = _ingested_generated(tmp_path, ["dataset=csbm", "dataset.num_nodes=500"])
+    plan = build_plan(
+        compose(
+            ["dataset=files", f"dataset.path={folder}", f"cache_dir={cache_dir}", "mode=partition"]
+            + ["partitioner=metis", "hardware.ranks_per_node=3"]
+        )
+    )
+    lists = load_graph_dir(folder)
+    cfg = plan.settings.partitioner
+    expected, _ = partition_graph(lists.src.numpy(), lists.dst.numpy(), 500, 3, cfg, "lists")
+    data = load_graph_dir(folder)
+    assert data.symmetric
+    _forbid_edge_lists(monkeypatch)
+    part, hit = plan_mode(plan).partition(data, plan)
+    assert not hit and np.array_equal(part.parts, expected.parts)
+    assert part.metrics == expected.metrics

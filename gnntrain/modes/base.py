@@ -285,12 +285,13 @@ class ModePlanner:
         """(the graph's partitioning into ``plan.num_parts`` parts, whether it came from the cache),
         made once per process upstream of :meth:`prepare` (``gnntrain partition`` prints it)."""
         from gnntrain.data import cache_folder
-        from gnntrain.partition import CSR_PARTITIONERS, partition_graph
+        from gnntrain.partition import partition_graph, reads_csr
 
         cfg = self.settings.partitioner
         csr = getattr(data, "csr", None)
         # streamed from the CSR: no edge lists
-        if csr is not None and cfg.name in CSR_PARTITIONERS and cfg.reorder is None:
+        symmetric = bool(getattr(data, "symmetric", False))
+        if csr is not None and reads_csr(cfg, symmetric):
             return partition_graph(
                 None,
                 None,
@@ -300,7 +301,7 @@ class ModePlanner:
                 data.content_hash,
                 cache_folder(self.settings.cache_dir),
                 csr=csr,
-                symmetric=bool(getattr(data, "symmetric", False)),
+                symmetric=symmetric,
             )
         return partition_graph(
             data.src.numpy(),

@@ -16,10 +16,17 @@ from gnntrain.partition.layout import (
     relabel,
     split_chunks,
 )
-from gnntrain.partition.partitioners import PARTITIONERS, bandwidth, partition_nodes, rcm_order
+from gnntrain.partition.partitioners import (
+    PARTITIONERS,
+    bandwidth,
+    metis_parts,
+    partition_nodes,
+    rcm_order,
+)
 
 __all__ = [
     "CSR_PARTITIONERS",
+    "reads_csr",
     "PARTITIONERS",
     "Partitioning",
     "PartitionMetrics",
@@ -32,8 +39,16 @@ __all__ = [
 
 log = logging.getLogger("gnntrain.partition")
 
-# partitioners that read a destination-sorted CSR without the edge lists
-CSR_PARTITIONERS = ("ldg", "kaminpar")
+# partitioners that read a destination-sorted CSR without the edge lists (METIS a symmetric one)
+CSR_PARTITIONERS = ("ldg", "kaminpar", "metis")
+
+
+def reads_csr(cfg, symmetric: bool) -> bool:
+    """Whether partitioner ``cfg`` partitions a graph given as its CSR (with ``symmetric``: every
+    edge's reverse is in it) without building the edge lists."""
+    if cfg.reorder is not None or cfg.name not in CSR_PARTITIONERS:
+        return False
+    return symmetric or cfg.name != "metis"
 
 
 def partitioner_options(cfg) -> dict:
@@ -82,7 +97,7 @@ def partition_graph(
         )
     if csr is None:
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    elif cfg.name not in CSR_PARTITIONERS or cfg.reorder is not None:
+    elif not reads_csr(cfg, symmetric):
         raise PlanError(
             "partitioner",
             f"partitioner={cfg.name} (reorder {cfg.reorder}) needs the edge lists.",
@@ -103,6 +118,18 @@ def partition_graph(
             from gnntrain.partition.kaminpar import kaminpar_parts
 
             parts = kaminpar_parts(*csr, symmetric, k, cfg, scratch)
+        elif csr is not None and cfg.name == "metis":
+            parts = metis_parts(
+                None,
+                None,
+                num_nodes,
+                k,
+                cfg.seed,
+                cfg.vertex_weights,
+                str(getattr(cfg, "objective", "cut")),
+                float(getattr(cfg, "row_weight", 0)),
+                adjacency=csr,
+            )
         elif csr is not None:
             parts = ldg_parts(*csr, k, cfg.vertex_weights, cfg.imbalance_eps)
         else:

@@ -7,7 +7,7 @@ turns that into a relabelling with contiguous parts.
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -45,10 +45,14 @@ def metis_parts(
     vertex_weights: str,
     objective: str = "cut",
     row_weight: float = 0.0,
+    adjacency: Optional[Tuple[np.ndarray, np.ndarray]] = None,
 ) -> np.ndarray:
     """METIS k-way parts; ``objective="vol"`` minimises the total communication volume instead of
     the edge cut (METIS manual §5.4, METIS_OBJTYPE_VOL: the sparsity-aware paper's volume metric).
-    ``row_weight`` adds each row's dense work (in nnz-equivalents) to its nnz weight."""
+    ``row_weight`` adds each row's dense work (in nnz-equivalents) to its nnz weight.
+    ``adjacency``: the graph's symmetric CSR without self-loops or repeats (an ingested folder's
+    whose reverse edges are all present), given to METIS as it is instead of ``src``/``dst``: the
+    same input, so the same parts, without the edge lists."""
     import pymetis
 
     if objective not in METIS_OBJECTIVES:
@@ -57,7 +61,12 @@ def metis_parts(
         )
     if k == 1:
         return np.zeros(n, dtype=np.int64)
-    a = symmetric_csr(src, dst, n)
+    if adjacency is None:
+        a = symmetric_csr(src, dst, n)
+        xadj, adjncy, in_degrees = a.indptr, a.indices, lambda: in_degree(dst, n)
+    else:
+        xadj, adjncy = adjacency
+        in_degrees = lambda: np.diff(np.asarray(xadj, dtype=np.int64))
     vweights = None
     if row_weight < 0:
         raise PlanError(
@@ -69,13 +78,13 @@ def metis_parts(
         # SpMM work of a row = its nnz (in-edges, +1 for the self-loop / own row); its update (GEMM)
         # work = row_weight nnz-equivalents. Without the latter, a power-law graph's many low-degree
         # rows all land in one part, whose dense work then sets every epoch's pace.
-        vweights = (in_degree(dst, n) + 1 + int(round(row_weight))).astype(np.int64)
+        vweights = (in_degrees() + 1 + int(round(row_weight))).astype(np.int64)
     opts = pymetis.Options(seed=int(seed), objtype=METIS_OBJECTIVES[objective])
     # only the k-way scheme takes the volume objective (recursive bisection always cuts edges)
     _, membership = pymetis.part_graph(
         k,
-        xadj=a.indptr,
-        adjncy=a.indices,
+        xadj=xadj,
+        adjncy=adjncy,
         vweights=vweights,
         options=opts,
         recursive=False if objective == "vol" else None,
