@@ -87,27 +87,59 @@ LAYOUTS = {
 }
 
 
+SUPERGCN = ["mode=supergcn", "mode.bits=32"]
+
+
 @requires_shared
-def test_partition_on_ingested_cora_never_builds_edge_lists(cora_folder, train, monkeypatch):
+def test_multi_rank_modes_on_ingested_cora_never_build_edge_lists(cora_folder, train, monkeypatch):
     graph = ["dataset=files", f"dataset.path={cora_folder}"]
     reference = single_losses(train, graph + EXACT)
     _forbid_edge_lists(monkeypatch)
-    for name, layout in LAYOUTS.items():
-        summary = train(graph + EXACT + KAMINPAR + ["mode=partition"] + layout)
-        assert summary["partition"]["partitioner"] == "kaminpar", name
+    runs = [["mode=partition"] + layout for layout in LAYOUTS.values()]
+    runs += [SUPERGCN + ["hardware.ranks_per_node=2"], SUPERGCN + ["hardware.ranks_per_node=3"]]
+    for run in runs:
+        summary = train(graph + EXACT + KAMINPAR + run)
+        assert summary["partition"]["partitioner"] == "kaminpar", run
         assert_exact(summary["losses"], reference)
 
 
-def test_partition_on_a_directed_ingested_graph_never_builds_edge_lists(
+def test_multi_rank_modes_on_a_directed_ingested_graph_never_build_edge_lists(
     train, tmp_path, monkeypatch
 ):
     graph = ["dataset=files", f"dataset.path={_ingested_generated(tmp_path, DIRECTED)}"]
     graph += ["model.self_loop=true", "model.layers=3"]
     reference = single_losses(train, graph + EXACT)
     _forbid_edge_lists(monkeypatch)
-    for name in ("1D p=3", "1.5D p=4 c=2"):
-        summary = train(graph + EXACT + KAMINPAR + ["mode=partition"] + LAYOUTS[name])
-        assert_exact(summary["losses"], reference)
+    for run in (
+        ["mode=partition"] + LAYOUTS["1D p=3"],
+        ["mode=partition"] + LAYOUTS["1.5D p=4 c=2"],
+        SUPERGCN + ["hardware.ranks_per_node=2", "mode.aggregation=pre"],
+        SUPERGCN + ["hardware.ranks_per_node=3"],
+    ):
+        assert_exact(train(graph + EXACT + KAMINPAR + run)["losses"], reference)
+
+
+@pytest.mark.parametrize("aggregation", ["pre", "post", "hybrid"])
+def test_supergcn_rows_per_pair_from_the_csr_equal_the_whole_graph_split(tmp_path, aggregation):
+    from gnntrain.data.ondisk import load_graph_dir
+    from gnntrain.modes.supergcn.prepare import _streamed_grid
+    from gnntrain.partition import partition_graph
+    from gnntrain.partition.cover import pair_grid, split_cut_edges
+    from gnntrain.plan_types import RunSettings
+
+    data = load_graph_dir(_ingested_generated(tmp_path, DIRECTED))
+    settings = RunSettings.of(compose(DIRECTED + ["model.self_loop=true"]))
+    src, dst = data.edges(True)
+    part, _ = partition_graph(
+        src.numpy(), dst.numpy(), data.num_nodes, 3, settings.partitioner, "g"
+    )
+    inverse = part.inverse
+    splits, _ = split_cut_edges(
+        inverse[src.numpy()], inverse[dst.numpy()], part.offsets, aggregation
+    )
+    from gnntrain.modes.row_edges import row_edges
+
+    assert _streamed_grid(row_edges(data, settings), part, aggregation) == pair_grid(splits, 3)
 
 
 def test_the_store_is_written_a_part_at_a_time_and_equals_the_whole_prepare(

@@ -89,7 +89,11 @@ def partition_graph(
     (:mod:`gnntrain.partition.kaminpar`) writes its input file from it a block at a time.
     """
     from gnntrain.errors import PlanError
+    from gnntrain.partition.choice import resolved
     from gnntrain.partition.streaming import csr_metrics, ldg_parts
+
+    edges = int(csr[0][-1]) if csr is not None else int(np.asarray(src).shape[0])
+    cfg = resolved(cfg, num_nodes, edges)
 
     if cfg.reorder not in (None, "rcm"):
         raise PlanError(

@@ -18,6 +18,7 @@ and moves to KaMinPar beyond.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gnntrain.sizing import format_bytes
@@ -56,3 +57,22 @@ def choose_partitioner(num_nodes: int, num_edges: int, host_bytes: int) -> Parti
         f"auto: METIS would need about {format_bytes(metis)}, over half the host's "
         f"{format_bytes(host_bytes)}; KaMinPar about {format_bytes(kaminpar)}",
     )
+
+
+def resolved(cfg, num_nodes: int, num_edges: int):
+    """``cfg`` with ``auto`` made the partitioner that fits this machine's memory (what a caller
+    that skipped the plan gets, e.g. ``partition_graph`` from Python); any other name as it is."""
+    if str(cfg.name) != "auto":
+        return cfg
+    from types import SimpleNamespace
+
+    from gnntrain.sizing import host_memory_bytes
+
+    machine = SimpleNamespace(host_memory_gb=0)
+    name = choose_partitioner(num_nodes, num_edges, host_memory_bytes(machine)).name
+    if dataclasses.is_dataclass(cfg):
+        return dataclasses.replace(cfg, name=name)
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
+    return OmegaConf.create(dict(plain, name=name))

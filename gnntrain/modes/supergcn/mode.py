@@ -48,6 +48,7 @@ from gnntrain.errors import PlanError
 from gnntrain.models.registry import exchanged_widths
 from gnntrain.modes.base import CommEstimate, ModePlanner, RankShard
 from gnntrain.modes.cost import Work
+from gnntrain.modes.row_edges import row_edges
 from gnntrain.modes.single import graph_tensors
 from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.modes.supergcn.config import BITS, SuperGCNConfig, row_bytes
@@ -64,6 +65,11 @@ class SuperGCNPlanner(ModePlanner):
 
     def is_exact(self) -> bool:
         return self.bits >= 32 and float(self.options.label_propagation) == 0
+
+    def streams_parts(self, data) -> bool:
+        """From an ingested graph's CSR: each rank reads the edges that touch it
+        (:func:`~gnntrain.modes.supergcn.prepare.prepare`)."""
+        return row_edges(data, self.settings) is not None
 
     def work(self, ctx) -> Work:
         """The row partition's compute, with the halo priced at its wire bytes (SuperGCN §4: codes

@@ -4,13 +4,15 @@ receives."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from gnntrain.models import source_scale
 from gnntrain.modes.base import Prepared, ShardBuilder
+from gnntrain.modes.row_edges import RowEdges, row_edges
 from gnntrain.modes.single import graph_tensors
 from gnntrain.modes.supergcn.config import SuperGCNPayload, label_propagation_rows
 from gnntrain.partition.cover import pair_grid, split_cut_edges
@@ -18,18 +20,23 @@ from gnntrain.partition.cover import pair_grid, split_cut_edges
 
 def prepare(mode, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
     """Rank r: its block of rows, the local edges, and both sides of its halo exchange (§3.2);
-    ``mode`` is the :class:`~gnntrain.modes.supergcn.mode.SuperGCNPlanner`."""
+    ``mode`` is the :class:`~gnntrain.modes.supergcn.mode.SuperGCNPlanner`.
+
+    From the whole graph's edge lists, every pair's split is made once. From an ingested graph's
+    CSR (:meth:`SuperGCNPlanner.streams_parts`), each rank reads only the edges that touch it: its
+    rows' in-edges (the pairs it receives) and, block by block, the other rows' in-edges from its
+    own rows (the pairs it sends). A pair's split depends on its set of edges alone
+    (:func:`~gnntrain.partition.cover.split_cut_edges`), so sender and receiver agree without the
+    rest of the graph."""
     p = plan.world_size
-    src, dst, w = graph_tensors(data, mode.settings)
     inverse = torch.from_numpy(part.inverse)
     perm = torch.from_numpy(part.perm)
     offsets = part.offsets.astype(np.int64)
-    src_n, dst_n = inverse[src], inverse[dst]
-    splits, pair_edges = split_cut_edges(
-        src_n.numpy(), dst_n.numpy(), offsets, mode.options.aggregation.value
-    )
-    block_src = np.searchsorted(offsets, src_n.numpy(), side="right") - 1
-    block_dst = np.searchsorted(offsets, dst_n.numpy(), side="right") - 1
+    aggregation = mode.options.aggregation.value
+    streamed = row_edges(data, mode.settings) if mode.streams_parts(data) else None
+    if streamed is None:
+        src, dst, w = graph_tensors(data, mode.settings)
+        whole = _split((inverse[src], inverse[dst], w), data.num_nodes, offsets, aggregation)
 
     masks = dict(data.masks)
     rate = float(mode.options.label_propagation)
@@ -41,19 +48,13 @@ def prepare(mode, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Pr
     if label_rows is not None:
         masks["train"] = masks["train"] & ~label_rows
     builder = ShardBuilder(data, p, masks)
-
-    # per-node factors of the edge weights, for rows that travel (senders scale, receivers add the
-    # dst factor)
-    src_scale = source_scale(w, src_n, data.num_nodes)
-    dst_scale = torch.zeros(data.num_nodes, dtype=w.dtype).index_put_((dst_n,), w[:, 1])
     shards = []
     for rank in range(p) if ranks is None else ranks:
+        edges = whole if streamed is None else _rank_split(streamed, part, rank, aggregation)
         lo, hi = int(offsets[rank]), int(offsets[rank + 1])
         rows = perm[lo:hi]
-        receive = _receiver_edges(
-            rank, offsets, splits, pair_edges, src_n, dst_n, w, dst_scale, block_src, block_dst
-        )
-        send = _sender_matrix(rank, offsets, splits, pair_edges, src_n, dst_n, w, src_scale)
+        receive = _receiver_edges(rank, offsets, edges)
+        send = _sender_matrix(rank, offsets, edges)
         payload = SuperGCNPayload(receive["counts"], receive["remote"], **send)
         shards.append(
             builder.shard(
@@ -64,28 +65,113 @@ def prepare(mode, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Pr
                 label_input_mask=label_rows[rows] if label_rows is not None else None,
             )
         )
-    grid = pair_grid(splits, p)
+    grid = (
+        pair_grid(whole.splits, p)
+        if streamed is None
+        else _streamed_grid(streamed, part, aggregation)
+    )
     return builder.prepared(
         shards,
         part,
         mode.settings.partitioner.name,
         num_parts=p,
-        aggregation=mode.options.aggregation.value,
+        aggregation=aggregation,
         halo_rows=int(np.sum(grid)),
         rows_per_pair=grid,
         label_propagation_nodes=int(label_rows.sum()) if label_rows is not None else 0,
     )
 
 
-def _receiver_edges(
-    rank, offsets, splits, pair_edges, src_n, dst_n, w, dst_scale, block_src, block_dst
-) -> Dict[str, Any]:
+@dataclass
+class _SplitEdges:
+    """Edges (relabelled, block-contiguous IDs) with every pair's split among them, and the
+    per-node weight factors the rows that travel carry (senders scale, receivers add the dst
+    factor)."""
+
+    src_n: torch.Tensor
+    dst_n: torch.Tensor
+    w: torch.Tensor
+    splits: Dict[Tuple[int, int], Any]
+    pair_edges: Dict[Tuple[int, int], np.ndarray]
+    block_src: np.ndarray
+    block_dst: np.ndarray
+    src_scale: torch.Tensor
+    dst_scale: torch.Tensor
+
+
+def _split(edges, num_nodes: int, offsets: np.ndarray, aggregation: str) -> _SplitEdges:
+    src_n, dst_n, w = edges
+    splits, pair_edges = split_cut_edges(src_n.numpy(), dst_n.numpy(), offsets, aggregation)
+    return _SplitEdges(
+        src_n,
+        dst_n,
+        w,
+        splits,
+        pair_edges,
+        np.searchsorted(offsets, src_n.numpy(), side="right") - 1,
+        np.searchsorted(offsets, dst_n.numpy(), side="right") - 1,
+        source_scale(w, src_n, num_nodes),
+        torch.zeros(num_nodes, dtype=w.dtype).index_put_((dst_n,), w[:, 1]),
+    )
+
+
+def _block_in_edges(streamed: RowEdges, part, block: int):
+    """(src, dst, weight factors) of block ``block``'s rows' in-edges, in relabelled IDs."""
+    lo, hi = int(part.offsets[block]), int(part.offsets[block + 1])
+    d, s, w = streamed.rows(part.perm[lo:hi])
+    return torch.from_numpy(part.inverse)[s], d + lo, w
+
+
+def _rank_split(streamed: RowEdges, part, rank: int, aggregation: str) -> _SplitEdges:
+    """The edges that touch ``rank``: its rows' in-edges, and every other block's in-edges whose
+    source is one of its rows, split pair by pair as the whole graph's would be."""
+    lo, hi = int(part.offsets[rank]), int(part.offsets[rank + 1])
+    pieces = [_block_in_edges(streamed, part, rank)]
+    for block in range(len(part.offsets) - 1):
+        if block != rank:
+            s, d, w = _block_in_edges(streamed, part, block)
+            mine = (s >= lo) & (s < hi)
+            pieces.append((s[mine], d[mine], w[mine]))
+    edges = tuple(torch.cat([piece[i] for piece in pieces]) for i in range(3))
+    return _split(edges, streamed.num_nodes, part.offsets.astype(np.int64), aggregation)
+
+
+# the rows per (sender, receiver) of a partitioned ingested graph, made once per process
+_GRIDS: Dict[Tuple[int, int, str], List[List[int]]] = {}
+
+
+def _streamed_grid(streamed: RowEdges, part, aggregation: str) -> List[List[int]]:
+    """:func:`~gnntrain.partition.cover.pair_grid` from the CSR, one receiving block at a time."""
+    key = (id(streamed), id(part), aggregation)
+    if key not in _GRIDS:
+        offsets = part.offsets.astype(np.int64)
+        grid = [[0] * (len(offsets) - 1) for _ in range(len(offsets) - 1)]
+        for block in range(len(offsets) - 1):
+            s, d, _ = _block_in_edges(streamed, part, block)
+            for (j, i), split in split_cut_edges(s.numpy(), d.numpy(), offsets, aggregation)[
+                0
+            ].items():
+                grid[j][i] = split.rows
+        _GRIDS.clear()  # one graph at a time
+        _GRIDS[key] = grid
+    return _GRIDS[key]
+
+
+def _receiver_edges(rank, offsets, edges: _SplitEdges) -> Dict[str, Any]:
     """Local edges (own rows → own rows), and edges from the rows received (by sender) → own rows.
 
     Weights stay factored (models/norm.py): senders apply the source factor, so every
     received column has factor 1 and every own row its destination factor."""
+    splits, pair_edges, src_n, dst_n, w = (
+        edges.splits,
+        edges.pair_edges,
+        edges.src_n,
+        edges.dst_n,
+        edges.w,
+    )
+    dst_scale = edges.dst_scale
     lo = int(offsets[rank])
-    local = torch.from_numpy(np.flatnonzero((block_dst == rank) & (block_src == rank)))
+    local = torch.from_numpy(np.flatnonzero((edges.block_dst == rank) & (edges.block_src == rank)))
     dsts, cols, weights = [], [], []
     counts = [0] * (len(offsets) - 1)
     base = 0
@@ -123,9 +209,17 @@ def _receiver_edges(
     }
 
 
-def _sender_matrix(rank, offsets, splits, pair_edges, src_n, dst_n, w, src_scale) -> Dict[str, Any]:
+def _sender_matrix(rank, offsets, edges: _SplitEdges) -> Dict[str, Any]:
     """S_rank: outgoing rows (grouped by receiver, post rows then pre sums) from own rows, each
     own row scaled by its source factor (the receiver applies the destination factor)."""
+    splits, pair_edges, src_n, dst_n, w = (
+        edges.splits,
+        edges.pair_edges,
+        edges.src_n,
+        edges.dst_n,
+        edges.w,
+    )
+    src_scale = edges.src_scale
     slots, cols, weights = [], [], []
     counts = [0] * (len(offsets) - 1)
     base = 0
