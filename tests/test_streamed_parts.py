@@ -88,6 +88,8 @@ LAYOUTS = {
 
 
 SUPERGCN = ["mode=supergcn", "mode.bits=32"]
+# HongTu's gather engine with every vertex table on the disk tier
+HONGTU_DISK = ["mode=hongtu", "mode.host_budget=0", "mode.chunks=2"]
 
 
 @requires_shared
@@ -97,6 +99,10 @@ def test_multi_rank_modes_on_ingested_cora_never_build_edge_lists(cora_folder, t
     _forbid_edge_lists(monkeypatch)
     runs = [["mode=partition"] + layout for layout in LAYOUTS.values()]
     runs += [SUPERGCN + ["hardware.ranks_per_node=2"], SUPERGCN + ["hardware.ranks_per_node=3"]]
+    runs += [
+        HONGTU_DISK + ["hardware.ranks_per_node=2"],
+        ["mode=hongtu", "hardware.ranks_per_node=3"],
+    ]
     for run in runs:
         summary = train(graph + EXACT + KAMINPAR + run)
         assert summary["partition"]["partitioner"] == "kaminpar", run
@@ -115,6 +121,7 @@ def test_multi_rank_modes_on_a_directed_ingested_graph_never_build_edge_lists(
         ["mode=partition"] + LAYOUTS["1.5D p=4 c=2"],
         SUPERGCN + ["hardware.ranks_per_node=2", "mode.aggregation=pre"],
         SUPERGCN + ["hardware.ranks_per_node=3"],
+        HONGTU_DISK + ["hardware.ranks_per_node=3"],
     ):
         assert_exact(train(graph + EXACT + KAMINPAR + run)["losses"], reference)
 
@@ -202,3 +209,32 @@ def test_metis_partitions_a_symmetric_ingested_graph_from_its_csr(tmp_path, cach
     part, hit = plan_mode(plan).partition(data, plan)
     assert not hit and np.array_equal(part.parts, expected.parts)
     assert part.metrics == expected.metrics
+
+
+@pytest.mark.parametrize("self_loop", [True, False])
+def test_hongtu_chunk_layout_from_the_csr_equals_the_edge_list_layout(tmp_path, self_loop):
+    from gnntrain.data.ondisk import load_graph_dir
+    from gnntrain.modes.hongtu.chunking import graph_edges, streamed_chunk_layout
+    from gnntrain.modes.row_edges import row_edges
+    from gnntrain.partition import partition_graph
+    from gnntrain.partition.chunks import chunk_layout
+    from gnntrain.plan import build_plan, plan_mode
+
+    data = load_graph_dir(_ingested_generated(tmp_path, DIRECTED))
+    plan = build_plan(
+        compose(
+            ["dataset=files", f"dataset.path={tmp_path / 'graph'}", "mode=hongtu"]
+            + [f"model.self_loop={self_loop}", "hardware.ranks_per_node=2"]
+        )
+    )
+    mode = plan_mode(plan)
+    src, dst = data.edges(self_loop)
+    part, _ = partition_graph(
+        src.numpy(), dst.numpy(), data.num_nodes, 2, mode.settings.partitioner, "g"
+    )
+    src_n, dst_n, _ = graph_edges(mode, data, part)
+    expected = chunk_layout(src_n.numpy(), dst_n.numpy(), part.offsets, 3)
+    got = streamed_chunk_layout(row_edges(data, mode.settings), part, 3)
+    assert np.array_equal(got.offsets, expected.offsets)
+    assert np.array_equal(got.edge_bounds, expected.edge_bounds)
+    assert all(np.array_equal(a, b) for a, b in zip(got.neighbours, expected.neighbours))

@@ -94,7 +94,12 @@ def split_chunks(offsets: np.ndarray, dst_new: np.ndarray, n_chunks: int) -> np.
     chunks with balanced in-edges (+1 per row). Returns chunk offsets
     (k·n_chunks + 1) in the relabelled id space."""
     n = int(offsets[-1])
-    work = np.bincount(dst_new, minlength=n) + 1
+    return split_chunks_by_work(offsets, np.bincount(dst_new, minlength=n) + 1, n_chunks)
+
+
+def split_chunks_by_work(offsets: np.ndarray, work: np.ndarray, n_chunks: int) -> np.ndarray:
+    """:func:`split_chunks` from each relabelled row's work (its in-edges + 1), however counted."""
+    n = int(offsets[-1])
     cum = np.concatenate([[0], np.cumsum(work)])
     bounds = []
     for lo, hi in zip(offsets[:-1], offsets[1:]):

@@ -17,6 +17,7 @@ from gnntrain.modes.hongtu.config import REORGANIZE_VERSION
 from gnntrain.modes.hongtu.cost import bandwidths, chunk_working_bytes, cost_model
 from gnntrain.modes.hongtu.schedule import disk_traffic, epoch_traffic
 from gnntrain.modes.hongtu.tiers import DISK, disk_bytes_needed
+from gnntrain.modes.row_edges import RowEdges, row_edges
 from gnntrain.modes.single import graph_tensors
 from gnntrain.partition import partitioner_options
 from gnntrain.partition.cache import PartitionCache, cache_key
@@ -27,6 +28,7 @@ from gnntrain.partition.chunks import (
     reorganize,
     transfer_volumes,
 )
+from gnntrain.partition.layout import split_chunks_by_work
 from gnntrain.sizing import DTYPE_BYTES, format_bytes
 
 
@@ -38,10 +40,71 @@ def graph_edges(mode, data, part):
     return src_n[order], dst_n[order], w[order]
 
 
+def streamed_chunk_layout(streamed: RowEdges, part, n: int) -> ChunkLayout:
+    """:func:`~gnntrain.partition.chunks.chunk_layout` from the graph's CSR, a chunk at a time:
+    the same chunks (balanced by in-edges + 1, the model's self-loops counted) and neighbour sets,
+    without the edge lists."""
+    loop = 1 if streamed.self_loop else 0
+    degree = np.diff(streamed.indptr)[part.perm] + loop  # in-edges per relabelled row
+    offsets = split_chunks_by_work(part.offsets, degree + 1, n)
+    bounds = np.concatenate([[0], np.cumsum(degree)])[offsets]
+    inverse = part.inverse
+    neighbours = []
+    for c in range(offsets.size - 1):
+        _, src, _ = streamed.rows(part.perm[offsets[c] : offsets[c + 1]])
+        neighbours.append(np.union1d(inverse[src.numpy()], np.arange(offsets[c], offsets[c + 1])))
+    return ChunkLayout(
+        num_parts=part.offsets.size - 1,
+        chunks_per_part=n,
+        part_offsets=part.offsets,
+        offsets=offsets,
+        neighbours=neighbours,
+        edge_bounds=bounds,
+    )
+
+
+def rank_edges(streamed: RowEdges, part, rank: int):
+    """(dst, src, weight factors) of rank ``rank``'s rows' in-edges in relabelled IDs, sorted by
+    (dst, src) as :func:`graph_edges` sorts the whole graph's."""
+    lo, hi = int(part.offsets[rank]), int(part.offsets[rank + 1])
+    d, s, w = streamed.rows(part.perm[lo:hi])
+    s = torch.from_numpy(part.inverse)[s]
+    order = torch.argsort(d * streamed.num_nodes + s)
+    return d[order] + lo, s[order], w[order]
+
+
+# the layout last chosen from a CSR, kept for the next part's prepare of the same plan
+_CHOSEN: Dict[Tuple, Dict[str, Any]] = {}
+
+
 def choose_layout(mode, data, part, plan) -> Dict[str, Any]:
-    """Chunks (given or automatic), batches (reorganized or identity) and their figures."""
-    src_n, dst_n, weights = graph_edges(mode, data, part)
-    src_np, dst_np = src_n.numpy(), dst_n.numpy()
+    """Chunks (given or automatic), batches (reorganized or identity) and their figures. From an
+    ingested graph's CSR (:meth:`HongTuPlanner.streams_parts`) the layout is read a chunk at a
+    time and ``edges`` is None: each rank's come from :func:`rank_edges`; the store's build asks
+    once per part, and gets the layout made for the first."""
+    streamed = row_edges(data, mode.settings) if mode.streams_parts(data) else None
+    if streamed is not None:
+        key = (id(streamed), id(part), repr(mode.options), plan.dtype, plan.world_size)
+        if key not in _CHOSEN:
+            _CHOSEN.clear()
+            _CHOSEN[key] = _choose_layout(mode, data, part, plan, streamed)
+        return _CHOSEN[key]
+    return _choose_layout(mode, data, part, plan, None)
+
+
+def _choose_layout(mode, data, part, plan, streamed: Optional[RowEdges]) -> Dict[str, Any]:
+    if streamed is None:
+        edges = graph_edges(mode, data, part)
+        src_np, dst_np = edges[0].numpy(), edges[1].numpy()
+
+        def make_layout(n: int) -> ChunkLayout:
+            return chunk_layout(src_np, dst_np, part.offsets, n)
+    else:
+        edges = None
+
+        def make_layout(n: int) -> ChunkLayout:
+            return streamed_chunk_layout(streamed, part, n)
+
     ctx_dims = graph_dims(mode.settings, data)
     b = DTYPE_BYTES[plan.dtype]
     pbytes = configured_shape(mode.settings, ctx_dims, b, mode.aggregate_first).param_bytes
@@ -52,7 +115,7 @@ def choose_layout(mode, data, part, plan) -> Dict[str, Any]:
     if n == 0:
         n = 1
         while True:
-            layout = chunk_layout(src_np, dst_np, part.offsets, n)
+            layout = make_layout(n)
             need = chunk_working_bytes(layout, mode.family, ctx_dims, b, pbytes, mode.dedup)
             tried.append((n, need))
             if not cap or need <= cap or n >= max_n:
@@ -66,14 +129,10 @@ def choose_layout(mode, data, part, plan) -> Dict[str, Any]:
                 "rows and every chunk needs one.",
                 f"use mode.chunks <= {max_n}",
             )
-        layout = chunk_layout(src_np, dst_np, part.offsets, n)
+        layout = make_layout(n)
         need = chunk_working_bytes(layout, mode.family, ctx_dims, b, pbytes, mode.dedup)
     if cap and need > cap:
-        floor_layout = (
-            layout
-            if layout.chunks_per_part == max_n
-            else chunk_layout(src_np, dst_np, part.offsets, max_n)
-        )
+        floor_layout = layout if layout.chunks_per_part == max_n else make_layout(max_n)
         floor = chunk_working_bytes(floor_layout, mode.family, ctx_dims, b, pbytes, mode.dedup)
         if floor > cap:
             raise PlanError(
@@ -106,7 +165,7 @@ def choose_layout(mode, data, part, plan) -> Dict[str, Any]:
         "dims": ctx_dims,
         "dtype_bytes": b,
         "reorganize_cache_hit": hit,
-        "edges": (src_n, dst_n, weights),
+        "edges": edges,
     }
 
 

@@ -13,12 +13,13 @@ from gnntrain.errors import PlanError
 from gnntrain.models.registry import ModelFamily, model_family
 from gnntrain.modes.base import CommEstimate, ModePlanner, Prepared, RankShard, ShardBuilder
 from gnntrain.modes.cost import Work, local_work
-from gnntrain.modes.hongtu.chunking import choose_layout, graph_figures, layout_figures
+from gnntrain.modes.hongtu.chunking import choose_layout, graph_figures, layout_figures, rank_edges
 from gnntrain.modes.hongtu.config import DEDUP, parse_bytes
 from gnntrain.modes.hongtu.cost import batch_bytes
 from gnntrain.modes.hongtu.payload import HongTuPayload
 from gnntrain.modes.hongtu.strategy import HongTuStrategy
 from gnntrain.modes.hongtu.tiers import DISK, assign_tiers, check_free_space, disk_bytes_needed
+from gnntrain.modes.row_edges import row_edges
 from gnntrain.modes.spec import Capabilities
 from gnntrain.partition.chunks import ChunkLayout
 from gnntrain.plan_types import MemoryEstimate
@@ -29,6 +30,11 @@ class HongTuPlanner(ModePlanner):
     @property
     def dedup(self) -> str:
         return str(self.options.dedup)
+
+    def streams_parts(self, data) -> bool:
+        """From an ingested graph's CSR: the chunk layout a chunk at a time, each rank's in-edges
+        from its rows (:mod:`gnntrain.modes.hongtu.chunking`)."""
+        return row_edges(data, self.settings) is not None
 
     @property
     def family(self) -> ModelFamily:
@@ -264,7 +270,6 @@ def prepare(
     """Rank r: its partition's rows and in-edges, and the chunk layout every rank shares (§4-§5)."""
     builder = ShardBuilder(data, plan.world_size)
     chosen = choose_layout(mode, data, part, plan)
-    src_n, dst_n, w = chosen["edges"]
     layout: ChunkLayout = chosen["layout"]
     perm = torch.from_numpy(part.perm)
     offsets = part.offsets
@@ -272,8 +277,12 @@ def prepare(
     shards = []
     for rank in range(plan.world_size) if ranks is None else ranks:
         lo, hi = int(offsets[rank]), int(offsets[rank + 1])
-        e_lo, e_hi = (int(x) for x in torch.searchsorted(dst_n, torch.tensor([lo, hi])))
-        edges = (dst_n[e_lo:e_hi], src_n[e_lo:e_hi], w[e_lo:e_hi])
+        if chosen["edges"] is None:  # from the CSR
+            edges = rank_edges(row_edges(data, mode.settings), part, rank)
+        else:
+            src_n, dst_n, w = chosen["edges"]
+            e_lo, e_hi = (int(x) for x in torch.searchsorted(dst_n, torch.tensor([lo, hi])))
+            edges = (dst_n[e_lo:e_hi], src_n[e_lo:e_hi], w[e_lo:e_hi])
         shards.append(
             builder.shard(
                 rank, perm[lo:hi], edges, HongTuPayload(layout, chosen["batches"], figures)
@@ -286,7 +295,7 @@ def prepare(
         num_parts=plan.world_size,
         chunks_per_part=layout.chunks_per_part,
         reorganize_cache_hit=chosen["reorganize_cache_hit"],
-        num_edges=int(src_n.numel()),
+        num_edges=int(layout.edge_bounds[-1]),
     )
 
 
