@@ -122,6 +122,7 @@ def test_multi_rank_modes_on_a_directed_ingested_graph_never_build_edge_lists(
         SUPERGCN + ["hardware.ranks_per_node=2", "mode.aggregation=pre"],
         SUPERGCN + ["hardware.ranks_per_node=3"],
         HONGTU_DISK + ["hardware.ranks_per_node=3"],
+        ["mode=mop", "hardware.ranks_per_node=3"],
     ):
         assert_exact(train(graph + EXACT + KAMINPAR + run)["losses"], reference)
 

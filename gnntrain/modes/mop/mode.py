@@ -29,6 +29,7 @@ from gnntrain.modes.mop.pipeline import (
     _StartToRows,
     pipeline_chunks,
 )
+from gnntrain.modes.row_edges import row_edges
 from gnntrain.modes.single import graph_tensors
 from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.partition.store import store_record
@@ -263,8 +264,13 @@ def prepare(mode: MoPPlanner, data, plan, part, ranks: Optional[Sequence[int]] =
         stages = min(stage_count(data.num_nodes, int(bandwidth)), data.num_nodes // m)
     inverse = torch.empty_like(perm)
     inverse[perm] = torch.arange(perm.numel())
-    src, dst, w = graph_tensors(data, mode.settings)
-    src_n, dst_n = inverse[src], inverse[dst]
+    streamed = row_edges(data, mode.settings)
+    if streamed is None:
+        src, dst, w = graph_tensors(data, mode.settings)
+        src_n, dst_n = inverse[src], inverse[dst]
+    else:  # every rank holds the whole adjacency: read from the CSR in the new order, held once
+        dst_n, src, w = streamed.rows(perm.numpy())
+        src_n = inverse[src]
     features = data.features[perm]
     a = mode.aggregation_ranks
     rows, cols = row_splits(data.num_nodes, m, a), col_splits(data.feat_dim, m, a)
