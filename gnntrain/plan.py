@@ -8,20 +8,25 @@ communication estimates. Sizes come from :mod:`gnntrain.sizing`.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import socket
 from typing import Any, Dict, List, Tuple
 
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf
 
 from gnntrain.config.schema import option_value, unknown_keys
 from gnntrain.errors import PlanError
 from gnntrain.models.registry import configured_shape
 from gnntrain.modes.cost import check_profile, cost_profile, price_estimate
+from gnntrain.plan_fit import (
+    check_host_memory,
+    check_partitioner_memory,
+    resolve_generated_storage,
+    resolve_partitioner,
+)
 from gnntrain.plan_types import MemoryEstimate, PlanContext, RunPlan, RunSettings
-from gnntrain.sizing import DTYPE_BYTES, format_bytes, host_cores, host_memory_bytes, model_dims
+from gnntrain.sizing import DTYPE_BYTES, host_cores, model_dims
 
 __all__ = [
     "MemoryEstimate",
@@ -150,13 +155,14 @@ def build_plan(cfg: DictConfig) -> RunPlan:
 
     _check_shared_settings(cfg)
     n, e, f, c = dataset_sizes(cfg.dataset)
-    cfg, partitioner_note = _resolve_partitioner(cfg, n, e)
+    cfg, partitioner_note = resolve_partitioner(cfg, n, e)
+    cfg, construction, dataset_note = resolve_generated_storage(cfg, n, e, f)
     spec, mode, family = _hosting_mode(cfg)
     t, m, hw, ds = cfg.train, cfg.model, cfg.hardware, cfg.dataset
     device = _device(hw)
     world, num_parts = _world_and_parts(cfg, spec, mode, n)
     if num_parts > 1 and spec.capabilities.partitions_graph:
-        _check_partitioner_memory(cfg.partitioner, n, e, hw)
+        check_partitioner_memory(cfg.partitioner, n, e, hw)
     dtype = option_value(t.dtype)
     ctx = _plan_context(cfg, mode, family, world, (n, e, f, c), dtype)
     warnings: List[str] = list(mode.validate(ctx))
@@ -174,7 +180,9 @@ def build_plan(cfg: DictConfig) -> RunPlan:
     )
     # memory, work, bytes and exactness: the one estimate the plan prints and prices
     estimate = mode.estimate(ctx)
-    _check_host_memory(estimate.memory.total_bytes * ranks_per_node, hw, ds.name)
+    check_host_memory(
+        max(estimate.memory.total_bytes * ranks_per_node, construction), hw, ds.name, spec.name
+    )
     comm = None
     if estimate.comm is not None:
         comm = {
@@ -198,6 +206,7 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         model=str(m.name),
         partitioner=str(cfg.partitioner.name),
         partitioner_note=partitioner_note,
+        dataset_note=dataset_note,
         hardware=str(hw.name),
         world_size=world,
         nodes=int(hw.nodes) if world > 1 else 1,
@@ -408,55 +417,6 @@ def _plan_context(cfg: DictConfig, mode, family, world: int, sizes, dtype: str) 
             int(round(n * float(ds.train_fraction))) if dataset_source(ds).config_splits else 0
         ),
     )
-
-
-def _resolve_partitioner(cfg: DictConfig, n: int, e: int) -> Tuple[DictConfig, str]:
-    """(the config with ``partitioner=auto`` made the partitioner that fits this host, why): the
-    modes, the partition cache and the store key only ever see the chosen name
-    (:mod:`gnntrain.partition.choice`)."""
-    from gnntrain.partition.choice import choose_partitioner
-
-    if str(cfg.partitioner.name) != "auto":
-        return cfg, ""
-    choice = choose_partitioner(n, e, host_memory_bytes(cfg.hardware))
-    cfg = copy.deepcopy(cfg)
-    with read_write(cfg), open_dict(cfg):
-        cfg.partitioner.name = choice.name
-    return cfg, choice.note
-
-
-def _check_partitioner_memory(pcfg, n: int, e: int, hw) -> None:
-    """A named partitioner whose estimated peak exceeds the host's memory is refused, with the one
-    that fits named (:func:`gnntrain.partition.choice.partitioner_peak_bytes`)."""
-    from gnntrain.partition.choice import partitioner_peak_bytes
-
-    if str(pcfg.name) not in ("metis", "volume"):
-        return  # the others hold O(N) or a compressed graph: the plan's own memory check binds
-    need, host = partitioner_peak_bytes(str(pcfg.name), n, e), host_memory_bytes(hw)
-    if need > host:
-        lean = partitioner_peak_bytes("kaminpar", n, e)
-        fix = (
-            f"use partitioner=kaminpar (about {format_bytes(lean)}) or partitioner=auto"
-            if lean <= host
-            else "use partitioner=ldg (one part id per node)"
-        )
-        raise PlanError(
-            "partitioner",
-            f"partitioner={pcfg.name} needs about {format_bytes(need)} for {n} nodes and {e} "
-            f"edges, more than the host's {format_bytes(host)}.",
-            fix,
-        )
-
-
-def _check_host_memory(node_bytes: int, hw, dataset: str) -> None:
-    host_mem = host_memory_bytes(hw)
-    if node_bytes > host_mem:
-        raise PlanError(
-            "dataset/hardware",
-            f"estimated {format_bytes(node_bytes)} per "
-            f"node for {dataset} does not fit the profile's {format_bytes(host_mem)} host memory.",
-            "use more nodes, a smaller dataset, or a profile with more memory",
-        )
 
 
 def _with_resolved(config: Dict[str, Any], mode_options: Dict[str, Any]) -> Dict[str, Any]:

@@ -190,6 +190,8 @@ class RunPlan:
     auto: Optional[Dict[str, Any]] = None
     # partitioner=auto: why the partitioner named above was chosen ("" where the user named it)
     partitioner_note: str = ""
+    # a generated graph written to disk and read from there (dataset.on_disk): where, and why
+    dataset_note: str = ""
 
     @cached_property
     def config_obj(self) -> DictConfig:

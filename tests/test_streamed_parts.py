@@ -239,3 +239,46 @@ def test_hongtu_chunk_layout_from_the_csr_equals_the_edge_list_layout(tmp_path, 
     assert np.array_equal(got.offsets, expected.offsets)
     assert np.array_equal(got.edge_bounds, expected.edge_bounds)
     assert all(np.array_equal(a, b) for a, b in zip(got.neighbours, expected.neighbours))
+
+
+MOONSHOT_LIKE = [
+    "dataset=csbm",
+    "dataset.num_nodes=1500000",
+    "dataset.avg_degree=16",
+    "dataset.feat_dim=64",
+    "model.hidden=64",
+    "hardware.ranks_per_node=1",
+]
+DIRECT_ON_DISK = ["mode=hongtu", "mode.direct=true", "mode.host_budget=0", "mode.chunks=0"]
+
+
+def test_the_plan_generates_on_disk_what_would_not_fit_in_memory(cache_dir):
+    from gnntrain.errors import PlanError
+    from gnntrain.plan import build_plan
+
+    base = MOONSHOT_LIKE + DIRECT_ON_DISK + [f"cache_dir={cache_dir}"]
+    tight = build_plan(compose(base + ["hardware.host_memory_gb=1.5"]))
+    assert tight.config["dataset"]["on_disk"] is True
+    assert "generated on disk in" in tight.dataset_note and "would take about" in tight.dataset_note
+    roomy = build_plan(compose(base + ["hardware.host_memory_gb=64"]))
+    assert roomy.config["dataset"]["on_disk"] is False and roomy.dataset_note == ""
+    # a plan that cannot fit names the disk tier before a smaller dataset
+    with pytest.raises(PlanError, match=r"Fix: use mode=hongtu with mode\.host_budget=<bytes>"):
+        build_plan(compose(MOONSHOT_LIKE + ["mode=single", "hardware.host_memory_gb=1.5"]))
+
+
+def test_a_graph_generated_on_disk_trains_as_in_memory_without_edge_lists(
+    train, cache_dir, monkeypatch
+):
+    from gnntrain.data.generated_store import generated_folder
+
+    graph = ["dataset=csbm", "dataset.num_nodes=400", "dataset.feat_dim=16"]
+    reference = single_losses(train, graph + EXACT)
+    on_disk = graph + ["dataset.on_disk=true"]
+    assert_exact(train(on_disk + EXACT + ["mode=single"])["losses"], reference, tol=1e-12)
+    folder = generated_folder(compose(on_disk + [f"cache_dir={cache_dir}"]))
+    written = (folder / "meta.json").stat().st_mtime_ns
+    _forbid_edge_lists(monkeypatch)
+    summary = train(on_disk + EXACT + KAMINPAR + ["mode=partition", "hardware.ranks_per_node=2"])
+    assert_exact(summary["losses"], reference)
+    assert (folder / "meta.json").stat().st_mtime_ns == written  # written once, then reused

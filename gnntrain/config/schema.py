@@ -72,7 +72,14 @@ class DatasetConfig:
 
     # the fields that name or locate a dataset without shaping a generated graph: every other field
     # of a generator's config is in its content hash
-    DESCRIPTIVE: ClassVar[Tuple[str, ...]] = ("name", "source", "path", "reader", "description")
+    DESCRIPTIVE: ClassVar[Tuple[str, ...]] = (
+        "name",
+        "source",
+        "path",
+        "reader",
+        "description",
+        "on_disk",
+    )
 
     name: str = MISSING
     # generated | dgl (Planetoid, Reddit: DGL's file layout) | ogb | files (gnntrain ingest)
@@ -91,6 +98,10 @@ class DatasetConfig:
     val_fraction: float = 0.2
     test_fraction: float = 0.4
     description: str = ""
+    # generated graphs: write the graph to the cache folder block by block and train on its mapped
+    # CSR (true), or generate it whole in memory (false); null: on disk where generating it in
+    # memory would not fit the host (the plan says which; gnntrain/data/generated_store.py)
+    on_disk: Optional[bool] = None
 
 
 # ----------------------------------------------------------------------- model

@@ -82,6 +82,16 @@ def _generator(ds):
     return get_generator(ds.name)
 
 
+def _load_generated(cfg):
+    """In memory, or from its folder in the cache where ``dataset.on_disk`` (the plan sets it where
+    generating in memory would not fit: :mod:`gnntrain.data.generated_store`)."""
+    if cfg.dataset.get("on_disk"):
+        from gnntrain.data.generated_store import load_generated_on_disk
+
+        return load_generated_on_disk(cfg)
+    return _generator(cfg.dataset).generate(cfg.dataset)
+
+
 def _check_generated(ds) -> None:
     from gnntrain.data.generators import GENERATORS
 
@@ -131,7 +141,7 @@ def _load_ogb(cfg):
 register_source(
     DatasetSource(
         "generated",
-        load=lambda cfg: _generator(cfg.dataset).generate(cfg.dataset),
+        load=lambda cfg: _load_generated(cfg),
         directed_edges=lambda ds: int(_generator(ds).directed_edges(ds)),
         check=_check_generated,
         raw_folders=lambda ds: [],

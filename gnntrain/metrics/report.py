@@ -167,6 +167,8 @@ def print_plan(plan, brief: bool = False, out: Console = None) -> None:
     )
     if plan.partitioner_note and plan.num_parts > 1:
         launch.add(Text(phrase_lines(f"partitioner: {plan.partitioner_note}", width - 2 * GUIDE)))
+    if plan.dataset_note:
+        launch.add(Text(phrase_lines(f"dataset: {plan.dataset_note}", width - 2 * GUIDE)))
     if plan.reader:
         launch.add(Text(f"dataset reader: {plan.reader}"))
     kernel = launch.add(Text(f"sparse kernel: {plan.kernel}"))

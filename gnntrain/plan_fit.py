@@ -1,0 +1,101 @@
+"""What the plan chooses so that a run fits its host, and the checks that refuse one that cannot:
+the partitioner behind ``partitioner=auto`` (:mod:`gnntrain.partition.choice`), where a generated
+graph is built (``dataset.on_disk``, :mod:`gnntrain.data.generated_store`), and the host-memory
+checks whose refusals name the options that would fit."""
+
+from __future__ import annotations
+
+import copy
+from typing import Tuple
+
+from omegaconf import DictConfig, open_dict, read_write
+
+from gnntrain.errors import PlanError
+from gnntrain.sizing import PROCESS_BYTES, format_bytes, host_memory_bytes
+
+
+def resolve_partitioner(cfg: DictConfig, n: int, e: int) -> Tuple[DictConfig, str]:
+    """(the config with ``partitioner=auto`` made the partitioner that fits this host, why): the
+    modes, the partition cache and the store key only ever see the chosen name
+    (:mod:`gnntrain.partition.choice`)."""
+    from gnntrain.partition.choice import choose_partitioner
+
+    if str(cfg.partitioner.name) != "auto":
+        return cfg, ""
+    choice = choose_partitioner(n, e, host_memory_bytes(cfg.hardware))
+    cfg = copy.deepcopy(cfg)
+    with read_write(cfg), open_dict(cfg):
+        cfg.partitioner.name = choice.name
+    return cfg, choice.note
+
+
+def check_partitioner_memory(pcfg, n: int, e: int, hw) -> None:
+    """A named partitioner whose estimated peak exceeds the host's memory is refused, with the one
+    that fits named (:func:`gnntrain.partition.choice.partitioner_peak_bytes`)."""
+    from gnntrain.partition.choice import partitioner_peak_bytes
+
+    if str(pcfg.name) not in ("metis", "volume"):
+        return  # the others hold O(N) or a compressed graph: the plan's own memory check binds
+    need, host = partitioner_peak_bytes(str(pcfg.name), n, e), host_memory_bytes(hw)
+    if need > host:
+        lean = partitioner_peak_bytes("kaminpar", n, e)
+        fix = (
+            f"use partitioner=kaminpar (about {format_bytes(lean)}) or partitioner=auto"
+            if lean <= host
+            else "use partitioner=ldg (one part id per node)"
+        )
+        raise PlanError(
+            "partitioner",
+            f"partitioner={pcfg.name} needs about {format_bytes(need)} for {n} nodes and {e} "
+            f"edges, more than the host's {format_bytes(host)}.",
+            fix,
+        )
+
+
+def check_host_memory(node_bytes: int, hw, dataset: str, mode: str) -> None:
+    host_mem = host_memory_bytes(hw)
+    if node_bytes > host_mem:
+        raise PlanError(
+            "dataset/hardware",
+            f"estimated {format_bytes(node_bytes)} per "
+            f"node for {dataset} does not fit the profile's {format_bytes(host_mem)} host memory.",
+            (
+                "use mode.host_budget=<bytes> to put vertex tables on the disk tier "
+                "(mode.direct=true on one CPU rank), more nodes, a smaller dataset, or a profile "
+                "with more memory"
+            )
+            if mode == "hongtu"
+            else "use mode=hongtu with mode.host_budget=<bytes> (vertex tables on the disk tier), "
+            "more nodes, a smaller dataset, or a profile with more memory",
+        )
+
+
+def resolve_generated_storage(
+    cfg: DictConfig, n: int, e: int, f: int
+) -> Tuple[DictConfig, int, str]:
+    """(the config with a generated graph's ``dataset.on_disk`` decided, the bytes its construction
+    takes in this process (0 on disk), why). ``on_disk: null`` becomes true where generating the
+    graph whole in memory would not fit the host beside the interpreter: the loader then writes it
+    to the cache folder block by block and trains on its mapped CSR."""
+    from gnntrain.data.generated_store import construction_bytes, generated_folder
+
+    ds = cfg.dataset
+    if ds.get("source") != "generated":
+        return cfg, 0, ""
+    in_memory = construction_bytes(n, e, f) + PROCESS_BYTES
+    on_disk = ds.get("on_disk")
+    note = ""
+    if on_disk is None:
+        on_disk = in_memory > host_memory_bytes(cfg.hardware)
+        cfg = copy.deepcopy(cfg)
+        with read_write(cfg), open_dict(cfg):
+            cfg.dataset.on_disk = bool(on_disk)
+        if on_disk:
+            note = (
+                f"generated on disk in {generated_folder(cfg)}, block by block: in memory it "
+                f"would take about {format_bytes(in_memory)} of the host's "
+                f"{format_bytes(host_memory_bytes(cfg.hardware))}"
+            )
+    elif on_disk:
+        note = f"generated on disk in {generated_folder(cfg)} (dataset.on_disk=true)"
+    return cfg, 0 if on_disk else in_memory, note
