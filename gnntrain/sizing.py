@@ -6,8 +6,10 @@ Modes, models and the plan builder read it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+from types import SimpleNamespace
 from typing import List, Optional
 
 from gnntrain.plan_types import MemoryEstimate, PlanContext
@@ -118,4 +120,25 @@ def estimate_memory(
         feature_bytes=int(features),
         activation_bytes=int(act),
         process_bytes=PROCESS_BYTES,
+    )
+
+
+def with_measured_halo(
+    estimate: MemoryEstimate,
+    num_nodes: int,
+    num_edges: int,
+    num_parts: int,
+    received_rows: int,
+    widths,
+    dtype_bytes: int,
+) -> MemoryEstimate:
+    """``estimate`` (made before the partition was known) with its halo share of the activations
+    recomputed from the rows a rank actually receives per layer (the partition's maximum receive
+    volume) instead of :func:`halo_rows`' bound."""
+    rows = -(-num_nodes // num_parts)
+    sizes = SimpleNamespace(num_nodes=num_nodes, num_edges=num_edges)
+    guessed = halo_rows(sizes, rows, num_parts)
+    delta = HALO_FACTOR * (received_rows - guessed) * sum(widths) * dtype_bytes
+    return dataclasses.replace(
+        estimate, activation_bytes=max(0, int(estimate.activation_bytes + delta))
     )

@@ -214,3 +214,25 @@ def test_auto_is_metis_where_it_fits_and_kaminpar_where_it_does_not():
                 ]
             )
         )
+
+
+@pytest.mark.parametrize("mode", [["mode=partition"], ["mode=supergcn", "mode.aggregation=post"]])
+def test_the_plan_reprices_memory_with_the_partitions_halo(cache_dir, mode):
+    """Before the partition is known a rank is assumed to receive every remote in-neighbour; on a
+    graph with locality the partition's own receive volume is far below, and the figure follows."""
+    from gnntrain.launch.shards import load_and_partition
+    from gnntrain.plan import build_plan
+    from gnntrain.sizing import with_measured_halo
+
+    graph = ["dataset=communities", "dataset.num_nodes=6000", "dataset.leaf_size=40"]
+    plan = build_plan(
+        compose(graph + mode + [f"cache_dir={cache_dir}", "hardware.ranks_per_node=4"])
+    )
+    data, planner, part, _ = load_and_partition(plan, printing=True)
+    report = planner.graph_report(data, part, plan)
+    repriced = report["memory per rank with this partition's halo bytes"]
+    assert repriced < plan.memory_per_rank.total_bytes
+    # the repricing is exactly the halo share: as many rows as guessed leave the estimate as it is
+    # (a dense graph: every row but its own 1,500 is a halo row)
+    same = with_measured_halo(plan.memory_per_rank, 6000, 10**9, 4, 4500, [16], 4)
+    assert same == plan.memory_per_rank

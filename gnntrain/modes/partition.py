@@ -39,7 +39,7 @@ from gnntrain.modes.single import graph_tensors
 from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.partition.store import store_record
 from gnntrain.plan_types import MemoryEstimate, RunSettings
-from gnntrain.sizing import DTYPE_BYTES, estimate_memory, halo_rows
+from gnntrain.sizing import DTYPE_BYTES, estimate_memory, halo_rows, with_measured_halo
 
 LAYER_ORDER = {
     None: "per layer: the narrower side is aggregated",
@@ -279,12 +279,23 @@ class PartitionPlanner(ModePlanner):
             "halo_bwd": rows * sum(backward) * b,
             "allreduce": int(plan.comm_per_epoch["by_kind"].get("allreduce", 0)),
         }
+        p = self.num_parts(plan.world_size)
+        memory = with_measured_halo(
+            plan.memory_per_rank,
+            data.num_nodes,
+            data.num_edges,
+            p,
+            int(part.metrics.max_recv_volume),
+            plan.mode_details["widths communicated"],
+            b,
+        )
         return {
             "halo rows per layer (total volume)": rows,
             "bytes per epoch": {
                 **{k: v for k, v in by_kind.items() if v},
                 "total": sum(by_kind.values()),
             },
+            "memory per rank with this partition's halo bytes": memory.total_bytes,
         }
 
     def details(self, ctx) -> Dict[str, Any]:

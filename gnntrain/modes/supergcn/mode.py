@@ -55,7 +55,7 @@ from gnntrain.modes.supergcn.config import BITS, SuperGCNConfig, row_bytes
 from gnntrain.modes.supergcn.prepare import prepare
 from gnntrain.modes.supergcn.strategy import SuperGCNStrategy
 from gnntrain.partition.cover import rows_per_pair
-from gnntrain.sizing import DTYPE_BYTES, halo_rows
+from gnntrain.sizing import DTYPE_BYTES, halo_rows, with_measured_halo
 
 
 class SuperGCNPlanner(ModePlanner):
@@ -163,9 +163,18 @@ class SuperGCNPlanner(ModePlanner):
             }
             for aggregation, grid in table.items()
         }
-        report["bytes per epoch"] = self._epoch_bytes(
-            data, plan, int(np.sum(table[self.options.aggregation.value]))
-        )
+        grid = np.asarray(table[self.options.aggregation.value])
+        report["bytes per epoch"] = self._epoch_bytes(data, plan, int(np.sum(grid)))
+        # what the busiest receiver takes in per layer under this run's aggregation
+        report["memory per rank with this partition's halo bytes"] = with_measured_halo(
+            plan.memory_per_rank,
+            data.num_nodes,
+            data.num_edges,
+            self.num_parts(plan.world_size),
+            int(grid.sum(axis=0).max()),
+            widths,
+            DTYPE_BYTES[plan.dtype],
+        ).total_bytes
         return report
 
     def _epoch_bytes(self, data, plan, rows: int) -> Dict[str, int]:
