@@ -47,6 +47,7 @@ LAYERS: List[Set[str]] = [
     {"gnntrain.runtime"},
     {"gnntrain.modes"},
     {"gnntrain.training"},
+    {"gnntrain.plan_fit"},
     {"gnntrain.plan"},
     {"gnntrain.auto"},
     {"gnntrain.launch"},
