@@ -225,6 +225,7 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         mode_details={
             **mode.details(ctx),
             "graph per rank": _graph_per_rank(spec.capabilities, world),
+            **_disk_tier_details(mode, ctx),
         },
         warnings=tuple(warnings),
         config=_with_resolved(
@@ -234,6 +235,14 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         rank_threads=tuple(rank_threads),
         prediction=prediction,
     )
+
+
+def _disk_tier_details(mode, ctx) -> Dict[str, Any]:
+    """The saved-tensor disk tier's line, for the modes that have one and a plan that uses it
+    (:class:`gnntrain.modes.saved_tier.SavedTierPlanner`)."""
+    tier = getattr(mode, "disk_tier", None)
+    figures = tier(ctx) if tier is not None else None
+    return {"disk tier": figures} if figures else {}
 
 
 def _refuse_appended_keys(cfg: DictConfig) -> None:

@@ -88,6 +88,8 @@ LAYOUTS = {
 
 
 SUPERGCN = ["mode=supergcn", "mode.bits=32"]
+# every saved tensor above 64 KiB on the disk tier (gnntrain/modes/saved_tier.py)
+DISK = "mode.host_budget=0"
 # HongTu's gather engine with every vertex table on the disk tier
 HONGTU_DISK = ["mode=hongtu", "mode.host_budget=0", "mode.chunks=2"]
 
@@ -97,8 +99,11 @@ def test_multi_rank_modes_on_ingested_cora_never_build_edge_lists(cora_folder, t
     graph = ["dataset=files", f"dataset.path={cora_folder}"]
     reference = single_losses(train, graph + EXACT)
     _forbid_edge_lists(monkeypatch)
-    runs = [["mode=partition"] + layout for layout in LAYOUTS.values()]
-    runs += [SUPERGCN + ["hardware.ranks_per_node=2"], SUPERGCN + ["hardware.ranks_per_node=3"]]
+    runs = [["mode=partition", DISK] + layout for layout in LAYOUTS.values()]
+    runs += [
+        SUPERGCN + [DISK, "hardware.ranks_per_node=2"],
+        SUPERGCN + ["hardware.ranks_per_node=3"],
+    ]
     runs += [
         HONGTU_DISK + ["hardware.ranks_per_node=2"],
         ["mode=hongtu", "hardware.ranks_per_node=3"],
@@ -117,10 +122,10 @@ def test_multi_rank_modes_on_a_directed_ingested_graph_never_build_edge_lists(
     reference = single_losses(train, graph + EXACT)
     _forbid_edge_lists(monkeypatch)
     for run in (
-        ["mode=partition"] + LAYOUTS["1D p=3"],
+        ["mode=partition", DISK] + LAYOUTS["1D p=3"],
         ["mode=partition"] + LAYOUTS["1.5D p=4 c=2"],
         SUPERGCN + ["hardware.ranks_per_node=2", "mode.aggregation=pre"],
-        SUPERGCN + ["hardware.ranks_per_node=3"],
+        SUPERGCN + [DISK, "hardware.ranks_per_node=3"],
         HONGTU_DISK + ["hardware.ranks_per_node=3"],
         ["mode=mop", "hardware.ranks_per_node=3"],
     ):

@@ -10,8 +10,9 @@ tensor and sliced to the held rows, so that a partitioned run draws the masks
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -75,6 +76,8 @@ class FullGraphStrategy(RankStrategy):
 
     inputs_on_host = False
     clock: Optional[StageClock] = None
+    # the disk tier for autograd's saved tensors (modes/saved_tier.py), where the plan set a budget
+    saved_tier: Optional[Any] = None
 
     def __init__(
         self,
@@ -129,20 +132,28 @@ class FullGraphStrategy(RankStrategy):
         if self.clock is not None:
             self.clock.reset()
         self.on_epoch(epoch, True)
-        logits = self.forward(self.model, self._inputs(), self.dropout)
-        train_mask = self.masks["train"]
-        loss = (
-            F.cross_entropy(logits[train_mask], self.labels[train_mask], reduction="sum")
-            / self.n_train
-        )
-        self.optimizer.zero_grad(set_to_none=False)
-        loss.backward()
+        # saved tensors beyond the host budget go to the disk tier between forward and backward
+        tier = self.saved_tier.epoch() if self.saved_tier is not None else contextlib.nullcontext()
+        with tier:
+            logits = self.forward(self.model, self._inputs(), self.dropout)
+            train_mask = self.masks["train"]
+            loss = (
+                F.cross_entropy(logits[train_mask], self.labels[train_mask], reduction="sum")
+                / self.n_train
+            )
+            self.optimizer.zero_grad(set_to_none=False)
+            loss.backward()
         sync_gradients(self.params, self.ctx.comm)
         self.optimizer.step()
         stages = dict(sorted(self.clock.seconds.items())) if self.clock is not None else {}
         return EpochStats(
             loss=float(loss.detach()), seconds=time.perf_counter() - start, stages=stages
         )
+
+    def close(self) -> None:
+        if self.saved_tier is not None:
+            self.saved_tier.close()
+        super().close()
 
     def predict(self, what: str, layer: int):
         self.on_epoch(0, False)

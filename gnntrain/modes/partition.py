@@ -25,16 +25,16 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
 from gnntrain.models import SparseAdjacency
 from gnntrain.models.registry import exchanged_widths
-from gnntrain.modes.base import CommEstimate, ModePlanner, Prepared, RankShard, ShardBuilder
+from gnntrain.modes.base import CommEstimate, Prepared, RankShard, ShardBuilder
 from gnntrain.modes.cagnet import CagnetStrategy
 from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import FullGraphStrategy
 from gnntrain.modes.halo import build_halo_plan, group_all_reduce, halo_exchange, local_source_index
 from gnntrain.modes.row_edges import row_edges
+from gnntrain.modes.saved_tier import DiskTierConfig, SavedTierPlanner
 from gnntrain.modes.single import graph_tensors
 from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.partition.store import store_record
@@ -72,7 +72,7 @@ DEPRECATED = {OBLIVIOUS: DENSE}
 
 
 @dataclass
-class PartitionConfig(ModeConfig):
+class PartitionConfig(DiskTierConfig):
     name: str = "partition"
     comm: CommKind = CommKind.sparse
     replication: int = 1  # c of the 1.5D grid; 1 = 1D
@@ -117,7 +117,7 @@ class Grid:
         return block * self.c + k
 
 
-class PartitionPlanner(ModePlanner):
+class PartitionPlanner(SavedTierPlanner):
     @property
     def c(self) -> int:
         return int(self.options.replication)

@@ -6,18 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence
 
-from gnntrain.config.schema import ModeConfig
 from gnntrain.models import SparseAdjacency, edge_weights
 from gnntrain.models.registry import model_family
 from gnntrain.modes.base import ModePlanner, Prepared, RankShard, ShardBuilder
 from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import FullGraphStrategy, InputAggregate
+from gnntrain.modes.saved_tier import DiskTierConfig, SavedTierPlanner
 from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.plan_types import RunSettings
 
 
 @dataclass
-class SingleConfig(ModeConfig):
+class SingleConfig(DiskTierConfig):
     name: str = "single"
 
 
@@ -63,7 +63,7 @@ class SingleStrategy(FullGraphStrategy):
         return model(x, self.aggregation, dropout)
 
 
-class SinglePlanner(ModePlanner):
+class SinglePlanner(SavedTierPlanner):
     def world_size(self, hardware_world_size: int) -> int:
         return 1  # the reference always runs in one process
 

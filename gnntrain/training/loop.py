@@ -39,6 +39,9 @@ def train_rank(mode, shard, ctx: RankContext) -> Dict[str, Any]:
     start = time.perf_counter()
     model, optimizer = build_training(mode.settings, shard, ctx, mode.aggregate_first)
     strategy = mode.spec.strategy(mode, shard, ctx, model, optimizer)
+    attach = getattr(mode, "attach_saved_tier", None)  # the modes with the saved-tensor tier
+    if attach is not None:
+        attach(strategy, ctx)
     setup_s = time.perf_counter() - start
     try:
         result = EpochLoop(ctx, strategy).run()

@@ -8,11 +8,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from gnntrain.config.schema import ModeConfig
 from gnntrain.errors import PlanError
 from gnntrain.metrics.clock import StageClock
 from gnntrain.models import SparseAdjacency, hidden_activation, run_layers
-from gnntrain.modes.base import CommEstimate, ModePlanner, Prepared, RankShard, ShardBuilder
+from gnntrain.modes.base import CommEstimate, Prepared, RankShard, ShardBuilder
 from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import FullGraphStrategy, InputAggregate
 from gnntrain.modes.mop.layout import (
@@ -30,6 +29,7 @@ from gnntrain.modes.mop.pipeline import (
     pipeline_chunks,
 )
 from gnntrain.modes.row_edges import row_edges
+from gnntrain.modes.saved_tier import DiskTierConfig, SavedTierPlanner
 from gnntrain.modes.single import graph_tensors
 from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.partition.store import store_record
@@ -38,7 +38,7 @@ from gnntrain.sizing import EDGE_BYTES, HALO_FACTOR, estimate_memory
 
 
 @dataclass
-class MoPConfig(ModeConfig):
+class MoPConfig(DiskTierConfig):
     name: str = "mop"
     pipeline_chunks: int = 1  # 0 = auto: Proposition 3.5's stage count from the RCM bandwidth
     # > 0: mixture of accelerators (MixGCN §3.2): the first aggregation_ranks ranks only aggregate
@@ -61,7 +61,7 @@ class MoPPayload:
     pipeline_chunks: int  # fine-grained pipeline stages (§3.1.3); 1 = none
 
 
-class MoPPlanner(ModePlanner):
+class MoPPlanner(SavedTierPlanner):
     @property
     def aggregate_first(self) -> Optional[bool]:
         return True  # feature columns of each layer's input are split across ranks

@@ -10,7 +10,7 @@ from typing import List, Tuple
 import torch
 
 from gnntrain.comm.quantize import packed_row_bytes, param_row_bytes
-from gnntrain.config.schema import ModeConfig
+from gnntrain.modes.saved_tier import DiskTierConfig
 from gnntrain.partition.store import store_record
 from gnntrain.seeding import Stream, derive_seed
 
@@ -34,7 +34,7 @@ class ParamDType(str, Enum):
 
 
 @dataclass
-class SuperGCNConfig(ModeConfig):
+class SuperGCNConfig(DiskTierConfig):
     name: str = "supergcn"
     aggregation: Aggregation = Aggregation.hybrid
     bits: int = 2  # 32 | 8 | 4 | 2; 32 = unquantized (training dtype)

@@ -46,9 +46,10 @@ import numpy as np
 from gnntrain.comm.quantize import packed_row_bytes, param_row_bytes
 from gnntrain.errors import PlanError
 from gnntrain.models.registry import exchanged_widths
-from gnntrain.modes.base import CommEstimate, ModePlanner, RankShard
+from gnntrain.modes.base import CommEstimate, RankShard
 from gnntrain.modes.cost import Work
 from gnntrain.modes.row_edges import row_edges
+from gnntrain.modes.saved_tier import SavedTierPlanner
 from gnntrain.modes.single import graph_tensors
 from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.modes.supergcn.config import BITS, SuperGCNConfig, row_bytes
@@ -58,7 +59,7 @@ from gnntrain.partition.cover import rows_per_pair
 from gnntrain.sizing import DTYPE_BYTES, halo_rows, with_measured_halo
 
 
-class SuperGCNPlanner(ModePlanner):
+class SuperGCNPlanner(SavedTierPlanner):
     @property
     def bits(self) -> int:
         return int(self.options.bits)
