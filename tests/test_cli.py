@@ -185,8 +185,8 @@ def test_errors_go_to_stderr_as_one_line(tmp_path, args, needle):
         (
             ["plan", "dataset=dataset_schema"],
             "error: dataset=dataset_schema: dataset_schema is the schema of the dataset "
-            "group, not a dataset. Use one of: citeseer, communities, cora, csbm, files, ogbn-arxiv, "
-            "ogbn-products, pubmed, reddit, rmat.",
+            "group, not a dataset. Use one of: citeseer, communities, cora, csbm, files, "
+            "ogbn-arxiv, ogbn-products, pubmed, reddit, rmat.",
         ),
         (
             ["run", "mode=single_schema"],
