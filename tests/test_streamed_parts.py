@@ -130,6 +130,15 @@ def test_multi_rank_modes_on_a_directed_ingested_graph_never_build_edge_lists(
         ["mode=mop", "hardware.ranks_per_node=3"],
     ):
         assert_exact(train(graph + EXACT + KAMINPAR + run)["losses"], reference)
+    # HyScale samples from the whole graph in every trainer (approximate): read from the CSR too
+    hyscale = [
+        "mode=hyscale",
+        "mode.fanouts=[5,5,5]",
+        "train.epochs=2",
+        "hardware.ranks_per_node=2",
+    ]
+    sampled = train(graph + hyscale)
+    assert sampled["status"] == "completed"
 
 
 @pytest.mark.parametrize("aggregation", ["pre", "post", "hybrid"])

@@ -304,7 +304,10 @@ class ParquetTable(_Table):
 
         self.path = path
         try:
-            self.file = pq.ParquetFile(path)
+            # no pre-buffering: pyarrow 26 reads each row group's column chunks ahead into its own
+            # memory pool (mimalloc, which the system pool set in ingest() does not replace) and
+            # kept ~0.5 GB mapped on a 50M-edge file (1.19 GiB peak against 0.72 without)
+            self.file = pq.ParquetFile(path, pre_buffer=False)
         except Exception as exc:
             raise DatasetError(
                 f"ingest: {path} is not a readable Parquet file ({type(exc).__name__}: {exc})."
@@ -319,7 +322,9 @@ class ParquetTable(_Table):
 
         row = 0
         total = max(1, self.file.metadata.num_rows)
-        for record in self.file.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=list(columns)):
+        for record in self.file.iter_batches(
+            batch_size=PARQUET_BATCH_ROWS, columns=list(columns), use_threads=False
+        ):
             table = pa.Table.from_batches([record])
             for name, kind in types.items():
                 if name in table.column_names and table.schema.field(name).type != kind:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from gnntrain.errors import PlanError
@@ -15,6 +16,7 @@ from gnntrain.modes.hyscale.config import HyScaleConfig
 from gnntrain.modes.hyscale.perf_model import per_seed_costs, predict_times
 from gnntrain.modes.hyscale.sampler import resolve_sampler
 from gnntrain.modes.hyscale.threads import rank_budgets, split_threads
+from gnntrain.modes.row_edges import row_edges
 from gnntrain.modes.single import graph_tensors
 from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.sizing import host_cores
@@ -232,7 +234,11 @@ def prepare(
 ) -> Prepared:
     """Every trainer holds the whole graph: it samples neighbourhoods from all of it (§IV)."""
     builder = ShardBuilder(data, plan.world_size)
-    src, dst, w = graph_tensors(data, mode.settings)
+    streamed = row_edges(data, mode.settings)
+    if streamed is None:
+        src, dst, w = graph_tensors(data, mode.settings)
+    else:  # an ingested graph: its edges read from the CSR, without the COO lists first
+        dst, src, w = streamed.rows(np.arange(data.num_nodes))
     shards = [
         builder.shard(r, None, (dst, src, w))
         for r in (range(plan.world_size) if ranks is None else ranks)
