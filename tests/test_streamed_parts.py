@@ -100,6 +100,8 @@ def test_multi_rank_modes_on_ingested_cora_never_build_edge_lists(cora_folder, t
     reference = single_losses(train, graph + EXACT)
     _forbid_edge_lists(monkeypatch)
     runs = [["mode=partition", DISK] + layout for layout in LAYOUTS.values()]
+    # CAGNET's transposed blocks: an ingested graph is symmetric, its out-edges are its in-edges
+    runs += [["mode=partition", "mode.comm=cagnet", "hardware.ranks_per_node=3"]]
     runs += [
         SUPERGCN + [DISK, "hardware.ranks_per_node=2"],
         SUPERGCN + ["hardware.ranks_per_node=3"],

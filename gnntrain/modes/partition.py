@@ -33,7 +33,7 @@ from gnntrain.modes.cagnet import CagnetStrategy
 from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import FullGraphStrategy
 from gnntrain.modes.halo import build_halo_plan, group_all_reduce, halo_exchange, local_source_index
-from gnntrain.modes.row_edges import row_edges
+from gnntrain.modes.row_edges import row_edges, transposed_rows
 from gnntrain.modes.saved_tier import DiskTierConfig, SavedTierPlanner
 from gnntrain.modes.single import graph_tensors
 from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
@@ -126,9 +126,10 @@ class PartitionPlanner(SavedTierPlanner):
         return world_size // max(1, self.c)
 
     def streams_parts(self, data) -> bool:
-        """From an ingested graph's CSR (:mod:`gnntrain.modes.row_edges`), save CAGNET's transposed
-        blocks."""
-        return self.comm != CAGNET and row_edges(data, self.settings) is not None
+        """From an ingested graph's CSR (:mod:`gnntrain.modes.row_edges`); CAGNET's transposed
+        blocks too where the graph is symmetric (a row's out-edges are then its in-edges)."""
+        symmetric = bool(getattr(data, "symmetric", False))
+        return (self.comm != CAGNET or symmetric) and row_edges(data, self.settings) is not None
 
     @property
     def aggregate_first(self) -> Optional[bool]:
@@ -318,7 +319,7 @@ def prepare(
     inverse = torch.from_numpy(part.inverse)
     perm = torch.from_numpy(part.perm)
     offsets = torch.from_numpy(part.offsets)
-    # from the CSR, a part at a time (CAGNET's transposed blocks still come from the edge lists)
+    # from the CSR, a part at a time
     streamed = row_edges(data, mode.settings) if mode.streams_parts(data) else None
     if streamed is None:
         src, dst, w = graph_tensors(data, mode.settings)
@@ -336,13 +337,16 @@ def prepare(
         if streamed is not None:
             d, s, ww = streamed.rows(part.perm[lo:hi])
             s = inverse[s]
-            out_edges = None
+            out = None
+            if mode.comm == CAGNET:  # (dst global, src local, w) of the edges leaving the block
+                to, local, w_out = transposed_rows(streamed, part.perm[lo:hi])
+                out = (inverse[to], local, w_out)
         else:
             e_lo, e_hi = (int(x) for x in torch.searchsorted(dst_n, torch.tensor([lo, hi])))
             s, d, ww = src_n[e_lo:e_hi], dst_n[e_lo:e_hi] - lo, w[e_lo:e_hi]
-            out_edges = _out_edges(src_n, dst_n, w, by_src, lo, hi)
+            out = _out_edges(src_n, dst_n, w, by_src, lo, hi)
         keep = (s >= col_lo) & (s < col_hi)
-        payload = PartitionPayload(offsets, grid.c, out_edges)
+        payload = PartitionPayload(offsets, grid.c, out)
         # one replica counts each row's loss and accuracy
         shards.append(
             builder.shard(rank, perm[lo:hi], (d[keep], s[keep], ww[keep]), payload, counted=k == 0)

@@ -67,6 +67,19 @@ class RowEdges:
         return dst_t, src_t, weights.to(self.dtype)
 
 
+def transposed_rows(
+    edges: RowEdges, rows: np.ndarray
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(destination ID, position of the source in ``rows``, weight factors (E, 2)) of every edge
+    *leaving* the rows ``rows``, for a CSR whose reverse edges are all present: a row's
+    out-neighbours are then its in-neighbours, and each edge u→v carries (src_scale[u],
+    dst_scale[v]) (CAGNET's transposed blocks, :mod:`gnntrain.modes.partition`)."""
+    position, neighbour, _ = edges.rows(rows)
+    rows_t = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+    weights = torch.stack([edges.src_scale[rows_t[position]], edges.dst_scale[neighbour]], dim=1)
+    return neighbour, position, weights.to(edges.dtype)
+
+
 def out_degrees(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> np.ndarray:
     """Each node's out-degree (its count among the CSR's sources), a block at a time."""
     degree = np.zeros(num_nodes, dtype=np.int64)
