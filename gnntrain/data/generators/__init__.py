@@ -42,6 +42,28 @@ def row_blocks(num_nodes: int) -> Iterator[Tuple[int, int]]:
         yield lo, min(num_nodes, lo + ROW_BLOCK)
 
 
+def class_feature_rows(
+    seed: int,
+    labels: np.ndarray,
+    num_classes: int,
+    feat_dim: int,
+    snr: float,
+    means_stream: int,
+    rows_stream: int,
+) -> FeatureRows:
+    """Rows of N(μ_y, I) features for nodes labelled ``labels``: class means drawn from stream
+    ``means_stream`` and scaled to norm ``snr`` (one node's features are a weak signal, averaging
+    same-class neighbours sharpens it), each block of rows from stream ``rows_stream``."""
+    means = block_rng(seed, means_stream, 0).standard_normal((num_classes, feat_dim))
+    means *= snr / np.linalg.norm(means, axis=1, keepdims=True)
+
+    def feature_rows(lo: int, hi: int) -> np.ndarray:
+        noise = block_rng(seed, rows_stream, lo // ROW_BLOCK).standard_normal((hi - lo, feat_dim))
+        return (means[labels[lo:hi]] + noise).astype(np.float32)
+
+    return feature_rows
+
+
 @dataclass(frozen=True)
 class GraphBlocks:
     """A generated graph before it is assembled: what the in-memory graph and the on-disk folder are

@@ -41,10 +41,10 @@ from gnntrain.config.schema import DatasetConfig
 from gnntrain.data.checks import _in_unit_interval, _number
 from gnntrain.data.generators import (
     EDGE_BLOCK,
-    ROW_BLOCK,
     Generator,
     GraphBlocks,
     block_rng,
+    class_feature_rows,
     fractions,
     params_hash,
     register_generator,
@@ -93,8 +93,7 @@ def communities_blocks(cfg) -> GraphBlocks:
     labels[ids] = internal_labels
     del internal_labels
     pairs = int(round(n * float(cfg.avg_degree) / 2))
-    means = block_rng(seed, MEANS, 0).standard_normal((c, f))
-    means *= cfg.feature_snr / np.linalg.norm(means, axis=1, keepdims=True)
+    feature_rows = class_feature_rows(seed, labels, c, f, float(cfg.feature_snr), MEANS, FEATURES)
     level_cdf = np.cumsum(locality)
 
     def draw(lo: np.ndarray, hi: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -116,10 +115,6 @@ def communities_blocks(cfg) -> GraphBlocks:
             hi = np.where(level < levels, starts[np.minimum(first_leaf + span, leaves)], everyone)
             v = draw(lo, hi, rng)
             yield ids[u], ids[v]
-
-    def feature_rows(lo: int, hi: int) -> np.ndarray:
-        noise = block_rng(seed, FEATURES, lo // ROW_BLOCK).standard_normal((hi - lo, f))
-        return (means[labels[lo:hi]] + noise).astype(np.float32)
 
     return GraphBlocks(
         name="communities",

@@ -11,10 +11,10 @@ from gnntrain.config.schema import DatasetConfig
 from gnntrain.data.checks import _in_unit_interval, _number
 from gnntrain.data.generators import (
     EDGE_BLOCK,
-    ROW_BLOCK,
     Generator,
     GraphBlocks,
     block_rng,
+    class_feature_rows,
     fractions,
     materialize,
     params_hash,
@@ -44,8 +44,7 @@ def csbm_blocks(cfg) -> GraphBlocks:
     class_size = np.bincount(labels, minlength=c)
     class_start = np.concatenate([[0], np.cumsum(class_size)[:-1]])
     pairs = int(round(n * cfg.avg_degree / 2))
-    means = block_rng(seed, MEANS, 0).standard_normal((c, f))
-    means *= cfg.feature_snr / np.linalg.norm(means, axis=1, keepdims=True)
+    feature_rows = class_feature_rows(seed, labels, c, f, float(cfg.feature_snr), MEANS, FEATURES)
 
     def edge_blocks():
         for block, lo in enumerate(range(0, pairs, EDGE_BLOCK)):
@@ -58,10 +57,6 @@ def csbm_blocks(cfg) -> GraphBlocks:
             )
             size = np.maximum(class_size[target_class], 1)
             yield u, order[class_start[target_class] + (rng.random(m) * size).astype(np.int64)]
-
-    def feature_rows(lo: int, hi: int) -> np.ndarray:
-        noise = block_rng(seed, FEATURES, lo // ROW_BLOCK).standard_normal((hi - lo, f))
-        return (means[labels[lo:hi]] + noise).astype(np.float32)
 
     return GraphBlocks(
         name="csbm",

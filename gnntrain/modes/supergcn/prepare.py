@@ -157,21 +157,22 @@ def _streamed_grid(streamed: RowEdges, part, aggregation: str) -> List[List[int]
     return _GRIDS[key]
 
 
-def _receiver_edges(rank, offsets, edges: _SplitEdges) -> Dict[str, Any]:
+def _receiver_edges(rank, offsets, split_edges: _SplitEdges) -> Dict[str, Any]:
     """Local edges (own rows → own rows), and edges from the rows received (by sender) → own rows.
 
     Weights stay factored (models/norm.py): senders apply the source factor, so every
     received column has factor 1 and every own row its destination factor."""
-    splits, pair_edges, src_n, dst_n, w = (
-        edges.splits,
-        edges.pair_edges,
-        edges.src_n,
-        edges.dst_n,
-        edges.w,
+    e = split_edges
+    splits, pair_edges, src_n, dst_n, w, dst_scale = (
+        e.splits,
+        e.pair_edges,
+        e.src_n,
+        e.dst_n,
+        e.w,
+        e.dst_scale,
     )
-    dst_scale = edges.dst_scale
     lo = int(offsets[rank])
-    local = torch.from_numpy(np.flatnonzero((edges.block_dst == rank) & (edges.block_src == rank)))
+    local = torch.from_numpy(np.flatnonzero((e.block_dst == rank) & (e.block_src == rank)))
     dsts, cols, weights = [], [], []
     counts = [0] * (len(offsets) - 1)
     base = 0
@@ -179,10 +180,10 @@ def _receiver_edges(rank, offsets, edges: _SplitEdges) -> Dict[str, Any]:
         split = splits.get((j, rank))
         if split is None:
             continue
-        edges = torch.from_numpy(pair_edges[(j, rank)])
+        pair = torch.from_numpy(pair_edges[(j, rank)])
         post = torch.from_numpy(split.is_post_edge)
         post_rows, pre_rows = torch.from_numpy(split.post_rows), torch.from_numpy(split.pre_rows)
-        pe = edges[post]  # source rows (sent src-scaled), aggregated here with their dst factor
+        pe = pair[post]  # source rows (sent src-scaled), aggregated here with their dst factor
         dsts.append(dst_n[pe] - lo)
         cols.append(base + torch.searchsorted(post_rows, src_n[pe] - int(offsets[j])))
         weights.append(torch.stack([torch.ones(pe.numel(), dtype=w.dtype), w[pe, 1]], dim=1))
@@ -209,17 +210,18 @@ def _receiver_edges(rank, offsets, edges: _SplitEdges) -> Dict[str, Any]:
     }
 
 
-def _sender_matrix(rank, offsets, edges: _SplitEdges) -> Dict[str, Any]:
+def _sender_matrix(rank, offsets, split_edges: _SplitEdges) -> Dict[str, Any]:
     """S_rank: outgoing rows (grouped by receiver, post rows then pre sums) from own rows, each
     own row scaled by its source factor (the receiver applies the destination factor)."""
-    splits, pair_edges, src_n, dst_n, w = (
-        edges.splits,
-        edges.pair_edges,
-        edges.src_n,
-        edges.dst_n,
-        edges.w,
+    e = split_edges
+    splits, pair_edges, src_n, dst_n, w, src_scale = (
+        e.splits,
+        e.pair_edges,
+        e.src_n,
+        e.dst_n,
+        e.w,
+        e.src_scale,
     )
-    src_scale = edges.src_scale
     slots, cols, weights = [], [], []
     counts = [0] * (len(offsets) - 1)
     base = 0
