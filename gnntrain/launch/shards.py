@@ -220,11 +220,84 @@ def _build(plan):
     return parts(), figures
 
 
+def part_wise(plan) -> bool:
+    """Whether the plan's store is built part by part (:mod:`gnntrain.partition.part_wise`): a mode
+    that prepares a part from the graph's CSR, on a graph that is on disk (ingested, or generated
+    with ``dataset.on_disk``)."""
+    ds = plan.config["dataset"]
+    on_disk = ds.get("source") == "files" or (
+        ds.get("source") == "generated" and bool(ds.get("on_disk"))
+    )
+    return uses_store(plan) and on_disk and mode_spec(plan.mode).capabilities.parts_from_csr
+
+
+class _PartBuilder:
+    """Builds parts of one plan's store in this process: the graph is loaded (memory-mapped) and
+    partitioned once, on the first part asked for, under a lock beside the store so that concurrent
+    builders on other hosts share one partitioning (from the partition cache)."""
+
+    def __init__(self, plan, directory: Path):
+        self.plan, self.directory = plan, Path(directory)
+        self.loaded: Optional[tuple] = None
+        self.start = time.perf_counter()
+
+    def __call__(self, rank: int) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        from gnntrain.atomic import file_lock
+
+        if self.loaded is None:
+            self.directory.parent.mkdir(parents=True, exist_ok=True)
+            lock = self.directory.with_name(f".{self.directory.name}.partition.lock")
+            with file_lock(lock):
+                self.loaded = load_and_partition(self.plan)
+        data, mode, part, hit = self.loaded
+        started = time.perf_counter()
+        prepared = mode.spec.prepare(mode, data, self.plan, part, [rank])
+        _with_graph_figures(prepared, data, part, hit, 0.0)
+        figures = {
+            "partition": prepared.partition,
+            "preprocess_s": time.perf_counter() - started,
+            "mode": self.plan.mode,
+            "dataset": self.plan.dataset,
+            "world_size": self.plan.world_size,
+        }
+        return _fields(prepared.shards[0]), figures
+
+
+def _open_or_build_part(plan, directory: Path, rank: int, builder: Optional[_PartBuilder] = None):
+    """(part ``rank``'s fields, the store's meta where complete, else one made from the part's
+    record)."""
+    from gnntrain.partition.part_wise import open_or_build_part
+
+    builder = builder or _PartBuilder(plan, directory)
+    fields, record = open_or_build_part(
+        directory, rank, plan.world_size, lambda: builder(rank), _warn
+    )
+    meta = store.read_meta(directory)
+    if meta is None:  # other hosts' parts are still being built
+        own = sum(int(f["bytes"]) for f in record["files"].values())
+        meta = dict(
+            record, bytes_per_part=[own if r == rank else 0 for r in range(plan.world_size)]
+        )
+    return fields, meta
+
+
 def ensure_store(plan) -> Tuple[Path, Dict[str, Any], float]:
     """(the store's folder, its meta, seconds this call spent building it: 0 when reused)."""
     directory = store_dir(plan)
     start = time.perf_counter()
     built = []
+    if part_wise(plan):  # every part in this process, each under its own lock, the graph once
+        from gnntrain.partition.part_wise import complete
+
+        meta = store.read_meta(directory)
+        if meta is None:
+            builder = _PartBuilder(plan, directory)
+            for rank in range(plan.world_size):
+                _open_or_build_part(plan, directory, rank, builder)
+            built.append(builder.loaded is not None)
+            meta = complete(directory, plan.world_size)
+        seconds = time.perf_counter() - start
+        return directory, meta, seconds if any(built) else 0.0
     meta = store.ensure_store(directory, lambda: (built.append(True), _build(plan))[1])
     seconds = time.perf_counter() - start
     if built:
@@ -252,7 +325,17 @@ def open_rank_shard(plan, rank: int) -> Tuple[RankShard, Dict[str, Any], float]:
 
 def open_shard(plan, directory: Path, rank: int) -> Tuple[RankShard, Dict[str, Any]]:
     """The one way a rank opens its part, whoever started it (the local launcher, torchrun, srun):
-    from the store at ``directory``, built first (under its lock) when missing or corrupt."""
+    from the store at ``directory``, built first (under its lock) when missing or corrupt; a
+    part-wise store (:func:`part_wise`) builds only this rank's part."""
+    if part_wise(plan):
+        meta = store.read_meta(Path(directory))
+        if meta is not None:
+            try:
+                return RankShard(**store.open_part(Path(directory), rank, meta)), meta
+            except store.StoreError as exc:
+                _warn(f"partition store {directory}: {exc}; rebuilding part {rank}")
+        fields, meta = _open_or_build_part(plan, Path(directory), rank)
+        return RankShard(**fields), meta
     fields, meta = store.open_or_build(Path(directory), rank, lambda: _build(plan), _warn)
     return RankShard(**fields), meta
 

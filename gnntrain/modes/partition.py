@@ -461,6 +461,7 @@ PARTITION = register_mode(
         strategy=strategy,
         capabilities=Capabilities(
             needs_restructurable=False,  # exchanges whatever a layer hands its aggregation
+            parts_from_csr=True,
             auto_variants=(
                 {"comm": "sparse"},
                 {"comm": "dense-alltoall"},

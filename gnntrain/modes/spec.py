@@ -49,6 +49,9 @@ class Capabilities:
     whole_graph_reason: str = ""
     # prepare reads a partitioning of the graph (partition, SuperGCN, HongTu, MoP)
     partitions_graph: bool = True
+    # prepare builds one part alone from a graph's CSR (ranks=[r]): the store of a graph on disk
+    # is then built part by part, each host its own parts (gnntrain/partition/part_wise.py)
+    parts_from_csr: bool = False
     min_world_size: int = 2  # below it the mode is mode=single with overhead; mode=auto skips it
     auto_variants: Tuple[Mapping[str, Any], ...] = ({},)  # mode=auto's option overrides to try
 

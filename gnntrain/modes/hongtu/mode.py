@@ -307,6 +307,7 @@ def strategy(mode: HongTuPlanner, shard: RankShard, ctx, model, optimizer):
 # is HongTu's first use (§4)
 CAPABILITIES = Capabilities(
     needs_elementwise=False,
+    parts_from_csr=True,
     min_world_size=1,
     auto_variants=({"dedup": "p2p+reuse"}, {"dedup": "none"}),
 )

@@ -219,6 +219,7 @@ SUPERGCN = register_mode(
         strategy=strategy,
         capabilities=Capabilities(
             needs_restructurable=False,  # exchanges whatever a layer hands its aggregation
+            parts_from_csr=True,
             models_rule="SuperGCN pre-aggregates weighted sums of source rows at the sender; GAT's "
             "attention weights "
             "depend on both endpoints' features, so they cannot be summed before the exchange.",

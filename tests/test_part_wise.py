@@ -1,0 +1,104 @@
+"""Part-wise stores (gnntrain/partition/part_wise.py): on a graph on disk, each process builds only
+the parts it opens, under each part's own lock, once; a part built elsewhere is verified, not
+rebuilt; a corrupt part is rebuilt alone; the store's meta follows once every part is there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import compose
+
+OPEN_PARTS = """
+import json, sys
+from gnntrain.api import compose
+from gnntrain.launch.shards import open_shard, store_dir
+from gnntrain.plan import build_plan
+plan = build_plan(compose(json.loads(sys.argv[1])))
+for rank in json.loads(sys.argv[2]):
+    shard, meta = open_shard(plan, store_dir(plan), rank)
+    assert shard.rank == rank
+print(store_dir(plan))
+"""
+
+
+def _host(overrides, ranks) -> subprocess.Popen:
+    """A process standing for one host: it opens (and builds where needed) ``ranks``' parts."""
+    return subprocess.Popen(
+        [sys.executable, "-c", OPEN_PARTS, json.dumps(overrides), json.dumps(ranks)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _records(directory, parts):
+    return [json.loads((directory / f"part{r}" / "part.json").read_text()) for r in range(parts)]
+
+
+@pytest.fixture
+def on_disk_plan(tmp_path, cache_dir):
+    from gnntrain.data.ingest.generated import write_generated
+
+    folder = tmp_path / "graph"
+    write_generated(compose(["dataset=csbm", "dataset.num_nodes=600"]).dataset, folder)
+    return [
+        "dataset=files",
+        f"dataset.path={folder}",
+        f"cache_dir={tmp_path / 'shared-cache'}",  # the folder both "hosts" share
+        "mode=partition",
+        "partitioner=kaminpar",
+        "partitioner.threads=1",
+        "hardware.nodes=2",
+        "hardware.ranks_per_node=2",
+    ]
+
+
+def test_each_host_builds_only_its_parts_and_another_verifies_them(on_disk_plan, caplog):
+    from gnntrain.launch.shards import open_shard, part_wise, store_dir
+    from gnntrain.plan import build_plan
+
+    plan = build_plan(compose(on_disk_plan))
+    assert part_wise(plan) and plan.world_size == 4
+    hosts = [_host(on_disk_plan, [0, 1]), _host(on_disk_plan, [2, 3])]  # at the same time
+    for host in hosts:
+        _, err = host.communicate(timeout=300)
+        assert host.returncode == 0, err
+    directory = store_dir(plan)
+    records = _records(directory, 4)
+    builders = [r["built_by"] for r in records]
+    # parts 0 and 1 by one process, 2 and 3 by the other: each host built only its own
+    assert builders[0] == builders[1] != builders[2] == builders[3]
+    meta = json.loads((directory / "meta.json").read_text())
+    assert meta["part_wise"] and meta["num_parts"] == 4 and len(meta["bytes_per_part"]) == 4
+    # both hosts cut the same partitioning (the second waited for the first's, from the cache)
+    owned = torch.cat([open_shard(plan, directory, r)[0].global_ids for r in range(4)])
+    assert torch.equal(torch.sort(owned).values, torch.arange(600))
+    # a third process opens part 1: verified, not rebuilt
+    third = _host(on_disk_plan, [1])
+    assert third.communicate(timeout=300)[1] is not None and third.returncode == 0
+    assert _records(directory, 4)[1]["built_by"] == builders[1]
+    # a corrupt file of part 2 is found and part 2 alone is rebuilt
+    victim = next(p for p in (directory / "part2").glob("*.npy"))
+    victim.write_bytes(victim.read_bytes()[:-8] + b"\0" * 8)
+    shard, _ = open_shard(plan, directory, 2)
+    after = _records(directory, 4)
+    assert after[2]["built_by"] != builders[2] and "rebuilding part 2" in caplog.text
+    assert [r["built_by"] for r in after[:2] + after[3:]] == builders[:2] + builders[3:]
+    # the store's meta was made again with part 2's new digests: opening it checks out
+    meta = json.loads((directory / "meta.json").read_text())
+    assert meta["files"]["part2/tree.json"] == after[2]["files"]["part2/tree.json"]
+    caplog.clear()
+    open_shard(plan, directory, 2)
+    assert "rebuilding" not in caplog.text
+
+
+def test_a_graph_in_memory_keeps_the_whole_store(cache_dir):
+    from gnntrain.launch.shards import part_wise
+    from gnntrain.plan import build_plan
+
+    plan = build_plan(compose(["mode=partition", "hardware.ranks_per_node=2"]))
+    assert not part_wise(plan)  # csbm generated in memory: no CSR, the whole-graph prepare
