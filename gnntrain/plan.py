@@ -22,10 +22,11 @@ from gnntrain.modes.cost import check_profile, cost_profile, price_estimate
 from gnntrain.plan_fit import (
     check_host_memory,
     check_partitioner_memory,
+    known_partition,
     resolve_generated_storage,
     resolve_partitioner,
 )
-from gnntrain.plan_types import MemoryEstimate, PlanContext, RunPlan, RunSettings
+from gnntrain.plan_types import KNOWN_HALO, MemoryEstimate, PlanContext, RunPlan, RunSettings
 from gnntrain.sizing import DTYPE_BYTES, host_cores, model_dims
 
 __all__ = [
@@ -165,6 +166,9 @@ def build_plan(cfg: DictConfig) -> RunPlan:
         check_partitioner_memory(cfg.partitioner, n, e, hw)
     dtype = option_value(t.dtype)
     ctx = _plan_context(cfg, mode, family, world, (n, e, f, c), dtype)
+    known = known_partition(cfg, spec, num_parts)
+    if known is not None:  # an earlier run's partitioning: its receive volume, not the bound
+        ctx = dataclasses.replace(ctx, received_rows=int(known.max_recv_volume))
     warnings: List[str] = list(mode.validate(ctx))
 
     ranks_per_node = min(world, int(hw.ranks_per_node))
@@ -226,6 +230,7 @@ def build_plan(cfg: DictConfig) -> RunPlan:
             **mode.details(ctx),
             "graph per rank": _graph_per_rank(spec.capabilities, world),
             **_disk_tier_details(mode, ctx),
+            **({KNOWN_HALO: int(ctx.received_rows)} if ctx.received_rows is not None else {}),
         },
         warnings=tuple(warnings),
         config=_with_resolved(

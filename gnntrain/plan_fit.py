@@ -6,7 +6,7 @@ checks whose refusals name the options that would fit."""
 from __future__ import annotations
 
 import copy
-from typing import Tuple
+from typing import Optional, Tuple
 
 from omegaconf import DictConfig, open_dict, read_write
 
@@ -99,3 +99,40 @@ def resolve_generated_storage(
     elif on_disk:
         note = f"generated on disk in {generated_folder(cfg)} (dataset.on_disk=true)"
     return cfg, 0 if on_disk else in_memory, note
+
+
+def known_partition(cfg: DictConfig, spec, num_parts: int):
+    """The volumes of the partitioning this plan's run would make, where an earlier run or
+    ``gnntrain partition`` left it in the cache; the dataset's content hash is read without loading
+    the graph (an ingested folder's meta, a generated graph's parameters). None otherwise."""
+    from gnntrain.data import cache_folder
+    from gnntrain.partition import known_metrics
+
+    if num_parts < 2 or not spec.capabilities.partitions_graph:
+        return None
+    content = _content_hash(cfg)
+    if content is None:
+        return None
+    return known_metrics(cfg.partitioner, content, num_parts, cache_folder(cfg.get("cache_dir")))
+
+
+def _content_hash(cfg: DictConfig) -> Optional[str]:
+    """The dataset's content hash where it is known without loading the graph, else None."""
+    from gnntrain.data.generated_store import generated_folder
+    from gnntrain.data.generators import params_hash
+    from gnntrain.data.locations import resolve_graph_path
+    from gnntrain.data.ondisk import is_graph_dir, open_graph_dir
+    from gnntrain.errors import DatasetError
+
+    ds = cfg.dataset
+    try:
+        if ds.get("source") == "files":
+            return f"files-{open_graph_dir(resolve_graph_path(cfg)).digest}"
+        if ds.get("source") == "generated":
+            if ds.get("on_disk"):
+                folder = generated_folder(cfg)
+                return f"files-{open_graph_dir(folder).digest}" if is_graph_dir(folder) else None
+            return f"{ds.name}-{params_hash(str(ds.name), ds)}"
+    except (DatasetError, OSError):
+        return None
+    return None

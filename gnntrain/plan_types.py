@@ -146,10 +146,17 @@ class PlanContext:
     # the model aggregates weighted sums of rows (False: attention, with per-edge work)
     elementwise: bool = True
     settings: Optional[RunSettings] = field(default=None, repr=False, compare=False)
+    # rows the busiest rank receives per layer, where the plan's partitioning is already in the
+    # cache (its maximum receive volume); None: the estimate bounds them (sizing.halo_rows)
+    received_rows: Optional[int] = None
 
     @property
     def device(self) -> str:
         return self.settings.device if self.settings is not None else "cpu"
+
+
+# the plan's mode_details key of the halo rows its estimate took from a cached partitioning
+KNOWN_HALO = "halo rows per rank (the cached partition's)"
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,12 @@ def halo_rows(ctx: PlanContext, rows: int, num_parts: int) -> int:
     return int(min(ctx.num_nodes - rows, rows * ctx.num_edges / max(1, ctx.num_nodes)))
 
 
+def _received(ctx: PlanContext, rows: int, num_parts: int) -> int:
+    """Halo rows per layer: the cached partition's where the plan knows it, else the bound."""
+    known = getattr(ctx, "received_rows", None)
+    return int(known) if known is not None else halo_rows(ctx, rows, num_parts)
+
+
 def estimate_memory(
     ctx: PlanContext,
     num_parts: int,
@@ -109,7 +115,7 @@ def estimate_memory(
     edges = all_edges if replicated_graph else -(-all_edges // num_parts)
     features = rows * ctx.feat_dim * ctx.dtype_bytes
     received = (
-        ctx.num_nodes if gather_all else halo_rows(ctx, rows, num_parts) if receives_halo else 0
+        ctx.num_nodes if gather_all else (_received(ctx, rows, num_parts) if receives_halo else 0)
     )
     act = 0.0
     for (d_in, d_out), w in zip(zip(ctx.dims[:-1], ctx.dims[1:]), ctx.comm_widths):
@@ -131,13 +137,15 @@ def with_measured_halo(
     received_rows: int,
     widths,
     dtype_bytes: int,
+    assumed_rows: Optional[int] = None,
 ) -> MemoryEstimate:
-    """``estimate`` (made before the partition was known) with its halo share of the activations
-    recomputed from the rows a rank actually receives per layer (the partition's maximum receive
-    volume) instead of :func:`halo_rows`' bound."""
+    """``estimate`` with its halo share of the activations recomputed from the rows a rank actually
+    receives per layer (the partition's maximum receive volume) instead of the ``assumed_rows`` it
+    was made with (default: :func:`halo_rows`' bound, the estimate before the partition is
+    known)."""
     rows = -(-num_nodes // num_parts)
     sizes = SimpleNamespace(num_nodes=num_nodes, num_edges=num_edges)
-    guessed = halo_rows(sizes, rows, num_parts)
+    guessed = assumed_rows if assumed_rows is not None else halo_rows(sizes, rows, num_parts)
     delta = HALO_FACTOR * (received_rows - guessed) * sum(widths) * dtype_bytes
     return dataclasses.replace(
         estimate, activation_bytes=max(0, int(estimate.activation_bytes + delta))

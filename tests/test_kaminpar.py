@@ -217,7 +217,7 @@ def test_auto_is_metis_where_it_fits_and_kaminpar_where_it_does_not():
 
 
 @pytest.mark.parametrize("mode", [["mode=partition"], ["mode=supergcn", "mode.aggregation=post"]])
-def test_the_plan_reprices_memory_with_the_partitions_halo(cache_dir, mode):
+def test_the_plan_reprices_memory_with_the_partitions_halo(tmp_path, mode):
     """Before the partition is known a rank is assumed to receive every remote in-neighbour; on a
     graph with locality the partition's own receive volume is far below, and the figure follows."""
     from gnntrain.launch.shards import load_and_partition
@@ -225,8 +225,8 @@ def test_the_plan_reprices_memory_with_the_partitions_halo(cache_dir, mode):
     from gnntrain.sizing import with_measured_halo
 
     graph = ["dataset=communities", "dataset.num_nodes=6000", "dataset.leaf_size=40"]
-    plan = build_plan(
-        compose(graph + mode + [f"cache_dir={cache_dir}", "hardware.ranks_per_node=4"])
+    plan = build_plan(  # a cache of its own: no partitioning of this graph is known yet
+        compose(graph + mode + [f"cache_dir={tmp_path}", "hardware.ranks_per_node=4"])
     )
     data, planner, part, _ = load_and_partition(plan, printing=True)
     report = planner.graph_report(data, part, plan)
@@ -236,3 +236,34 @@ def test_the_plan_reprices_memory_with_the_partitions_halo(cache_dir, mode):
     # (a dense graph: every row but its own 1,500 is a halo row)
     same = with_measured_halo(plan.memory_per_rank, 6000, 10**9, 4, 4500, [16], 4)
     assert same == plan.memory_per_rank
+
+
+def test_a_plan_takes_the_halo_of_a_cached_partition(tmp_path, cache_dir):
+    """Once a run (or gnntrain partition) left the plan's partitioning in the cache, the next plan
+    sizes a rank's halo from its receive volume instead of the bound, read without loading the
+    graph; the printed repricing then changes nothing."""
+    from gnntrain.data.ingest.generated import write_generated
+    from gnntrain.launch.shards import load_and_partition
+    from gnntrain.plan import build_plan
+    from gnntrain.plan_types import KNOWN_HALO
+
+    folder = tmp_path / "graph"
+    graph = ["dataset=communities", "dataset.num_nodes=6000", "dataset.leaf_size=40"]
+    write_generated(compose(graph).dataset, folder)
+    overrides = ["dataset=files", f"dataset.path={folder}", f"cache_dir={cache_dir}"]
+    overrides += ["mode=partition", "partitioner=metis", "hardware.ranks_per_node=4"]
+    before = build_plan(compose(overrides))
+    assert KNOWN_HALO not in before.mode_details
+    data, planner, part, _ = load_and_partition(before)  # partitions and caches, as a run does
+    after = build_plan(compose(overrides))
+    assert after.mode_details[KNOWN_HALO] == part.metrics.max_recv_volume
+    assert after.memory_per_rank.total_bytes < before.memory_per_rank.total_bytes
+    report = planner.graph_report(data, part, before)
+    assert (
+        after.memory_per_rank.total_bytes
+        == report["memory per rank with this partition's halo bytes"]
+    )
+    again = planner.graph_report(data, part, after)
+    assert again["memory per rank with this partition's halo bytes"] == (
+        after.memory_per_rank.total_bytes
+    )

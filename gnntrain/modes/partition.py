@@ -38,7 +38,7 @@ from gnntrain.modes.saved_tier import DiskTierConfig, SavedTierPlanner
 from gnntrain.modes.single import graph_tensors
 from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.partition.store import store_record
-from gnntrain.plan_types import MemoryEstimate, RunSettings
+from gnntrain.plan_types import KNOWN_HALO, MemoryEstimate, RunSettings
 from gnntrain.sizing import DTYPE_BYTES, estimate_memory, halo_rows, with_measured_halo
 
 LAYER_ORDER = {
@@ -289,6 +289,7 @@ class PartitionPlanner(SavedTierPlanner):
             int(part.metrics.max_recv_volume),
             plan.mode_details["widths communicated"],
             b,
+            assumed_rows=plan.mode_details.get(KNOWN_HALO),
         )
         return {
             "halo rows per layer (total volume)": rows,

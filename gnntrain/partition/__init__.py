@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Optional
@@ -31,6 +32,7 @@ __all__ = [
     "Partitioning",
     "PartitionMetrics",
     "compute_metrics",
+    "known_metrics",
     "partition_graph",
     "partitioner_options",
     "relabel",
@@ -66,6 +68,28 @@ def partitioner_options(cfg) -> dict:
         # likewise: keys without row weights are unchanged
         options["row_weight"] = float(cfg.row_weight)
     return options
+
+
+def known_metrics(
+    cfg, dataset_hash: str, k: int, cache_root: Optional[Path]
+) -> Optional[PartitionMetrics]:
+    """The volumes of the partitioning ``cfg`` makes of the dataset ``dataset_hash`` into ``k``
+    parts, where an earlier run left it in the cache at ``cache_root``; None otherwise (a plan then
+    estimates without it)."""
+    if cache_root is None or str(cfg.name) == "auto" or k < 2:
+        return None
+    stored = PartitionCache(cache_root).metrics(
+        cache_key(dataset_hash, partitioner_options(cfg), k)
+    )
+    if stored is None:
+        return None
+    stored = dict(stored)
+    for name in ("send_volume", "recv_volume"):
+        stored[name] = tuple(stored.get(name) or ())
+    try:
+        return PartitionMetrics(**stored)
+    except TypeError:  # written by another version
+        return None
 
 
 def partition_graph(
@@ -160,6 +184,10 @@ def partition_graph(
         metrics = csr_metrics(*csr, arrays["parts"], k)
     else:
         metrics = compute_metrics(src, dst, arrays["parts"], k)
+    if cache_root is not None:
+        cache = PartitionCache(cache_root)
+        if cache.metrics(key) is None:
+            cache.store_metrics(key, dataclasses.asdict(metrics))
     bw = None
     if cfg.reorder == "rcm":
         inv = arrays["inverse"]

@@ -85,6 +85,23 @@ class PartitionCache:
         path = atomic_write_bytes(self.path(key), buffer.getvalue())
         return path
 
+    def metrics_path(self, key: str) -> Path:
+        return self.root / f"{key}.metrics.json"
+
+    def store_metrics(self, key: str, metrics: Dict[str, object]) -> None:
+        """The partitioning's volumes beside its entry, so a plan can read them before loading the
+        graph (``partition.known_metrics``)."""
+        atomic_write_bytes(self.metrics_path(key), json.dumps(metrics, sort_keys=True).encode())
+
+    def metrics(self, key: str) -> Optional[Dict[str, object]]:
+        """The stored volumes of entry ``key``, or None (none stored, or the entry is gone)."""
+        if not self.path(key).exists():
+            return None
+        try:
+            return json.loads(self.metrics_path(key).read_text())
+        except (OSError, ValueError):
+            return None
+
     def get_or_build(
         self, key: str, build: Callable[[], Tuple[Dict[str, np.ndarray], Dict[str, object]]]
     ) -> Tuple[Dict[str, np.ndarray], Dict[str, object], bool]:

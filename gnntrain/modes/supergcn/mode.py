@@ -56,6 +56,7 @@ from gnntrain.modes.supergcn.config import BITS, SuperGCNConfig, row_bytes
 from gnntrain.modes.supergcn.prepare import prepare
 from gnntrain.modes.supergcn.strategy import SuperGCNStrategy
 from gnntrain.partition.cover import rows_per_pair
+from gnntrain.plan_types import KNOWN_HALO
 from gnntrain.sizing import DTYPE_BYTES, halo_rows, with_measured_halo
 
 
@@ -175,6 +176,7 @@ class SuperGCNPlanner(SavedTierPlanner):
             int(grid.sum(axis=0).max()),
             widths,
             DTYPE_BYTES[plan.dtype],
+            assumed_rows=plan.mode_details.get(KNOWN_HALO),
         ).total_bytes
         return report
 
