@@ -26,10 +26,10 @@ from gnntrain.sizing import host_cores
 __all__ = ["resolve_plan", "choose_plan", "candidate_configs"]
 
 
-def resolve_plan(cfg: DictConfig) -> RunPlan:
+def resolve_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
     """The run plan: :func:`choose_plan` for ``mode=auto``, else
-    :func:`gnntrain.plan.build_plan`."""
-    return choose_plan(cfg) if cfg.mode.name == "auto" else build_plan(cfg)
+    :func:`gnntrain.plan.build_plan` (``training``: as it says)."""
+    return choose_plan(cfg) if cfg.mode.name == "auto" else build_plan(cfg, training)
 
 
 def _world_choices(cfg: DictConfig) -> List[int]:

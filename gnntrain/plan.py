@@ -147,11 +147,13 @@ def plan_mode(plan: RunPlan):
 
 
 # ------------------------------------------------------------------- build
-def build_plan(cfg: DictConfig) -> RunPlan:
+def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
     """Resolve and validate; raises PlanError with the offending option. The steps: the settings
     every mode shares, the mode that hosts the model, the world and its parts, the sizes the
     estimates see (:class:`PlanContext`), the mode's checks and estimate, then threads, kernel and
-    the prediction."""
+    the prediction. ``training=False`` (``gnntrain partition``: parts are built, nothing trains)
+    skips the check that the training estimate fits the host, so that a partition made first lets
+    the run's plan size its halo from it (:func:`gnntrain.plan_fit.known_partition`)."""
     from gnntrain.data import dataset_sizes
 
     _check_shared_settings(cfg)
@@ -184,9 +186,10 @@ def build_plan(cfg: DictConfig) -> RunPlan:
     )
     # memory, work, bytes and exactness: the one estimate the plan prints and prices
     estimate = mode.estimate(ctx)
-    check_host_memory(
-        max(estimate.memory.total_bytes * ranks_per_node, construction), hw, ds.name, spec.name
-    )
+    if training:
+        check_host_memory(
+            max(estimate.memory.total_bytes * ranks_per_node, construction), hw, ds.name, spec.name
+        )
     comm = None
     if estimate.comm is not None:
         comm = {

@@ -267,3 +267,33 @@ def test_a_plan_takes_the_halo_of_a_cached_partition(tmp_path, cache_dir):
     assert again["memory per rank with this partition's halo bytes"] == (
         after.memory_per_rank.total_bytes
     )
+
+
+def test_partition_first_then_the_run_fits_where_the_bound_did_not(tmp_path, cache_dir):
+    """Before any partition the plan bounds a rank's halo by every remote in-neighbour and refuses
+    a host between the two estimates; `gnntrain partition`'s plan trains nothing and goes ahead;
+    once its partitioning is cached, the run's plan takes the real halo and fits."""
+    from gnntrain.data.ingest.generated import write_generated
+    from gnntrain.launch.shards import load_and_partition
+    from gnntrain.plan import build_plan
+
+    folder = tmp_path / "graph"
+    graph = ["dataset=communities", "dataset.num_nodes=40000", "dataset.feat_dim=256"]
+    write_generated(compose(graph + ["dataset.leaf_size=40"]).dataset, folder)
+    overrides = ["dataset=files", f"dataset.path={folder}", f"cache_dir={tmp_path / 'c'}"]
+    overrides += ["mode=partition", "partitioner=metis", "hardware.ranks_per_node=4"]
+    overrides += ["model.hidden=256", "mode.host_budget=64GiB"]  # no disk tier in the way
+    bound = build_plan(compose(overrides)).memory_per_rank.total_bytes * 4
+    scratch = build_plan(compose(overrides + [f"cache_dir={tmp_path / 'scratch'}"]))
+    load_and_partition(scratch)  # what the measured halo would be, in another cache
+    known = build_plan(
+        compose(overrides[:2] + [f"cache_dir={tmp_path / 'scratch'}"] + overrides[3:])
+    )
+    fitted = known.memory_per_rank.total_bytes * 4
+    assert fitted < bound
+    host = [f"hardware.host_memory_gb={(bound + fitted) / 2 / 2**30}"]
+    with pytest.raises(PlanError, match="does not fit"):
+        build_plan(compose(overrides + host))
+    plan = build_plan(compose(overrides + host), training=False)  # gnntrain partition's
+    load_and_partition(plan)
+    assert build_plan(compose(overrides + host)).memory_per_rank.total_bytes * 4 == fitted

@@ -22,15 +22,16 @@ def _is_rank_zero() -> bool:
     return process_rank() == 0
 
 
-def _plan_or_fail(cfg, run_dir: Path):
+def _plan_or_fail(cfg, run_dir: Path, training: bool = True):
     """The resolved plan, or None after :func:`fail` (an invalid plan's summary.json written, unless
-    an earlier run's summary is in the folder: that is never replaced)."""
+    an earlier run's summary is in the folder: that is never replaced); ``training=False`` for a
+    command that trains nothing (``gnntrain partition``)."""
     from gnntrain.auto import resolve_plan
     from gnntrain.errors import GnnTrainError
     from gnntrain.metrics import failed_summary, write_json_atomic
 
     try:
-        return resolve_plan(cfg)
+        return resolve_plan(cfg, training)
     except GnnTrainError as exc:
         if not (run_dir / "summary.json").exists():
             write_json_atomic(
@@ -183,7 +184,7 @@ def partition_task(cfg) -> None:
     from gnntrain.metrics.report import print_partition
 
     run_dir = output_dir()
-    plan = _plan_or_fail(cfg, run_dir)
+    plan = _plan_or_fail(cfg, run_dir, training=False)  # builds parts, trains nothing
     if plan is None:
         return None
     try:
