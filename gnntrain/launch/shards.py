@@ -9,6 +9,7 @@ ranks train, and under torchrun or srun no rank loads the graph when the store i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -188,36 +189,16 @@ def _fields(shard: RankShard) -> Dict[str, Any]:
 
 def _build(plan):
     """(every part's fields, the store's figures): what ``gnntrain partition`` and the first rank
-    write. Where the mode prepares a part from the graph's CSR (:meth:`ModePlanner.streams_parts`),
-    the parts come one at a time, each prepared alone and written before the next is made, and the
-    figures are filled in as they go."""
-    start = time.perf_counter()
-    data, mode, part, hit = load_and_partition(plan)
-    load_s = time.perf_counter() - start
-    figures: Dict[str, Any] = {
+    write for a whole store (a part-wise one, :func:`part_wise`, is built by
+    :class:`_PartBuilder`)."""
+    prepared = prepare_in_memory(plan)
+    return [_fields(shard) for shard in prepared.shards], {
+        "partition": prepared.partition,
+        "preprocess_s": prepared.preprocess_s,
         "mode": plan.mode,
         "dataset": plan.dataset,
         "world_size": plan.world_size,
     }
-
-    def note(prepared: Prepared) -> None:
-        figures.update(partition=prepared.partition, preprocess_s=time.perf_counter() - start)
-
-    if not mode.streams_parts(data):
-        prepared = _with_graph_figures(
-            mode.spec.prepare(mode, data, plan, part, None), data, part, hit, load_s
-        )
-        note(prepared)
-        return [_fields(shard) for shard in prepared.shards], figures
-
-    def parts():
-        for rank in range(plan.world_size):
-            prepared = mode.spec.prepare(mode, data, plan, part, [rank])
-            yield _fields(prepared.shards[0])
-            del prepared.shards[:]
-            note(_with_graph_figures(prepared, data, part, hit, 0.0))
-
-    return parts(), figures
 
 
 def part_wise(plan) -> bool:
@@ -239,7 +220,6 @@ class _PartBuilder:
     def __init__(self, plan, directory: Path):
         self.plan, self.directory = plan, Path(directory)
         self.loaded: Optional[tuple] = None
-        self.start = time.perf_counter()
 
     def __call__(self, rank: int) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         from gnntrain.atomic import file_lock
@@ -330,10 +310,9 @@ def open_shard(plan, directory: Path, rank: int) -> Tuple[RankShard, Dict[str, A
     if part_wise(plan):
         meta = store.read_meta(Path(directory))
         if meta is not None:
-            try:
+            # a corrupt part: reported and rebuilt alone below, from its own record
+            with contextlib.suppress(store.StoreError):
                 return RankShard(**store.open_part(Path(directory), rank, meta)), meta
-            except store.StoreError as exc:
-                _warn(f"partition store {directory}: {exc}; rebuilding part {rank}")
         fields, meta = _open_or_build_part(plan, Path(directory), rank)
         return RankShard(**fields), meta
     fields, meta = store.open_or_build(Path(directory), rank, lambda: _build(plan), _warn)

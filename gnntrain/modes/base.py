@@ -275,9 +275,8 @@ class ModePlanner:
         return None
 
     def streams_parts(self, data: "GraphData") -> bool:
-        """Whether :func:`prepare` builds one part in memory proportional to that part, from the
-        graph's CSR (``ranks=[r]``): the partition store is then written a part at a time. False
-        (the default) where prepare starts from the whole graph's edge lists."""
+        """Whether :func:`prepare` builds a part from the graph's CSR, in memory proportional to
+        that part (``ranks=[r]``), instead of from the whole graph's edge lists (the default)."""
         return False
 
     # ------------------------------------------------------------ partition

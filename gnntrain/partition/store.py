@@ -24,7 +24,7 @@ import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -156,19 +156,16 @@ class _Writer:
 
 
 def write_store(
-    directory: Path, parts: Iterable[Dict[str, Any]], meta: Dict[str, Any], **extra: Any
+    directory: Path, parts: Sequence[Dict[str, Any]], meta: Dict[str, Any], **extra: Any
 ) -> None:
     """Write ``parts`` (one field dict per rank) and ``meta`` (plus ``extra``) into ``directory``,
     atomically: the files go to a sibling folder that is renamed into place, ``meta.json`` last.
-
-    ``parts`` may be a list, whose arrays held by several parts are written once, or an iterator
-    that builds each part as it is written (a streamed store: one part in memory at a time); then
-    ``meta`` is read once every part is written, so the iterator may fill it in as it goes."""
+    (A store built part by part: :mod:`gnntrain.partition.part_wise`.)"""
     directory = Path(directory)
     staging = directory.with_name(directory.name + f".tmp{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     counts: Dict[int, int] = {}
-    for part in parts if isinstance(parts, Sequence) else ():
+    for part in parts:
         seen = set()
         for value in _arrays(part):
             if id(value) not in seen:
@@ -191,7 +188,7 @@ def write_store(
         meta,
         **extra,
         format_version=FORMAT_VERSION,
-        num_parts=len(part_files),
+        num_parts=len(parts),
         files=files,
         parts=[sorted(set(rels)) for rels in part_files],
         bytes_per_part=[sum(files[f]["bytes"] for f in set(rels)) for rels in part_files],
