@@ -13,7 +13,28 @@ DGL's ``GraphConv``).
 
 from __future__ import annotations
 
+from typing import Callable, Tuple
+
 import torch
+
+
+def degree_scales(
+    normalization: str,
+    in_degree: Callable[[], torch.Tensor],
+    out_degree: Callable[[], torch.Tensor],
+    num_nodes: int,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """float64 (src_scale, dst_scale) per node for a model family's ``normalization``, from each
+    node's in- and out-degree (self-loops counted; each asked for only where the formula needs it):
+    an edge u→v weighs src_scale[u] · dst_scale[v] (see :func:`edge_weights`)."""
+    ones = torch.ones(num_nodes, dtype=torch.float64)
+    if normalization == "sum":
+        return ones, ones
+    in_deg = in_degree().to(torch.float64).clamp(min=1)
+    if normalization == "mean":
+        return ones, in_deg.reciprocal()
+    out_deg = out_degree().to(torch.float64).clamp(min=1)
+    return out_deg.rsqrt(), in_deg.rsqrt()
 
 
 def edge_weights(
@@ -31,15 +52,13 @@ def edge_weights(
         from gnntrain.models.registry import model_family
 
         normalization = model_family(normalization).normalization
-    ones = torch.ones(src.numel(), dtype=torch.float64)
-    if normalization == "gcn":
-        out_deg = torch.bincount(src, minlength=num_nodes).clamp(min=1).to(torch.float64)
-        in_deg = torch.bincount(dst, minlength=num_nodes).clamp(min=1).to(torch.float64)
-        return torch.stack([out_deg.rsqrt()[src], in_deg.rsqrt()[dst]], dim=1)
-    if normalization == "mean":
-        in_deg = torch.bincount(dst, minlength=num_nodes).clamp(min=1).to(torch.float64)
-        return torch.stack([ones, in_deg.reciprocal()[dst]], dim=1)
-    return torch.stack([ones, ones], dim=1)
+    src_scale, dst_scale = degree_scales(
+        normalization,
+        lambda: torch.bincount(dst, minlength=num_nodes),
+        lambda: torch.bincount(src, minlength=num_nodes),
+        num_nodes,
+    )
+    return torch.stack([src_scale[src], dst_scale[dst]], dim=1)
 
 
 def edge_weight_values(weights: torch.Tensor) -> torch.Tensor:

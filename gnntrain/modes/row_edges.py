@@ -19,6 +19,7 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
+from gnntrain.models.norm import degree_scales
 from gnntrain.models.registry import model_family
 
 DEGREE_ROWS = 1 << 20  # CSR entries counted per step for the out-degrees
@@ -107,16 +108,16 @@ def row_edges(data, settings) -> Optional[RowEdges]:
     indptr = np.asarray(csr[0], dtype=np.int64)
     n = int(data.num_nodes)
     loop = 1 if model.self_loop else 0
-    ones = torch.ones(n, dtype=torch.float64)
-    src_scale, dst_scale = ones, ones
-    if normalization in ("gcn", "mean"):
-        in_deg = torch.from_numpy(np.diff(indptr) + loop).to(torch.float64).clamp(min=1)
-        dst_scale = in_deg.rsqrt() if normalization == "gcn" else in_deg.reciprocal()
-    if normalization == "gcn":
-        out = (
-            np.diff(indptr) if getattr(data, "symmetric", False) else out_degrees(indptr, csr[1], n)
-        )
-        src_scale = torch.from_numpy(out + loop).to(torch.float64).clamp(min=1).rsqrt()
+    in_degree = np.diff(indptr)
+    src_scale, dst_scale = degree_scales(
+        normalization,
+        lambda: torch.from_numpy(in_degree + loop),
+        lambda: torch.from_numpy(
+            (in_degree if getattr(data, "symmetric", False) else out_degrees(indptr, csr[1], n))
+            + loop
+        ),
+        n,
+    )
     dtype = torch.float32 if settings.dtype == "float32" else torch.float64
     edges = RowEdges(indptr, csr[1], bool(model.self_loop), src_scale, dst_scale, dtype)
     data._row_edges = (key, edges)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from gnntrain.models.norm import degree_scales
 from gnntrain.modes.hongtu.tiers import DISK
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,14 +49,12 @@ class DirectGraph:
         """float64 (src_scale, dst_scale): edge u→v weighs src_scale[u]·dst_scale[v] (edge_weights'
         factors)."""
         loop = 1 if self.self_loop else 0
-        ones = torch.ones(self.num_nodes, dtype=torch.float64)
-        if self.normalization == "sum":
-            return ones, ones
-        in_deg = torch.from_numpy(np.diff(self.indptr) + loop).to(torch.float64).clamp(min=1)
-        if self.normalization == "mean":
-            return ones, in_deg.reciprocal()
-        out_deg = torch.from_numpy(np.diff(self.t_indptr) + loop).to(torch.float64).clamp(min=1)
-        return out_deg.rsqrt(), in_deg.rsqrt()
+        return degree_scales(
+            self.normalization,
+            lambda: torch.from_numpy(np.diff(self.indptr) + loop),
+            lambda: torch.from_numpy(np.diff(self.t_indptr) + loop),
+            self.num_nodes,
+        )
 
 
 def _csr_of(rows: np.ndarray, cols: np.ndarray, num_nodes: int) -> Tuple[np.ndarray, np.ndarray]:
