@@ -119,7 +119,7 @@ def known_partition(cfg: DictConfig, spec, num_parts: int):
 def _content_hash(cfg: DictConfig) -> Optional[str]:
     """The dataset's content hash where it is known without loading the graph, else None."""
     from gnntrain.data.generated_store import generated_folder
-    from gnntrain.data.generators import params_hash
+    from gnntrain.data.generators import content_hash
     from gnntrain.data.locations import resolve_graph_path
     from gnntrain.data.ondisk import is_graph_dir, open_graph_dir
     from gnntrain.errors import DatasetError
@@ -127,12 +127,12 @@ def _content_hash(cfg: DictConfig) -> Optional[str]:
     ds = cfg.dataset
     try:
         if ds.get("source") == "files":
-            return f"files-{open_graph_dir(resolve_graph_path(cfg)).digest}"
+            return open_graph_dir(resolve_graph_path(cfg)).content_hash
         if ds.get("source") == "generated":
             if ds.get("on_disk"):
                 folder = generated_folder(cfg)
-                return f"files-{open_graph_dir(folder).digest}" if is_graph_dir(folder) else None
-            return f"{ds.name}-{params_hash(str(ds.name), ds)}"
+                return open_graph_dir(folder).content_hash if is_graph_dir(folder) else None
+            return content_hash(str(ds.name), ds)
     except (DatasetError, OSError):
         return None
     return None

@@ -33,10 +33,10 @@ def construction_bytes(num_nodes: int, num_edges: int, feat_dim: int) -> int:
 def generated_folder(cfg) -> Path:
     """Where the generated dataset of config ``cfg`` lives on disk: one folder per generator and
     parameters (their content hash)."""
-    from gnntrain.data.generators import params_hash
+    from gnntrain.data.generators import content_hash
 
     ds = cfg.dataset
-    return resolve_cache_dir(cfg) / "generated" / f"{ds.name}-{params_hash(str(ds.name), ds)}"
+    return resolve_cache_dir(cfg) / "generated" / content_hash(str(ds.name), ds)
 
 
 def load_generated_on_disk(cfg):

@@ -235,6 +235,11 @@ class GraphDir:
     def digest(self) -> str:
         return str(self.meta["digest"])
 
+    @property
+    def content_hash(self) -> str:
+        """The loaded graph's ``GraphData.content_hash`` (what keys its caches)."""
+        return f"files-{self.digest}"
+
     def array(self, name: str) -> np.ndarray:
         path = self.path / f"{name}.npy"
         try:
@@ -324,6 +329,6 @@ def load_graph_dir(path, name: str = ""):
         val_mask=masks[1],
         test_mask=masks[2],
         num_classes=g.num_classes,
-        content_hash=f"files-{g.digest}",
+        content_hash=g.content_hash,
         origin=f"ingested graph {g.path}",
     )

@@ -157,6 +157,11 @@ def params_hash(kind: str, cfg) -> str:
     ).hexdigest()[:16]
 
 
+def content_hash(kind: str, cfg) -> str:
+    """A generated graph's ``GraphData.content_hash`` (what keys its caches): ``<kind>-<hash>``."""
+    return f"{kind}-{params_hash(kind, cfg)}"
+
+
 def fractions(cfg) -> Tuple[float, float, float]:
     return (cfg.train_fraction, cfg.val_fraction, cfg.test_fraction)
 

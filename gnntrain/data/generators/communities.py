@@ -45,8 +45,8 @@ from gnntrain.data.generators import (
     GraphBlocks,
     block_rng,
     class_feature_rows,
+    content_hash,
     fractions,
-    params_hash,
     register_generator,
 )
 from gnntrain.errors import PlanError
@@ -124,7 +124,7 @@ def communities_blocks(cfg) -> GraphBlocks:
         symmetrize=True,
         seed=seed,
         fractions=fractions(cfg),
-        content_hash="communities-" + params_hash("communities", cfg),
+        content_hash=content_hash("communities", cfg),
         origin="generated (communities)",
         edge_blocks=edge_blocks,
         feature_rows=feature_rows,

@@ -15,9 +15,9 @@ from gnntrain.data.generators import (
     GraphBlocks,
     block_rng,
     class_feature_rows,
+    content_hash,
     fractions,
     materialize,
-    params_hash,
     register_generator,
 )
 from gnntrain.data.graph import GraphData
@@ -66,7 +66,7 @@ def csbm_blocks(cfg) -> GraphBlocks:
         symmetrize=True,
         seed=seed,
         fractions=fractions(cfg),
-        content_hash="csbm-" + params_hash("csbm", cfg),
+        content_hash=content_hash("csbm", cfg),
         origin="generated (csbm)",
         edge_blocks=edge_blocks,
         feature_rows=feature_rows,
