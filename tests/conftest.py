@@ -112,6 +112,18 @@ EXACT = ["train.dtype=float64", "model.dropout=0", "train.epochs=3", "train.seed
 _single_losses: Dict[tuple, "object"] = {}
 
 
+def forbid_edge_lists(monkeypatch, who: str) -> None:
+    """Make an ingested graph (CsrGraphData) refuse to build its COO edge lists for the rest of the
+    test: a path that must stay on the CSR fails loudly, naming ``who``, where it does not."""
+    from gnntrain.data.graph import CsrGraphData
+
+    def refuse(_self):
+        raise AssertionError(f"{who} built the whole graph's edge lists")
+
+    for name in ("src", "dst"):
+        monkeypatch.setattr(CsrGraphData, name, property(refuse, getattr(CsrGraphData, name).fset))
+
+
 def single_losses(train, overrides: List[str]):
     """mode=single's losses for these overrides (cached for the session)."""
     import numpy as np

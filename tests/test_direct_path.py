@@ -8,7 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import CORA, EXACT, assert_exact, compose, requires_shared, single_losses
+from conftest import (
+    CORA,
+    EXACT,
+    assert_exact,
+    compose,
+    forbid_edge_lists,
+    requires_shared,
+    single_losses,
+)
 
 from gnntrain.errors import PlanError
 from gnntrain.modes.hongtu.tiers import DISK
@@ -70,7 +78,6 @@ def test_direct_on_an_ingested_graph_never_builds_edge_lists(
 ):
     """dataset=files: the CSR is read where it lies (its transpose built where the graph is
     directed); the COO lists single needs are never made."""
-    from gnntrain.data.graph import CsrGraphData
     from gnntrain.data.ingest.generated import write_generated
 
     folder = tmp_path / "graph"
@@ -78,11 +85,7 @@ def test_direct_on_an_ingested_graph_never_builds_edge_lists(
     graph = ["dataset=files", f"dataset.path={folder}", "model.layers=3", "model.self_loop=true"]
     reference = single_losses(train, graph + EXACT)
 
-    def refuse(_self):
-        raise AssertionError("the direct path built the COO edge lists")
-
-    for name in ("src", "dst"):
-        monkeypatch.setattr(CsrGraphData, name, property(refuse, getattr(CsrGraphData, name).fset))
+    forbid_edge_lists(monkeypatch, "the direct path")
     summary = run_direct(train, tmp_path, graph, "mode.chunks=4")
     assert_exact(summary["losses"], reference)
 

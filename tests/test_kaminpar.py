@@ -10,7 +10,7 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import EXACT, assert_exact, compose, single_losses
+from conftest import EXACT, assert_exact, compose, forbid_edge_lists, single_losses
 from omegaconf import OmegaConf
 
 from gnntrain.errors import PlanError
@@ -136,7 +136,6 @@ def _pcfg_metis():
 
 def test_kaminpar_partitions_an_ingested_graph_from_its_csr(tmp_path, cache_dir, monkeypatch):
     from gnntrain.data import load_dataset
-    from gnntrain.data.graph import CsrGraphData
     from gnntrain.data.ingest.generated import write_generated
     from gnntrain.plan import build_plan, plan_mode
 
@@ -157,11 +156,7 @@ def test_kaminpar_partitions_an_ingested_graph_from_its_csr(tmp_path, cache_dir,
     data = load_dataset(plan.config_obj)
     assert data.symmetric  # csbm's folder is symmetrised: its CSR is written as it lies
 
-    def refuse(_self):
-        raise AssertionError("partitioner=kaminpar built the edge lists")
-
-    for name in ("src", "dst"):
-        monkeypatch.setattr(CsrGraphData, name, property(refuse, getattr(CsrGraphData, name).fset))
+    forbid_edge_lists(monkeypatch, "partitioner=kaminpar")
     part, _ = plan_mode(plan).partition(data, plan)
     assert part.num_parts == 4 and np.array_equal(np.sort(part.perm), np.arange(data.num_nodes))
     assert np.bincount(part.parts, minlength=4).min() > 0

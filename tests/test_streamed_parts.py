@@ -8,9 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import EXACT, assert_exact, compose, requires_shared, single_losses
-
-from gnntrain.data.graph import CsrGraphData
+from conftest import EXACT, assert_exact, compose, forbid_edge_lists, requires_shared, single_losses
 
 DIRECTED = ["dataset=rmat", "dataset.num_nodes=256", "dataset.symmetrize=false"]
 KAMINPAR = ["partitioner=kaminpar", "partitioner.threads=1"]
@@ -72,14 +70,6 @@ def test_row_edges_equal_the_coo_path_edge_for_edge(tmp_path, model, self_loop):
     assert torch.equal(ww, w[held][order])
 
 
-def _forbid_edge_lists(monkeypatch):
-    def refuse(_self):
-        raise AssertionError("a multi-rank prepare built the whole graph's edge lists")
-
-    for name in ("src", "dst"):
-        monkeypatch.setattr(CsrGraphData, name, property(refuse, getattr(CsrGraphData, name).fset))
-
-
 LAYOUTS = {
     "1D p=2": ["hardware.ranks_per_node=2"],
     "1D p=3": ["hardware.ranks_per_node=3"],
@@ -98,7 +88,7 @@ HONGTU_DISK = ["mode=hongtu", "mode.host_budget=0", "mode.chunks=2"]
 def test_multi_rank_modes_on_ingested_cora_never_build_edge_lists(cora_folder, train, monkeypatch):
     graph = ["dataset=files", f"dataset.path={cora_folder}"]
     reference = single_losses(train, graph + EXACT)
-    _forbid_edge_lists(monkeypatch)
+    forbid_edge_lists(monkeypatch, "a multi-rank prepare")
     runs = [["mode=partition", DISK] + layout for layout in LAYOUTS.values()]
     # CAGNET's transposed blocks: an ingested graph is symmetric, its out-edges are its in-edges
     runs += [["mode=partition", "mode.comm=cagnet", "hardware.ranks_per_node=3"]]
@@ -122,7 +112,7 @@ def test_multi_rank_modes_on_a_directed_ingested_graph_never_build_edge_lists(
     graph = ["dataset=files", f"dataset.path={_ingested_generated(tmp_path, DIRECTED)}"]
     graph += ["model.self_loop=true", "model.layers=3"]
     reference = single_losses(train, graph + EXACT)
-    _forbid_edge_lists(monkeypatch)
+    forbid_edge_lists(monkeypatch, "a multi-rank prepare")
     for run in (
         ["mode=partition", DISK] + LAYOUTS["1D p=3"],
         ["mode=partition"] + LAYOUTS["1.5D p=4 c=2"],
@@ -222,7 +212,7 @@ def test_metis_partitions_a_symmetric_ingested_graph_from_its_csr(tmp_path, cach
     expected, _ = partition_graph(lists.src.numpy(), lists.dst.numpy(), 500, 3, cfg, "lists")
     data = load_graph_dir(folder)
     assert data.symmetric
-    _forbid_edge_lists(monkeypatch)
+    forbid_edge_lists(monkeypatch, "a multi-rank prepare")
     part, hit = plan_mode(plan).partition(data, plan)
     assert not hit and np.array_equal(part.parts, expected.parts)
     assert part.metrics == expected.metrics
@@ -294,7 +284,7 @@ def test_a_graph_generated_on_disk_trains_as_in_memory_without_edge_lists(
     assert_exact(train(on_disk + EXACT + ["mode=single"])["losses"], reference, tol=1e-12)
     folder = generated_folder(compose(on_disk + [f"cache_dir={cache_dir}"]))
     written = (folder / "meta.json").stat().st_mtime_ns
-    _forbid_edge_lists(monkeypatch)
+    forbid_edge_lists(monkeypatch, "a multi-rank prepare")
     summary = train(on_disk + EXACT + KAMINPAR + ["mode=partition", "hardware.ranks_per_node=2"])
     assert_exact(summary["losses"], reference)
     assert (folder / "meta.json").stat().st_mtime_ns == written  # written once, then reused

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import EXACT, assert_exact, compose, single_losses
+from conftest import EXACT, assert_exact, compose, forbid_edge_lists, single_losses
 
 from gnntrain.partition import compute_metrics
 from gnntrain.partition.partitioners import random_parts
@@ -60,7 +60,6 @@ def test_partition_mode_with_ldg_equals_single(train):
 
 def test_ldg_partitions_an_ingested_graph_from_its_csr(tmp_path, cache_dir, monkeypatch):
     from gnntrain.data import load_dataset
-    from gnntrain.data.graph import CsrGraphData
     from gnntrain.data.ingest.generated import write_generated
     from gnntrain.plan import build_plan, plan_mode
 
@@ -79,11 +78,7 @@ def test_ldg_partitions_an_ingested_graph_from_its_csr(tmp_path, cache_dir, monk
     plan = build_plan(cfg)
     data = load_dataset(plan.config_obj)
 
-    def refuse(_self):
-        raise AssertionError("the streaming partitioner built the edge lists")
-
-    for name in ("src", "dst"):
-        monkeypatch.setattr(CsrGraphData, name, property(refuse, getattr(CsrGraphData, name).fset))
+    forbid_edge_lists(monkeypatch, "the streaming partitioner")
     part, _ = plan_mode(plan).partition(data, plan)
     indptr, indices = data.csr
     expected = ldg_parts(indptr, indices, 4, "nnz", 0.05)
