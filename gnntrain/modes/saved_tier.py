@@ -64,6 +64,16 @@ class DiskTierConfig(ModeConfig):
     disk_dir: Optional[str] = None  # null = <cache_dir>/disk-tier
 
 
+def disk_tier_folder(options, settings) -> Path:
+    """Where a mode's disk tier keeps its scratch files (this tier's and HongTu's):
+    ``mode.disk_dir``, else ``<cache_dir>/disk-tier``."""
+    from gnntrain.data import cache_folder
+
+    if options.disk_dir:
+        return Path(options.disk_dir).expanduser()
+    return cache_folder(settings.cache_dir) / "disk-tier"
+
+
 @dataclass(frozen=True)
 class _OnDisk:
     path: Path
@@ -166,11 +176,7 @@ class SavedTierPlanner(ModePlanner):
         return int(rows * (sum(inputs) + per_output * sum(outputs)) * ctx.dtype_bytes)
 
     def disk_folder(self) -> Path:
-        from gnntrain.data import cache_folder
-
-        if self.options.disk_dir:
-            return Path(self.options.disk_dir).expanduser()
-        return cache_folder(self.settings.cache_dir) / "disk-tier"
+        return disk_tier_folder(self.options, self.settings)
 
     def resolved_options(self, ctx) -> Dict[str, Any]:
         budget = self.saved_tier_budget(ctx)

@@ -8,7 +8,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from gnntrain.data import cache_folder
 from gnntrain.errors import PlanError
 from gnntrain.models.registry import ModelFamily, model_family
 from gnntrain.modes.base import CommEstimate, ModePlanner, Prepared, RankShard, ShardBuilder
@@ -20,6 +19,7 @@ from gnntrain.modes.hongtu.payload import HongTuPayload
 from gnntrain.modes.hongtu.strategy import HongTuStrategy
 from gnntrain.modes.hongtu.tiers import DISK, assign_tiers, check_free_space, disk_bytes_needed
 from gnntrain.modes.row_edges import row_edges
+from gnntrain.modes.saved_tier import disk_tier_folder
 from gnntrain.modes.spec import Capabilities
 from gnntrain.partition.chunks import ChunkLayout
 from gnntrain.plan_types import MemoryEstimate
@@ -68,9 +68,7 @@ class HongTuPlanner(ModePlanner):
 
     def disk_folder(self) -> Path:
         """Where the disk tier's scratch files go: mode.disk_dir, else <cache_dir>/disk-tier."""
-        if self.options.disk_dir:
-            return Path(self.options.disk_dir).expanduser()
-        return cache_folder(self.settings.cache_dir) / "disk-tier"
+        return disk_tier_folder(self.options, self.settings)
 
     def tiers(
         self, rows: int, dims: Sequence[int], dtype_bytes: int, budget: Optional[int]
