@@ -75,6 +75,8 @@ class RunSettings:
     model_options: Dict[str, Any] = field(default_factory=dict)
     # a generated dataset's own parameters (gnntrain.data.generators.Generator.config)
     dataset_options: Dict[str, Any] = field(default_factory=dict)
+    # the task section as composed (gnntrain.tasks.configured_task types it); None: the default
+    task: Optional[Dict[str, Any]] = None
 
     @classmethod
     def of(cls, cfg: Mapping[str, Any]) -> "RunSettings":
@@ -91,6 +93,7 @@ class RunSettings:
             partitioner=typed_section(PartitionerConfig, cfg["partitioner"]),
             predict=typed_section(PredictConfig, predict) if predict is not None else None,
             cache_dir=cfg.get("cache_dir"),
+            task=plain_section(cfg["task"]) if cfg.get("task") is not None else None,
         )
 
     @property

@@ -45,6 +45,7 @@ LAYERS: List[Set[str]] = [
         "gnntrain.checkpoint",
     },
     {"gnntrain.runtime"},
+    {"gnntrain.tasks"},
     {"gnntrain.modes"},
     {"gnntrain.training"},
     {"gnntrain.plan_fit"},

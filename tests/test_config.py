@@ -91,13 +91,13 @@ def test_every_yaml_names_its_schema(rel):
             and cfg.logger[path.stem] is not None
         )
         return
-    assert group in SCHEMA_OF_GROUP or group == "mode", (
+    assert group in SCHEMA_OF_GROUP or group in ("mode", "task"), (
         f"{rel}: no known schema for group '{group}'"
     )
     from gnntrain.data.generators import GENERATORS
 
     own = (
-        group == "mode"
+        group in ("mode", "task")
         or (group == "model" and path.stem != "custom")
         or (  # a schema of its own
             group == "dataset" and path.stem in GENERATORS

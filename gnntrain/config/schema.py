@@ -320,6 +320,7 @@ class RunConfig:
     dataset: DatasetConfig = MISSING
     model: ModelConfig = MISSING
     mode: Any = MISSING  # a ModeConfig subclass, chosen by the mode's YAML
+    task: Any = MISSING  # a gnntrain.tasks.TaskConfig subclass, chosen by the task's YAML
     partitioner: PartitionerConfig = MISSING
     hardware: HardwareConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ class GraphData:
     num_classes: int
     content_hash: str
     origin: str = ""
+    # what the run's task derived from the graph (link prediction's edge split): its
+    # ``shard_payload(rows, counted)`` gives a rank what it scores (gnntrain/tasks)
+    task_data: Any = None
     _dgl_cache: Dict[bool, object] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -19,10 +19,11 @@ def config_dir() -> str:
 def register_schemas() -> None:
     """Store every schema Hydra composes against: the root and group schemas, and those the plug-ins
     register when imported (each mode's options, each model's layer options, each generator's
-    parameters)."""
+    parameters, each task's options)."""
     import gnntrain.data.generators
     import gnntrain.models
-    import gnntrain.modes  # noqa: F401
+    import gnntrain.modes
+    import gnntrain.tasks  # noqa: F401
     from gnntrain.config.schema import register_configs
 
     register_configs()

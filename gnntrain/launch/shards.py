@@ -24,6 +24,7 @@ from gnntrain.data import load_dataset, resolve_cache_dir, resolve_data_dir
 from gnntrain.modes import mode_spec
 from gnntrain.modes.base import Prepared, RankShard
 from gnntrain.partition import store
+from gnntrain.tasks import configured_task
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ _IGNORED = {
     },
     "hardware": {"timeout_min", "partition", "account"},
 }
-_KEYED_SECTIONS = ("dataset", "model", "mode", "partitioner", "hardware", "train")
+_KEYED_SECTIONS = ("dataset", "model", "mode", "partitioner", "hardware", "train", "task")
 
 
 def uses_store(plan) -> bool:
@@ -73,14 +74,15 @@ def _raw_files(cfg) -> List[Tuple[str, int, int]]:
 def _code_stamp(mode_name: str) -> str:
     """A digest of the code that makes a part: the modules of the mode's planner and prepare (their
     whole package where the mode is one), the modes' shared modules, the partitioners, the data
-    layer and the edge weights. A changed ``prepare`` never reuses an older store, wherever in its
-    package the mode keeps it."""
+    layer, the tasks and the edge weights. A changed ``prepare`` never reuses an older store,
+    wherever in its package the mode keeps it."""
     import inspect
 
     import gnntrain.data
     import gnntrain.models.norm
     import gnntrain.modes
     import gnntrain.partition
+    import gnntrain.tasks
 
     spec = mode_spec(mode_name)
     modes_dir = Path(gnntrain.modes.__file__).parent
@@ -91,11 +93,15 @@ def _code_stamp(mode_name: str) -> str:
         mode_files.update(package.glob("*.py") if package != modes_dir else [source])
     # base, halo, fullgraph, ... (and the single-module modes)
     shared = sorted(modes_dir.glob("*.py"))
-    packages = [Path(gnntrain.data.__file__).parent, Path(gnntrain.partition.__file__).parent]
+    packages = [
+        Path(gnntrain.data.__file__).parent,
+        Path(gnntrain.partition.__file__).parent,
+        Path(gnntrain.tasks.__file__).parent,  # a task's split and shard payload
+    ]
     files = (
         sorted(mode_files)
         + shared
-        + [f for pkg in packages for f in sorted(pkg.glob("*.py"))]
+        + [f for pkg in packages for f in sorted(pkg.rglob("*.py"))]
         + [Path(gnntrain.models.norm.__file__)]
     )
     h = hashlib.sha1()
@@ -150,7 +156,9 @@ def load_and_partition(plan, printing: bool = False):
     from gnntrain.modes import ModePlanner
     from gnntrain.plan import plan_mode
 
-    data = load_dataset(plan.config_obj)
+    task, options = configured_task(plan.settings.task)
+    # the task's graph (link prediction: the train edges' message-passing graph and the split)
+    data = task.prepare_data(options, load_dataset(plan.config_obj), int(plan.settings.train.seed))
     mode = plan_mode(plan)
     part, hit = None, False
     if printing or mode.spec.capabilities.partitions_graph:

@@ -96,6 +96,8 @@ def build_summary(plan, result: Dict[str, Any], partition: Dict[str, Any]) -> Di
         **_identity(plan),
         "losses": [h["loss"] for h in history],
         "accuracy": result["accuracy"],
+        # every evaluated metric of the run's task, by split (the last evaluation's)
+        "metrics": result.get("metrics", {}),
         "epoch_time_s": times,
         "epoch_time_median_s": median_time,
         "time_breakdown_s": breakdown,
@@ -248,7 +250,9 @@ class RunRecorder:
         self._epoch_times.append(float(record["epoch_time_s"]))
         # a running median: one slow epoch does not jump
         median_ms = 1000 * statistics.median(self._epoch_times)
-        val = f"{record['val_acc']:.3f}" if "val_acc" in record else "-"
+        # the task's first validation metric (accuracy, AUC, RMSE)
+        first_val = next((k for k in record if k.startswith("val_")), None)
+        val = f"{first_val[4:]} {record[first_val]:.3f}" if first_val else "-"
         if self._progress is not None:
             self._progress.update(
                 self._task,

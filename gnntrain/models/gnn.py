@@ -69,6 +69,22 @@ def _mix64(z: torch.Tensor) -> torch.Tensor:
     return z ^ _shift_right_logical(z, 31, 64)
 
 
+def hash_uniform(keys: torch.Tensor, stream: int) -> torch.Tensor:
+    """float64 in [0, 1) per int64 key, a counter-based draw: a hash of (stream, key), so any
+    process draws the same number for a key without drawing the others (link prediction's
+    negatives, :mod:`gnntrain.tasks.link_prediction.negatives`)."""
+    z = _mix64(keys.to(torch.int64) * _signed(0x9E3779B97F4A7C15, 64) + _signed(stream, 64))
+    return _shift_right_logical(z, 11, 64).to(torch.float64) * (2.0**-53)
+
+
+def hash_stream(*values: int) -> int:
+    """One 64-bit stream id from small integers (a seed, an epoch), for :func:`hash_uniform`."""
+    z = torch.tensor([0], dtype=torch.int64)
+    for v in values:
+        z = _mix64(z * _signed(0xD1B54A32D192ED03, 64) + int(v))
+    return int(z.item()) % (1 << 64)
+
+
 def row_hash_keep_mask(rows: torch.Tensor, width: int, stream: int, p: float) -> torch.Tensor:
     """Keep mask (len(rows) × width) of a counter-based dropout: entry (r, c) is a hash of
     (stream, global row id r, column c), so any process draws the same bits for a row

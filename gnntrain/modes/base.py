@@ -34,9 +34,9 @@ from gnntrain.modes.cost import (
     local_work,
     price_estimate,
 )
-from gnntrain.modes.strategy import SPLITS
 from gnntrain.plan_types import MemoryEstimate, PlanContext, RunPlan, RunSettings, typed_section
 from gnntrain.sizing import estimate_memory, halo_rows
+from gnntrain.tasks import SPLITS
 
 if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.data.graph import GraphData
@@ -66,6 +66,10 @@ class RankShard:
     payload: Any = None
     # rows whose label is an input (label propagation)
     label_input_mask: Optional[torch.Tensor] = None
+    # what the run's task needs on this rank (link prediction's edges to score), or None
+    task: Any = None
+    # this rank counts its rows' loss and metrics (False: a replica another rank counts)
+    counted: bool = True
 
 
 @dataclass
@@ -126,6 +130,8 @@ class ShardBuilder:
             edges=edges,
             payload=payload,
             label_input_mask=label_input_mask,
+            task=None if data.task_data is None else data.task_data.shard_payload(rows, counted),
+            counted=counted,
         )
 
     def prepared(

@@ -15,15 +15,15 @@ import time
 from typing import Any, List, Optional
 
 import torch
-import torch.nn.functional as F
 
 from gnntrain.metrics.clock import StageClock
 from gnntrain.models import GNN, GlobalDropout, SparseAdjacency
 from gnntrain.models.export import rows_output
 from gnntrain.modes.base import RankShard
-from gnntrain.modes.strategy import SPLITS, EpochStats, RankStrategy, sync_gradients
+from gnntrain.modes.strategy import EpochStats, RankStrategy, sync_gradients
 from gnntrain.plan_types import RunSettings
 from gnntrain.runtime import RankContext
+from gnntrain.tasks import SPLITS, RankRows, configured_task
 
 __all__ = ["SPLITS", "FullGraphStrategy", "InputAggregate"]
 
@@ -105,8 +105,25 @@ class FullGraphStrategy(RankStrategy):
             model.spec.dropout, seed, shard.num_global_nodes, None if full else shard.global_ids
         )
         self.global_counts, self.num_nodes = shard.global_counts, shard.num_global_nodes
-        self.n_train = max(1, shard.global_counts["train"])
         self.global_ids = shard.global_ids
+        task, options = configured_task(settings.task)
+        self.task = task.rank_task(
+            options,
+            shard.task,
+            RankRows(
+                global_ids=shard.global_ids,
+                labels=self.labels,
+                masks=self.masks,
+                global_counts=shard.global_counts,
+                counted=shard.counted,
+                num_nodes=shard.num_global_nodes,
+                device=data_device,
+                dtype=ctx.dtype,
+                comm=ctx.comm,
+                model=model,
+                seed=seed,
+            ),
+        )
 
     # ------------------------------------------------------------ the mode's part
     def aggregate(self, h: torch.Tensor) -> torch.Tensor:
@@ -135,20 +152,14 @@ class FullGraphStrategy(RankStrategy):
         # saved tensors beyond the host budget go to the disk tier between forward and backward
         tier = self.saved_tier.epoch() if self.saved_tier is not None else contextlib.nullcontext()
         with tier:
-            logits = self.forward(self.model, self._inputs(), self.dropout)
-            train_mask = self.masks["train"]
-            loss = (
-                F.cross_entropy(logits[train_mask], self.labels[train_mask], reduction="sum")
-                / self.n_train
-            )
             self.optimizer.zero_grad(set_to_none=False)
-            loss.backward()
+            out = self.forward(self.model, self._inputs(), self.dropout)
+            # the task's loss share, its backward run through the mode's (a collective)
+            loss = self.task.backward(out, epoch)
         sync_gradients(self.params, self.ctx.comm)
         self.optimizer.step()
         stages = dict(sorted(self.clock.seconds.items())) if self.clock is not None else {}
-        return EpochStats(
-            loss=float(loss.detach()), seconds=time.perf_counter() - start, stages=stages
-        )
+        return EpochStats(loss=loss, seconds=time.perf_counter() - start, stages=stages)
 
     def close(self) -> None:
         if self.saved_tier is not None:
@@ -164,5 +175,4 @@ class FullGraphStrategy(RankStrategy):
 
     def evaluate(self, epoch: int) -> List[float]:
         self.on_epoch(epoch, False)
-        pred = self.forward(self.model, self._inputs(), None).argmax(dim=1)
-        return [float(((pred == self.labels) & self.masks[s]).sum()) for s in SPLITS]
+        return self.task.eval_sums(self.forward(self.model, self._inputs(), None), epoch)

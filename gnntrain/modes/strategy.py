@@ -6,7 +6,8 @@ A mode's ``strategy`` (:class:`~gnntrain.modes.ModeSpec`) builds one per rank fr
 parallelism). The conventions that make the exact modes equal ``mode=single``
 (docs/design.md, "Exactness") live here and in :mod:`gnntrain.modes.fullgraph`:
 
-* loss = Σ CE over the train rows this rank counts / global train count;
+* loss = Σ over the items this rank counts (train rows, or edges) / their global count (the task's
+  :class:`~gnntrain.tasks.RankTask`);
 * parameter gradients all-reduced with SUM (never AVG) over all ranks;
 * identical initial weights from one seeded generator.
 """
@@ -22,8 +23,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from gnntrain.config.schema import option_value
 from gnntrain.models import ModelSpec
 from gnntrain.plan_types import RunSettings
-
-SPLITS = ("train", "val", "test")
+from gnntrain.tasks import configured_task
 
 
 def model_spec(
@@ -57,17 +57,22 @@ def build_training(
     strategy (torchtitan's split: the trainer builds the model, the parallelism wraps it): identical
     initial weights on every rank from one seeded generator, on the rank's device in the run's
     dtype, in the mode's layer order, with a label embedding where the shard has label-input rows
-    (SuperGCN)."""
+    (SuperGCN), and the task's own head (link prediction's decoder) as ``model.head``."""
     from gnntrain.models import build_model
 
+    task, options = configured_task(settings.task)
     spec = model_spec(
         settings,
         shard.features.shape[1],
-        shard.num_classes,
+        task.output_width(options, shard.num_classes, int(settings.model.hidden)),
         aggregate_first,
         label_inputs=shard.label_input_mask is not None,
     )
-    model = build_model(spec, int(settings.train.seed), ctx.dtype).to(ctx.device)
+    model = build_model(spec, int(settings.train.seed), ctx.dtype)
+    head = task.head(options, spec.out_dim, int(settings.train.seed), ctx.dtype)
+    if head is not None:  # trained, synchronised, checkpointed and exported with the GNN
+        model.head = head
+    model = model.to(ctx.device)
     optimizer = torch.optim.Adam(
         model.parameters(),
         lr=float(settings.train.lr),
@@ -134,8 +139,8 @@ class RankStrategy:
         raise NotImplementedError
 
     def evaluate(self, epoch: int) -> List[float]:
-        """Correct predictions per split (train, val, test) this rank counts (eval phase, no
-        grad)."""
+        """This rank's evaluation sums (eval phase, no grad): for node classification the correct
+        predictions per split it counts; for any task what its ``RankTask.eval_sums`` gives."""
         raise NotImplementedError
 
     def predict(self, what: str, layer: int) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:

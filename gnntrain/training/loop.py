@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -28,8 +28,9 @@ from gnntrain.checkpoint import (
 from gnntrain.comm.accounting import KINDS, NOT_TRAFFIC, Phase
 from gnntrain.interrupts import STOP
 from gnntrain.models.kernels import SPMM_CALLS
-from gnntrain.modes.strategy import SPLITS, RankStrategy, build_training
+from gnntrain.modes.strategy import RankStrategy, build_training
 from gnntrain.runtime import RankContext, peak_device_bytes, peak_host_bytes
+from gnntrain.tasks import SPLITS, configured_task
 
 
 def train_rank(mode, shard, ctx: RankContext) -> Dict[str, Any]:
@@ -96,10 +97,14 @@ class EpochLoop:
         self.global_counts = task.global_counts
         self.num_nodes = int(task.num_nodes)  # the graph's, for predict's assembly
         self.cfg = ctx.plan.config_obj
+        # what the summed evaluation figures mean: the run's task turns them into metrics
+        spec, options = configured_task(ctx.plan.settings.task)
+        self.metrics = lambda sums: spec.metrics(options, sums, self.global_counts)
 
     # over the function budget: the one epoch loop: resume, evaluation, checkpoints, interrupts
     def run(self) -> Dict[str, Any]:  # noqa: C901, PLR0912, PLR0915
-        """Train; returns ``{"history": [...], "accuracy": {split: value}}``."""
+        """Train; returns ``{"history": [...], "accuracy": {split: value}, "metrics": {split:
+        {metric: value}}}`` (accuracy: node classification's)."""
         ctx, model, optimizer, task, train_cfg = (
             self.ctx,
             self.model,
@@ -113,6 +118,7 @@ class EpochLoop:
             return {
                 "history": [],
                 "accuracy": {},
+                "metrics": {},
                 "predict": run_predict(ctx, model, task, self.num_nodes),
             }
         comm, ledger = ctx.comm, ctx.comm.ledger
@@ -122,7 +128,7 @@ class EpochLoop:
             int(train_cfg.checkpoint_every),
         )
         history: List[Dict[str, Any]] = []
-        accuracy: Dict[str, float] = {}
+        evaluated: Dict[str, Dict[str, float]] = {}  # the last evaluation's {split: {metric: v}}
         start_epoch = 0
         resumed: Optional[Dict[str, Any]] = None
         checkpointer = run_checkpointer(self.cfg, ctx.run_dir, ctx.plan.plan_hash)
@@ -142,7 +148,7 @@ class EpochLoop:
                 torch.set_rng_state(state["rng"])
                 history, start_epoch = list(state["history"]), int(state["epoch"])
                 resumed = {"from_epoch": start_epoch, "changed": resume_changes(state, self.cfg)}
-                accuracy = {s: history[-1][f"{s}_acc"] for s in SPLITS if f"{s}_acc" in history[-1]}
+                evaluated = split_metrics(history[-1])
         task.start(start_epoch, history)
         if ctx.recorder is not None:
             ctx.recorder.start(epochs, resumed=history, changed=(resumed or {}).get("changed"))
@@ -167,7 +173,7 @@ class EpochLoop:
                 correct,
                 stats.seconds,
                 stats.stages,
-                self.global_counts,
+                self.metrics,
                 loss_divisor=stats.loss_divisor,
                 other_stage=stats.other_stage,
                 stop=STOP.requested,
@@ -179,7 +185,7 @@ class EpochLoop:
                 # the first epoch that trained with them
                 record["resume_changed"] = resumed["changed"]
             if correct is not None:
-                accuracy = {s: record[f"{s}_acc"] for s in SPLITS}
+                evaluated = split_metrics(record)
             history.append(record)
             # before the metrics line: an epoch shown there survives preemption
             if boundary is not None:
@@ -208,7 +214,11 @@ class EpochLoop:
             boundary.close()
         if comm.rank == 0 and ctx.run_dir is not None and history:
             self._export_model()
-        result = {"history": history, "accuracy": accuracy}
+        result = {
+            "history": history,
+            "accuracy": {s: m["acc"] for s, m in evaluated.items() if "acc" in m},
+            "metrics": evaluated,
+        }
         if resumed is not None:
             result["resume"] = resumed
         if interrupted is not None:
@@ -247,17 +257,17 @@ def epoch_record(
     correct: Optional[List[float]],
     epoch_time: float,
     stages: Dict[str, float],
-    global_counts: Dict[str, int],
+    metrics: Callable[[List[float]], Dict[str, float]],
     loss_divisor: float = 1.0,
     other_stage: bool = True,
     stop: bool = False,
 ) -> Dict[str, Any]:
     """One epoch's metrics row, reduced over ranks (a collective).
 
-    ``loss`` (this rank's part; the row holds the sum / ``loss_divisor``) and
-    ``correct`` (per split, or None when the epoch does not evaluate) are
-    summed; epoch time, time blocked in collectives and each of ``stages``
-    are the slowest rank's (it sets the pace); bytes are the train phase's,
+    ``loss`` (this rank's part; the row holds the sum / ``loss_divisor``) and ``correct`` (the
+    evaluation sums, or None when the epoch does not evaluate) are summed, the sums turned into
+    ``<split>_<metric>`` fields by ``metrics`` (the task's); epoch time, time blocked in collectives
+    and each of ``stages`` are the slowest rank's (it sets the pace); bytes are the train phase's,
     summed by kind. With ``other_stage``, what no stage claims is "other".
     """
     ledger = comm.ledger
@@ -294,11 +304,19 @@ def epoch_record(
                 0.0, maxima[1] - maxima[2] - sum(slowest.values())
             )
     if correct is not None:
-        record.update(
-            {f"{s}_acc": totals[1 + i] / max(1, global_counts[s]) for i, s in enumerate(SPLITS)}
-        )
+        record.update(metrics(totals[1 : 1 + len(correct)]))
     record["stop"] = stop_any
     return record
+
+
+def split_metrics(record: Dict[str, Any]) -> Dict[str, Dict[str, float]]:
+    """An epoch record's evaluation fields (``<split>_<metric>``) as {split: {metric: value}}."""
+    found: Dict[str, Dict[str, float]] = {}
+    for key, value in record.items():
+        split, _, metric = key.partition("_")
+        if split in SPLITS and metric and isinstance(value, (int, float)):
+            found.setdefault(split, {})[metric] = float(value)
+    return found
 
 
 def run_totals(ctx: RankContext, setup_s: float = 0.0) -> Dict[str, Any]:

@@ -23,10 +23,11 @@ from gnntrain.modes.hyscale.report import mode_report
 from gnntrain.modes.hyscale.sampler import Block, make_sampler
 from gnntrain.modes.hyscale.threads import on_this_host, split_threads
 from gnntrain.modes.staging import HostToDeviceStager, StagedRows
-from gnntrain.modes.strategy import SPLITS, EpochStats, RankStrategy, sync_gradients
+from gnntrain.modes.strategy import EpochStats, RankStrategy, sync_gradients
 from gnntrain.plan_types import RunSettings
 from gnntrain.runtime import RankContext
 from gnntrain.seeding import Stream, derive_seed
+from gnntrain.tasks import SPLITS
 
 
 class HyScaleTrainer(RankStrategy):

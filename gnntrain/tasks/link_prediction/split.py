@@ -1,0 +1,163 @@
+"""Link prediction's edge split and what each rank scores (``task.edge_split``).
+
+The graph's edges are split once, seeded, into train, validation and test edges; an undirected
+edge (both directions present) is one item, so its two directions always land on the same side.
+The message-passing graph keeps the train edges only (both directions of an undirected one), so
+no validation or test edge leaks into the embeddings that score it. Each validation and test edge
+gets ``task.eval_negatives`` fixed negatives (its first endpoint with a uniformly drawn node), as
+OGB's link property prediction protocol draws them (Hu et al., Open Graph Benchmark, NeurIPS 2020,
+§4.2).
+
+A rank scores the edges whose first endpoint is a row it counts (one replica of a row does), so
+every edge is scored once over all ranks, whatever the mode and world size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+import torch
+
+from gnntrain.errors import PlanError
+from gnntrain.partition.store import store_record
+
+EMPTY = torch.zeros(0, dtype=torch.int64)
+
+
+@store_record
+@dataclass
+class LinkShard:
+    """What one rank scores: the train, validation and test edges whose first endpoint it counts
+    (global node ids), each train edge's global index (its negatives are drawn from it), the
+    fixed evaluation negatives, and the degree distribution for degree-biased negatives."""
+
+    train_a: torch.Tensor
+    train_b: torch.Tensor
+    train_index: torch.Tensor
+    val_a: torch.Tensor
+    val_b: torch.Tensor
+    val_neg: torch.Tensor  # (val edges, eval_negatives) node ids
+    test_a: torch.Tensor
+    test_b: torch.Tensor
+    test_neg: torch.Tensor
+    num_train: int  # train edges over all ranks
+    num_val: int
+    num_test: int
+    degree_cdf: Optional[torch.Tensor] = None  # float64 cumulative train degree (negatives=degree)
+
+    def split(self, name: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(first endpoints, second endpoints, negatives) of ``val`` or ``test``."""
+        return getattr(self, f"{name}_a"), getattr(self, f"{name}_b"), getattr(self, f"{name}_neg")
+
+
+@dataclass
+class LinkSplit:
+    """The whole graph's split (the data stage's ``GraphData.task_data``)."""
+
+    num_nodes: int
+    train: Tuple[torch.Tensor, torch.Tensor]
+    val: Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    test: Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    symmetric: bool
+    degree_cdf: Optional[torch.Tensor] = None
+
+    @property
+    def counts(self) -> Tuple[int, int, int]:
+        return int(self.train[0].numel()), int(self.val[0].numel()), int(self.test[0].numel())
+
+    def shard_payload(self, rows: Optional[torch.Tensor], counted: bool) -> LinkShard:
+        """The edges a rank holding the global ``rows`` (None: all) scores; none where it does not
+        count its rows."""
+        if not counted:
+            owned = torch.zeros(self.num_nodes, dtype=torch.bool)
+        elif rows is None:
+            owned = torch.ones(self.num_nodes, dtype=torch.bool)
+        else:
+            owned = torch.zeros(self.num_nodes, dtype=torch.bool)
+            owned[rows] = True
+        a, b = self.train
+        keep = owned[a]
+        fields = {}
+        for name in ("val", "test"):
+            va, vb, vn = getattr(self, name)
+            pick = owned[va]
+            fields.update({f"{name}_a": va[pick], f"{name}_b": vb[pick], f"{name}_neg": vn[pick]})
+        n_train, n_val, n_test = self.counts
+        return LinkShard(
+            train_a=a[keep],
+            train_b=b[keep],
+            train_index=torch.nonzero(keep).flatten(),
+            num_train=n_train,
+            num_val=n_val,
+            num_test=n_test,
+            degree_cdf=self.degree_cdf,
+            **fields,
+        )
+
+
+def is_symmetric(src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> bool:
+    """Every edge's reverse is present."""
+    forward = torch.sort(src * num_nodes + dst).values
+    return torch.equal(forward, torch.sort(dst * num_nodes + src).values)
+
+
+def split_edges(
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    num_nodes: int,
+    fractions: Sequence[float],
+    seed: int,
+    eval_negatives: int,
+    degree_negatives: bool,
+) -> Tuple[LinkSplit, torch.Tensor, torch.Tensor]:
+    """(the split, the message-passing graph's src, dst). Edges are ordered canonically (by first,
+    then second endpoint) before the seeded permutation, so the split depends on the edge set, not
+    on the order a loader returns it in."""
+    src, dst = src.to(torch.int64), dst.to(torch.int64)
+    symmetric = is_symmetric(src, dst, num_nodes)
+    keep = src < dst if symmetric else torch.ones_like(src, dtype=torch.bool)
+    key = torch.sort(src[keep] * num_nodes + dst[keep]).values
+    a, b = key // num_nodes, key % num_nodes
+    m = int(a.numel())
+    gen = torch.Generator().manual_seed(int(seed))
+    order = torch.randperm(m, generator=gen)
+    n_val, n_test = (int(round(float(f) * m)) for f in fractions[1:])
+    n_train = m - n_val - n_test
+    if n_train <= 0:
+        raise PlanError(
+            "task.edge_split",
+            f"{list(fractions)} leaves no train edges of the graph's {m} "
+            f"{'undirected' if symmetric else 'directed'} edges.",
+            "give the train side more of the edges, e.g. task.edge_split=[0.85,0.05,0.1]",
+        )
+    sides = torch.split(order, [n_train, n_val, n_test])
+    train, val, test = (torch.sort(s).values for s in sides)
+    negatives = torch.Generator().manual_seed(int(seed) + 1)
+    held = []
+    for idx in (val, test):
+        neg = torch.randint(num_nodes, (idx.numel(), int(eval_negatives)), generator=negatives)
+        held.append((a[idx], b[idx], neg))
+    ta, tb = a[train], b[train]
+    cdf = None
+    if degree_negatives:
+        degree = torch.bincount(ta, minlength=num_nodes) + torch.bincount(tb, minlength=num_nodes)
+        cdf = torch.cumsum(degree.to(torch.float64), 0)
+    split = LinkSplit(num_nodes, (ta, tb), held[0], held[1], symmetric, cdf)
+    if symmetric:
+        mp_src, mp_dst = torch.cat([ta, tb]), torch.cat([tb, ta])
+    else:
+        mp_src, mp_dst = ta, tb
+    order = torch.argsort(mp_dst * num_nodes + mp_src)  # sorted by (dst, src), as loaders give it
+    return split, mp_src[order], mp_dst[order]
+
+
+def split_hash(content_hash: str, options) -> str:
+    """The split graph's content hash: the graph's and the split's options (a partition of the
+    message-passing graph is cached under it)."""
+    text = (
+        f"{content_hash}|link_prediction|{[float(f) for f in options.edge_split]}|"
+        f"{int(options.split_seed)}|{int(options.eval_negatives)}"
+    )
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
