@@ -22,12 +22,15 @@ from gnntrain.modes.cost import check_profile, cost_profile, price_estimate
 from gnntrain.plan_fit import (
     check_host_memory,
     check_partitioner_memory,
+    hosted_task,
     known_partition,
     resolve_generated_storage,
     resolve_partitioner,
+    with_task_plan,
 )
 from gnntrain.plan_types import KNOWN_HALO, MemoryEstimate, PlanContext, RunPlan, RunSettings
 from gnntrain.sizing import DTYPE_BYTES, host_cores, model_dims
+from gnntrain.tasks import TaskSizes
 
 __all__ = [
     "MemoryEstimate",
@@ -161,6 +164,8 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
     cfg, partitioner_note = resolve_partitioner(cfg, n, e)
     cfg, construction, dataset_note = resolve_generated_storage(cfg, n, e, f)
     spec, mode, family = _hosting_mode(cfg)
+    task, task_options = hosted_task(cfg, spec)
+    c = task.output_width(task_options, c, int(cfg.model.hidden))  # the GNN's output rows' width
     t, m, hw, ds = cfg.train, cfg.model, cfg.hardware, cfg.dataset
     device = _device(hw)
     world, num_parts = _world_and_parts(cfg, spec, mode, n)
@@ -197,6 +202,14 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
             "by_kind": dict(estimate.comm.by_kind),
             "formula": estimate.comm.formula,
         }
+    details = {
+        **mode.details(ctx),
+        "graph per rank": _graph_per_rank(spec.capabilities, world),
+        **_disk_tier_details(mode, ctx),
+        **({KNOWN_HALO: int(ctx.received_rows)} if ctx.received_rows is not None else {}),
+    }
+    sizes = TaskSizes(n, e, ctx.dims[-1], world, ctx.dtype_bytes)
+    comm = with_task_plan(comm, details, task.plan(task_options, sizes))
     cost = cost_profile(hw, threads)
     if cost is not None and world > ranks_per_node:  # collectives cross the link between nodes
         cost = dataclasses.replace(cost, ranks_per_link=ranks_per_node)
@@ -229,12 +242,7 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
         num_parts=num_parts,
         memory_per_rank=estimate.memory,
         comm_per_epoch=comm,
-        mode_details={
-            **mode.details(ctx),
-            "graph per rank": _graph_per_rank(spec.capabilities, world),
-            **_disk_tier_details(mode, ctx),
-            **({KNOWN_HALO: int(ctx.received_rows)} if ctx.received_rows is not None else {}),
-        },
+        mode_details=details,
         warnings=tuple(warnings),
         config=_with_resolved(
             OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), mode.resolved_options(ctx)

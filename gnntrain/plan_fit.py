@@ -136,3 +136,37 @@ def _content_hash(cfg: DictConfig) -> Optional[str]:
     except (DatasetError, OSError):
         return None
     return None
+
+
+def hosted_task(cfg: DictConfig, spec):
+    """(the task's spec, its typed options) for a mode that can host the task; one PlanError naming
+    the modes that do otherwise (:attr:`gnntrain.modes.Capabilities.tasks`)."""
+    from gnntrain.modes import MODE_REGISTRY
+    from gnntrain.plan_types import plain_section
+    from gnntrain.tasks import configured_task
+
+    task, options = configured_task(plain_section(cfg.task) if cfg.get("task") else None)
+    can = spec.capabilities
+    if can.tasks and task.name not in can.tasks:
+        hosts = [n for n, s in sorted(MODE_REGISTRY.items()) if not s.capabilities.tasks]
+        raise PlanError(
+            "task",
+            f"mode '{spec.name}' cannot host task '{task.name}': {can.tasks_rule}.",
+            f"use one of {', '.join(hosts)}",
+        )
+    return task, options
+
+
+def with_task_plan(comm: Optional[dict], details: dict, task_plan) -> Optional[dict]:
+    """The plan's communication estimate with the task's bytes added by kind, and the task's lines
+    in the plan's details (under "task"); None stays None where the task adds nothing."""
+    if task_plan.details:
+        details["task"] = dict(task_plan.details)
+    if not task_plan.comm_by_kind:
+        return comm
+    comm = dict(comm or {"per_epoch_bytes": 0, "by_kind": {}, "formula": ""})
+    comm["by_kind"] = {**comm["by_kind"], **task_plan.comm_by_kind}
+    comm["per_epoch_bytes"] = int(comm["per_epoch_bytes"] or 0) + sum(
+        task_plan.comm_by_kind.values()
+    )
+    return comm

@@ -53,6 +53,10 @@ class Capabilities:
     # is then built part by part, each host its own parts (gnntrain/partition/part_wise.py)
     parts_from_csr: bool = False
     min_world_size: int = 2  # below it the mode is mode=single with overhead; mode=auto skips it
+    # the tasks it hosts (gnntrain/tasks), empty: every task (a full-graph strategy hands any task
+    # its output rows); tasks_rule says why others are refused
+    tasks: Tuple[str, ...] = ()
+    tasks_rule: str = ""
     auto_variants: Tuple[Mapping[str, Any], ...] = ({},)  # mode=auto's option overrides to try
 
     def refuses(self, family: "ModelFamily") -> Optional[str]:

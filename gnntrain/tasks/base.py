@@ -20,7 +20,7 @@ sums over ranks (docs/design.md, "Exactness").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 import torch
@@ -76,6 +76,26 @@ class RankTask:
 
 
 @dataclass(frozen=True)
+class TaskSizes:
+    """What a task's plan sees: the graph's and the model's sizes, before anything loads."""
+
+    num_nodes: int
+    num_edges: int  # directed, reverse edges included
+    output_width: int  # the GNN's output (the embedding width for link prediction)
+    world_size: int
+    dtype_bytes: int
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """A task's part of the run plan: its lines (values; the printer formats them, keys ending in
+    " bytes" get units) and the bytes per epoch it adds, by accounting kind."""
+
+    details: Dict[str, Any] = field(default_factory=dict)
+    comm_by_kind: Dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     """One registered task (see the module docstring)."""
 
@@ -93,6 +113,8 @@ class TaskSpec:
     # None; the epoch loop adds it to the model as ``model.head``, so it is trained, synchronised,
     # checkpointed and exported with the GNN
     head: Callable[[Any, int, int, torch.dtype], Optional[torch.nn.Module]] = lambda *a: None
+    # (options, TaskSizes) -> the task's plan (one PlanError for an impossible option)
+    plan: Callable[[Any, TaskSizes], TaskPlan] = lambda options, sizes: TaskPlan()
     # the metric the progress line and mode=auto's notes show, per split ("acc", "auc", "rmse")
     headline: str = "acc"
     description: str = ""

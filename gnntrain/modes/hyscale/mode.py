@@ -267,6 +267,9 @@ HYSCALE = register_mode(
             "memory (HyScale §IV)",
             models_rule="HyScale trains the aggregate/update models on sampled blocks; GAT is not "
             "wired to blocks here.",
+            tasks=("node_classification",),
+            tasks_rule="its trainers sample mini-batches of labelled train nodes (HyScale §IV); "
+            "no sampler for edges or regression targets is built here",
         ),
     )
 )

@@ -110,6 +110,14 @@ class SuperGCNPlanner(SavedTierPlanner):
                 "fraction of training nodes whose labels become inputs.",
                 "use a rate in [0, 1), e.g. 0.1; 0 turns it off",
             )
+        task = str((self.settings.task or {}).get("name", "node_classification"))
+        if rate > 0 and task != "node_classification":
+            raise PlanError(
+                "mode.label_propagation",
+                f"label propagation feeds class labels in as inputs; task '{task}' has no classes "
+                "to feed.",
+                "set mode.label_propagation=0",
+            )
         self.require_rows_per_part(ctx)
         warnings = []
         if self.bits < 32 and ctx.dtype_bytes == 8:

@@ -8,6 +8,7 @@ from gnntrain.data.graph import GraphData
 from gnntrain.tasks.base import TaskSpec, register_task
 from gnntrain.tasks.link_prediction.config import LinkPredictionConfig, check_options
 from gnntrain.tasks.link_prediction.decoders import build_decoder
+from gnntrain.tasks.link_prediction.plan import plan
 from gnntrain.tasks.link_prediction.rank import LinkPredictionRank, link_metrics
 from gnntrain.tasks.link_prediction.split import LinkShard, LinkSplit, split_edges, split_hash
 
@@ -57,6 +58,7 @@ LINK_PREDICTION = register_task(
         head=lambda options, width, seed, dtype: build_decoder(
             str(options.decoder), width, seed, dtype
         ),
+        plan=plan,
         headline="auc",
         description="a decoder over the endpoints' embeddings; BCE over edges and negatives",
     )
