@@ -157,7 +157,7 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
     the prediction. ``training=False`` (``gnntrain partition``: parts are built, nothing trains)
     skips the check that the training estimate fits the host, so that a partition made first lets
     the run's plan size its halo from it (:func:`gnntrain.plan_fit.known_partition`)."""
-    from gnntrain.data import dataset_sizes
+    from gnntrain.data import dataset_sizes, dataset_targets
 
     _check_shared_settings(cfg)
     n, e, f, c = dataset_sizes(cfg.dataset)
@@ -165,7 +165,9 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
     cfg, construction, dataset_note = resolve_generated_storage(cfg, n, e, f)
     spec, mode, family = _hosting_mode(cfg)
     task, task_options = hosted_task(cfg, spec)
-    c = task.output_width(task_options, c, int(cfg.model.hidden))  # the GNN's output rows' width
+    targets = dataset_targets(cfg.dataset)
+    # the GNN's output rows' width
+    c = task.output_width(task_options, c, int(cfg.model.hidden), targets)
     t, m, hw, ds = cfg.train, cfg.model, cfg.hardware, cfg.dataset
     device = _device(hw)
     world, num_parts = _world_and_parts(cfg, spec, mode, n)
@@ -208,7 +210,7 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
         **_disk_tier_details(mode, ctx),
         **({KNOWN_HALO: int(ctx.received_rows)} if ctx.received_rows is not None else {}),
     }
-    sizes = TaskSizes(n, e, ctx.dims[-1], world, ctx.dtype_bytes)
+    sizes = TaskSizes(n, e, ctx.dims[-1], world, ctx.dtype_bytes, targets)
     comm = with_task_plan(comm, details, task.plan(task_options, sizes))
     cost = cost_profile(hw, threads)
     if cost is not None and world > ranks_per_node:  # collectives cross the link between nodes

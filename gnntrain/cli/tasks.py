@@ -143,8 +143,7 @@ def plan_task(cfg) -> None:
                 "per_epoch_bytes": total + sum(task_kinds.values()),
                 "by_kind": {**known, **task_kinds},
                 "formula": "this partition's measured volumes: exchanged rows x widths x bytes per "
-                "element"
-                + ("; the endpoint exchange estimated from sizes" if task_kinds else ""),
+                "element" + ("; the endpoint exchange estimated from sizes" if task_kinds else ""),
             },
         )
     path = plan.write_yaml(run_dir / "plan.yaml")

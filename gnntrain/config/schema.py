@@ -79,6 +79,7 @@ class DatasetConfig:
         "reader",
         "description",
         "on_disk",
+        "regression_targets",  # derived from the graph at load: the graph (and its caches) is one
     )
 
     name: str = MISSING
@@ -102,6 +103,9 @@ class DatasetConfig:
     # CSR (true), or generate it whole in memory (false); null: on disk where generating it in
     # memory would not fit the host (the plan says which; gnntrain/data/generated_store.py)
     on_disk: Optional[bool] = None
+    # generated graphs: this many real-valued targets per node for task=node_regression, a noisy
+    # function of the node's class and features (gnntrain/data/generators/targets.py); 0 = none
+    regression_targets: int = 0
 
 
 # ----------------------------------------------------------------------- model

@@ -56,6 +56,18 @@ def dataset_sizes(ds) -> Tuple[int, int, int, int]:
     return n, int(dataset_source(ds).directed_edges(ds)), f, c
 
 
+def dataset_targets(ds) -> int:
+    """Real-valued targets per node the dataset has (task=node_regression): a generated graph's
+    ``regression_targets``, an ingested folder's target columns, else 0."""
+    if str(ds.get("source")) == "generated":
+        return int(ds.get("regression_targets") or 0)
+    if str(ds.get("source")) == "files" and ds.get("path"):
+        from gnntrain.data.locations import ingested_targets
+
+        return ingested_targets(ds)
+    return 0
+
+
 def load_dataset(cfg) -> "GraphData":  # noqa: F821
     """Load the dataset named by the composed run config ``cfg``, through its source
     (:mod:`gnntrain.data.sources`)."""

@@ -34,6 +34,8 @@ class GraphData:
     # what the run's task derived from the graph (link prediction's edge split): its
     # ``shard_payload(rows, counted)`` gives a rank what it scores (gnntrain/tasks)
     task_data: Any = None
+    # real-valued node targets (N, T) for node regression, NaN where a node has none; or None
+    targets: Optional[torch.Tensor] = None
     _dgl_cache: Dict[bool, object] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -77,6 +77,13 @@ def fill_file_sizes(cfg) -> None:
     ds.description = f"ingested graph {graph.meta.get('name', graph.path.name)} ({graph.path})"
 
 
+def ingested_targets(ds) -> int:
+    """The regression targets per node an ingested folder holds (``meta.json`` ``targets``)."""
+    from gnntrain.data.ondisk import open_graph_dir
+
+    return len(open_graph_dir(Path(str(ds.path))).meta.get("targets") or [])
+
+
 def resolve_reader(ds) -> str:
     """``dataset.reader`` with auto resolved: DGL where it imports, else PyG."""
     from gnntrain.config.schema import option_value

@@ -88,8 +88,17 @@ def _load_generated(cfg):
     if cfg.dataset.get("on_disk"):
         from gnntrain.data.generated_store import load_generated_on_disk
 
-        return load_generated_on_disk(cfg)
-    return _generator(cfg.dataset).generate(cfg.dataset)
+        data = load_generated_on_disk(cfg)
+    else:
+        data = _generator(cfg.dataset).generate(cfg.dataset)
+    if int(cfg.dataset.get("regression_targets") or 0) > 0:
+        from gnntrain.data.generators.targets import synthetic_targets
+
+        ds = cfg.dataset
+        data.targets = synthetic_targets(
+            data.labels, data.features, int(ds.regression_targets), int(ds.seed)
+        )
+    return data
 
 
 def _check_generated(ds) -> None:

@@ -64,7 +64,12 @@ def build_training(
     spec = model_spec(
         settings,
         shard.features.shape[1],
-        task.output_width(options, shard.num_classes, int(settings.model.hidden)),
+        task.output_width(
+            options,
+            shard.num_classes,
+            int(settings.model.hidden),
+            int(getattr(shard.task, "num_targets", 0)),
+        ),
         aggregate_first,
         label_inputs=shard.label_input_mask is not None,
     )

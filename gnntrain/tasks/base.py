@@ -84,6 +84,7 @@ class TaskSizes:
     output_width: int  # the GNN's output (the embedding width for link prediction)
     world_size: int
     dtype_bytes: int
+    num_targets: int = 0  # real-valued targets per node the dataset has
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,9 @@ class TaskSpec:
 
     name: str
     options: Type[TaskConfig]
-    # (options, dataset classes, model.hidden) -> the model's output width
-    output_width: Callable[[Any, int, int], int]
+    # (options, dataset classes, model.hidden, dataset regression targets) -> the model's output
+    # width
+    output_width: Callable[[Any, int, int, int], int]
     # (options, loaded GraphData, train seed) -> the task's GraphData (may be the same object)
     prepare_data: Callable[[Any, Any, int], Any]
     # (options, the shard's task payload, RankRows) -> RankTask

@@ -47,7 +47,7 @@ NODE_CLASSIFICATION = register_task(
     TaskSpec(
         name="node_classification",
         options=NodeClassificationConfig,
-        output_width=lambda options, classes, hidden: classes,
+        output_width=lambda options, classes, hidden, targets: classes,
         prepare_data=lambda options, data, seed: data,
         rank_task=_rank_task,
         metrics=_metrics,

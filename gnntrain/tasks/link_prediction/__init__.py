@@ -51,7 +51,7 @@ LINK_PREDICTION = register_task(
     TaskSpec(
         name="link_prediction",
         options=LinkPredictionConfig,
-        output_width=lambda options, classes, hidden: embedding_width(options, hidden),
+        output_width=lambda options, classes, hidden, targets: embedding_width(options, hidden),
         prepare_data=prepare_data,
         rank_task=lambda options, payload, rows: LinkPredictionRank(options, payload, rows),
         metrics=link_metrics,
