@@ -16,7 +16,9 @@ from typing import Any, Dict, List, Tuple
 from gnntrain.errors import GnnTrainError
 from gnntrain.training.predict import WHATS
 
-GROUPS = ("dataset", "model", "mode", "partitioner", "hardware")
+LINK_WHATS = ("scores", "topk")  # gnntrain.launch.predict_links
+
+GROUPS = ("dataset", "model", "mode", "partitioner", "hardware", "task")
 EXTENSIONS = {"parquet": ".parquet", "npy": ".npy"}
 
 
@@ -34,7 +36,16 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         help="weights to use: a checkpoint file (default: RUN_DIR/model.pt)",
     )
-    p.add_argument("--what", default="logits", choices=WHATS)
+    p.add_argument(
+        "--what",
+        default="logits",
+        choices=WHATS + LINK_WHATS,
+        help="per node: logits, probs, labels, embeddings, values (node regression, in the "
+        "targets' units); link prediction: scores (of --pairs), topk (of --sources)",
+    )
+    p.add_argument("--pairs", type=Path, help="scores: a CSV/Parquet/.npy of (source, target) IDs")
+    p.add_argument("--sources", type=Path, help="topk: a CSV/Parquet/.npy of source node IDs")
+    p.add_argument("--k", type=int, default=20, help="topk: candidates per source")
     p.add_argument(
         "--layer",
         type=int,
@@ -146,6 +157,23 @@ def predict_command(argv: List[str]) -> int:
             options.append(item)
     args = parser().parse_args(options)
     try:
+        if args.what in LINK_WHATS:
+            from gnntrain.launch.predict_links import predict_links
+
+            out = args.out or args.run_dir / "predictions" / f"{args.what}{EXTENSIONS[args.format]}"
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            predict_links(
+                args.run_dir,
+                args.what,
+                Path(out).resolve(),
+                args.format,
+                args.pairs,
+                args.sources,
+                args.k,
+                args.checkpoint,
+                rest,
+            )
+            return 0
         predict(args.run_dir, args.what, args.layer, args.out, args.format, args.checkpoint, rest)
     except GnnTrainError as exc:
         Console(stderr=True).print(

@@ -98,6 +98,27 @@ class TrainedModel(nn.Module):
         x, adj = self._inputs(x, edge_index, data)
         return self.gnn(x, adj, None)
 
+    def score(self, h: torch.Tensor, src, dst) -> torch.Tensor:
+        """Link prediction: the decoder's logit for each pair (src[i], dst[i]) of rows of the node
+        embeddings ``h`` (this model's output, ``model(data)``); its sigmoid is the edge's
+        probability."""
+        head = getattr(self.gnn, "head", None)
+        if head is None:
+            raise ValueError("score: this model was not trained for link prediction (no decoder)")
+        src, dst = torch.as_tensor(src, dtype=torch.int64), torch.as_tensor(dst, dtype=torch.int64)
+        return head(h[src], h[dst])
+
+    def values(self, x=None, edge_index=None, data=None) -> torch.Tensor:
+        """Node regression: the predictions in the targets' own units (the output, with the
+        training's standardisation undone)."""
+        targets = self.card.get("targets")
+        if not targets:
+            raise ValueError("values: this model was not trained for node regression")
+        out = self.forward(x, edge_index, data)
+        mean = torch.tensor(targets["mean"], dtype=out.dtype, device=out.device)
+        std = torch.tensor(targets["std"], dtype=out.dtype, device=out.device)
+        return out * std + mean
+
     @torch.no_grad()
     def embeddings(
         self, x=None, edge_index=None, data=None, layer: Optional[int] = None
@@ -129,7 +150,13 @@ def load_trained_model(run_dir: Path, map_location: str = "cpu") -> TrainedModel
     if "gin_eps_learnable" in fields:  # a card written before GIN's option moved into its layer
         options["eps_learnable"] = fields.pop("gin_eps_learnable")
     spec = ModelSpec(**fields, layer_options=tuple(sorted(options.items())))
-    gnn = GNN(spec).to(getattr(torch, card.get("dtype", "float32")))
+    dtype = getattr(torch, card.get("dtype", "float32"))
+    gnn = GNN(spec).to(dtype)
+    task = card.get("task") or {}
+    if task.get("name") == "link_prediction":  # the trained decoder (its weights load below)
+        from gnntrain.models.decoders import build_decoder
+
+        gnn.head = build_decoder(str(task.get("decoder", "dot")), spec.out_dim, 0, dtype)
     gnn.load_state_dict(torch.load(weights, map_location=map_location, weights_only=True))
     return TrainedModel(gnn, bool(card.get("self_loop", True)), card)
 

@@ -16,6 +16,7 @@ from typing import Any, List, Optional
 
 import torch
 
+from gnntrain.errors import GnnTrainError
 from gnntrain.metrics.clock import StageClock
 from gnntrain.models import GNN, GlobalDropout, SparseAdjacency
 from gnntrain.models.export import rows_output
@@ -168,6 +169,13 @@ class FullGraphStrategy(RankStrategy):
 
     def predict(self, what: str, layer: int):
         self.on_epoch(0, False)
+        if what == "values":  # in the task's own units (a regression's targets)
+            values = self.task.values(self.forward(self.model, self._inputs(), None))
+            if values is None:
+                raise GnnTrainError(
+                    "predict: --what values needs a model trained with task=node_regression."
+                )
+            return self.global_ids, values
         values = rows_output(
             self.model, lambda: self.forward(self.model, self._inputs(), None), what, layer
         )

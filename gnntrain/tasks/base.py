@@ -60,9 +60,6 @@ class RankTask:
     """One rank's side of a task: the model's output rows (the rows this rank's mode holds, in its
     order) to a loss and to evaluation sums. Built once per rank, after the mode's strategy."""
 
-    def start(self, out_rows: int) -> None:
-        """Before the first epoch (collectives allowed: every rank calls it)."""
-
     def backward(self, out: torch.Tensor, epoch: int) -> float:
         """Run the backward pass of this rank's share of the loss through ``out`` (every rank calls
         it: a mode's backward is a collective) and return that share (Σ over the items this rank
@@ -73,6 +70,16 @@ class RankTask:
         """This rank's evaluation sums (no grad), summed over ranks by the epoch loop and turned
         into metrics by :attr:`TaskSpec.metrics`."""
         raise NotImplementedError
+
+    def values(self, out: torch.Tensor) -> Optional[torch.Tensor]:
+        """``gnntrain predict --what values``: the output rows in the task's own units (a
+        regression's targets), or None where the task has none."""
+        return None
+
+    def card(self) -> Dict[str, Any]:
+        """What ``model.yaml`` records for a model of this task beyond its config (node
+        regression's standardisation)."""
+        return {}
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ R² is the mean over targets of 1 - SSE/SST (scikit-learn's ``r2_score``, ``unif
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
@@ -108,6 +108,9 @@ class NodeRegressionRank(RankTask):
     def values(self, out: torch.Tensor) -> torch.Tensor:
         """Predictions in the targets' units."""
         return out * self.std + self.mean
+
+    def card(self) -> Dict[str, Any]:
+        return {"targets": {"mean": self.mean.tolist(), "std": self.std.tolist()}}
 
     def eval_sums(self, out: torch.Tensor, epoch: int) -> List[float]:
         """Per split: values counted, Σ|e|, Σe², then per target n_t, Σy_t, Σy_t², SSE_t."""

@@ -244,6 +244,10 @@ class EpochLoop:
                 "feat_dim": int(ds.feat_dim),
                 "num_classes": int(ds.num_classes),
             },
+            # what the model was trained for, and what its outputs mean (a regression's
+            # standardisation): load_model rebuilds the task's head from it
+            "task": dict(self.ctx.plan.settings.task or {"name": "node_classification"}),
+            **getattr(getattr(self.task, "task", None), "card", dict)(),
         }
         save_trained_model(
             self.ctx.run_dir, self.model, bool(cfg.model.self_loop), plan.dtype, extra

@@ -21,7 +21,10 @@ from torch import nn
 from gnntrain.errors import GnnTrainError
 from gnntrain.models.export import load_weights
 
-WHATS = ("logits", "probs", "labels", "embeddings")
+# per node; "values" (node regression, in the targets' units); link prediction's "scores" of given
+# pairs and "topk" candidates are computed from the "logits" (the embeddings) by
+# gnntrain.launch.predict_links
+WHATS = ("logits", "probs", "labels", "embeddings", "values")
 PARTS = ".parts"
 ROWS_PER_WRITE = 1 << 16
 
@@ -85,7 +88,9 @@ def _write_parquet(cfg, out: Path, values: np.ndarray, what: str, num_nodes: int
     import pyarrow.parquet as pq
 
     ids = _user_ids(cfg, num_nodes)
-    prefix = {"logits": "logit", "probs": "prob", "embeddings": "emb"}.get(what, "label")
+    prefix = {"logits": "logit", "probs": "prob", "embeddings": "emb", "values": "value"}.get(
+        what, "label"
+    )
     width = 1 if values.ndim == 1 else values.shape[1]
     names = ["label"] if values.ndim == 1 else [f"{prefix}_{j}" for j in range(width)]
     schema = pa.schema([("id", ids.type)] + [(n, pa.from_numpy_dtype(values.dtype)) for n in names])

@@ -5,9 +5,9 @@ ranking metrics (MRR, Hits@K) plus AUC on held-out edges (docs/design.md, "Link 
 from __future__ import annotations
 
 from gnntrain.data.graph import GraphData
+from gnntrain.models.decoders import build_decoder
 from gnntrain.tasks.base import TaskSpec, register_task
 from gnntrain.tasks.link_prediction.config import LinkPredictionConfig, check_options
-from gnntrain.tasks.link_prediction.decoders import build_decoder
 from gnntrain.tasks.link_prediction.plan import plan
 from gnntrain.tasks.link_prediction.rank import LinkPredictionRank, link_metrics
 from gnntrain.tasks.link_prediction.split import LinkShard, LinkSplit, split_edges, split_hash
