@@ -1,0 +1,238 @@
+"""task=link_prediction: the edge split, the negatives, exactness in every mode that hosts it, the
+endpoint exchange's bytes against their closed form, and the results under the user's IDs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import CORA, EXACT, assert_exact, compose, requires_shared
+
+from gnntrain.errors import PlanError
+from gnntrain.modes import MODE_REGISTRY
+from gnntrain.tasks.link_prediction.negatives import draw_negatives
+from gnntrain.tasks.link_prediction.split import is_symmetric, split_edges
+
+LP = ["task=link_prediction", "model.hidden=8"]
+SMALL = ["dataset=csbm", "dataset.num_nodes=300"]
+
+
+def _exact_variant(mode: str):
+    """The mode's first option set (its own, then mode=auto's variants) that plans as exact."""
+    from gnntrain.plan import build_plan, plan_mode
+
+    spec = MODE_REGISTRY[mode]
+    for variant in ({},) + tuple(spec.capabilities.auto_variants):
+        extra = [f"mode.{k}={v}" for k, v in variant.items()]
+        plan = build_plan(compose(SMALL + EXACT + LP + [f"mode={mode}", *extra]))
+        if plan_mode(plan).is_exact():
+            return extra
+    return None
+
+
+HOSTS = sorted(n for n, s in MODE_REGISTRY.items() if not s.capabilities.tasks and n != "single")
+
+
+# ---------------------------------------------------------------------------- the split
+def _ring(n: int):
+    src = torch.arange(n)
+    dst = (src + 1) % n
+    src, dst = torch.cat([src, dst, src]), torch.cat([dst, src, (src + 5) % n])
+    keep = src != dst
+    return src[keep], dst[keep]
+
+
+def test_the_split_keeps_an_undirected_edge_together_and_out_of_the_message_passing_graph():
+    src, dst = _ring(60)  # ring edges both ways, plus one-way chords: not symmetric
+    sym_src, sym_dst = torch.cat([src, dst]), torch.cat([dst, src])
+    key = torch.unique(sym_src * 60 + sym_dst)
+    sym_src, sym_dst = key // 60, key % 60
+    assert is_symmetric(sym_src, sym_dst, 60) and not is_symmetric(src, dst, 60)
+    split, mp_src, mp_dst = split_edges(sym_src, sym_dst, 60, [0.7, 0.15, 0.15], 3, 4, False)
+    n_train, n_val, n_test = split.counts
+    assert n_train + n_val + n_test == sym_src.numel() // 2  # an undirected edge is one item
+    held = set()
+    for a, b, neg in (split.val, split.test):
+        assert neg.shape == (a.numel(), 4)
+        held |= {(int(u), int(v)) for u, v in zip(a, b)}
+    graph = {(int(u), int(v)) for u, v in zip(mp_src, mp_dst)}
+    assert len(graph) == 2 * n_train and is_symmetric(mp_src, mp_dst, 60)
+    assert not any((u, v) in graph or (v, u) in graph for u, v in held)  # nothing leaks
+    # the same edge set in another order: the same split
+    order = torch.randperm(sym_src.numel())
+    again, _, _ = split_edges(sym_src[order], sym_dst[order], 60, [0.7, 0.15, 0.15], 3, 4, False)
+    assert torch.equal(again.val[0], split.val[0]) and torch.equal(again.test[1], split.test[1])
+
+
+def test_a_split_without_train_edges_is_one_line():
+    src, dst = torch.tensor([0, 1, 1, 2]), torch.tensor([1, 0, 2, 1])
+    with pytest.raises(
+        PlanError, match=r"task.edge_split: .* leaves no train edges of the graph's 2"
+    ):
+        split_edges(src, dst, 3, [0.2, 0.4, 0.4], 0, 1, False)
+    with pytest.raises(PlanError, match=r"^task.edge_split: .*leaves no train edges"):
+        from gnntrain.plan import build_plan
+
+        build_plan(compose(SMALL + LP + ["mode=single", "task.edge_split=[0,0.5,0.5]"]))
+
+
+def test_negatives_depend_on_the_edge_not_on_who_draws_them():
+    index = torch.arange(20000)
+    whole = draw_negatives(index, 3, 500, seed=7, epoch=2)
+    part = draw_negatives(index[123:456], 3, 500, seed=7, epoch=2)
+    assert torch.equal(whole[123:456], part) and whole.shape == (20000, 3)
+    assert not torch.equal(whole, draw_negatives(index, 3, 500, seed=7, epoch=3))
+    counts = torch.bincount(whole.reshape(-1), minlength=500).double()
+    # about uniform: 120 draws a node, Poisson's relative spread 0.09
+    assert counts.min() > 60 and counts.std() / counts.mean() < 0.15
+    degree = torch.zeros(500, dtype=torch.float64)
+    degree[::2] = torch.arange(250, dtype=torch.float64)  # odd nodes and node 0: no train edges
+    biased = draw_negatives(index, 3, 500, 7, 2, torch.cumsum(degree, 0))
+    assert bool((degree[biased] > 0).all())
+    assert biased.double().mean() > whole.double().mean()  # heavier nodes drawn more
+
+
+# ------------------------------------------------------------------------- exactness
+def _reference(train, graph):
+    from conftest import single_losses
+
+    return single_losses(train, graph + EXACT + LP)
+
+
+@pytest.mark.parametrize("mode", HOSTS)
+def test_every_mode_that_hosts_it_equals_single(train, mode):
+    """One exact option set of every registered mode that hosts link prediction, at p=2; the same
+    negatives, so the same losses and the same metrics."""
+    extra = _exact_variant(mode)
+    assert extra is not None, f"{mode} has no exact option set"
+    ref = train(SMALL + EXACT + LP + ["mode=single"])
+    s = train(SMALL + EXACT + LP + [f"mode={mode}", "hardware.ranks_per_node=2", *extra])
+    assert s["status"] == "completed", s.get("error")
+    assert_exact(s["losses"], ref["losses"])
+    for split in ("val", "test"):
+        for name, value in ref["metrics"][split].items():
+            assert s["metrics"][split][name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
+    assert {"endpoint_ids", "endpoint_fwd", "endpoint_bwd"} <= set(s["comm_bytes"]["by_kind"])
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        ["mode=partition", "mode.replication=2", "hardware.ranks_per_node=4"],
+        ["mode=hongtu", "mode.direct=true", "hardware.ranks_per_node=1"],
+    ],
+)
+def test_replicated_rows_and_the_direct_path_equal_single(train, layout):
+    ref = train(SMALL + EXACT + LP + ["mode=single"])
+    assert_exact(train(SMALL + EXACT + LP + layout)["losses"], ref["losses"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("graph", ["csbm", pytest.param("cora", marks=requires_shared)])
+@pytest.mark.parametrize("p", [2, 3])
+@pytest.mark.parametrize("mode", HOSTS)
+@pytest.mark.parametrize("decoder", ["dot", "mlp", "distmult"])
+def test_the_whole_matrix_equals_single(train, graph, p, mode, decoder):
+    """Every hosting mode, both graphs, p = 2 and 3, each decoder (make test-tasks)."""
+    base = (SMALL if graph == "csbm" else CORA) + EXACT + LP + [f"task.decoder={decoder}"]
+    ref = train(base + ["mode=single"])
+    s = train(base + [f"mode={mode}", f"hardware.ranks_per_node={p}", *_exact_variant(mode)])
+    assert_exact(s["losses"], ref["losses"])
+
+
+# ----------------------------------------------------------------------------- bytes
+def test_endpoint_bytes_equal_their_closed_form_from_the_split_and_the_partition(
+    tmp_path, cache_dir
+):
+    """Per epoch, R_r = the distinct endpoints of rank r's train edges and this epoch's negatives
+    that other ranks count: Σ_r (8 R_r + 8 (p - 1)) id bytes, Σ_r R_r d b row bytes each way."""
+    from gnntrain.launch import run_training
+    from gnntrain.launch.shards import prepare_in_memory
+    from gnntrain.plan import build_plan
+
+    p, width, k = 3, 8, 2
+    cfg = compose(
+        SMALL
+        + EXACT
+        + LP
+        + [f"cache_dir={cache_dir}", "mode=partition", f"hardware.ranks_per_node={p}"]
+        + [f"task.num_negatives={k}", "train.progress=false"]
+    )
+    plan = build_plan(cfg)
+    assert {"endpoint_ids", "endpoint_fwd", "endpoint_bwd"} <= set(plan.comm_per_epoch["by_kind"])
+    shards = prepare_in_memory(plan).shards
+    owner = torch.full((shards[0].num_global_nodes,), -1)
+    for shard in shards:
+        if shard.counted:
+            owner[shard.global_ids] = shard.rank
+    summary = run_training(plan, tmp_path / "run")
+    assert summary["status"] == "completed"
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    for record in records:
+        remote = 0
+        for shard in shards:
+            t = shard.task
+            negatives = draw_negatives(t.train_index, k, owner.numel(), 3, record["epoch"])
+            ends = torch.unique(torch.cat([t.train_a, t.train_b, negatives.reshape(-1)]))
+            remote += int((owner[ends] != shard.rank).sum())
+        kinds = record["comm_by_kind"]
+        assert kinds["endpoint_ids"] == 8 * remote + 8 * p * (p - 1)
+        assert kinds["endpoint_fwd"] == kinds["endpoint_bwd"] == remote * width * 8
+
+
+# ------------------------------------------------------------------------ bad input
+def test_a_mode_that_cannot_host_it_says_so_in_one_line():
+    from gnntrain.plan import build_plan
+
+    with pytest.raises(PlanError, match=r"^task: mode 'hyscale' cannot host task 'link_pred"):
+        build_plan(compose(SMALL + LP + ["mode=hyscale"]))
+    with pytest.raises(PlanError, match=r"^mode.label_propagation: .*no classes"):
+        build_plan(compose(SMALL + LP + ["mode=supergcn", "mode.label_propagation=0.2"]))
+    with pytest.raises(PlanError, match=r"^task.decoder: unknown decoder 'bilinear'"):
+        build_plan(compose(SMALL + LP + ["mode=single", "task.decoder=bilinear"]))
+
+
+# ------------------------------------------------------------------------- results out
+def test_scores_and_top_k_under_the_users_ids_and_a_plain_session(tmp_path, cache_dir):
+    """gnntrain predict --what scores|topk from a partitioned run; load_model's score agrees; top-k
+    leaves out the source and its train edges; an unknown ID is one line naming it."""
+    import pyarrow.parquet as pq
+
+    from gnntrain.api import load_model
+    from gnntrain.errors import GnnTrainError
+    from gnntrain.launch import run_training
+    from gnntrain.launch.predict_links import predict_links, train_edges
+    from gnntrain.plan import build_plan
+
+    overrides = SMALL + LP + [f"cache_dir={cache_dir}", "train.epochs=15", "train.progress=false"]
+    cfg = compose(overrides + ["mode=partition", "hardware.ranks_per_node=2", "task.decoder=mlp"])
+    run, plan = tmp_path / "run", build_plan(cfg)
+    assert run_training(plan, run)["status"] == "completed"
+    plan.write_yaml(run / "plan.yaml")  # as gnntrain run writes it
+    (tmp_path / "pairs.csv").write_text("src,dst\n0,5\n7,3\n")
+    (tmp_path / "sources.csv").write_text("id\n4\n9\n")
+    keep = [f"cache_dir={cache_dir}"]
+    pairs, sources = tmp_path / "pairs.csv", tmp_path / "sources.csv"
+    predict_links(run, "scores", tmp_path / "s.parquet", "parquet", pairs, overrides=keep)
+    predict_links(run, "topk", tmp_path / "t.parquet", "parquet", None, sources, 4, overrides=keep)
+    scores = pq.read_table(tmp_path / "s.parquet").to_pydict()
+    # the same scores in a plain session: the exported model over the train graph, its decoder
+    from gnntrain.data import load_dataset
+
+    src, dst = train_edges(cfg)
+    model = load_model(run)
+    h = model(load_dataset(cfg).features, torch.stack([src, dst]))
+    plain = model.score(h, [0, 7], [5, 3]).detach().numpy()
+    assert np.allclose(plain, scores["logit"], rtol=1e-4, atol=1e-5)
+    top = pq.read_table(tmp_path / "t.parquet").to_pydict()
+    assert scores["src"] == [0, 7] and len(scores["logit"]) == 2
+    assert np.allclose(scores["probability"], 1 / (1 + np.exp(-np.array(scores["logit"]))))
+    known = set(zip(src.tolist(), dst.tolist()))
+    assert len(top["candidate"]) == 8 and top["rank"][:4] == [1, 2, 3, 4]
+    assert all(c != s and (s, c) not in known for s, c in zip(top["source"], top["candidate"]))
+    assert top["logit"][:4] == sorted(top["logit"][:4], reverse=True)
+    (tmp_path / "bad.csv").write_text("src,dst\n1,2\n3,99999\n")
+    with pytest.raises(GnnTrainError, match=r"--pairs .*bad.csv row 2: node ID 99999 is not"):
+        predict_links(run, "scores", tmp_path / "b.parquet", "parquet", tmp_path / "bad.csv")
