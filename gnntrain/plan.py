@@ -27,6 +27,7 @@ from gnntrain.plan_fit import (
     resolve_partitioner,
 )
 from gnntrain.plan_types import KNOWN_HALO, MemoryEstimate, PlanContext, RunPlan, RunSettings
+from gnntrain.plan_weights import check_edge_weight
 from gnntrain.sizing import DTYPE_BYTES, host_cores, model_dims
 
 __all__ = [
@@ -368,6 +369,7 @@ def _hosting_mode(cfg: DictConfig):
             f"mode '{spec.name}' does not support model '{m.name}': {refusal}.{rule}",
             f"use one of {', '.join(hosted)}",
         )
+    check_edge_weight(cfg, spec, family)  # model.edge_weight=true: dataset, model and mode
     return spec, spec.plan(cfg.mode, settings), family
 
 

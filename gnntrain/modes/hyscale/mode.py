@@ -267,6 +267,8 @@ HYSCALE = register_mode(
             "memory (HyScale §IV)",
             models_rule="HyScale trains the aggregate/update models on sampled blocks; GAT is not "
             "wired to blocks here.",
+            edge_weight_refusal="its sampler rescales each sampled neighbourhood by the unweighted "
+            "degree (a weighted estimator is not built)",
         ),
     )
 )
