@@ -19,6 +19,7 @@ from gnntrain.config.schema import option_value, unknown_keys
 from gnntrain.errors import PlanError
 from gnntrain.models.registry import configured_shape
 from gnntrain.modes.cost import check_profile, cost_profile, price_estimate
+from gnntrain.modes.edge_weights import check_edge_weight
 from gnntrain.plan_fit import (
     check_host_memory,
     check_partitioner_memory,
@@ -27,7 +28,6 @@ from gnntrain.plan_fit import (
     resolve_partitioner,
 )
 from gnntrain.plan_types import KNOWN_HALO, MemoryEstimate, PlanContext, RunPlan, RunSettings
-from gnntrain.plan_weights import check_edge_weight
 from gnntrain.sizing import DTYPE_BYTES, host_cores, model_dims
 
 __all__ = [
