@@ -322,3 +322,24 @@ def test_an_ingested_graph_without_weights_is_refused(cache_dir, tmp_path):
             [f"cache_dir={cache_dir}", "dataset=files", f"dataset.path={tmp_path / 'g'}"]
             + ["model.edge_weight=true"]
         )
+
+
+def test_generated_weights_are_the_same_in_memory_and_on_disk(tmp_path):
+    """dataset.edge_weights: a seeded weight per undirected pair, the same in the in-memory graph
+    and in the folder `gnntrain generate` writes (the same edges, the same order, the same
+    float32 values); the option is in the content hash."""
+    from gnntrain.data.generators import content_hash, get_generator
+    from gnntrain.data.ingest.generated import write_generated
+    from gnntrain.data.ondisk import load_graph_dir
+
+    ds = compose(CSBM_W).dataset
+    memory = get_generator("csbm").generate(ds)
+    write_generated(ds, tmp_path / "g")
+    disk = load_graph_dir(tmp_path / "g")
+    assert torch.equal(memory.src, disk.src) and torch.equal(memory.dst, disk.dst)
+    assert torch.equal(memory.edge_weight, disk.edge_weight)
+    w = memory.edge_weight
+    assert w.dtype == torch.float32 and float(w.min()) >= 0.5 and float(w.max()) < 2.0
+    reverse = {(int(s), int(d)): float(x) for s, d, x in zip(memory.src, memory.dst, w)}
+    assert all(reverse[(d, s)] == x for (s, d), x in reverse.items())
+    assert content_hash("csbm", ds) != content_hash("csbm", compose(CSBM_W[:-1]).dataset)
