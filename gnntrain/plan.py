@@ -19,6 +19,7 @@ from gnntrain.config.schema import option_value, unknown_keys
 from gnntrain.errors import PlanError
 from gnntrain.models.registry import configured_shape
 from gnntrain.modes.cost import check_profile, cost_profile, price_estimate
+from gnntrain.modes.edge_weights import check_edge_weight
 from gnntrain.plan_fit import (
     check_host_memory,
     check_partitioner_memory,
@@ -378,6 +379,7 @@ def _hosting_mode(cfg: DictConfig):
             f"mode '{spec.name}' does not support model '{m.name}': {refusal}.{rule}",
             f"use one of {', '.join(hosted)}",
         )
+    check_edge_weight(cfg, spec, family)  # model.edge_weight=true: dataset, model and mode
     return spec, spec.plan(cfg.mode, settings), family
 
 

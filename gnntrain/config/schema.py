@@ -121,6 +121,10 @@ class ModelConfig:
     hidden: int = 16
     dropout: float = 0.5
     self_loop: bool = True  # add self-loops to the graph (GCN's A+I)
+    # aggregate with the dataset's edge weights (ingest --weight-column, csbm's edge_weights):
+    # weighted degrees for GCN, weighted means and sums for SAGE and GIN
+    # (docs/design.md#edge-weights)
+    edge_weight: bool = False
     # layer: LayerNorm before each hidden relu (row-local, so exact in every mode)
     norm: NormKind = NormKind.none
 

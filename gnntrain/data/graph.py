@@ -17,6 +17,8 @@ class GraphData:
     ``src``/``dst`` hold the directed edges src→dst without self-loops
     (symmetrised when the dataset config asks); :meth:`edges` adds self-loops
     when the model wants them. ``content_hash`` keys every cache built from it.
+    ``edge_weight``, where the graph has weights, holds one float32 weight per edge of
+    ``src``/``dst``, in their order (positive and finite; docs/design.md#edge-weights).
     """
 
     name: str
@@ -36,6 +38,7 @@ class GraphData:
     task_data: Any = None
     # real-valued node targets (N, T) for node regression, NaN where a node has none; or None
     targets: Optional[torch.Tensor] = None
+    edge_weight: Optional[torch.Tensor] = None
     _dgl_cache: Dict[bool, object] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -56,6 +59,21 @@ class GraphData:
         loops = torch.arange(self.num_nodes, dtype=self.src.dtype)
         return torch.cat([self.src, loops]), torch.cat([self.dst, loops])
 
+    @property
+    def weighted(self) -> bool:
+        """Whether the graph carries edge weights."""
+        return self.edge_weight is not None
+
+    def edge_values(self, self_loop: bool) -> Optional[torch.Tensor]:
+        """float64 weights of :meth:`edges`' edges (self-loops weigh 1), or None without weights."""
+        w = self.edge_weight
+        if w is None:
+            return None
+        w = w.to(torch.float64)
+        if not self_loop:
+            return w
+        return torch.cat([w, torch.ones(self.num_nodes, dtype=torch.float64)])
+
     def graph(self, self_loop: bool = False):
         """The DGL graph, with node data ``feat``, ``label`` and the three masks."""
         if self_loop not in self._dgl_cache:
@@ -74,14 +92,26 @@ class GraphData:
 class CsrGraphData(GraphData):
     """A graph whose edges come as a destination-sorted CSR (an ingested folder's memory-mapped
     ``indptr``/``indices``): ``src``/``dst`` are built on first use only (16 bytes per edge), so a
-    mode that reads the CSR itself (HongTu's direct path) never holds the graph as COO."""
+    mode that reads the CSR itself (HongTu's direct path) never holds the graph as COO.
+    ``csr_weights`` (the folder's mapped ``weights.npy``, or None) holds each CSR entry's weight:
+    the COO order is the CSR's, so it is ``edge_weight`` too."""
 
-    def __init__(self, *, indptr: np.ndarray, indices: np.ndarray, symmetric: bool, **fields):
+    def __init__(
+        self,
+        *,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        symmetric: bool,
+        weights: Optional[np.ndarray] = None,
+        **fields,
+    ):
         self.csr: Tuple[np.ndarray, np.ndarray] = (indptr, indices)
-        # every edge's reverse is present (the transpose is the same CSR)
+        self.csr_weights = weights
+        # every edge's reverse is present (the transpose is the same CSR; with weights, w_uv = w_vu)
         self.symmetric = bool(symmetric)
         self._src = self._dst = None
-        super().__init__(src=None, dst=None, **fields)
+        edge_weight = None if weights is None else torch.from_numpy(weights)
+        super().__init__(src=None, dst=None, edge_weight=edge_weight, **fields)
 
     @property  # type: ignore[override]
     def src(self) -> torch.Tensor:

@@ -11,12 +11,19 @@ One folder per graph::
     labels.npy        int64 (N,): -1 for a node without a label (never in a mask)
     train_mask.npy, val_mask.npy, test_mask.npy   bool (N,)
     node_ids.parquet  the user's own ID of every node, in node order (integers or strings)
+    weights.npy       float32 (E,), only where the graph has edge weights (meta ``weights``):
+                      the weight of each CSR entry, aligned with indices.npy
 
 Every array is a plain ``.npy`` file, so NumPy memory-maps it (``np.load(mmap_mode=...)``).
 A folder is written under a temporary name and renamed into place once ``meta.json`` is
 complete, so a killed ingest leaves nothing that loads. The content digest equals
 :func:`gnntrain.data.graph.hash_tensors` over (src, dst, features, labels, masks) of the
-loaded :class:`GraphData`, so an ingested Cora has the digest of ``dataset=cora``.
+loaded :class:`GraphData`, so an ingested Cora has the digest of ``dataset=cora``; a weighted
+graph's digest covers its weights too (hashed after the masks).
+
+Edge weights are float32: 4 bytes per edge, as the int32 indices and the float32 features; every
+run (float64 ones too) widens the same stored values, so every mode computes with one set of
+weights, and a user's value is kept to float32's 7 significant digits.
 """
 
 from __future__ import annotations
@@ -139,12 +146,17 @@ def _destinations(indptr: np.ndarray) -> Iterator[bytes]:
 
 
 def content_digest(
-    indptr: np.ndarray, indices, features, labels: np.ndarray, masks: Tuple[np.ndarray, ...]
+    indptr: np.ndarray,
+    indices,
+    features,
+    labels: np.ndarray,
+    masks: Tuple[np.ndarray, ...],
+    weights=None,
 ) -> str:
-    """``hash_tensors(src, dst, features, labels, *masks)`` computed block by block from the CSR,
-    never materialising the COO arrays (src = indices as int64, dst = row of each entry).
-    ``indices`` and ``features`` may be arrays or ``.npy`` paths (then read with ``pread``, never
-    mapped)."""
+    """``hash_tensors(src, dst, features, labels, *masks)`` (then the edge weights, where given)
+    computed block by block from the CSR, never materialising the COO arrays (src = indices as
+    int64, dst = row of each entry). ``indices``, ``features`` and ``weights`` may be arrays or
+    ``.npy`` paths (then read with ``pread``, never mapped)."""
     h = hashlib.sha1(b"")
 
     def header(dtype: str, shape: Tuple[int, ...]) -> None:
@@ -164,6 +176,8 @@ def content_digest(
         h.update(block)
     for array in (features, labels, *masks):
         add(array)
+    if weights is not None:
+        add(weights)
     return h.hexdigest()[:16]
 
 
@@ -234,6 +248,11 @@ class GraphDir:
     @property
     def digest(self) -> str:
         return str(self.meta["digest"])
+
+    @property
+    def weighted(self) -> bool:
+        """Whether the folder holds edge weights (``weights.npy``)."""
+        return bool(self.meta.get("weights"))
 
     @property
     def content_hash(self) -> str:
@@ -321,6 +340,7 @@ def load_graph_dir(path, name: str = ""):
         indptr=g.array("indptr").view(np.ndarray),
         indices=g.array("indices").view(np.ndarray),
         symmetric=bool(g.meta.get("symmetrized")),
+        weights=g.array("weights").view(np.ndarray) if g.weighted else None,
         name=label,
         num_nodes=g.num_nodes,
         features=torch.from_numpy(g.array("features")),

@@ -55,6 +55,8 @@ class DatasetSource:
     reader: bool = False  # dataset.reader (dgl | pyg | auto) applies
     # the config's train/val/test fractions are the dataset's (generated)
     config_splits: bool = False
+    # the dataset section (sizes filled) -> whether its edges carry weights (model.edge_weight)
+    weighted: Callable[[Any], bool] = lambda ds: False
 
 
 SOURCES: Registry[DatasetSource] = Registry("dataset source")
@@ -108,6 +110,13 @@ def _check_generated(ds) -> None:
         GENERATORS[ds.get("name")].check(ds)
 
 
+def _files_weighted(ds) -> bool:
+    """Whether the ingested folder (``dataset.path``, resolved by ``fill_sizes``) holds weights."""
+    from gnntrain.data.ondisk import open_graph_dir
+
+    return open_graph_dir(ds.path).weighted
+
+
 def _load_files(cfg):
     from gnntrain.data.ondisk import load_graph_dir
 
@@ -155,8 +164,11 @@ register_source(
         check=_check_generated,
         raw_folders=lambda ds: [],
         config_splits=True,
+        weighted=lambda ds: bool(ds.get("edge_weights", False)),
     )
 )
-register_source(DatasetSource("files", load=_load_files, fill_sizes=fill_file_sizes))
+register_source(
+    DatasetSource("files", load=_load_files, fill_sizes=fill_file_sizes, weighted=_files_weighted)
+)
 register_source(DatasetSource("dgl", load=_load_dgl, raw_folders=_dgl_folders, reader=True))
 register_source(DatasetSource("ogb", load=_load_ogb))

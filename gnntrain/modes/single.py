@@ -22,14 +22,33 @@ class SingleConfig(DiskTierConfig):
 
 
 def graph_tensors(data, settings: RunSettings):
-    """Edges with the model's self-loops and their global-degree weight factors, computed in
-    float64 and kept in the run's dtype (float32 halves them: 8 bytes per edge)."""
+    """Edges with the model's self-loops and their global-degree weight factors (with
+    ``model.edge_weight``: one value per edge from the weighted degrees), computed in float64 and
+    kept in the run's dtype (float32 halves them)."""
     model = settings.model
     src, dst = data.edges(bool(model.self_loop))
+    values = user_edge_values(data, settings)
     weights = edge_weights(
-        model_family(model.name, model.target).normalization, src, dst, data.num_nodes
+        model_family(model.name, model.target).normalization, src, dst, data.num_nodes, values
     )
     return src, dst, weights.float() if settings.dtype == "float32" else weights
+
+
+def user_edge_values(data, settings: RunSettings):
+    """float64 weights of ``data.edges(self_loop)`` where the run aggregates with them
+    (``model.edge_weight``), else None; a graph without weights is refused (the plan refuses it
+    first)."""
+    if not getattr(settings.model, "edge_weight", False):
+        return None
+    values = data.edge_values(bool(settings.model.self_loop))
+    if values is None:
+        from gnntrain.errors import DatasetError
+
+        raise DatasetError(
+            f"model.edge_weight=true, but the graph {data.name} has no edge weights; ingest it "
+            "with --weight-column (or set model.edge_weight=false)."
+        )
+    return values
 
 
 class SingleStrategy(FullGraphStrategy):

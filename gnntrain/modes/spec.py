@@ -52,6 +52,8 @@ class Capabilities:
     # prepare builds one part alone from a graph's CSR (ranks=[r]): the store of a graph on disk
     # is then built part by part, each host its own parts (gnntrain/partition/part_wise.py)
     parts_from_csr: bool = False
+    # why the mode cannot aggregate with the user's edge weights (model.edge_weight=true), or ""
+    edge_weight_refusal: str = ""
     min_world_size: int = 2  # below it the mode is mode=single with overhead; mode=auto skips it
     # the tasks it hosts (gnntrain/tasks), empty: every task (a full-graph strategy hands any task
     # its output rows); tasks_rule says why others are refused

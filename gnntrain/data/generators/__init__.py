@@ -37,6 +37,23 @@ def block_rng(seed: int, stream: int, block: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), int(stream), int(block)])
 
 
+def pair_weights(seed: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """float32 weights in [0.5, 2) of the edges src→dst: a hash of (seed, the unordered pair), so
+    an edge and its reverse weigh the same and a weight never depends on the blocks it was drawn
+    in (the in-memory graph and the on-disk folder agree)."""
+    lo = np.minimum(src, dst).astype(np.uint64)
+    hi = np.maximum(src, dst).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = lo * np.uint64(0x9E3779B97F4A7C15) ^ (
+            hi + np.uint64(int(seed) & 0xFFFFFFFF) * np.uint64(0xD1B54A32D192ED03)
+        )
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    unit = (z >> np.uint64(40)).astype(np.float64) / float(1 << 24)
+    return (0.5 + 1.5 * unit).astype(np.float32)
+
+
 def row_blocks(num_nodes: int) -> Iterator[Tuple[int, int]]:
     for lo in range(0, num_nodes, ROW_BLOCK):
         yield lo, min(num_nodes, lo + ROW_BLOCK)
@@ -87,6 +104,8 @@ class GraphBlocks:
     edge_blocks: Callable[[], Iterator[Tuple[np.ndarray, np.ndarray]]]
     feature_rows: FeatureRows
     labels: Callable[[np.ndarray, np.ndarray, FeatureRows], np.ndarray]
+    # each edge weighs pair_weights(seed, u, v) (the generator's ``edge_weights`` option)
+    edge_weights: bool = False
 
 
 @dataclass(frozen=True)
@@ -204,6 +223,11 @@ def materialize(blocks: GraphBlocks):
         num_classes=blocks.num_classes,
         content_hash=blocks.content_hash,
         origin=blocks.origin,
+        edge_weight=(
+            torch.from_numpy(pair_weights(blocks.seed, src.numpy(), dst.numpy()))
+            if blocks.edge_weights
+            else None
+        ),
     )
 
 

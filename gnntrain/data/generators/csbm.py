@@ -71,6 +71,7 @@ def csbm_blocks(cfg) -> GraphBlocks:
         edge_blocks=edge_blocks,
         feature_rows=feature_rows,
         labels=lambda indptr, indices, features: labels,
+        edge_weights=bool(cfg.get("edge_weights", False)),
     )
 
 
@@ -109,6 +110,8 @@ class CsbmConfig(DatasetConfig):
     avg_degree: float = 4.0  # directed edges per node (each undirected edge counted both ways)
     intra_ratio: float = 0.9  # fraction of edges that stay inside a class
     feature_snr: float = 1.0  # distance of class means in units of the noise std
+    # each edge weighs a seeded hash of its pair in [0.5, 2) (model.edge_weight=true trains on it)
+    edge_weights: bool = False
 
 
 register_generator(

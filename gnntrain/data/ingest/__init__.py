@@ -24,7 +24,7 @@ import numpy as np
 
 from gnntrain.data import ondisk
 from gnntrain.data.ingest.csr import CsrBuilder, degree_summary
-from gnntrain.data.ingest.edges import _edge_batches
+from gnntrain.data.ingest.edges import edge_batches
 from gnntrain.data.ingest.graph_file import _read_graph_object, graph_arrays
 from gnntrain.data.ingest.labels import _labels_and_masks
 from gnntrain.data.ingest.node_table import read_node_table
@@ -153,11 +153,12 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
             raise DatasetError("ingest: the graph has no nodes.")
         labels, classes, masks = _labels_and_masks(opts, nodes, graph, notes)
         _release_heap()
+        weighted = bool(opts.weight_column) or opts.weights is not None
         builder = CsrBuilder(
-            work, n, opts.symmetrize, opts.self_loops, opts.duplicates, nodes.ids.name
+            work, n, opts.symmetrize, opts.self_loops, opts.duplicates, nodes.ids.name, weighted
         )
-        for s, d, locate, done, total in _edge_batches(opts, nodes.ids, graph):
-            builder.add(s, d, locate)
+        for s, d, w, locate, done, total in edge_batches(opts, nodes.ids, graph):
+            builder.add(s, d, locate, w)
             progress("reading edges", done, total)
         _release_heap()
         stats = builder.finish(progress)
@@ -173,6 +174,7 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
             work / "features.npy",
             labels,
             tuple(masks[m] for m in ondisk.MASKS),
+            work / "weights.npy" if weighted else None,
         )
         summary = {
             "name": opts.name or out.name,
@@ -186,6 +188,8 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
             if nodes.ids.identity or pa.types.is_integer(nodes.ids.type)
             else "string",
             "symmetrized": opts.symmetrize,
+            # float32 per CSR entry in weights.npy (docs/design.md#edge-weights), or none
+            "weights": "float32" if weighted else None,
             "edges_read": stats.num_entries_read,
             "self_loops_dropped": stats.self_loops,
             "duplicates_dropped": stats.duplicates,
@@ -194,6 +198,7 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
             "split": {m: int(v.sum()) for m, v in masks.items()},
             "sources": {
                 "edges": [str(p) for p in opts.edges],
+                "weights": opts.weight_column or (str(opts.weights) if opts.weights else None),
                 "graph": str(opts.graph) if opts.graph else None,
                 "features": str(opts.nodes.features) if opts.nodes.features else None,
                 "labels": str(opts.nodes.labels) if opts.nodes.labels else None,
@@ -215,9 +220,11 @@ def ingest_arrays(
     labels,
     masks: Optional[Dict[str, Any]] = None,
     num_nodes: Optional[int] = None,
+    edge_weight=None,
     **options,
 ) -> Dict[str, Any]:
-    """Ingest in-memory arrays (numpy or torch): ``edge_index`` 2xE of node indices 0..N-1."""
+    """Ingest in-memory arrays (numpy or torch): ``edge_index`` 2xE of node indices 0..N-1, and
+    ``edge_weight`` (E,) where the edges have weights."""
     import tempfile
 
     to_np = lambda t: t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
@@ -228,6 +235,9 @@ def ingest_arrays(
         _save_rows(tmp / "edges.npy", to_np(edge_index))
         _save_rows(tmp / "features.npy", to_np(features))
         np.save(tmp / "labels.npy", to_np(labels))
+        if edge_weight is not None:
+            np.save(tmp / "weights.npy", to_np(edge_weight))
+            options["weights"] = tmp / "weights.npy"
         mask_paths = {}
         for name, mask in (masks or {}).items():
             key = name if name.endswith("_mask") else f"{name}_mask"
@@ -250,6 +260,7 @@ def ingest_arrays(
             tmp / "edges.npy": "edge_index",
             tmp / "features.npy": "the features (data.x)",
             tmp / "labels.npy": "the labels (data.y)",
+            tmp / "weights.npy": "edge_weight",
             **{path: key for key, path in mask_paths.items()},
         }
         try:
@@ -274,6 +285,7 @@ def _named(message: str, names: Dict[Path, str]) -> str:
             "--train-mask",
             "--val-mask",
             "--test-mask",
+            "--weights",
         ):
             message = message.replace(f"{option} {path}", name)
         message = message.replace(str(path), name)

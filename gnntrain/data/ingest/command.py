@@ -21,6 +21,8 @@ EPILOG = """examples:
   gnntrain ingest --edges edges.csv --features nodes.parquet --out graphs/mine
       (nodes.parquet: an 'id' column, feature columns, a 'label' column; masks drawn with --split)
   gnntrain ingest --edges edges.tsv --no-header --src-column 0 --dst-column 1 --features x.npy --labels y.npy --out g
+  gnntrain ingest --edges edges.csv --weight-column w --features nodes.parquet --out graphs/mine
+      (then model.edge_weight=true trains on the weights)
   gnntrain ingest --edges src.npy dst.npy --features x.npy --labels y.npy --train-mask train.npy --out g
   gnntrain ingest --graph data.pt --out g          (a PyG Data saved with torch.save; .bin: a DGL graph)
 then: gnntrain run dataset=files dataset.path=graphs/mine
@@ -63,6 +65,17 @@ def parser() -> argparse.ArgumentParser:
     )
     e.add_argument(
         "--dst-column", help="destination column (default: 'dst', else the second column)"
+    )
+    e.add_argument(
+        "--weight-column",
+        help="the edge table's weight column (a name, or a 0-based index with --no-header): "
+        "weights >= 0, stored as float32 beside the CSR (model.edge_weight=true trains on them)",
+    )
+    e.add_argument(
+        "--weights",
+        type=Path,
+        help="edge weights as a .npy of one number per edge, in the order the edges are read "
+        "(for .npy/.npz/--graph edges)",
     )
     e.add_argument("--no-header", action="store_true", help="the CSV/TSV files have no header line")
     e.add_argument("--delimiter", help="CSV field separator (default ',' for .csv, tab for .tsv)")
@@ -165,6 +178,8 @@ def options_from(args: argparse.Namespace) -> IngestOptions:
         edges_format=args.edges_format,
         src_column=args.src_column,
         dst_column=args.dst_column,
+        weight_column=args.weight_column,
+        weights=args.weights,
         graph=args.graph,
         nodes=nodes,
         symmetrize=not args.directed,
@@ -259,7 +274,8 @@ def print_summary(summary: Dict[str, Any], out: Path, console) -> None:
         (
             "edges (directed, stored)",
             f"{summary['num_edges']:,} from {summary['edges_read']:,} read"
-            + (", reverse edges added" if summary["symmetrized"] else ""),
+            + (", reverse edges added" if summary["symmetrized"] else "")
+            + (", weighted (float32)" if summary.get("weights") else ""),
         ),
         (
             "dropped",

@@ -20,7 +20,13 @@ from typing import Any, Dict
 import numpy as np
 
 from gnntrain.data import ondisk
-from gnntrain.data.generators import ROW_BLOCK, generator_params, get_generator, row_blocks
+from gnntrain.data.generators import (
+    ROW_BLOCK,
+    generator_params,
+    get_generator,
+    pair_weights,
+    row_blocks,
+)
 from gnntrain.data.ingest import _nothing
 from gnntrain.data.ingest.csr import CsrBuilder, degree_summary
 from gnntrain.errors import DatasetError
@@ -78,11 +84,13 @@ def write_generated(
     work = ondisk.partial_dir(out)
     work.mkdir(parents=True)
     try:
-        builder = CsrBuilder(work, n, blocks.symmetrize, "drop", "drop", str)
+        weighted = bool(blocks.edge_weights)
+        builder = CsrBuilder(work, n, blocks.symmetrize, "drop", "drop", str, weighted)
         drawn = 0
         expected = int(generator.directed_edges(ds)) // (2 if blocks.symmetrize else 1)
         for src, dst in blocks.edge_blocks():
-            builder.add(src, dst, lambda i: "a generated edge")
+            weights = pair_weights(blocks.seed, src, dst) if weighted else None
+            builder.add(src, dst, lambda i: "a generated edge", weights)
             drawn += int(src.shape[0])
             progress("drawing edges", drawn, expected)
         stats = builder.finish(progress)
@@ -109,6 +117,7 @@ def write_generated(
             work / "features.npy",
             labels,
             tuple(masks[m] for m in ondisk.MASKS),
+            work / "weights.npy" if weighted else None,
         )
         summary = {
             "name": name or out.name,
@@ -120,6 +129,7 @@ def write_generated(
             "index_dtype": str(np.dtype(builder.dtype)),
             "id_type": "int",
             "symmetrized": blocks.symmetrize,
+            "weights": "float32" if weighted else None,
             "edges_read": stats.num_entries_read,
             "self_loops_dropped": stats.self_loops,
             "duplicates_dropped": stats.duplicates,

@@ -20,6 +20,10 @@ class IngestOptions:
     edges_format: str = "auto"
     src_column: Optional[str] = None  # default: "src" when present, else the first column
     dst_column: Optional[str] = None  # default: "dst" when present, else the second column
+    # each edge's weight: a column of the edge table, or a .npy of one number per edge in edge
+    # order (docs/design.md#edge-weights); None: the graph is unweighted
+    weight_column: Optional[str] = None
+    weights: Optional[Path] = None
     # header, delimiter, comment of a CSV/TSV edge list
     edges_csv: CsvOptions = field(default_factory=CsvOptions)
     # a saved PyG Data (.pt) or DGL graph (.bin): edges, and nodes unless given

@@ -67,7 +67,13 @@ class DirectEngine:
 
         self.graph, self.chunks, self.family = graph, chunks, family
         self.tables, self.comm = tables, comm
-        self.scaled_spmm = _compiled()[0]
+        self.scaled_spmm, self.weighted_spmm = _compiled()
+        # model.edge_weight: each entry's whole weight, forward and transposed (the weighted loop)
+        self.entry_values = (
+            None
+            if graph.values is None
+            else {t: graph.entry_values(t, dtype) for t in (False, True)}
+        )
         src_scale, dst_scale = graph.scales()
         self.src_scale, self.dst_scale = src_scale.to(dtype), dst_scale.to(dtype)
         self.loop_scale = (
@@ -120,14 +126,23 @@ class DirectEngine:
         out = torch.empty(hi - lo, h.shape[1], dtype=h.dtype)
         self._count(h, "disk_read", hi - lo, h.shape[1])  # chunk by chunk, one whole pass of h
         with self.clock.span("spmm"):
-            self.scaled_spmm(
-                indptr[lo : hi + 1],
-                indices,
-                col.numpy(),
-                row[lo:hi].numpy(),
-                h.detach().numpy(),
-                out.numpy(),
-            )
+            if self.entry_values is not None:
+                self.weighted_spmm(
+                    indptr[lo : hi + 1],
+                    indices,
+                    self.entry_values[transpose],
+                    h.detach().numpy(),
+                    out.numpy(),
+                )
+            else:
+                self.scaled_spmm(
+                    indptr[lo : hi + 1],
+                    indices,
+                    col.numpy(),
+                    row[lo:hi].numpy(),
+                    h.detach().numpy(),
+                    out.numpy(),
+                )
             if self.loop_scale is not None:
                 out.addcmul_(self.loop_scale[lo:hi], h[lo:hi])
         return out

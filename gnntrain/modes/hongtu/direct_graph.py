@@ -40,6 +40,10 @@ class DirectGraph:
     t_indices: np.ndarray
     self_loop: bool
     normalization: str  # gcn | mean | sum (models.norm.edge_weights)
+    # model.edge_weight: the user's weight of each entry of (indptr, indices) and of its transpose
+    # (the same array when symmetric: an edge and its reverse weigh the same); None: unweighted
+    values: Optional[np.ndarray] = None
+    t_values: Optional[np.ndarray] = None
 
     @property
     def num_edges(self) -> int:
@@ -47,8 +51,20 @@ class DirectGraph:
 
     def scales(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """float64 (src_scale, dst_scale): edge u→v weighs src_scale[u]·dst_scale[v] (edge_weights'
-        factors)."""
+        factors), times w_uv where the graph has ``values`` (the degrees are then weighted)."""
         loop = 1 if self.self_loop else 0
+        if self.values is not None:
+            from gnntrain.modes.row_edges import weighted_degrees
+
+            n = self.num_nodes
+            in_w = weighted_degrees(self.indptr, self.indices, self.values, n, True)[0]
+            out_w = weighted_degrees(self.t_indptr, self.t_indices, self.t_values, n, True)[0]
+            return degree_scales(
+                self.normalization,
+                lambda: torch.from_numpy(in_w + loop),
+                lambda: torch.from_numpy(out_w + loop),
+                n,
+            )
         return degree_scales(
             self.normalization,
             lambda: torch.from_numpy(np.diff(self.indptr) + loop),
@@ -56,34 +72,78 @@ class DirectGraph:
             self.num_nodes,
         )
 
+    def entry_values(self, transpose: bool, dtype: torch.dtype) -> np.ndarray:
+        """Each entry's whole weight src_scale[u] · w_uv · dst_scale[v] (``values`` only) of the
+        CSR or its transpose, in ``dtype``, computed a block of entries at a time."""
+        from gnntrain.modes.row_edges import DEGREE_ROWS
 
-def _csr_of(rows: np.ndarray, cols: np.ndarray, num_nodes: int) -> Tuple[np.ndarray, np.ndarray]:
-    """(indptr, indices) of edges rows→cols, columns ascending per row: the native kernel's own
-    builder."""
+        src_scale, dst_scale = (s.numpy() for s in self.scales())
+        indptr, indices, values = (
+            (self.t_indptr, self.t_indices, self.t_values)
+            if transpose
+            else (self.indptr, self.indices, self.values)
+        )
+        # forward rows are destinations (columns sources); transposed rows are sources
+        row_scale, col_scale = (src_scale, dst_scale) if transpose else (dst_scale, src_scale)
+        out = np.empty(int(indptr[-1]), dtype=torch.empty((), dtype=dtype).numpy().dtype)
+        n, row = self.num_nodes, 0
+        while row < n:
+            stop = int(np.searchsorted(indptr, indptr[row] + DEGREE_ROWS, side="right")) - 1
+            stop = min(n, max(stop, row + 1))
+            lo, hi = int(indptr[row]), int(indptr[stop])
+            rows = np.repeat(np.arange(row, stop, dtype=np.int64), np.diff(indptr[row : stop + 1]))
+            cols = np.asarray(indices[lo:hi], dtype=np.int64)
+            # the order of models.norm.scaled_values: src_scale · w · dst_scale
+            w = np.asarray(values[lo:hi], dtype=np.float64)
+            src_part = row_scale[rows] if transpose else col_scale[cols]
+            dst_part = col_scale[cols] if transpose else row_scale[rows]
+            out[lo:hi] = src_part * w * dst_part
+            row = stop
+        return out
+
+
+def _csr_of(
+    rows: np.ndarray, cols: np.ndarray, num_nodes: int, values: Optional[np.ndarray] = None
+) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+    """(indptr, indices, values in the same order or None) of edges rows→cols, columns ascending
+    per row: the native kernel's own builder."""
     from gnntrain.models._native import _csr
 
-    indptr, indices, _ = _csr(
-        torch.from_numpy(rows), torch.from_numpy(cols), num_nodes, num_nodes, None
+    indptr, indices, sorted_values = _csr(
+        torch.from_numpy(rows),
+        torch.from_numpy(cols),
+        num_nodes,
+        num_nodes,
+        None if values is None else torch.from_numpy(np.asarray(values)),
     )
-    return indptr, indices
+    return indptr, indices, None if sorted_values is None else sorted_values.numpy()
 
 
-def direct_graph(data, self_loop: bool, normalization: str) -> DirectGraph:
+def direct_graph(data, self_loop: bool, normalization: str, weighted: bool = False) -> DirectGraph:
     """The CSR pair of ``data``: an ingested folder's mapped CSR as it is (its transpose built in
-    memory only when the graph is not symmetric), else one built from the edge lists."""
+    memory only when the graph is not symmetric), else one built from the edge lists; with
+    ``weighted`` (model.edge_weight), each entry's weight beside it."""
     n = int(data.num_nodes)
     csr = getattr(data, "csr", None)
     if csr is not None:
         indptr, indices = np.asarray(csr[0], dtype=np.int64), csr[1]
+        values = data.csr_weights if weighted else None
         if getattr(data, "symmetric", False):
-            return DirectGraph(n, indptr, indices, indptr, indices, self_loop, normalization)
+            return DirectGraph(
+                n, indptr, indices, indptr, indices, self_loop, normalization, values, values
+            )
         dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-        t_indptr, t_indices = _csr_of(np.asarray(indices, dtype=np.int64), dst, n)
-        return DirectGraph(n, indptr, indices, t_indptr, t_indices, self_loop, normalization)
+        t_indptr, t_indices, t_values = _csr_of(np.asarray(indices, dtype=np.int64), dst, n, values)
+        return DirectGraph(
+            n, indptr, indices, t_indptr, t_indices, self_loop, normalization, values, t_values
+        )
     src, dst = data.src.numpy(), data.dst.numpy()
-    indptr, indices = _csr_of(dst, src, n)
-    t_indptr, t_indices = _csr_of(src, dst, n)
-    return DirectGraph(n, indptr, indices, t_indptr, t_indices, self_loop, normalization)
+    w = data.edge_weight.numpy() if weighted else None
+    indptr, indices, values = _csr_of(dst, src, n, w)
+    t_indptr, t_indices, t_values = _csr_of(src, dst, n, w)
+    return DirectGraph(
+        n, indptr, indices, t_indptr, t_indices, self_loop, normalization, values, t_values
+    )
 
 
 def direct_disk_traffic(

@@ -115,8 +115,13 @@ def prepare(
     """The direct path's one rank: the graph in its own order, read in place (no edge lists)."""
     builder = ShardBuilder(data, 1)
     figures, chunks = mode.figures(data, plan)
+    model = mode.settings.model
+    if model.edge_weight and not data.weighted:
+        from gnntrain.modes.single import user_edge_values
+
+        user_edge_values(data, mode.settings)  # refuses the graph without weights
     graph = direct_graph.direct_graph(
-        data, bool(mode.settings.model.self_loop), mode.family.normalization
+        data, bool(model.self_loop), mode.family.normalization, bool(model.edge_weight)
     )
     shard = builder.shard(0, None, None, DirectPayload(graph, chunks, figures))
     return builder.prepared(

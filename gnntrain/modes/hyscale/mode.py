@@ -270,6 +270,8 @@ HYSCALE = register_mode(
             tasks=("node_classification",),
             tasks_rule="its trainers sample mini-batches of labelled train nodes (HyScale §IV); "
             "no sampler for edges or regression targets is built here",
+            edge_weight_refusal="its sampler rescales each sampled neighbourhood by the unweighted "
+            "degree (a weighted estimator is not built)",
         ),
     )
 )

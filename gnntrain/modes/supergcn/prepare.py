@@ -86,7 +86,9 @@ def prepare(mode, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Pr
 class _SplitEdges:
     """Edges (relabelled, block-contiguous IDs) with every pair's split among them, and the
     per-node weight factors the rows that travel carry (senders scale, receivers add the dst
-    factor)."""
+    factor). With one value per edge (``model.edge_weight``: the weights do not factor) the scales
+    are None: a post row travels as it is and its receiver weighs each of its edges, and a pre
+    row's partial sum carries its edges' whole values."""
 
     src_n: torch.Tensor
     dst_n: torch.Tensor
@@ -95,13 +97,30 @@ class _SplitEdges:
     pair_edges: Dict[Tuple[int, int], np.ndarray]
     block_src: np.ndarray
     block_dst: np.ndarray
-    src_scale: torch.Tensor
-    dst_scale: torch.Tensor
+    src_scale: Optional[torch.Tensor]
+    dst_scale: Optional[torch.Tensor]
+
+    @property
+    def per_edge(self) -> bool:
+        """Whether each edge carries one value (weights that do not factor)."""
+        return self.w.dim() == 1
 
 
 def _split(edges, num_nodes: int, offsets: np.ndarray, aggregation: str) -> _SplitEdges:
     src_n, dst_n, w = edges
     splits, pair_edges = split_cut_edges(src_n.numpy(), dst_n.numpy(), offsets, aggregation)
+    if w.dim() == 1:
+        return _SplitEdges(
+            src_n,
+            dst_n,
+            w,
+            splits,
+            pair_edges,
+            np.searchsorted(offsets, src_n.numpy(), side="right") - 1,
+            np.searchsorted(offsets, dst_n.numpy(), side="right") - 1,
+            None,
+            None,
+        )
     return _SplitEdges(
         src_n,
         dst_n,
@@ -186,22 +205,25 @@ def _receiver_edges(rank, offsets, split_edges: _SplitEdges) -> Dict[str, Any]:
         pe = pair[post]  # source rows (sent src-scaled), aggregated here with their dst factor
         dsts.append(dst_n[pe] - lo)
         cols.append(base + torch.searchsorted(post_rows, src_n[pe] - int(offsets[j])))
-        weights.append(torch.stack([torch.ones(pe.numel(), dtype=w.dtype), w[pe, 1]], dim=1))
         # one partial sum Σ src_scale[u]·h[u] per pre row, added with the row's dst factor
         dsts.append(pre_rows)
         cols.append(base + post_rows.numel() + torch.arange(pre_rows.numel()))
-        weights.append(
-            torch.stack(
-                [torch.ones(pre_rows.numel(), dtype=w.dtype), dst_scale[pre_rows + lo]], dim=1
+        if e.per_edge:  # post rows arrive as they are: each edge's whole value; pre sums: 1
+            weights += [w[pe], torch.ones(pre_rows.numel(), dtype=w.dtype)]
+        else:
+            weights.append(torch.stack([torch.ones(pe.numel(), dtype=w.dtype), w[pe, 1]], dim=1))
+            weights.append(
+                torch.stack(
+                    [torch.ones(pre_rows.numel(), dtype=w.dtype), dst_scale[pre_rows + lo]], dim=1
+                )
             )
-        )
         counts[j] = split.rows
         base += split.rows
     empty = torch.zeros(0, dtype=torch.int64)
     remote = (
         (torch.cat(dsts), torch.cat(cols), torch.cat(weights))
         if dsts
-        else (empty, empty, torch.zeros(0, 2, dtype=w.dtype))
+        else (empty, empty, torch.zeros((0,) if e.per_edge else (0, 2), dtype=w.dtype))
     )
     return {
         "local": (dst_n[local] - lo, src_n[local] - lo, w[local]),
@@ -233,23 +255,28 @@ def _sender_matrix(rank, offsets, split_edges: _SplitEdges) -> Dict[str, Any]:
         post_rows, pre_rows = torch.from_numpy(split.post_rows), torch.from_numpy(split.pre_rows)
         slots.append(base + torch.arange(post_rows.numel()))
         cols.append(post_rows)
-        weights.append(
-            torch.stack(
-                [src_scale[post_rows + lo], torch.ones(post_rows.numel(), dtype=w.dtype)], dim=1
-            )
-        )
         pre = torch.from_numpy(pair_edges[(rank, i)])[~torch.from_numpy(split.is_post_edge)]
         slots.append(
             base + post_rows.numel() + torch.searchsorted(pre_rows, dst_n[pre] - int(offsets[i]))
         )
         cols.append(src_n[pre] - lo)
-        weights.append(torch.stack([w[pre, 0], torch.ones(pre.numel(), dtype=w.dtype)], dim=1))
+        if e.per_edge:  # post rows sent as they are; a pre sum weighs each edge by its value
+            weights += [torch.ones(post_rows.numel(), dtype=w.dtype), w[pre]]
+        else:
+            weights.append(
+                torch.stack(
+                    [src_scale[post_rows + lo], torch.ones(post_rows.numel(), dtype=w.dtype)], dim=1
+                )
+            )
+            weights.append(torch.stack([w[pre, 0], torch.ones(pre.numel(), dtype=w.dtype)], dim=1))
         counts[i] = split.rows
         base += split.rows
     empty = torch.zeros(0, dtype=torch.int64)
     return {
         "send_slots": torch.cat(slots) if slots else empty,
         "send_cols": torch.cat(cols) if cols else empty,
-        "send_weights": torch.cat(weights) if weights else torch.zeros(0, 2, dtype=w.dtype),
+        "send_weights": torch.cat(weights)
+        if weights
+        else torch.zeros((0,) if e.per_edge else (0, 2), dtype=w.dtype),
         "send_counts": counts,
     }

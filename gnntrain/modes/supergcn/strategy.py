@@ -36,11 +36,11 @@ class SuperGCNStrategy(FullGraphStrategy):
         kernel, device = ctx.plan.kernel, ctx.device
         self.local = SparseAdjacency(*shard.edges, n_own, n_own, kernel=kernel, device=device)
         # the received rows' post-aggregation: on the CPU a sorted, clustered index_add into the
-        # local product (C build; torch's index_add_ in the same order without it); on a GPU the
-        # remote SpMM, added after
+        # local product (C build; torch's index_add_ in the same order without it); on a GPU, or
+        # with one value per edge (model.edge_weight: no row factor), the remote SpMM, added after
         self.post = (
             PostAggregation(*info.remote_edges, n_own, sum(recv_counts))
-            if device.type == "cpu"
+            if device.type == "cpu" and info.remote_edges[2].dim() == 2
             else None
         )
         self.remote = (

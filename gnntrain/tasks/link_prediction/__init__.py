@@ -4,6 +4,8 @@ ranking metrics (MRR, Hits@K) plus AUC on held-out edges (docs/design.md, "Link 
 
 from __future__ import annotations
 
+import torch
+
 from gnntrain.data.graph import GraphData
 from gnntrain.models.decoders import build_decoder
 from gnntrain.tasks.base import TaskSpec, register_task
@@ -30,6 +32,13 @@ def prepare_data(options, data: GraphData, seed: int) -> GraphData:
         int(options.eval_negatives),
         options.negatives == "degree",
     )
+    weight = None
+    if data.edge_weight is not None:  # each train edge keeps its weight
+        n = data.num_nodes
+        key = data.src.to(torch.int64) * n + data.dst.to(torch.int64)
+        order = torch.argsort(key)
+        found = torch.searchsorted(key[order], src * n + dst)
+        weight = data.edge_weight[order[found]]
     return GraphData(
         name=data.name,
         num_nodes=data.num_nodes,
@@ -44,6 +53,7 @@ def prepare_data(options, data: GraphData, seed: int) -> GraphData:
         content_hash=split_hash(data.content_hash, options),
         origin=data.origin,
         task_data=split,
+        edge_weight=weight,
     )
 
 
