@@ -86,7 +86,7 @@ def _datasets(args: List[str]) -> int:
 
 
 def _predict(args: List[str]) -> int:
-    from gnntrain.launch.predict import predict_command
+    from gnntrain.launch.predict_cli import predict_command
 
     return predict_command(args)
 

@@ -20,8 +20,10 @@ import numpy as np
 import torch
 
 from gnntrain.errors import GnnTrainError
+from gnntrain.launch.predict import predict, predict_config
 
 CANDIDATE_BLOCK = 4096  # sources scored against every node at a time
+LINK_WHATS = ("scores", "topk")
 
 
 def read_id_columns(path: Path, columns: int, option: str) -> List[Any]:
@@ -147,7 +149,6 @@ def predict_links(
 ) -> Dict[str, Any]:
     """``--what scores`` (``pairs``) or ``--what topk`` (``sources``, ``k``); returns what was
     written."""
-    from gnntrain.launch.predict import predict, predict_config
     from gnntrain.models.export import load_trained_model
 
     if what == "scores" and pairs is None:
