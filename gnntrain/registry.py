@@ -48,6 +48,19 @@ class Registry(Generic[T]):
         self._entries[name] = entry
         return entry
 
+    def require(self, name: str, option: str) -> T:
+        """The entry ``name``; one PlanError on ``option`` naming the entries there are
+        otherwise."""
+        if name not in self._entries:
+            from gnntrain.errors import PlanError
+
+            raise PlanError(
+                option,
+                f"unknown {self.kind} '{name}'.",
+                f"use one of {', '.join(sorted(self._entries))}",
+            )
+        return self._entries[name]
+
     def remove(self, name: str) -> None:
         """Forget ``name`` (a test's entry, registered for its duration)."""
         self._entries.pop(name, None)

@@ -119,10 +119,4 @@ def register_mode(spec: ModeSpec) -> ModeSpec:
 
 def mode_spec(name: str) -> ModeSpec:
     """The registered mode ``name``; one PlanError naming the modes there are otherwise."""
-    from gnntrain.errors import PlanError
-
-    if name not in MODE_REGISTRY:
-        raise PlanError(
-            "mode", f"unknown mode '{name}'.", f"use one of {', '.join(sorted(MODE_REGISTRY))}"
-        )
-    return MODE_REGISTRY[name]
+    return MODE_REGISTRY.require(name, "mode")

@@ -25,7 +25,6 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from gnntrain.errors import PlanError
 from gnntrain.registry import Registry
 
 SPLITS = ("train", "val", "test")
@@ -144,11 +143,7 @@ def register_task(spec: TaskSpec) -> TaskSpec:
 
 def task_spec(name: str) -> TaskSpec:
     """The registered task ``name``; one PlanError naming the tasks there are otherwise."""
-    if name not in TASK_REGISTRY:
-        raise PlanError(
-            "task", f"unknown task '{name}'.", f"use one of {', '.join(sorted(TASK_REGISTRY))}"
-        )
-    return TASK_REGISTRY[name]
+    return TASK_REGISTRY.require(name, "task")
 
 
 def configured_task(section: Optional[Mapping[str, Any]]) -> Tuple[TaskSpec, Any]:

@@ -109,18 +109,7 @@ class _SplitEdges:
 def _split(edges, num_nodes: int, offsets: np.ndarray, aggregation: str) -> _SplitEdges:
     src_n, dst_n, w = edges
     splits, pair_edges = split_cut_edges(src_n.numpy(), dst_n.numpy(), offsets, aggregation)
-    if w.dim() == 1:
-        return _SplitEdges(
-            src_n,
-            dst_n,
-            w,
-            splits,
-            pair_edges,
-            np.searchsorted(offsets, src_n.numpy(), side="right") - 1,
-            np.searchsorted(offsets, dst_n.numpy(), side="right") - 1,
-            None,
-            None,
-        )
+    per_edge = w.dim() == 1  # weights that do not factor have no row scales
     return _SplitEdges(
         src_n,
         dst_n,
@@ -129,8 +118,8 @@ def _split(edges, num_nodes: int, offsets: np.ndarray, aggregation: str) -> _Spl
         pair_edges,
         np.searchsorted(offsets, src_n.numpy(), side="right") - 1,
         np.searchsorted(offsets, dst_n.numpy(), side="right") - 1,
-        source_scale(w, src_n, num_nodes),
-        torch.zeros(num_nodes, dtype=w.dtype).index_put_((dst_n,), w[:, 1]),
+        None if per_edge else source_scale(w, src_n, num_nodes),
+        None if per_edge else torch.zeros(num_nodes, dtype=w.dtype).index_put_((dst_n,), w[:, 1]),
     )
 
 
