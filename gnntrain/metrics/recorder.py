@@ -352,6 +352,10 @@ def summary_table(summary: Dict[str, Any]) -> Table:
     # a split without a figure (never evaluated, or no nodes) reads "—"
     if any(a != "—" for a in acc):
         rows.append(("accuracy train/val/test", " / ".join(acc)))
+    else:  # another task's metrics (AUC, MRR, RMSE, ...), per split
+        for split, values in (summary.get("metrics") or {}).items():
+            shown = ", ".join(f"{name} {_fmt_acc(v)}" for name, v in values.items())
+            rows.append((f"{split} metrics", shown))
     rows.append(("median epoch time", f"{median * 1000:.2f} ms" if median is not None else "—"))
     tb = summary.get("time_breakdown_s") or {}
     rows.append(

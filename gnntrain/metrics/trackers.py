@@ -45,18 +45,21 @@ def check_installed(cfg) -> None:
             )
 
 
+SPLITS = ("train", "val", "test")
+
+
 def scalars(record: Dict[str, Any]) -> Dict[str, float]:
-    """One epoch's metrics as flat scalars: loss, accuracies, time (total and per stage), bytes by
-    kind."""
+    """One epoch's metrics as flat scalars: loss, the task's metrics per split (accuracies, AUC,
+    RMSE, ...), time (total and per stage), bytes by kind."""
     out = {
         "loss": float(record["loss"]),
         "epoch_time_s": float(record["epoch_time_s"]),
         "comm_bytes": float(record.get("comm_bytes", 0)),
         "max_rank_send": float(record.get("max_rank_send", 0)),
     }
-    for split in ("train", "val", "test"):
-        if f"{split}_acc" in record:
-            out[f"{split}_acc"] = float(record[f"{split}_acc"])
+    for key, value in record.items():  # every evaluated metric of the task: <split>_<metric>
+        if key.split("_", 1)[0] in SPLITS and isinstance(value, (int, float)):
+            out[key] = float(value)
     for stage, seconds in (record.get("time_breakdown_s") or {}).items():
         out[f"time_{stage}_s"] = float(seconds)
     for kind, nbytes in (record.get("comm_by_kind") or {}).items():
@@ -90,11 +93,15 @@ def run_plots(history: List[Dict[str, Any]], out_dir: Path) -> List[Path]:
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
     ax_loss.plot(epochs, [r["loss"] for r in history])
     ax_loss.set(title="training loss", xlabel="epoch", ylabel="global train loss")
-    for split in ("train", "val", "test"):
-        points = [(int(r["epoch"]) + 1, r[f"{split}_acc"]) for r in history if f"{split}_acc" in r]
+    # the task's headline metric: the first one the records give per split (acc, auc, rmse)
+    evaluated = next((r for r in history if any(k.startswith("val_") for k in r)), {})
+    metric = next((k[4:] for k in evaluated if k.startswith("val_")), "acc")
+    for split in SPLITS:
+        key = f"{split}_{metric}"
+        points = [(int(r["epoch"]) + 1, r[key]) for r in history if key in r]
         if points:
             ax_acc.plot(*zip(*points), label=split)
-    ax_acc.set(title="accuracy", xlabel="epoch", ylabel="accuracy")
+    ax_acc.set(title=metric, xlabel="epoch", ylabel=metric)
     ax_acc.legend()
     fig.tight_layout()
     path = Path(out_dir) / "run_curves.png"
