@@ -119,8 +119,9 @@ def run(overrides: Sequence[str] = (), run_dir: Optional[Path] = None) -> RunRes
     return RunResult(summary, run_dir, the_plan)
 
 
-def _arrays_of(graph) -> Dict[str, Any]:
-    """edge_index, features, labels and masks of a PyG Data, a DGL graph or a dict of arrays."""
+def _arrays_of(graph, targets=None) -> Dict[str, Any]:
+    """edge_index, features, labels, masks (and regression targets: ``targets``, else a
+    floating-point y) of a PyG Data, a DGL graph or a dict of arrays."""
     from gnntrain.data.ingest import graph_arrays
 
     masks = ("train_mask", "val_mask", "test_mask")
@@ -132,6 +133,7 @@ def _arrays_of(graph) -> Dict[str, Any]:
             "labels": get("labels", "y", "label"),
             "masks": {m: graph[m] for m in masks if graph.get(m) is not None},
         }
+        targets = targets if targets is not None else graph.get("targets")
     else:
         try:
             found = graph_arrays(graph)
@@ -146,26 +148,45 @@ def _arrays_of(graph) -> Dict[str, Any]:
             "labels": found["y"],
             "masks": {m: found[m] for m in masks if found[m] is not None},
         }
-    missing = [k for k in ("edge_index", "features", "labels") if arrays[k] is None]
+    if targets is not None:
+        arrays["targets"] = targets
+    elif arrays["labels"] is not None and _floating(arrays["labels"]):
+        # a floating-point y is regression targets (task=node_regression); integer y are classes
+        arrays["targets"], arrays["labels"] = arrays["labels"], None
+    needed = ("edge_index", "features") + (() if arrays.get("targets") is not None else ("labels",))
+    missing = [k for k in needed if arrays[k] is None]
     if missing:
         raise ValueError(
-            f"the graph has no {', '.join(missing)} (give edge_index, features/x and labels/y)"
+            f"the graph has no {', '.join(missing)} (give edge_index, features/x and labels/y, "
+            "or targets= for node regression)"
         )
     return arrays
 
 
+def _floating(values) -> bool:
+    import numpy as np
+
+    dtype = getattr(values, "dtype", None)
+    if dtype is not None and hasattr(dtype, "is_floating_point"):  # a torch dtype
+        return bool(dtype.is_floating_point)
+    return np.asarray(values).dtype.kind == "f"
+
+
 def ingest_graph(
-    graph, out: Optional[Path] = None, cache_dir: Optional[Path] = None, **options
+    graph, out: Optional[Path] = None, cache_dir: Optional[Path] = None, targets=None, **options
 ) -> Path:
     """Write an in-memory graph in the on-disk format; returns its folder.
 
     Without ``out`` it goes to ``<cache_dir>/ingested/<content digest>`` and is reused when the same
     graph comes again. ``options`` are :class:`gnntrain.data.ingest.IngestOptions` fields
-    (symmetrize, split, seed, ...)."""
+    (symmetrize, split, seed, ...). Regression targets (task=node_regression): ``targets`` (N,) or
+    (N, T), NaN where a node has none, or a floating-point ``y`` (integer ``y`` are class labels);
+    then labels are optional and the masks are drawn among the nodes with a target."""
     from gnntrain.data import resolve_cache_dir
     from gnntrain.data.ingest import ingest_arrays
 
-    arrays = _arrays_of(graph)
+    arrays = _arrays_of(graph, targets)
+    options["targets"] = arrays.get("targets")
     if out is not None:
         ingest_arrays(
             Path(out),
@@ -206,7 +227,9 @@ def train(
     "model=sage"]``.
 
     The graph is ingested once (symmetrised, self-loops and repeats dropped, masks drawn 0.6/0.2/0.2
-    when none are given; ``ingest_options`` changes that) and trained as ``dataset=files``."""
+    when none are given; ``ingest_options`` changes that) and trained as ``dataset=files``. For
+    ``task=node_regression``, a floating-point ``y`` (or ``ingest_options={"targets": t}``) holds
+    the targets (:func:`ingest_graph`)."""
     overrides = list(overrides)
     cache = next((o.split("=", 1)[1] for o in overrides if o.startswith("cache_dir=")), None)
     folder = ingest_graph(graph, cache_dir=Path(cache) if cache else None, **(ingest_options or {}))
