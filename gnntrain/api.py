@@ -120,8 +120,8 @@ def run(overrides: Sequence[str] = (), run_dir: Optional[Path] = None) -> RunRes
 
 
 def _arrays_of(graph, targets=None) -> Dict[str, Any]:
-    """edge_index, features, labels, masks (and regression targets: ``targets``, else a
-    floating-point y) of a PyG Data, a DGL graph or a dict of arrays."""
+    """edge_index, features, labels, masks and regression targets (``targets``: an array, or "y"
+    for the graph's own y) of a PyG Data, a DGL graph or a dict of arrays."""
     from gnntrain.data.ingest import graph_arrays
 
     masks = ("train_mask", "val_mask", "test_mask")
@@ -148,11 +148,10 @@ def _arrays_of(graph, targets=None) -> Dict[str, Any]:
             "labels": found["y"],
             "masks": {m: found[m] for m in masks if found[m] is not None},
         }
-    if targets is not None:
-        arrays["targets"] = targets
-    elif arrays["labels"] is not None and _floating(arrays["labels"]):
-        # a floating-point y is regression targets (task=node_regression); integer y are classes
+    if isinstance(targets, str) and targets == "y":  # the graph's own y holds the targets
         arrays["targets"], arrays["labels"] = arrays["labels"], None
+    elif targets is not None:
+        arrays["targets"] = targets
     needed = ("edge_index", "features") + (() if arrays.get("targets") is not None else ("labels",))
     missing = [k for k in needed if arrays[k] is None]
     if missing:
@@ -163,15 +162,6 @@ def _arrays_of(graph, targets=None) -> Dict[str, Any]:
     return arrays
 
 
-def _floating(values) -> bool:
-    import numpy as np
-
-    dtype = getattr(values, "dtype", None)
-    if dtype is not None and hasattr(dtype, "is_floating_point"):  # a torch dtype
-        return bool(dtype.is_floating_point)
-    return np.asarray(values).dtype.kind == "f"
-
-
 def ingest_graph(
     graph, out: Optional[Path] = None, cache_dir: Optional[Path] = None, targets=None, **options
 ) -> Path:
@@ -179,9 +169,10 @@ def ingest_graph(
 
     Without ``out`` it goes to ``<cache_dir>/ingested/<content digest>`` and is reused when the same
     graph comes again. ``options`` are :class:`gnntrain.data.ingest.IngestOptions` fields
-    (symmetrize, split, seed, ...). Regression targets (task=node_regression): ``targets`` (N,) or
-    (N, T), NaN where a node has none, or a floating-point ``y`` (integer ``y`` are class labels);
-    then labels are optional and the masks are drawn among the nodes with a target."""
+    (symmetrize, split, seed, ...). Regression targets (task=node_regression): ``targets``, an
+    (N,) or (N, T) array with NaN where a node has none, or ``"y"``: the graph's own ``y`` holds
+    them (then it has no labels, and the masks are drawn among the nodes with a target). A ``y``
+    is never taken for targets unasked: a float ``y`` stays labels, refused where not whole."""
     from gnntrain.data import resolve_cache_dir
     from gnntrain.data.ingest import ingest_arrays
 
@@ -228,11 +219,14 @@ def train(
 
     The graph is ingested once (symmetrised, self-loops and repeats dropped, masks drawn 0.6/0.2/0.2
     when none are given; ``ingest_options`` changes that) and trained as ``dataset=files``. For
-    ``task=node_regression``, a floating-point ``y`` (or ``ingest_options={"targets": t}``) holds
-    the targets (:func:`ingest_graph`)."""
+    ``task=node_regression`` among the overrides, the graph's ``y`` holds the targets unless
+    ``ingest_options={"targets": t}`` gives them (:func:`ingest_graph`)."""
     overrides = list(overrides)
+    ingest_options = dict(ingest_options or {})
+    if "task=node_regression" in overrides and ingest_options.get("targets") is None:
+        ingest_options["targets"] = "y"
     cache = next((o.split("=", 1)[1] for o in overrides if o.startswith("cache_dir=")), None)
-    folder = ingest_graph(graph, cache_dir=Path(cache) if cache else None, **(ingest_options or {}))
+    folder = ingest_graph(graph, cache_dir=Path(cache) if cache else None, **ingest_options)
     return run(["dataset=files", f"dataset.path={folder}"] + overrides, run_dir)
 
 

@@ -300,6 +300,12 @@ def test_the_cli_reads_target_flags_and_prints_one_line(tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert "price, volume (float32)" in ok.stdout
     assert open_graph_dir(tmp_path / "g").target_names == ["price", "volume"]
+    np.save(tmp_path / "t.npy", np.ones(N))
+    npy = run_cli(
+        [str(a) for a in args + ["--targets", tmp_path / "t.npy", "--out", "t"]], tmp_path
+    )
+    assert npy.returncode == 0, npy.stderr
+    assert open_graph_dir(tmp_path / "t").target_names == ["target"]
     bad = run_cli([str(a) for a in args + ["--target-columns", "id", "--out", "h"]], tmp_path)
     assert bad.returncode == 1
     lines = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
@@ -307,7 +313,9 @@ def test_the_cli_reads_target_flags_and_prints_one_line(tmp_path):
 
 
 # ------------------------------------------------------------------ Python API
-def test_the_api_takes_a_float_y_as_targets(tmp_path):
+def test_the_api_takes_targets_or_y_when_asked(tmp_path):
+    """``targets="y"`` (what ``train`` passes with task=node_regression) makes the graph's y the
+    targets; an array ``targets=`` sits beside integer labels; a float y unasked stays labels."""
     from gnntrain.api import ingest_graph
 
     rng = np.random.default_rng(1)
@@ -315,12 +323,11 @@ def test_the_api_takes_a_float_y_as_targets(tmp_path):
     x = torch.randn(N, 3)
     y = torch.randn(N, 2, dtype=torch.float64)
     y[4, 0] = float("nan")
-    folder = ingest_graph({"edge_index": edge_index, "x": x, "y": y}, out=tmp_path / "g")
+    folder = ingest_graph({"edge_index": edge_index, "x": x, "y": y}, tmp_path / "g", targets="y")
     g = open_graph_dir(folder)
     assert g.target_names == ["target_0", "target_1"] and g.num_classes == 0
     got = load_graph_dir(folder).targets
     assert torch.equal(torch.isnan(got), torch.isnan(y))
-    # an explicit targets= beside integer labels keeps the labels
     folder = ingest_graph(
         {"edge_index": edge_index, "x": x, "y": torch.arange(N) % 2},
         out=tmp_path / "h",
@@ -328,3 +335,30 @@ def test_the_api_takes_a_float_y_as_targets(tmp_path):
     )
     h = open_graph_dir(folder)
     assert h.target_names == ["target"] and h.num_classes == 2
+    with pytest.raises(DatasetError, match="not a whole number"):
+        ingest_graph({"edge_index": edge_index, "x": x, "y": y[:, 1]}, tmp_path / "i")
+
+
+def test_api_train_with_task_node_regression_takes_y(tmp_path, cache_dir):
+    from torch_geometric.data import Data
+
+    import gnntrain.api as gt
+
+    rng = np.random.default_rng(2)
+    x = torch.randn(N, 3)
+    data = Data(
+        edge_index=torch.from_numpy(rng.integers(0, N, (2, 4 * N))),
+        x=x,
+        y=(2 * x[:, 0] + 0.1 * torch.randn(N)).double(),
+    )
+    result = gt.train(
+        data,
+        [
+            "task=node_regression",
+            "train.epochs=2",
+            "train.progress=false",
+            f"cache_dir={cache_dir}",
+        ],
+        run_dir=tmp_path / "run",
+    )
+    assert result.status == "completed" and "rmse" in result.summary["metrics"]["test"]

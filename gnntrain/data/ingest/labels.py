@@ -13,7 +13,7 @@ import numpy as np
 from gnntrain.data.ingest.nodes import NodeIds, NodeOptions, NodeResult
 from gnntrain.data.ingest.options import IngestOptions
 from gnntrain.data.ingest.tables import ParquetTable, open_table, require_file, table_format
-from gnntrain.data.ingest.targets import Targets, graph_y_targets
+from gnntrain.data.ingest.targets import Targets
 from gnntrain.errors import DatasetError
 
 LABEL_NAMES = ("label", "labels", "y", "class")
@@ -153,12 +153,7 @@ def _labels(
     labels = nodes.labels
     if opts.nodes.labels is not None:
         labels = read_labels(require_file(opts.nodes.labels, "--labels"), opts.nodes, nodes.ids)
-    elif (
-        labels is None
-        and graph is not None
-        and graph.get("y") is not None
-        and not graph_y_targets(graph)
-    ):
+    elif labels is None and graph is not None and graph.get("y") is not None:
         y = np.asarray(graph["y"])
         labels = (y.reshape(y.shape[0], -1)[:, 0]).astype(np.int64)
     if labels is None:

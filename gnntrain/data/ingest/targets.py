@@ -8,8 +8,9 @@ They come from, in this order of preference:
 * ``--targets TABLE`` (CSV/TSV or Parquet) keyed by node ID, the ID column as for labels: the
   ``--target-columns`` named there, else every column but the ID; nodes left out have no target;
 * ``--target-columns a,b`` alone: numeric columns of the node table (``--features TABLE``), read in
-  the same pass as the features (:mod:`.node_table`);
-* a whole graph (``--graph``) whose ``y`` is floating-point (integer ``y`` are class labels).
+  the same pass as the features (:mod:`.node_table`).
+
+A whole graph's ``y`` (``--graph``) stays its labels; its targets come with ``--targets``.
 
 An empty cell (or NaN) is a node without that target; an infinite value, a value beyond float32's
 range or a column that is not numeric is one :class:`DatasetError` naming the row or the column.
@@ -188,24 +189,6 @@ def _from_table(path: Path, kind: str, opts: IngestOptions, ids: NodeIds) -> Tar
     return Targets(out, names, str(path))
 
 
-def _from_graph(graph, ids: NodeIds) -> Targets:
-    y = np.asarray(graph["y"])
-    y = y.reshape(y.shape[0], -1)
-    names = ["y"] if y.shape[1] == 1 else [f"y_{j}" for j in range(y.shape[1])]
-    if y.shape[0] != ids.num_nodes:
-        raise DatasetError(
-            f"ingest: the graph's y has {y.shape[0]} rows for {ids.num_nodes} nodes."
-        )
-    return Targets(finite_targets(y, "the graph's y", lambda i: f"row {i}", names), names, "y")
-
-
-def graph_y_targets(graph) -> bool:
-    """Whether a whole graph's ``y`` holds regression targets (floating-point) rather than class
-    labels (integers)."""
-    y = None if graph is None else graph.get("y")
-    return y is not None and np.asarray(y).dtype.kind == "f"
-
-
 def read_targets(
     opts: IngestOptions, nodes: NodeResult, graph, notes: List[str]
 ) -> Optional[Targets]:
@@ -230,10 +213,4 @@ def read_targets(
                 "table; pass --targets FILE (a table keyed by node ID, or a .npy in node order)."
             )
         return Targets(nodes.targets, list(n_opts.target_columns), str(n_opts.features))
-    if graph_y_targets(graph):
-        notes.append(
-            f"the graph's y is floating-point: stored as regression target(s), not labels "
-            f"(--graph {opts.graph})"
-        )
-        return _from_graph(graph, nodes.ids)
     return None
