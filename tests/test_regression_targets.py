@@ -77,6 +77,17 @@ def test_node_table_targets_are_stored_and_loaded(tmp_path):
     assert dataset_targets(ds) == 2
 
 
+def test_target_columns_are_neither_features_nor_labels(tmp_path):
+    """Without --feature-columns every numeric column but the ID, labels, masks and the targets is
+    a feature; a target column named like a label column ('y') is not taken for the labels."""
+    edges, nodes = _graph(tmp_path)
+    nodes.write_text(nodes.read_text().replace("id,f1,f2,price,volume", "id,f1,f2,y,volume", 1))
+    opts = NodeOptions(features=nodes, target_columns=["y", "volume"])
+    summary = ingest(IngestOptions(out=tmp_path / "g", edges=[edges], nodes=opts))
+    assert summary["feat_dim"] == 2 and summary["num_classes"] == 0
+    assert summary["targets"] == ["y", "volume"]
+
+
 def test_regression_trains_exactly_on_an_ingested_graph(tmp_path, train):
     """task=node_regression on a graph ingested from CSV: partition over 2 ranks gives single's
     float64 losses within 1e-9."""
