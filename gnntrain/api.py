@@ -119,8 +119,9 @@ def run(overrides: Sequence[str] = (), run_dir: Optional[Path] = None) -> RunRes
     return RunResult(summary, run_dir, the_plan)
 
 
-def _arrays_of(graph) -> Dict[str, Any]:
-    """edge_index, features, labels and masks of a PyG Data, a DGL graph or a dict of arrays."""
+def _arrays_of(graph, targets=None) -> Dict[str, Any]:
+    """edge_index, features, labels, masks and regression targets (``targets``: an array, or "y"
+    for the graph's own y) of a PyG Data, a DGL graph or a dict of arrays."""
     from gnntrain.data.ingest import graph_arrays
 
     masks = ("train_mask", "val_mask", "test_mask")
@@ -132,6 +133,7 @@ def _arrays_of(graph) -> Dict[str, Any]:
             "labels": get("labels", "y", "label"),
             "masks": {m: graph[m] for m in masks if graph.get(m) is not None},
         }
+        targets = targets if targets is not None else graph.get("targets")
     else:
         try:
             found = graph_arrays(graph)
@@ -146,26 +148,36 @@ def _arrays_of(graph) -> Dict[str, Any]:
             "labels": found["y"],
             "masks": {m: found[m] for m in masks if found[m] is not None},
         }
-    missing = [k for k in ("edge_index", "features", "labels") if arrays[k] is None]
+    if isinstance(targets, str) and targets == "y":  # the graph's own y holds the targets
+        arrays["targets"], arrays["labels"] = arrays["labels"], None
+    elif targets is not None:
+        arrays["targets"] = targets
+    needed = ("edge_index", "features") + (() if arrays.get("targets") is not None else ("labels",))
+    missing = [k for k in needed if arrays[k] is None]
     if missing:
         raise ValueError(
-            f"the graph has no {', '.join(missing)} (give edge_index, features/x and labels/y)"
+            f"the graph has no {', '.join(missing)} (give edge_index, features/x and labels/y, "
+            "or targets= for node regression)"
         )
     return arrays
 
 
 def ingest_graph(
-    graph, out: Optional[Path] = None, cache_dir: Optional[Path] = None, **options
+    graph, out: Optional[Path] = None, cache_dir: Optional[Path] = None, targets=None, **options
 ) -> Path:
     """Write an in-memory graph in the on-disk format; returns its folder.
 
     Without ``out`` it goes to ``<cache_dir>/ingested/<content digest>`` and is reused when the same
     graph comes again. ``options`` are :class:`gnntrain.data.ingest.IngestOptions` fields
-    (symmetrize, split, seed, ...)."""
+    (symmetrize, split, seed, ...). Regression targets (task=node_regression): ``targets``, an
+    (N,) or (N, T) array with NaN where a node has none, or ``"y"``: the graph's own ``y`` holds
+    them (then it has no labels, and the masks are drawn among the nodes with a target). A ``y``
+    is never taken for targets unasked: a float ``y`` stays labels, refused where not whole."""
     from gnntrain.data import resolve_cache_dir
     from gnntrain.data.ingest import ingest_arrays
 
-    arrays = _arrays_of(graph)
+    arrays = _arrays_of(graph, targets)
+    options["targets"] = arrays.get("targets")
     if out is not None:
         ingest_arrays(
             Path(out),
@@ -206,10 +218,15 @@ def train(
     "model=sage"]``.
 
     The graph is ingested once (symmetrised, self-loops and repeats dropped, masks drawn 0.6/0.2/0.2
-    when none are given; ``ingest_options`` changes that) and trained as ``dataset=files``."""
+    when none are given; ``ingest_options`` changes that) and trained as ``dataset=files``. For
+    ``task=node_regression`` among the overrides, the graph's ``y`` holds the targets unless
+    ``ingest_options={"targets": t}`` gives them (:func:`ingest_graph`)."""
     overrides = list(overrides)
+    ingest_options = dict(ingest_options or {})
+    if "task=node_regression" in overrides and ingest_options.get("targets") is None:
+        ingest_options["targets"] = "y"
     cache = next((o.split("=", 1)[1] for o in overrides if o.startswith("cache_dir=")), None)
-    folder = ingest_graph(graph, cache_dir=Path(cache) if cache else None, **(ingest_options or {}))
+    folder = ingest_graph(graph, cache_dir=Path(cache) if cache else None, **ingest_options)
     return run(["dataset=files", f"dataset.path={folder}"] + overrides, run_dir)
 
 

@@ -73,15 +73,37 @@ def fill_file_sizes(cfg) -> None:
     ds.path = str(graph.path)
     ds.num_nodes, ds.num_edges = graph.num_nodes, max(1, graph.num_edges)
     ds.feat_dim, ds.num_classes = graph.feat_dim, graph.num_classes
+    ds.regression_targets = len(graph.target_names)
     ds.symmetrize = False  # the edges are stored as they train (ingest symmetrised them when asked)
     ds.description = f"ingested graph {graph.meta.get('name', graph.path.name)} ({graph.path})"
+    if graph.num_classes < 2 and graph.target_names:
+        _refuse_classification(cfg, graph)
+
+
+def _refuse_classification(cfg, graph) -> None:
+    """A graph ingested with regression targets and no labels trains node regression (and link
+    prediction, which needs no labels); node classification is refused in one line."""
+    from omegaconf import OmegaConf
+
+    from gnntrain.errors import PlanError
+
+    task = OmegaConf.select(cfg, "task.name", default="node_classification")
+    if str(task) == "node_classification":
+        raise PlanError(
+            "task",
+            f"dataset.path={graph.path} holds regression targets "
+            f"({', '.join(graph.target_names)}) and no class labels, so node classification "
+            "has nothing to learn.",
+            "train task=node_regression on it, or ingest the graph again with its labels "
+            "(--labels FILE, or a label column in the node table)",
+        )
 
 
 def ingested_targets(ds) -> int:
     """The regression targets per node an ingested folder holds (``meta.json`` ``targets``)."""
     from gnntrain.data.ondisk import open_graph_dir
 
-    return len(open_graph_dir(Path(str(ds.path))).meta.get("targets") or [])
+    return len(open_graph_dir(Path(str(ds.path))).target_names)
 
 
 def resolve_reader(ds) -> str:

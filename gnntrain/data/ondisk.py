@@ -13,17 +13,25 @@ One folder per graph::
     node_ids.parquet  the user's own ID of every node, in node order (integers or strings)
     weights.npy       float32 (E,), only where the graph has edge weights (meta ``weights``):
                       the weight of each CSR entry, aligned with indices.npy
+    targets.npy       float32 (N, T), only where the graph has regression targets (meta
+                      ``targets``: their T names): NaN where a node has no value for a target
 
 Every array is a plain ``.npy`` file, so NumPy memory-maps it (``np.load(mmap_mode=...)``).
 A folder is written under a temporary name and renamed into place once ``meta.json`` is
 complete, so a killed ingest leaves nothing that loads. The content digest equals
 :func:`gnntrain.data.graph.hash_tensors` over (src, dst, features, labels, masks) of the
 loaded :class:`GraphData`, so an ingested Cora has the digest of ``dataset=cora``; a weighted
-graph's digest covers its weights too (hashed after the masks).
+graph's digest covers its weights too (hashed after the masks), and a graph with regression targets
+its targets (hashed last), so a folder without either keeps the digest it had.
 
 Edge weights are float32: 4 bytes per edge, as the int32 indices and the float32 features; every
 run (float64 ones too) widens the same stored values, so every mode computes with one set of
 weights, and a user's value is kept to float32's 7 significant digits.
+
+Regression targets are float32 for the same reasons: the features they are learnt from are float32,
+4 bytes per value keeps them a fraction of the features' size, every mode (and every dtype) widens
+the same stored values so that all of them fit one set of targets exactly, and task=node_regression
+standardises them to float32 anyway; 7 significant digits are far below any target's noise.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -152,11 +160,13 @@ def content_digest(
     labels: np.ndarray,
     masks: Tuple[np.ndarray, ...],
     weights=None,
+    targets=None,
 ) -> str:
-    """``hash_tensors(src, dst, features, labels, *masks)`` (then the edge weights, where given)
-    computed block by block from the CSR, never materialising the COO arrays (src = indices as
-    int64, dst = row of each entry). ``indices``, ``features`` and ``weights`` may be arrays or
-    ``.npy`` paths (then read with ``pread``, never mapped)."""
+    """``hash_tensors(src, dst, features, labels, *masks)`` (then the edge weights and the
+    regression targets, each where given) computed block by block from the CSR, never
+    materialising the COO arrays (src = indices as int64, dst = row of each entry). ``indices``,
+    ``features``, ``weights`` and ``targets`` may be arrays or ``.npy`` paths (then read with
+    ``pread``, never mapped)."""
     h = hashlib.sha1(b"")
 
     def header(dtype: str, shape: Tuple[int, ...]) -> None:
@@ -178,6 +188,8 @@ def content_digest(
         add(array)
     if weights is not None:
         add(weights)
+    if targets is not None:
+        add(targets)
     return h.hexdigest()[:16]
 
 
@@ -253,6 +265,11 @@ class GraphDir:
     def weighted(self) -> bool:
         """Whether the folder holds edge weights (``weights.npy``)."""
         return bool(self.meta.get("weights"))
+
+    @property
+    def target_names(self) -> List[str]:
+        """The regression targets' names, one per column of ``targets.npy`` (none: [])"""
+        return [str(t) for t in self.meta.get("targets") or []]
 
     @property
     def content_hash(self) -> str:
@@ -351,4 +368,5 @@ def load_graph_dir(path, name: str = ""):
         num_classes=g.num_classes,
         content_hash=g.content_hash,
         origin=f"ingested graph {g.path}",
+        targets=torch.from_numpy(g.array("targets")) if g.target_names else None,
     )

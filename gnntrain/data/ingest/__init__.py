@@ -9,7 +9,8 @@ read a block at a time (:mod:`.tables`) and the CSR is built by a counting sort 
 
 This module is the driver (:func:`ingest`, :func:`ingest_arrays`); the readers are
 :mod:`.edges` (edge lists by format), :mod:`.graph_file` (whole PyG/DGL graphs), :mod:`.nodes` and
-:mod:`.node_table` (nodes and features) and :mod:`.labels` (labels and masks); the options are
+:mod:`.node_table` (nodes and features), :mod:`.labels` (labels and masks) and :mod:`.targets`
+(regression targets); the options are
 :mod:`.options`.
 """
 
@@ -38,6 +39,7 @@ from gnntrain.data.ingest.nodes import (
 )
 from gnntrain.data.ingest.options import IngestOptions
 from gnntrain.data.ingest.tables import CsvOptions, require_file, table_format
+from gnntrain.data.ingest.targets import TARGETS_FILE, read_targets
 from gnntrain.errors import DatasetError
 
 __all__ = ["CsvOptions", "IngestOptions", "NodeOptions", "graph_arrays", "ingest", "ingest_arrays"]
@@ -151,7 +153,8 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
         n = nodes.ids.num_nodes
         if n < 1:
             raise DatasetError("ingest: the graph has no nodes.")
-        labels, classes, masks = _labels_and_masks(opts, nodes, graph, notes)
+        targets = read_targets(opts, nodes, graph, notes)
+        labels, classes, masks = _labels_and_masks(opts, nodes, graph, notes, targets)
         _release_heap()
         weighted = bool(opts.weight_column) or opts.weights is not None
         builder = CsrBuilder(
@@ -163,6 +166,8 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
         _release_heap()
         stats = builder.finish(progress)
         np.save(work / "labels.npy", labels)
+        if targets is not None:
+            np.save(work / TARGETS_FILE, targets.values)
         for name, mask in masks.items():
             np.save(work / f"{name}.npy", mask)
         pq.write_table(pa.table({"id": nodes.ids.arrow()}), work / ondisk.NODE_IDS)
@@ -175,13 +180,16 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
             labels,
             tuple(masks[m] for m in ondisk.MASKS),
             work / "weights.npy" if weighted else None,
+            targets.values if targets is not None else None,
         )
         summary = {
             "name": opts.name or out.name,
             "num_nodes": n,
             "num_edges": stats.num_edges,
             "feat_dim": nodes.feat_dim,
-            "num_classes": classes,
+            "num_classes": classes,  # 0: no labels (a graph for node regression only)
+            # the regression targets' names, one per column of targets.npy (float32 (N, T))
+            "targets": targets.names if targets is not None else [],
             "digest": digest,
             "index_dtype": str(np.dtype(builder.dtype)),
             "id_type": "int"
@@ -202,6 +210,7 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
                 "graph": str(opts.graph) if opts.graph else None,
                 "features": str(opts.nodes.features) if opts.nodes.features else None,
                 "labels": str(opts.nodes.labels) if opts.nodes.labels else None,
+                "targets": targets.source if targets is not None else None,
             },
             "notes": notes,
             "ingest_seconds": round(time.perf_counter() - started, 3),
@@ -221,10 +230,12 @@ def ingest_arrays(
     masks: Optional[Dict[str, Any]] = None,
     num_nodes: Optional[int] = None,
     edge_weight=None,
+    targets=None,
     **options,
 ) -> Dict[str, Any]:
-    """Ingest in-memory arrays (numpy or torch): ``edge_index`` 2xE of node indices 0..N-1, and
-    ``edge_weight`` (E,) where the edges have weights."""
+    """Ingest in-memory arrays (numpy or torch): ``edge_index`` 2xE of node indices 0..N-1,
+    ``edge_weight`` (E,) where the edges have weights, and ``targets`` (N,) or (N, T), NaN where a
+    node has none, for node regression (``labels`` may then be None)."""
     import tempfile
 
     to_np = lambda t: t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
@@ -234,7 +245,10 @@ def ingest_arrays(
         tmp = Path(tmp)
         _save_rows(tmp / "edges.npy", to_np(edge_index))
         _save_rows(tmp / "features.npy", to_np(features))
-        np.save(tmp / "labels.npy", to_np(labels))
+        if labels is not None:
+            np.save(tmp / "labels.npy", to_np(labels))
+        if targets is not None:
+            np.save(tmp / "targets.npy", to_np(targets))
         if edge_weight is not None:
             np.save(tmp / "weights.npy", to_np(edge_weight))
             options["weights"] = tmp / "weights.npy"
@@ -252,7 +266,8 @@ def ingest_arrays(
         # unlabeled
         node_opts = NodeOptions(
             features=tmp / "features.npy",
-            labels=tmp / "labels.npy",
+            labels=tmp / "labels.npy" if labels is not None else None,
+            targets=tmp / "targets.npy" if targets is not None else None,
             masks=mask_paths,
             negative_labels_unlabeled=True,
         )
@@ -261,6 +276,7 @@ def ingest_arrays(
             tmp / "features.npy": "the features (data.x)",
             tmp / "labels.npy": "the labels (data.y)",
             tmp / "weights.npy": "edge_weight",
+            tmp / "targets.npy": "the targets",
             **{path: key for key, path in mask_paths.items()},
         }
         try:
@@ -286,6 +302,7 @@ def _named(message: str, names: Dict[Path, str]) -> str:
             "--val-mask",
             "--test-mask",
             "--weights",
+            "--targets",
         ):
             message = message.replace(f"{option} {path}", name)
         message = message.replace(str(path), name)

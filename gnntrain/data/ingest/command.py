@@ -25,6 +25,8 @@ EPILOG = """examples:
       (then model.edge_weight=true trains on the weights)
   gnntrain ingest --edges src.npy dst.npy --features x.npy --labels y.npy --train-mask train.npy --out g
   gnntrain ingest --graph data.pt --out g          (a PyG Data saved with torch.save; .bin: a DGL graph)
+  gnntrain ingest --edges edges.csv --features nodes.csv --target-columns price,volume --out g
+      (regression targets, no labels needed; then task=node_regression)
 then: gnntrain run dataset=files dataset.path=graphs/mine
 """  # noqa: E501  (command lines, as users type them)
 
@@ -130,6 +132,18 @@ def parser() -> argparse.ArgumentParser:
         "--label-column", help="label column (default 'label', 'y' or 'class' where present)"
     )
     n.add_argument("--num-classes", type=int, default=0, help="default: the largest label + 1")
+    n.add_argument(
+        "--targets",
+        type=Path,
+        help="regression targets (task=node_regression): a .npy of shape (N,) or (N, T) in node "
+        "order, or a Parquet/CSV table keyed by node ID (nodes left out, and empty cells, have no "
+        "target); stored as float32",
+    )
+    n.add_argument(
+        "--target-columns",
+        help="comma-separated numeric columns holding the targets: of the --targets table, or, "
+        "without --targets, of the node table (--features); with a .npy, the targets' names",
+    )
     for split in ("train", "val", "test"):
         n.add_argument(f"--{split}-mask", type=Path, help=f"{split} mask, .npy of N bools (or 0/1)")
     n.add_argument(
@@ -168,6 +182,10 @@ def options_from(args: argparse.Namespace) -> IngestOptions:
         labels=args.labels,
         label_column=args.label_column,
         num_classes=args.num_classes,
+        targets=args.targets,
+        target_columns=[c.strip() for c in args.target_columns.split(",") if c.strip()]
+        if args.target_columns
+        else None,
         masks={f"{s}_mask": getattr(args, f"{s}_mask") for s in ("train", "val", "test")},
         id_type=args.id_type,
         csv=CsvOptions(delimiter=None, header=True, comment=args.comment or ""),
@@ -289,7 +307,16 @@ def print_summary(summary: Dict[str, Any], out: Path, console) -> None:
             f"{deg.get('max', 0):,} (mean {deg.get('mean', 0):.2f})",
         ),
         ("features", f"{summary['feat_dim']}"),
-        ("classes", f"{summary['num_classes']} ({summary['unlabeled']:,} nodes unlabeled)"),
+        (
+            ("classes", f"{summary['num_classes']} ({summary['unlabeled']:,} nodes unlabeled)")
+            if summary["num_classes"]
+            else ("classes", "none (no labels: a graph for task=node_regression)")
+        ),
+        *(
+            [("regression targets", f"{', '.join(summary['targets'])} (float32)")]
+            if summary.get("targets")
+            else []
+        ),
         (
             "train / val / test",
             " / ".join(f"{split.get(m, 0):,}" for m in ("train_mask", "val_mask", "test_mask")),

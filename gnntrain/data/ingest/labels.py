@@ -1,17 +1,19 @@
 """Labels and masks of an ingest: labels from a ``.npy`` in node order, a table keyed by node ID, a
 node table's label column or the whole graph, checked (whole numbers, 0..C-1); masks from ``.npy``
-files, the node table or the graph, or drawn among the labeled nodes (:func:`_split`)."""
+files, the node table or the graph, or drawn among the labeled nodes (:func:`_split`; a graph with
+regression targets and no labels: among the nodes with a target)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from gnntrain.data.ingest.nodes import NodeIds, NodeOptions, NodeResult
 from gnntrain.data.ingest.options import IngestOptions
 from gnntrain.data.ingest.tables import ParquetTable, open_table, require_file, table_format
+from gnntrain.data.ingest.targets import Targets
 from gnntrain.errors import DatasetError
 
 LABEL_NAMES = ("label", "labels", "y", "class")
@@ -125,11 +127,12 @@ def read_mask(path: Path, name: str, num_nodes: int) -> np.ndarray:
 
 
 def _split(
-    labels: np.ndarray, fractions: Tuple[float, float, float], seed: int
+    eligible: np.ndarray, fractions: Tuple[float, float, float], seed: int
 ) -> Dict[str, np.ndarray]:
-    """Masks drawn among the labeled nodes (a seeded permutation, numpy only)."""
-    n = labels.shape[0]
-    labeled = np.flatnonzero(labels >= 0)
+    """Masks drawn among the ``eligible`` nodes (the labeled ones; a graph without labels: those
+    with a regression target), by a seeded permutation, numpy only."""
+    n = eligible.shape[0]
+    labeled = np.flatnonzero(eligible)
     order = labeled[np.random.default_rng(seed + 7919).permutation(labeled.shape[0])]
     masks, start = {}, 0
     for name, fraction in zip(("train_mask", "val_mask", "test_mask"), fractions):
@@ -141,8 +144,11 @@ def _split(
     return masks
 
 
-# over the function budget: labels and masks from a column, a file, the graph or a drawn split
-def _labels_and_masks(opts: IngestOptions, nodes: NodeResult, graph, notes: List[str]):  # noqa: C901, PLR0912
+def _labels(
+    opts: IngestOptions, nodes: NodeResult, graph, targets: Optional[Targets]
+) -> Tuple[np.ndarray, int]:
+    """(labels, classes): int64 labels, -1 where a node has none, and the class count; a graph
+    with regression targets and no labels has every label -1 and 0 classes."""
     n = nodes.ids.num_nodes
     labels = nodes.labels
     if opts.nodes.labels is not None:
@@ -151,10 +157,12 @@ def _labels_and_masks(opts: IngestOptions, nodes: NodeResult, graph, notes: List
         y = np.asarray(graph["y"])
         labels = (y.reshape(y.shape[0], -1)[:, 0]).astype(np.int64)
     if labels is None:
+        if targets is not None:
+            return np.full(n, -1, dtype=np.int64), 0
         raise DatasetError(
             "ingest: no labels given. Pass --labels FILE (.npy in node order, or a table keyed by "
-            "node "
-            "ID) or put a 'label' column in the node table (--label-column NAME)."
+            "node ID) or put a 'label' column in the node table (--label-column NAME); for node "
+            "regression, give the targets instead (--targets FILE or --target-columns a,b)."
         )
     if labels.shape[0] != n:
         raise DatasetError(f"ingest: {labels.shape[0]} labels for {n} nodes.")
@@ -170,6 +178,23 @@ def _labels_and_masks(opts: IngestOptions, nodes: NodeResult, graph, notes: List
         raise DatasetError(
             f"ingest: the labels name {classes} class(es); node classification needs at least 2."
         )
+    return labels, classes
+
+
+def _labels_and_masks(
+    opts: IngestOptions,
+    nodes: NodeResult,
+    graph,
+    notes: List[str],
+    targets: Optional[Targets] = None,
+):
+    """Labels, the class count and the three masks. Masks given (files, node table columns, the
+    graph) are kept; otherwise they are drawn among the labeled nodes, or, in a graph with
+    regression targets and no labels, among the nodes with a target."""
+    n = nodes.ids.num_nodes
+    labels, classes = _labels(opts, nodes, graph, targets)
+    # what a node in a mask must have: a label, or (no labels) a target
+    has, what = (labels >= 0, "label") if classes else (targets.present, "target")
     masks = dict(nodes.masks)
     for name, path in opts.nodes.masks.items():
         if path is not None:
@@ -186,22 +211,22 @@ def _labels_and_masks(opts: IngestOptions, nodes: NodeResult, graph, notes: List
                 masks[name] = np.zeros(n, dtype=bool)
                 notes.append(f"no {name} given: it is empty")
     else:
-        masks = _split(labels, opts.split, opts.seed)
+        masks = _split(has, opts.split, opts.seed)
+        among = "labeled nodes" if classes else "nodes with a target"
         notes.append(
-            f"split {opts.split[0]:g}/{opts.split[1]:g}/{opts.split[2]:g} of the labeled nodes "
+            f"split {opts.split[0]:g}/{opts.split[1]:g}/{opts.split[2]:g} of the {among} "
             f"(seed {opts.seed})"
         )
     for name, mask in masks.items():
-        bad = mask & (labels < 0)
+        bad = mask & ~has
         if bad.any():
             raise DatasetError(
                 f"ingest: node {nodes.ids.name(int(np.flatnonzero(bad)[0]))} is in the {name} but "
-                "has "
-                f"no label."
+                f"has no {what}."
             )
     if not masks["train_mask"].any():
         raise DatasetError(
-            "ingest: the train mask is empty; training needs labeled training nodes. Give a "
-            "non-empty --train-mask, or let --split draw one."
+            f"ingest: the train mask is empty; training needs training nodes with a {what}. Give "
+            "a non-empty --train-mask, or let --split draw one."
         )
     return labels, classes, masks

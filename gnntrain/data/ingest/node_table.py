@@ -1,7 +1,7 @@
 """A node table keyed by node ID (Parquet or CSV/TSV; its row order is the node order): the IDs, the
-feature columns (scalars or fixed-length lists) written to features.npy, and a label column and mask
-columns where present, in one pass a batch at a time (Parquet features a group of columns at a
-time)."""
+feature columns (scalars or fixed-length lists) written to features.npy, and a label column, mask
+columns and regression target columns (``--target-columns``) where present, in one pass a batch at a
+time (Parquet features a group of columns at a time)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,12 @@ import numpy as np
 from gnntrain.data.ingest.labels import LABEL_NAMES, _check_labels, _label_array
 from gnntrain.data.ingest.nodes import FEATURE_ROWS, NodeIds, NodeOptions, NodeResult, _check_finite
 from gnntrain.data.ingest.tables import ParquetTable, id_type_of, open_table
+from gnntrain.data.ingest.targets import (
+    check_target_types,
+    target_block,
+    target_columns,
+    target_hints,
+)
 from gnntrain.errors import DatasetError
 
 MASK_COLUMNS = ("train_mask", "val_mask", "test_mask")
@@ -43,13 +49,30 @@ def read_node_table(path: Path, kind: str, opts: NodeOptions, work: Path, progre
     id_col = table.column(
         opts.id_column or ("id" if "id" in table.names else None), 0, "--id-column"
     )
+    # regression targets in the node table: --target-columns without a --targets file
+    target_cols: List[str] = []
+    if opts.target_columns and opts.targets is None:
+        target_cols = target_columns(table, opts.target_columns, id_col)
+        check_target_types(table, target_cols)
     label_col = None
     if opts.label_column:
         label_col = table.column(opts.label_column, 0, "--label-column")
+        if label_col in target_cols:
+            raise DatasetError(
+                f"ingest: {path}, column {label_col!r} is named as the label (--label-column) and "
+                "as a regression target (--target-columns); a column is one or the other."
+            )
     elif opts.labels is None:
-        label_col = next((n for n in table.names if n.lower() in LABEL_NAMES and n != id_col), None)
+        label_col = next(
+            (
+                n
+                for n in table.names
+                if n.lower() in LABEL_NAMES and n != id_col and n not in target_cols
+            ),
+            None,
+        )
     mask_cols = [n for n in MASK_COLUMNS if n in table.names]
-    reserved = {id_col, label_col, *mask_cols}
+    reserved = {id_col, label_col, *mask_cols, *target_cols}
     parquet = isinstance(table, ParquetTable)
     if opts.feature_columns:
         chosen: List[str] = []
@@ -93,20 +116,31 @@ def read_node_table(path: Path, kind: str, opts: NodeOptions, work: Path, progre
         types[label_col] = pa.float64()
     if not parquet:
         types.update({m: pa.bool_() for m in mask_cols})
+        types.update({c: pa.float64() for c in target_cols})
     # Parquet with scalar feature columns: features are decoded a group of columns at a time
     # (decoding a row group's every column at once held ~600 MB for 250k rows x 128); the batches
     # carry IDs, labels, masks
     by_group = parquet and not any(_is_list(table.schema.field(n).type) for n in chosen)
     columns = (
-        [id_col] + ([] if by_group else chosen) + ([label_col] if label_col else []) + mask_cols
+        [id_col]
+        + ([] if by_group else chosen)
+        + ([label_col] if label_col else [])
+        + mask_cols
+        + target_cols
     )
     raw = open(work / ".features.raw", "wb")
-    ids, labels, masks = [], [], {m: [] for m in mask_cols}
+    ids, labels, masks, targets = [], [], {m: [] for m in mask_cols}, []
     rows, width = 0, None
     where = str(path)
-    for batch in table.batches(columns, {k: v for k, v in types.items() if k in columns}):
+    wanted = {k: v for k, v in types.items() if k in columns}
+    for batch in table.batches(columns, wanted, target_hints(target_cols)):
         t = batch.table
         ids.append(t.column(id_col).combine_chunks())
+        if target_cols:
+            node = t.column(id_col)
+            targets.append(
+                target_block(t, target_cols, where, batch.locate, lambda i, c=node: c[i].as_py())
+            )
         if not by_group:
             block = _feature_block(t, chosen, path)
             if width is None:
@@ -160,6 +194,7 @@ def read_node_table(path: Path, kind: str, opts: NodeOptions, work: Path, progre
         np.concatenate(labels) if labels else None,
         {m: np.concatenate(v) for m, v in masks.items()},
         notes,
+        np.concatenate(targets) if targets else None,
     )
 
 

@@ -75,6 +75,10 @@ class NodeOptions:
     labels: Optional[Path] = None
     label_column: Optional[str] = None
     num_classes: int = 0  # 0: max label + 1
+    # regression targets (:mod:`.targets`): a .npy in node order or a table keyed by node ID; with
+    # target_columns alone, those columns of the node table (``features``)
+    targets: Optional[Path] = None
+    target_columns: Optional[List[str]] = None
     # train_mask/val_mask/test_mask -> .npy
     masks: Dict[str, Optional[Path]] = field(default_factory=dict)
     id_type: str = "auto"
@@ -92,6 +96,8 @@ class NodeResult:
     labels: Optional[np.ndarray]  # int64, -1 = unlabeled; None: none given
     masks: Dict[str, np.ndarray]  # the masks given (a node table's columns or .npy files)
     notes: List[str] = field(default_factory=list)
+    # float32 (N, T) of the node table's target columns (NodeOptions.target_columns), or None
+    targets: Optional[np.ndarray] = None
 
 
 def _check_finite(

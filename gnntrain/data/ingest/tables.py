@@ -161,7 +161,14 @@ class CsvTable(_Table):
                 f"ingest: {path}: the header repeats a column name ({', '.join(self.names)})."
             )
 
-    def batches(self, columns: Sequence[str], types: Dict[str, object]) -> Iterator[Batch]:
+    def batches(
+        self,
+        columns: Sequence[str],
+        types: Dict[str, object],
+        hints: Optional[Dict[str, str]] = None,
+    ) -> Iterator[Batch]:
+        """The ``columns``, a block at a time; ``hints`` adds a column's own fix to the line that
+        names a value it cannot read."""
         import pyarrow as pa
         import pyarrow.csv as pacsv
 
@@ -202,7 +209,9 @@ class CsvTable(_Table):
                                 convert_options=convert,
                             )
                         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                            raise self._explain(exc, kept, lines, columns, types) from None
+                            raise self._explain(
+                                exc, kept, lines, columns, types, hints or {}
+                            ) from None
                         done = f.fileobj.tell() if isinstance(f, gzip.GzipFile) else f.tell()
                         yield Batch(
                             table.select(list(columns)), lines, "line", min(self.size, done)
@@ -261,6 +270,7 @@ class CsvTable(_Table):
         lines: np.ndarray,
         columns: Sequence[str],
         types: Dict[str, object],
+        hints: Dict[str, str],
     ) -> DatasetError:
         """Find the line pyarrow refused and say what is wrong with it."""
         import pyarrow as pa
@@ -284,7 +294,7 @@ class CsvTable(_Table):
                         int(value) if pa.types.is_integer(kind) else float(value)
                     except ValueError:
                         what = "an integer" if pa.types.is_integer(kind) else "a number"
-                        hint = (
+                        hint = hints.get(name) or (
                             " (string node IDs: --id-type string)"
                             if pa.types.is_integer(kind)
                             else ""
@@ -317,7 +327,12 @@ class ParquetTable(_Table):
         self.width = len(self.names)
         self.size = path.stat().st_size
 
-    def batches(self, columns: Sequence[str], types: Dict[str, object]) -> Iterator[Batch]:
+    def batches(
+        self,
+        columns: Sequence[str],
+        types: Dict[str, object],
+        hints: Optional[Dict[str, str]] = None,
+    ) -> Iterator[Batch]:
         import pyarrow as pa
 
         row = 0
