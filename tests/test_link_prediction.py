@@ -236,3 +236,27 @@ def test_scores_and_top_k_under_the_users_ids_and_a_plain_session(tmp_path, cach
     (tmp_path / "bad.csv").write_text("src,dst\n1,2\n3,99999\n")
     with pytest.raises(GnnTrainError, match=r"--pairs .*bad.csv row 2: node ID 99999 is not"):
         predict_links(run, "scores", tmp_path / "b.parquet", "parquet", tmp_path / "bad.csv")
+
+
+def test_a_graph_of_edges_without_labels_ingests_and_trains_link_prediction(tmp_path, train):
+    """A `follows` export: edges and a node table without labels or targets ingests (0 classes),
+    trains task=link_prediction, and node classification on it is one line."""
+    from gnntrain.data.ingest import IngestOptions, NodeOptions, ingest
+
+    n = 60
+    lines = ["src,dst"] + [f"u{i},u{(i + d) % n}" for i in range(n) for d in (1, 2, 5)]
+    (tmp_path / "follows.csv").write_text("\n".join(lines) + "\n")
+    rows = ["id,age,score"] + [f"u{i},{i % 9},{(i * 7) % 11}" for i in range(n)]
+    (tmp_path / "users.csv").write_text("\n".join(rows) + "\n")
+    nodes = NodeOptions(features=tmp_path / "users.csv")
+    summary = ingest(
+        IngestOptions(out=tmp_path / "g", edges=[tmp_path / "follows.csv"], nodes=nodes)
+    )
+    assert summary["num_classes"] == 0
+    graph = ["dataset=files", f"dataset.path={tmp_path / 'g'}"]
+    s = train(graph + LP + ["mode=partition", "hardware.ranks_per_node=2", "train.epochs=2"])
+    assert s["status"] == "completed" and "auc" in s["metrics"]["test"]
+    with pytest.raises(PlanError, match=r"^task: .* holds no class labels.*Fix: train task=link"):
+        from gnntrain.plan import build_plan
+
+        build_plan(compose(graph + ["mode=single"]))

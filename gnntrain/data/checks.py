@@ -66,10 +66,11 @@ def check_common(ds: Any) -> None:
     _at_least(ds, "num_nodes", 1)
     _at_least(ds, "num_edges", 1)
     _at_least(ds, "feat_dim", 1)
-    if not (ds.get("source") == "files" and int(ds.get("regression_targets") or 0) > 0):
+    if ds.get("source") != "files":
         _at_least(ds, "num_classes", 2, "; node classification needs two classes")
-    # an ingested graph with regression targets may have no labels (num_classes 0):
-    # task=node_classification on it is refused when its folder is read (fill_file_sizes)
+    # an ingested graph may have no labels (num_classes 0: regression targets, or edges for link
+    # prediction): task=node_classification on it is refused when its folder is read
+    # (fill_file_sizes)
     if ds.get("source") != "generated":
         return
     _at_least(ds, "seed", 0)  # numpy's generators refuse negative seeds

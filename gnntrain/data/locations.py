@@ -76,25 +76,29 @@ def fill_file_sizes(cfg) -> None:
     ds.regression_targets = len(graph.target_names)
     ds.symmetrize = False  # the edges are stored as they train (ingest symmetrised them when asked)
     ds.description = f"ingested graph {graph.meta.get('name', graph.path.name)} ({graph.path})"
-    if graph.num_classes < 2 and graph.target_names:
+    if graph.num_classes < 2:
         _refuse_classification(cfg, graph)
 
 
 def _refuse_classification(cfg, graph) -> None:
-    """A graph ingested with regression targets and no labels trains node regression (and link
-    prediction, which needs no labels); node classification is refused in one line."""
+    """A graph ingested without labels trains node regression (where it has targets) and link
+    prediction (which needs no labels); node classification is refused in one line."""
     from omegaconf import OmegaConf
 
     from gnntrain.errors import PlanError
 
     task = OmegaConf.select(cfg, "task.name", default="node_classification")
     if str(task) == "node_classification":
+        held = (
+            f"regression targets ({', '.join(graph.target_names)}) and no class labels"
+            if graph.target_names
+            else "no class labels"
+        )
+        other = "task=node_regression or " if graph.target_names else ""
         raise PlanError(
             "task",
-            f"dataset.path={graph.path} holds regression targets "
-            f"({', '.join(graph.target_names)}) and no class labels, so node classification "
-            "has nothing to learn.",
-            "train task=node_regression on it, or ingest the graph again with its labels "
+            f"dataset.path={graph.path} holds {held}, so node classification has nothing to learn.",
+            f"train {other}task=link_prediction on it, or ingest the graph again with its labels "
             "(--labels FILE, or a label column in the node table)",
         )
 

@@ -310,7 +310,12 @@ def print_summary(summary: Dict[str, Any], out: Path, console) -> None:
         (
             ("classes", f"{summary['num_classes']} ({summary['unlabeled']:,} nodes unlabeled)")
             if summary["num_classes"]
-            else ("classes", "none (no labels: a graph for task=node_regression)")
+            else (
+                "classes",
+                "none (no labels: a graph for "
+                + ("task=node_regression or " if summary.get("targets") else "")
+                + "task=link_prediction)",
+            )
         ),
         *(
             [("regression targets", f"{', '.join(summary['targets'])} (float32)")]

@@ -148,7 +148,8 @@ def _labels(
     opts: IngestOptions, nodes: NodeResult, graph, targets: Optional[Targets]
 ) -> Tuple[np.ndarray, int]:
     """(labels, classes): int64 labels, -1 where a node has none, and the class count; a graph
-    with regression targets and no labels has every label -1 and 0 classes."""
+    without labels (regression targets, or edges for link prediction) has every label -1 and 0
+    classes, and node classification on it is refused at plan time."""
     n = nodes.ids.num_nodes
     labels = nodes.labels
     if opts.nodes.labels is not None:
@@ -156,14 +157,8 @@ def _labels(
     elif labels is None and graph is not None and graph.get("y") is not None:
         y = np.asarray(graph["y"])
         labels = (y.reshape(y.shape[0], -1)[:, 0]).astype(np.int64)
-    if labels is None:
-        if targets is not None:
-            return np.full(n, -1, dtype=np.int64), 0
-        raise DatasetError(
-            "ingest: no labels given. Pass --labels FILE (.npy in node order, or a table keyed by "
-            "node ID) or put a 'label' column in the node table (--label-column NAME); for node "
-            "regression, give the targets instead (--targets FILE or --target-columns a,b)."
-        )
+    if labels is None:  # regression targets, or a graph for link prediction: no classes
+        return np.full(n, -1, dtype=np.int64), 0
     if labels.shape[0] != n:
         raise DatasetError(f"ingest: {labels.shape[0]} labels for {n} nodes.")
     top = int(labels.max()) if labels.size else -1
@@ -193,8 +188,16 @@ def _labels_and_masks(
     regression targets and no labels, among the nodes with a target."""
     n = nodes.ids.num_nodes
     labels, classes = _labels(opts, nodes, graph, targets)
-    # what a node in a mask must have: a label, or (no labels) a target
-    has, what = (labels >= 0, "label") if classes else (targets.present, "target")
+    # what a node in a mask must have: a label, or (no labels) a target, or (neither) nothing
+    if classes:
+        has, what = labels >= 0, "label"
+    elif targets is not None:
+        has, what = targets.present, "target"
+    else:
+        has, what = np.ones(n, dtype=bool), "node"
+        notes.append(
+            "no labels and no targets: for link prediction (node classification is refused)"
+        )
     masks = dict(nodes.masks)
     for name, path in opts.nodes.masks.items():
         if path is not None:
@@ -212,7 +215,7 @@ def _labels_and_masks(
                 notes.append(f"no {name} given: it is empty")
     else:
         masks = _split(has, opts.split, opts.seed)
-        among = "labeled nodes" if classes else "nodes with a target"
+        among = {"label": "labeled nodes", "target": "nodes with a target"}.get(what, "nodes")
         notes.append(
             f"split {opts.split[0]:g}/{opts.split[1]:g}/{opts.split[2]:g} of the {among} "
             f"(seed {opts.seed})"
