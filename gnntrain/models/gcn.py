@@ -9,6 +9,7 @@ from torch import nn
 
 from gnntrain.models.gnn import Aggregate
 from gnntrain.models.registry import ModelFamily, register_model
+from gnntrain.models.sparse_inputs import times_weight
 from gnntrain.sizing import aggregates_first
 
 
@@ -28,7 +29,7 @@ class GCNLayer(nn.Module):
     def aggregate(
         self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None
     ) -> torch.Tensor:
-        return agg(h) if self.aggregate_first else agg(h @ self.weight)
+        return agg(h) if self.aggregate_first else agg(times_weight(h, self.weight))
 
     def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         # addmm adds the bias into the product's own output: no second pass, no second N x d_out

@@ -10,6 +10,7 @@ from torch import nn
 
 from gnntrain.models.gnn import Aggregate
 from gnntrain.models.registry import ModelFamily, register_model
+from gnntrain.models.sparse_inputs import times_weight
 from gnntrain.sizing import aggregates_first
 
 
@@ -38,12 +39,14 @@ class SAGELayer(nn.Module):
     def aggregate(
         self, h: torch.Tensor, agg: Aggregate, rows: Optional[torch.Tensor] = None
     ) -> torch.Tensor:
-        return agg(h) if self.aggregate_first else agg(self.fc_neigh(h))
+        if self.aggregate_first:
+            return agg(h)
+        return agg(times_weight(h, self.fc_neigh.weight.t()))
 
     def update(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         # b + h·W_self (+ z·W_neigh) as addmm's, each adding into its input: no separate passes for
         # the sums
-        out = torch.addmm(self.bias, h, self.fc_self.weight.t())
+        out = times_weight(h, self.fc_self.weight.t(), self.bias)
         return torch.addmm(out, z, self.fc_neigh.weight.t()) if self.aggregate_first else out + z
 
 
