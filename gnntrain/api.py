@@ -17,7 +17,7 @@ import datetime
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 __all__ = ["RunResult", "cli", "compose", "ingest_graph", "load_model", "plan", "run", "train"]
 
@@ -152,14 +152,42 @@ def _arrays_of(graph, targets=None) -> Dict[str, Any]:
         arrays["targets"], arrays["labels"] = arrays["labels"], None
     elif targets is not None:
         arrays["targets"] = targets
-    needed = ("edge_index", "features") + (() if arrays.get("targets") is not None else ("labels",))
-    missing = [k for k in needed if arrays[k] is None]
+    # no labels: a graph for link prediction or node regression (node classification on it is
+    # refused at plan time in one line)
+    missing = [k for k in ("edge_index", "features") if arrays[k] is None]
     if missing:
-        raise ValueError(
-            f"the graph has no {', '.join(missing)} (give edge_index, features/x and labels/y, "
-            "or targets= for node regression)"
-        )
+        raise ValueError(f"the graph has no {', '.join(missing)} (give edge_index and features/x)")
     return arrays
+
+
+def _link_split(graph) -> Tuple[Any, Optional[Dict[str, Any]]]:
+    """(the graph to ingest, its held-out link prediction edges or None) of a PyG link split: the
+    (train, val, test) Data triple ``RandomLinkSplit`` returns (the train Data's edge_index passes
+    messages; each split's positive ``edge_label_index`` is scored), or a Data with
+    ``train_pos_edge_index`` and ``val_pos_edge_index``/``test_pos_edge_index``."""
+    if isinstance(graph, (tuple, list)) and len(graph) == 3:
+        train_data, val_data, test_data = graph
+        if all(hasattr(d, "edge_label_index") for d in (val_data, test_data)):
+            held = {}
+            for name, d in (("val", val_data), ("test", test_data)):
+                label = getattr(d, "edge_label", None)
+                held[name] = (
+                    d.edge_label_index if label is None else d.edge_label_index[:, label > 0]
+                )
+            return train_data, held
+    if getattr(graph, "train_pos_edge_index", None) is not None:
+        arrays = {
+            "edge_index": graph.train_pos_edge_index,
+            "x": getattr(graph, "x", None),
+            "y": getattr(graph, "y", None),
+        }
+        held = {
+            name: getattr(graph, f"{name}_pos_edge_index")
+            for name in ("val", "test")
+            if getattr(graph, f"{name}_pos_edge_index", None) is not None
+        }
+        return arrays, held
+    return graph, None
 
 
 def ingest_graph(
@@ -176,8 +204,11 @@ def ingest_graph(
     from gnntrain.data import resolve_cache_dir
     from gnntrain.data.ingest import ingest_arrays
 
+    graph, held_out = _link_split(graph)
     arrays = _arrays_of(graph, targets)
     options["targets"] = arrays.get("targets")
+    if held_out:  # link prediction's given split: stored with the graph, trained as given
+        options["held_out_edges"] = held_out
     if out is not None:
         ingest_arrays(
             Path(out),
@@ -212,6 +243,7 @@ def train(
     overrides: Sequence[str] = (),
     run_dir: Optional[Path] = None,
     ingest_options: Optional[Dict[str, Any]] = None,
+    task: Optional[str] = None,
 ) -> RunResult:
     """Train on ``graph`` (a PyG Data, a DGL graph, or a dict with edge_index, features/x, labels/y
     and optional train/val/test masks) with gnntrain overrides, e.g. ``["mode=partition",
@@ -220,8 +252,13 @@ def train(
     The graph is ingested once (symmetrised, self-loops and repeats dropped, masks drawn 0.6/0.2/0.2
     when none are given; ``ingest_options`` changes that) and trained as ``dataset=files``. For
     ``task=node_regression`` among the overrides, the graph's ``y`` holds the targets unless
-    ``ingest_options={"targets": t}`` gives them (:func:`ingest_graph`)."""
+    ``ingest_options={"targets": t}`` gives them (:func:`ingest_graph`). ``task`` is the same as the
+    override ``task=...``. For link prediction, a PyG link split (``RandomLinkSplit``'s (train,
+    val, test) triple, or a Data with ``train_pos_edge_index``) keeps its own held-out edges;
+    any other graph's edges are split by ``task.edge_split``."""
     overrides = list(overrides)
+    if task is not None and not any(o.startswith("task=") for o in overrides):
+        overrides.append(f"task={task}")
     ingest_options = dict(ingest_options or {})
     if "task=node_regression" in overrides and ingest_options.get("targets") is None:
         ingest_options["targets"] = "y"

@@ -260,3 +260,60 @@ def test_a_graph_of_edges_without_labels_ingests_and_trains_link_prediction(tmp_
         from gnntrain.plan import build_plan
 
         build_plan(compose(graph + ["mode=single"]))
+
+
+def test_a_pyg_link_split_and_ingests_held_out_edges_are_kept_as_given(tmp_path, cache_dir):
+    """RandomLinkSplit's (train, val, test) through the API, and --val-edges/--test-edges through
+    ingest: the held-out edges are stored beside the graph (in its digest), kept out of it, and
+    scored as given (task.edge_split does not apply)."""
+    import torch_geometric.transforms as T
+    from torch_geometric.data import Data
+
+    import gnntrain.api as gt
+    from gnntrain.data.ingest import IngestOptions, NodeOptions, ingest
+    from gnntrain.data.ondisk import load_graph_dir, open_graph_dir
+
+    n = 80
+    gen = torch.Generator().manual_seed(0)
+    src = torch.randint(0, n, (400,), generator=gen)
+    dst = torch.randint(0, n, (400,), generator=gen)
+    keep = src != dst
+    data = Data(x=torch.randn(n, 6, generator=gen), edge_index=torch.stack([src[keep], dst[keep]]))
+    data = T.ToUndirected()(data)
+    split = T.RandomLinkSplit(num_val=0.1, num_test=0.2, is_undirected=True)(data)
+    result = gt.train(
+        split,
+        [f"cache_dir={cache_dir}", "mode=partition", "hardware.ranks_per_node=2", "train.epochs=2"],
+        run_dir=tmp_path / "run",
+        task="link_prediction",
+    )
+    assert result.status == "completed"
+    folder = open_graph_dir(result.plan.config["dataset"]["path"])
+    val_pos = split[1].edge_label_index[:, split[1].edge_label > 0]
+    assert folder.meta["held_out_edges"]["val"] == val_pos.shape[1]
+    graph = load_graph_dir(folder.path)
+    kept = {(int(u), int(v)) for u, v in zip(graph.src, graph.dst)}
+    val = graph.held_out_edges["val"]
+    assert {(int(u), int(v)) for u, v in zip(*val)} == {
+        (min(int(u), int(v)), max(int(u), int(v))) for u, v in val_pos.t()
+    }
+    assert not any((int(u), int(v)) in kept or (int(v), int(u)) in kept for u, v in zip(*val))
+    # the CLI's way: the same edges as files, read as --edges is; one of them also in the graph
+    edges = ["src,dst"] + [f"{u},{v}" for u, v in data.edge_index.t().tolist()]
+    (tmp_path / "e.csv").write_text("\n".join(edges) + "\n")
+    (tmp_path / "v.csv").write_text(
+        "src,dst\n" + "\n".join(f"{u},{v}" for u, v in val_pos.t().tolist()) + "\n"
+    )
+    np.save(tmp_path / "x.npy", data.x.numpy())
+    nodes = NodeOptions(features=tmp_path / "x.npy")
+    opts = IngestOptions(
+        out=tmp_path / "g",
+        edges=[tmp_path / "e.csv"],
+        nodes=nodes,
+        held_out={"val": tmp_path / "v.csv"},
+    )
+    summary = ingest(opts)
+    assert summary["held_out_edges"] == {"val": val_pos.shape[1]}
+    assert summary["num_edges"] == data.edge_index.shape[1] - 2 * val_pos.shape[1]
+    plain = ingest(IngestOptions(out=tmp_path / "h", edges=[tmp_path / "e.csv"], nodes=nodes))
+    assert plain["digest"] != summary["digest"]

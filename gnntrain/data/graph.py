@@ -38,6 +38,9 @@ class GraphData:
     task_data: Any = None
     # real-valued node targets (N, T) for node regression, NaN where a node has none; or None
     targets: Optional[torch.Tensor] = None
+    # link prediction's given held-out edges, {"val"/"test": (src, dst)}, none of them in src/dst
+    # (an ingested folder's edges_<split>.npy); None: task.edge_split draws them
+    held_out_edges: Optional[Dict[str, Tuple[torch.Tensor, torch.Tensor]]] = None
     edge_weight: Optional[torch.Tensor] = None
     _dgl_cache: Dict[bool, object] = field(default_factory=dict, repr=False, compare=False)
 

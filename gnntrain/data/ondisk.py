@@ -15,6 +15,9 @@ One folder per graph::
                       the weight of each CSR entry, aligned with indices.npy
     targets.npy       float32 (N, T), only where the graph has regression targets (meta
                       ``targets``: their T names): NaN where a node has no value for a target
+    edges_val.npy, edges_test.npy   int64 (2, m), only where link prediction's held-out edges
+                      were given (meta ``held_out_edges``: {split: m}): (source, destination) node
+                      indices, none of them in the CSR (task=link_prediction scores them)
 
 Every array is a plain ``.npy`` file, so NumPy memory-maps it (``np.load(mmap_mode=...)``).
 A folder is written under a temporary name and renamed into place once ``meta.json`` is
@@ -161,6 +164,7 @@ def content_digest(
     masks: Tuple[np.ndarray, ...],
     weights=None,
     targets=None,
+    held_out: Tuple[np.ndarray, ...] = (),
 ) -> str:
     """``hash_tensors(src, dst, features, labels, *masks)`` (then the edge weights and the
     regression targets, each where given) computed block by block from the CSR, never
@@ -190,6 +194,8 @@ def content_digest(
         add(weights)
     if targets is not None:
         add(targets)
+    for edges in held_out:  # link prediction's given validation and test edges
+        add(edges)
     return h.hexdigest()[:16]
 
 
@@ -270,6 +276,11 @@ class GraphDir:
     def target_names(self) -> List[str]:
         """The regression targets' names, one per column of ``targets.npy`` (none: [])"""
         return [str(t) for t in self.meta.get("targets") or []]
+
+    @property
+    def held_out_splits(self) -> List[str]:
+        """The splits whose link-prediction edges were given at ingest (``edges_<split>.npy``)."""
+        return [str(k) for k in (self.meta.get("held_out_edges") or {})]
 
     @property
     def content_hash(self) -> str:
@@ -369,4 +380,9 @@ def load_graph_dir(path, name: str = ""):
         content_hash=g.content_hash,
         origin=f"ingested graph {g.path}",
         targets=torch.from_numpy(g.array("targets")) if g.target_names else None,
+        held_out_edges={
+            split: tuple(torch.from_numpy(np.asarray(g.array(f"edges_{split}"))))
+            for split in g.held_out_splits
+        }
+        or None,
     )

@@ -27,6 +27,7 @@ from gnntrain.data import ondisk
 from gnntrain.data.ingest.csr import CsrBuilder, degree_summary
 from gnntrain.data.ingest.edges import edge_batches
 from gnntrain.data.ingest.graph_file import _read_graph_object, graph_arrays
+from gnntrain.data.ingest.held_out import held_out_keys, read_held_out
 from gnntrain.data.ingest.labels import _labels_and_masks
 from gnntrain.data.ingest.node_table import read_node_table
 from gnntrain.data.ingest.nodes import (
@@ -160,14 +161,26 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
         builder = CsrBuilder(
             work, n, opts.symmetrize, opts.self_loops, opts.duplicates, nodes.ids.name, weighted
         )
+        held_out = read_held_out(opts, nodes.ids, notes)
+        excluded = held_out_keys(held_out, n, opts.symmetrize)
+        taken_out = 0
         for s, d, w, locate, done, total in edge_batches(opts, nodes.ids, graph):
+            if excluded.size:  # a held-out edge never enters the message-passing graph
+                keep = ~np.isin(s.astype(np.int64) * n + d, excluded)
+                taken_out += int((~keep).sum())
+                s, d, w = s[keep], d[keep], None if w is None else w[keep]
+                locate = _kept_rows(locate, keep)
             builder.add(s, d, locate, w)
             progress("reading edges", done, total)
+        if held_out:
+            notes.append(f"{taken_out:,} edge lines of the graph were held-out edges: left out")
         _release_heap()
         stats = builder.finish(progress)
         np.save(work / "labels.npy", labels)
         if targets is not None:
             np.save(work / TARGETS_FILE, targets.values)
+        for split, edges in held_out.items():
+            np.save(work / f"edges_{split}.npy", edges)
         for name, mask in masks.items():
             np.save(work / f"{name}.npy", mask)
         pq.write_table(pa.table({"id": nodes.ids.arrow()}), work / ondisk.NODE_IDS)
@@ -181,6 +194,7 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
             tuple(masks[m] for m in ondisk.MASKS),
             work / "weights.npy" if weighted else None,
             targets.values if targets is not None else None,
+            tuple(held_out.values()),
         )
         summary = {
             "name": opts.name or out.name,
@@ -204,6 +218,8 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
             "degree": degree_summary(indptr),
             "unlabeled": int((labels < 0).sum()),
             "split": {m: int(v.sum()) for m, v in masks.items()},
+            # link prediction's given held-out edges per split (edges_<split>.npy), or none
+            "held_out_edges": {k: int(v.shape[1]) for k, v in held_out.items()},
             "sources": {
                 "edges": [str(p) for p in opts.edges],
                 "weights": opts.weight_column or (str(opts.weights) if opts.weights else None),
@@ -222,6 +238,12 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
     return summary
 
 
+def _kept_rows(locate, keep: np.ndarray):
+    """``locate`` for a batch of which only the rows ``keep`` remain."""
+    rows = np.flatnonzero(keep)
+    return lambda i: locate(int(rows[i]))
+
+
 def ingest_arrays(
     out: Path,
     edge_index,
@@ -231,11 +253,13 @@ def ingest_arrays(
     num_nodes: Optional[int] = None,
     edge_weight=None,
     targets=None,
+    held_out_edges: Optional[Dict[str, Any]] = None,
     **options,
 ) -> Dict[str, Any]:
     """Ingest in-memory arrays (numpy or torch): ``edge_index`` 2xE of node indices 0..N-1,
-    ``edge_weight`` (E,) where the edges have weights, and ``targets`` (N,) or (N, T), NaN where a
-    node has none, for node regression (``labels`` may then be None)."""
+    ``edge_weight`` (E,) where the edges have weights, ``targets`` (N,) or (N, T), NaN where a
+    node has none, for node regression (``labels`` may then be None), and ``held_out_edges``
+    {"val"/"test": 2 x m} for link prediction."""
     import tempfile
 
     to_np = lambda t: t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
@@ -252,6 +276,9 @@ def ingest_arrays(
         if edge_weight is not None:
             np.save(tmp / "weights.npy", to_np(edge_weight))
             options["weights"] = tmp / "weights.npy"
+        for split, edges in (held_out_edges or {}).items():  # link prediction's, 2 x m each
+            _save_rows(tmp / f"{split}_edges.npy", to_np(edges))
+            options.setdefault("held_out", {})[split] = tmp / f"{split}_edges.npy"
         mask_paths = {}
         for name, mask in (masks or {}).items():
             key = name if name.endswith("_mask") else f"{name}_mask"
@@ -277,6 +304,8 @@ def ingest_arrays(
             tmp / "labels.npy": "the labels (data.y)",
             tmp / "weights.npy": "edge_weight",
             tmp / "targets.npy": "the targets",
+            tmp / "val_edges.npy": "the validation edges",
+            tmp / "test_edges.npy": "the test edges",
             **{path: key for key, path in mask_paths.items()},
         }
         try:
@@ -303,6 +332,8 @@ def _named(message: str, names: Dict[Path, str]) -> str:
             "--test-mask",
             "--weights",
             "--targets",
+            "--val-edges",
+            "--test-edges",
         ):
             message = message.replace(f"{option} {path}", name)
         message = message.replace(str(path), name)

@@ -153,6 +153,15 @@ def parser() -> argparse.ArgumentParser:
         "when no masks are given (default 0.6,0.2,0.2)",
     )
     n.add_argument("--seed", type=int, default=0, help="seed of --split")
+    lp = p.add_argument_group("link prediction")
+    for split, name in (("val", "validation"), ("test", "test")):
+        lp.add_argument(
+            f"--{split}-edges",
+            type=Path,
+            help=f"the held-out {name} edges, read as --edges is (same format, columns and IDs): "
+            "left out of the graph and scored by task=link_prediction (default: task.edge_split "
+            "draws them)",
+        )
     return p
 
 
@@ -204,6 +213,7 @@ def options_from(args: argparse.Namespace) -> IngestOptions:
         self_loops=args.self_loops,
         duplicates=args.duplicates,
         split=split,
+        held_out={"val": args.val_edges, "test": args.test_edges},
         seed=args.seed,
         name=args.name,
         overwrite=args.overwrite,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from gnntrain.data.ingest.nodes import NodeOptions
 from gnntrain.data.ingest.tables import CsvOptions
@@ -34,6 +34,9 @@ class IngestOptions:
     duplicates: str = "drop"  # drop | error
     # when no masks are given: fractions of labeled nodes
     split: Tuple[float, float, float] = (0.6, 0.2, 0.2)
+    # link prediction's held-out edges, {"val"/"test": a file read as --edges is}: kept out of the
+    # graph and stored beside it (edges_<split>.npy)
+    held_out: Dict[str, Optional[Path]] = field(default_factory=dict)
     seed: int = 0
     name: str = ""
     overwrite: bool = False

@@ -12,7 +12,13 @@ from gnntrain.tasks.base import TaskSpec, register_task
 from gnntrain.tasks.link_prediction.config import LinkPredictionConfig, check_options
 from gnntrain.tasks.link_prediction.plan import plan
 from gnntrain.tasks.link_prediction.rank import LinkPredictionRank, link_metrics
-from gnntrain.tasks.link_prediction.split import LinkShard, LinkSplit, split_edges, split_hash
+from gnntrain.tasks.link_prediction.split import (
+    LinkShard,
+    LinkSplit,
+    given_split,
+    split_edges,
+    split_hash,
+)
 
 
 def embedding_width(options, hidden: int) -> int:
@@ -21,17 +27,19 @@ def embedding_width(options, hidden: int) -> int:
 
 def prepare_data(options, data: GraphData, seed: int) -> GraphData:
     """The graph with its edges split: the message-passing graph of the train edges, and the
-    split (``task_data``) from which each rank's edges to score are cut."""
+    split (``task_data``) from which each rank's edges to score are cut. A graph ingested with its
+    own held-out edges keeps them (``task.edge_split`` does not apply); otherwise the split is
+    drawn."""
     check_options(options)
-    split, src, dst = split_edges(
-        data.src,
-        data.dst,
-        data.num_nodes,
-        options.edge_split,
-        int(options.split_seed),
-        int(options.eval_negatives),
-        options.negatives == "degree",
-    )
+    drawn = (int(options.split_seed), int(options.eval_negatives), options.negatives == "degree")
+    if data.held_out_edges:  # given at ingest (--val-edges/--test-edges): the graph trains whole
+        split, src, dst = given_split(
+            data.src, data.dst, data.num_nodes, data.held_out_edges, *drawn
+        )
+    else:
+        split, src, dst = split_edges(
+            data.src, data.dst, data.num_nodes, options.edge_split, *drawn
+        )
     weight = None
     if data.edge_weight is not None:  # each train edge keeps its weight
         n = data.num_nodes

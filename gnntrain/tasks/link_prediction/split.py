@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -103,6 +103,45 @@ def is_symmetric(src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> bool:
     return torch.equal(forward, torch.sort(dst * num_nodes + src).values)
 
 
+def canonical_pairs(
+    src: torch.Tensor, dst: torch.Tensor, num_nodes: int
+) -> Tuple[torch.Tensor, torch.Tensor, bool]:
+    """(first, second endpoints, symmetric): each undirected edge once as (smaller, larger) where
+    every edge's reverse is present, else every directed edge; sorted."""
+    src, dst = src.to(torch.int64), dst.to(torch.int64)
+    symmetric = is_symmetric(src, dst, num_nodes)
+    keep = src < dst if symmetric else torch.ones_like(src, dtype=torch.bool)
+    key = torch.sort(src[keep] * num_nodes + dst[keep]).values
+    return key // num_nodes, key % num_nodes, symmetric
+
+
+def _finish(
+    train: Tuple[torch.Tensor, torch.Tensor],
+    held: Sequence[Tuple[torch.Tensor, torch.Tensor]],
+    num_nodes: int,
+    symmetric: bool,
+    seed: int,
+    eval_negatives: int,
+    degree_negatives: bool,
+) -> Tuple[LinkSplit, torch.Tensor, torch.Tensor]:
+    """The split of train pairs and held-out (val, test) pairs, with the held-out edges' fixed
+    negatives drawn, and the message-passing graph of the train pairs (sorted by (dst, src))."""
+    negatives = torch.Generator().manual_seed(int(seed) + 1)
+    with_negatives = []
+    for a, b in held:
+        neg = torch.randint(num_nodes, (a.numel(), int(eval_negatives)), generator=negatives)
+        with_negatives.append((a, b, neg))
+    ta, tb = train
+    cdf = None
+    if degree_negatives:
+        degree = torch.bincount(ta, minlength=num_nodes) + torch.bincount(tb, minlength=num_nodes)
+        cdf = torch.cumsum(degree.to(torch.float64), 0)
+    split = LinkSplit(num_nodes, (ta, tb), with_negatives[0], with_negatives[1], symmetric, cdf)
+    mp_src, mp_dst = (torch.cat([ta, tb]), torch.cat([tb, ta])) if symmetric else (ta, tb)
+    order = torch.argsort(mp_dst * num_nodes + mp_src)  # sorted by (dst, src), as loaders give it
+    return split, mp_src[order], mp_dst[order]
+
+
 def split_edges(
     src: torch.Tensor,
     dst: torch.Tensor,
@@ -115,11 +154,7 @@ def split_edges(
     """(the split, the message-passing graph's src, dst). Edges are ordered canonically (by first,
     then second endpoint) before the seeded permutation, so the split depends on the edge set, not
     on the order a loader returns it in."""
-    src, dst = src.to(torch.int64), dst.to(torch.int64)
-    symmetric = is_symmetric(src, dst, num_nodes)
-    keep = src < dst if symmetric else torch.ones_like(src, dtype=torch.bool)
-    key = torch.sort(src[keep] * num_nodes + dst[keep]).values
-    a, b = key // num_nodes, key % num_nodes
+    a, b, symmetric = canonical_pairs(src, dst, num_nodes)
     m = int(a.numel())
     gen = torch.Generator().manual_seed(int(seed))
     order = torch.randperm(m, generator=gen)
@@ -132,25 +167,36 @@ def split_edges(
             f"{'undirected' if symmetric else 'directed'} edges.",
             "give the train side more of the edges, e.g. task.edge_split=[0.85,0.05,0.1]",
         )
-    sides = torch.split(order, [n_train, n_val, n_test])
-    train, val, test = (torch.sort(s).values for s in sides)
-    negatives = torch.Generator().manual_seed(int(seed) + 1)
-    held = []
-    for idx in (val, test):
-        neg = torch.randint(num_nodes, (idx.numel(), int(eval_negatives)), generator=negatives)
-        held.append((a[idx], b[idx], neg))
-    ta, tb = a[train], b[train]
-    cdf = None
-    if degree_negatives:
-        degree = torch.bincount(ta, minlength=num_nodes) + torch.bincount(tb, minlength=num_nodes)
-        cdf = torch.cumsum(degree.to(torch.float64), 0)
-    split = LinkSplit(num_nodes, (ta, tb), held[0], held[1], symmetric, cdf)
-    if symmetric:
-        mp_src, mp_dst = torch.cat([ta, tb]), torch.cat([tb, ta])
-    else:
-        mp_src, mp_dst = ta, tb
-    order = torch.argsort(mp_dst * num_nodes + mp_src)  # sorted by (dst, src), as loaders give it
-    return split, mp_src[order], mp_dst[order]
+    train, val, test = (
+        torch.sort(side).values for side in torch.split(order, [n_train, n_val, n_test])
+    )
+    held = [(a[val], b[val]), (a[test], b[test])]
+    return _finish(
+        (a[train], b[train]), held, num_nodes, symmetric, seed, eval_negatives, degree_negatives
+    )
+
+
+def given_split(
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    num_nodes: int,
+    held_out: Dict[str, Tuple[torch.Tensor, torch.Tensor]],
+    seed: int,
+    eval_negatives: int,
+    degree_negatives: bool,
+) -> Tuple[LinkSplit, torch.Tensor, torch.Tensor]:
+    """The split an ingested graph was given (``gnntrain ingest --val-edges/--test-edges``): every
+    edge of the graph trains, the given edges (kept out of it at ingest) are scored."""
+    a, b, symmetric = canonical_pairs(src, dst, num_nodes)
+    if a.numel() == 0:
+        raise PlanError(
+            "task",
+            "the graph holds no train edges (every edge was given as held out).",
+            "ingest it again with fewer --val-edges/--test-edges",
+        )
+    empty = (torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64))
+    held = [tuple(t.to(torch.int64) for t in held_out.get(name, empty)) for name in ("val", "test")]
+    return _finish((a, b), held, num_nodes, symmetric, seed, eval_negatives, degree_negatives)
 
 
 def split_hash(content_hash: str, options) -> str:
