@@ -359,5 +359,8 @@ def _notes(seeds, epochs: int, single: dict, part: dict, counts: Dict[str, list]
         "once per run; PyG's GCNConv as the example builds it (cached=False) recomputes gcn_norm "
         "(self-loops, degrees) in every forward, and negative_sampling checks the drawn pairs "
         "against the edge set each epoch. Neither side keeps A·x of the inputs here (the first "
-        "layer narrows, so both multiply by the weights first)."
+        "layer narrows, so both multiply by the weights first). gnntrain multiplies the fixed, "
+        "sparse input features by the first layer's weights as a sparse product "
+        "(gnntrain/models/sparse_inputs.py, kept as CSR once per run); PyG's GCNConv multiplies "
+        "them dense."
     )
