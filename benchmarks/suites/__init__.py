@@ -5,8 +5,8 @@ Module -> suites: reference (reference), kernels (kernels), overhead (overhead),
 supergcn_accuracy, supergcn_lp), supergcn_ops (supergcn_ops), hongtu (hongtu_dedup), memory (memory,
 scale), hyscale (hyscale, hyscale_sampler), generators (generators), ablations (ablations,
 ablations-1d; its run matrix in ablations_matrix and its table in ablations_report, which register
-none), auto, ingest, linkpred, predict, outofcore, diskio, moonshot, partitioner_scale, scaleout
-(one each).
+none), auto, ingest, linkpred, linkpred_scale, predict, outofcore, diskio, moonshot,
+partitioner_scale, scaleout (one each).
 """
 
 from benchmarks.suites import (  # noqa: F401  (each module registers its suites on import)
@@ -19,6 +19,7 @@ from benchmarks.suites import (  # noqa: F401  (each module registers its suites
     ingest,
     kernels,
     linkpred,
+    linkpred_scale,
     memory,
     moonshot,
     outofcore,
