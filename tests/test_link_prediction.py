@@ -317,3 +317,21 @@ def test_a_pyg_link_split_and_ingests_held_out_edges_are_kept_as_given(tmp_path,
     assert summary["num_edges"] == data.edge_index.shape[1] - 2 * val_pos.shape[1]
     plain = ingest(IngestOptions(out=tmp_path / "h", edges=[tmp_path / "e.csv"], nodes=nodes))
     assert plain["digest"] != summary["digest"]
+
+
+def test_auc_and_ranks_follow_scikit_learn_and_ogb():
+    """AUC equals scikit-learn's roc_auc_score (ties included); a positive's rank among its
+    negatives is OGB's: 1 + the mean of the strictly-higher and higher-or-equal counts."""
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    from gnntrain.tasks.link_prediction.rank import reciprocal_ranks, roc_auc
+
+    gen = torch.Generator().manual_seed(0)
+    positive = torch.randint(0, 15, (300,), generator=gen).double()  # many ties
+    negative = torch.randint(0, 15, (500,), generator=gen).double()
+    labels = np.r_[np.ones(300), np.zeros(500)]
+    want = sklearn_metrics.roc_auc_score(labels, np.r_[positive.numpy(), negative.numpy()])
+    assert roc_auc(positive, negative) == pytest.approx(want, abs=1e-12)
+    ranks = reciprocal_ranks(
+        torch.tensor([2.0, 0.0]), torch.tensor([[3.0, 2.0, 1.0], [1.0, 1.0, 1.0]])
+    )
+    assert ranks.tolist() == [2.5, 4.0]  # 1 higher + 1 tie -> 1 + (1 + 2) / 2; all 3 higher -> 4

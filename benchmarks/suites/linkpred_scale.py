@@ -56,7 +56,7 @@ def suite_linkpred_scale(quick: bool) -> SuiteResult:
     ]
     tasks = {
         "node classification": ["task=node_classification"],
-        "link prediction": ["task=link_prediction", "task.edge_batch=65536"],
+        "link prediction": ["task=link_prediction", "task.edge_batch=16384"],
     }
     rows, peaks = [], {}
     with tempfile.TemporaryDirectory(prefix="gnntrain-bench-lpscale-", dir="/var/tmp") as tmp:

@@ -19,7 +19,7 @@ class LinkPredictionConfig(TaskConfig):
     embedding_dim: int = 0  # the GNN's output width; 0 = model.hidden
     negatives: str = "uniform"  # uniform | degree (∝ a node's degree in the train graph)
     num_negatives: int = 1  # negatives per positive train edge, drawn anew each epoch
-    edge_batch: int = 65536  # positive edges scored per batch (with their negatives)
+    edge_batch: int = 16384  # positive edges scored per batch (with their negatives)
     # train, validation, test fractions of the graph's edges (an undirected edge's two directions
     # go to the same side); the message-passing graph holds the train edges only
     edge_split: List[float] = field(default_factory=lambda: [0.85, 0.05, 0.10])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import List, Sequence, Tuple
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -52,15 +51,22 @@ def reciprocal_ranks(positive: torch.Tensor, negative: torch.Tensor) -> torch.Te
     return 0.5 * (higher + at_least).to(torch.float64) + 1.0
 
 
-def roc_auc(positive: np.ndarray, negative: np.ndarray) -> float:
-    """Area under the ROC curve of positives against negatives (the Mann-Whitney statistic, ties
-    counted half)."""
-    from scipy.stats import rankdata
-
-    if positive.size == 0 or negative.size == 0:
+def roc_auc(positive: torch.Tensor, negative: torch.Tensor) -> float:
+    """Area under the ROC curve of positives against negatives: the Mann-Whitney statistic from
+    the positives' ranks among all scores, tied scores sharing their mean rank (as scikit-learn's
+    ``roc_auc_score``)."""
+    n_pos, n_neg = int(positive.numel()), int(negative.numel())
+    if n_pos == 0 or n_neg == 0:
         return float("nan")
-    ranks = rankdata(np.concatenate([positive, negative]))
-    n_pos, n_neg = positive.size, negative.size
+    scores = torch.cat([positive, negative]).to(torch.float64)
+    order = torch.argsort(scores, stable=True)
+    _, inverse, counts = torch.unique_consecutive(
+        scores[order], return_inverse=True, return_counts=True
+    )
+    last = torch.cumsum(counts, 0).to(torch.float64)
+    mean_rank = last - (counts.to(torch.float64) - 1) / 2  # 1-based, ties averaged
+    ranks = torch.empty_like(scores)
+    ranks[order] = mean_rank[inverse]
     return float((ranks[:n_pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
@@ -119,14 +125,30 @@ class LinkPredictionRank(RankTask):
             a_ids, b_ids, neg_ids = self.shard.split(name)
             ends = torch.cat([a_ids, b_ids, neg_ids.reshape(-1)])
             table = EndpointTable(self.exchange, owned, ends)
-            a = table.rows[table.at(a_ids)]
-            positive = self.head(a, table.rows[table.at(b_ids)])
-            negative = self.head(a.unsqueeze(1), table.rows[table.at(neg_ids)])
-            ranks = reciprocal_ranks(positive, negative)
+            ranks, first = self._ranked(table, a_ids, b_ids, neg_ids)
             sums += [float(ranks.numel()), float(ranks.reciprocal().sum())]
             sums += [float((ranks <= k).sum()) for k in self.hits_at]
-            sums.append(self._auc(positive, negative[:, :1].reshape(-1)))
+            sums.append(self._auc(*first))
         return sums
+
+    def _ranked(self, table: EndpointTable, a_ids, b_ids, neg_ids):
+        """(each positive's rank among its negatives, (positive scores, first negatives' scores)),
+        scored in batches: a batch's (edges, negatives, width) rows are the evaluation's largest
+        tensor, so a batch holds about ``task.edge_batch`` of them."""
+        per_batch = max(1, int(self.options.edge_batch) // max(1, neg_ids.shape[1]))
+        ranks, positives, firsts = [], [], []
+        for lo in range(0, int(a_ids.numel()), per_batch):
+            hi = lo + per_batch
+            a = table.rows[table.at(a_ids[lo:hi])]
+            positive = self.head(a, table.rows[table.at(b_ids[lo:hi])])
+            negative = self.head(a.unsqueeze(1), table.rows[table.at(neg_ids[lo:hi])])
+            ranks.append(reciprocal_ranks(positive, negative))
+            positives.append(positive)
+            firsts.append(negative[:, 0])
+        if not ranks:
+            empty = out_empty = table.rows.new_zeros(0)
+            return empty.to(torch.float64), (out_empty, out_empty)
+        return torch.cat(ranks), (torch.cat(positives), torch.cat(firsts))
 
     def _auc(self, positive: torch.Tensor, negative: torch.Tensor) -> float:
         """The split's AUC of every positive against its first negative, computed on rank 0 from
@@ -139,8 +161,8 @@ class LinkPredictionRank(RankTask):
             scores = comm.all_to_all(scores, counts, arriving, "allgather")
             if comm.rank != 0:
                 return 0.0
-        values = scores.detach().cpu().numpy()
-        return roc_auc(values[:, 0], values[:, 1])
+        scores = scores.detach().cpu()
+        return roc_auc(scores[:, 0], scores[:, 1])
 
 
 def link_metrics(options, sums: Sequence[float], counts) -> dict:
