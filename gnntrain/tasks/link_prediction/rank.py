@@ -92,14 +92,18 @@ class LinkPredictionRank(RankTask):
         table = EndpointTable(
             self.exchange, owned, torch.cat([s.train_a, s.train_b, negatives.reshape(-1)])
         )
-        rows = table.rows.requires_grad_()
+        # the table's gradient, accumulated batch by batch from the gathered rows' gradients (an
+        # autograd gather would add a zero tensor of the whole table per gather); its first rows
+        # are the owned rows' gradient, handed to the GNN's backward
+        grad = torch.zeros_like(table.rows)
         total = max(1, s.num_train * (1 + k))
         loss_sum = 0.0
         batch = int(o.edge_batch)
         for lo in range(0, int(s.train_a.numel()), batch):
-            a = rows[table.at(s.train_a[lo : lo + batch])]
-            positive = self.head(a, rows[table.at(s.train_b[lo : lo + batch])])
-            negative = self.head(a.unsqueeze(1), rows[table.at(negatives[lo : lo + batch])])
+            at = [table.at(ids[lo : lo + batch]) for ids in (s.train_a, s.train_b, negatives)]
+            a, b, neg = (table.rows[i].requires_grad_() for i in at)
+            positive = self.head(a, b)
+            negative = self.head(a.unsqueeze(1), neg)
             loss = (
                 F.binary_cross_entropy_with_logits(
                     positive, torch.ones_like(positive), reduction="sum"
@@ -109,13 +113,15 @@ class LinkPredictionRank(RankTask):
                 )
             ) / total
             loss.backward()
+            for i, rows in zip(at, (a, b, neg)):
+                grad.index_add_(0, i.reshape(-1), rows.grad.reshape(-1, rows.shape[-1]))
             loss_sum += float(loss.detach())
-        grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
-        grad_owned = grad[: table.owned].clone()
+        grad_owned = grad[: table.owned]
         table.pending.send_back(grad[table.owned :], grad_owned)
-        grad_out = torch.zeros_like(out)
-        grad_out[: grad_owned.shape[0]] = grad_owned
-        out.backward(grad_out)
+        if grad_owned.shape[0] == out.shape[0]:
+            out.backward(grad_owned)
+        else:  # a replica that counts no rows: its share is zero, its backward still runs
+            out.backward(torch.zeros_like(out))
         return loss_sum
 
     def eval_sums(self, out: torch.Tensor, epoch: int) -> List[float]:
