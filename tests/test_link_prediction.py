@@ -147,7 +147,7 @@ def test_endpoint_bytes_equal_their_closed_form_from_the_split_and_the_partition
     tmp_path, cache_dir
 ):
     """Per epoch, R_r = the distinct endpoints of rank r's train edges and this epoch's negatives
-    that other ranks count: Σ_r (8 R_r + 8 (p - 1)) id bytes, Σ_r R_r d b row bytes each way."""
+    that other ranks count: Σ_r (8 R_r + 8 (p - 1)²) id bytes, Σ_r R_r d b row bytes each way."""
     from gnntrain.launch import run_training
     from gnntrain.launch.shards import prepare_in_memory
     from gnntrain.plan import build_plan
@@ -178,7 +178,8 @@ def test_endpoint_bytes_equal_their_closed_form_from_the_split_and_the_partition
             ends = torch.unique(torch.cat([t.train_a, t.train_b, negatives.reshape(-1)]))
             remote += int((owner[ends] != shard.rank).sum())
         kinds = record["comm_by_kind"]
-        assert kinds["endpoint_ids"] == 8 * remote + 8 * p * (p - 1)
+        # the counts: each of the p - 1 fetching rounds, every rank tells the others (8 bytes each)
+        assert kinds["endpoint_ids"] == 8 * remote + 8 * p * (p - 1) ** 2
         assert kinds["endpoint_fwd"] == kinds["endpoint_bwd"] == remote * width * 8
 
 

@@ -5,11 +5,13 @@ Where an edge's two endpoints live on different ranks (a partitioned full-graph 
 scores the edge needs the other endpoint's final embedding; its gradient goes back to that rank
 after the decoder's backward. It is the halo exchange's problem once more, on the final layer and
 for the endpoints a rank's edges name (train edges and this epoch's negatives, or the fixed
-evaluation edges): one all-to-all of the requested node ids (kind ``endpoint_ids``), one of their
-rows (``endpoint_fwd``) and, in training, one of their gradients back (``endpoint_bwd``). Per
-epoch, with R_r the distinct endpoints rank r requests from others, d the embedding width, b the
-dtype's bytes and p the world size, the ledger counts Σ_r (8 R_r + 8 (p - 1)) id bytes and
-Σ_r R_r d b bytes each way (docs/design.md, "Link prediction").
+evaluation edges), in p - 1 rounds, one per peer (:class:`~gnntrain.tasks.link_prediction.rank.
+PairRounds`): per round, the counts and one all-to-all of the requested node ids (kind
+``endpoint_ids``), one of their rows (``endpoint_fwd``) and, in training, one of their gradients
+back (``endpoint_bwd``). Per epoch, with R_r the distinct endpoints rank r requests from others, d
+the embedding width, b the dtype's bytes and p the world size, the ledger counts
+Σ_r (8 R_r + 8 (p - 1)²) id bytes and Σ_r R_r d b bytes each way (docs/design.md, "Link
+prediction").
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ class EndpointExchange:
         if self._owner is None:
             self._learn_owners()
         return self._owner[ids] == self.comm.rank
+
+    def owner_of(self, ids: torch.Tensor) -> torch.Tensor:
+        """The rank that holds each node id (int64)."""
+        if self._owner is None:
+            self._learn_owners()
+        return self._owner[ids].to(torch.int64)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """The position of each owned node id among this rank's owned rows."""

@@ -39,7 +39,7 @@ def plan(options, sizes: TaskSizes) -> TaskPlan:
     remote = expected_distinct(per_rank_draws, n * (p - 1) / p) * p
     row_bytes = sizes.output_width * sizes.dtype_bytes
     by_kind = {
-        "endpoint_ids": int(8 * remote + 8 * p * (p - 1)),
+        "endpoint_ids": int(8 * remote + 8 * p * (p - 1) ** 2),
         "endpoint_fwd": int(remote * row_bytes),
         "endpoint_bwd": int(remote * row_bytes),
     }

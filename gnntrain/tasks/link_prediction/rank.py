@@ -1,16 +1,20 @@
 """One rank's link prediction: the loss over the edges it scores and OGB's ranking metrics.
 
-The GNN's final rows are the node embeddings; a decoder scores edges from them. One epoch is one
-full-graph forward, the edges scored in batches of ``task.edge_batch`` positives against the
-embeddings (detached into one table, so a batch's decoder graph is freed after its backward), one
-backward of the accumulated table gradient through the GNN, then the usual SUM all-reduce. loss =
-Σ BCE over the positives this rank scores and their negatives / the global count of both, so the
-sum over ranks is ``mode=single``'s loss.
+The GNN's final rows are the node embeddings; a decoder scores edges from them. An edge's score is
+a sum of pair terms, one per (anchor, far endpoint): the positive (a, b) and each negative (a, n).
+One epoch is one full-graph forward, then the pair terms in rounds by who holds the far endpoint:
+round r fetches the far rows that rank (me + r) mod p holds (round 0: this rank's own), scores that
+round's pairs in batches of ``task.edge_batch`` edges' worth, and sends the fetched rows' gradients
+back. A rank so holds one peer's rows at a time, at most about N/p of them, never every node's (with
+uniform negatives every node is someone's far endpoint). Then one backward of the accumulated
+gradient of the owned rows through the GNN, and the usual SUM all-reduce. loss = Σ BCE over the
+pairs this rank scores / the global count (train edges × (1 + negatives)), so the sum over ranks is
+``mode=single``'s loss.
 """
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -23,24 +27,41 @@ from gnntrain.tasks.link_prediction.split import LinkShard
 EVAL_SPLITS = ("val", "test")
 
 
-class EndpointTable:
-    """The rows a batch of edges reads: this rank's own rows, then the fetched ones, and each node
-    id's row in that table."""
+class PairRounds:
+    """The pair terms of some edges (anchor: a node this rank holds; far: any node) grouped by the
+    rank that holds the far node, and the rounds that fetch them: round r serves the pairs whose far
+    node rank (me + r) mod p holds. Every rank runs every round (the fetch is a collective)."""
 
-    def __init__(self, exchange: EndpointExchange, out: torch.Tensor, ends: torch.Tensor):
-        wanted = torch.unique(ends)
-        remote = wanted[~exchange.owns(wanted)]
-        fetched, self.pending = exchange.fetch(out, remote)
-        self.rows = torch.cat([out, fetched])
-        self.owned = out.shape[0]
-        index = torch.full((exchange.num_nodes,), -1, dtype=torch.int64)  # only ``ends`` are read
-        mine = wanted[exchange.owns(wanted)]
-        index[mine] = exchange.rows(mine)
-        index[remote] = self.owned + torch.arange(remote.numel())
-        self.index = index
+    def __init__(
+        self,
+        exchange: EndpointExchange,
+        owned_rows: torch.Tensor,
+        anchor: torch.Tensor,
+        far: torch.Tensor,
+    ):
+        self.exchange, self.owned_rows = exchange, owned_rows
+        self.anchor_row = exchange.rows(anchor)  # positions among this rank's own rows
+        self.far = far
+        self.owner = exchange.owner_of(far)
 
-    def at(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.index[ids].to(self.rows.device)
+    def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], Any]]:
+        """(the round's pair indices, their far rows' positions, the fetched rows or None for this
+        rank's own, the handle that sends the fetched rows' gradients back) per round."""
+        ex, me, p = self.exchange, self.exchange.comm.rank, self.exchange.comm.world_size
+        for r in range(p):
+            peer = (me + r) % p
+            pairs = torch.nonzero(self.owner == peer).flatten()
+            far = self.far[pairs]
+            if r == 0:  # this rank's own rows: nothing to fetch
+                yield pairs, ex.rows(far), None, None
+                continue
+            wanted = torch.unique(far)
+            fetched, pending = ex.fetch(self.owned_rows, wanted)
+            yield pairs, torch.searchsorted(wanted, far), fetched, pending
+
+    def batches(self, pairs: torch.Tensor, size: int) -> Iterator[torch.Tensor]:
+        for lo in range(0, int(pairs.numel()), max(1, size)):
+            yield pairs[lo : lo + size]
 
 
 def reciprocal_ranks(positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
@@ -84,40 +105,47 @@ class LinkPredictionRank(RankTask):
         count)."""
         return out if self.exchange.owned_ids.numel() else out[:0]
 
+    def _pair_batch(self, size_in_edges: int, pairs_per_edge: int) -> int:
+        return max(1, int(size_in_edges) * pairs_per_edge)
+
     def backward(self, out: torch.Tensor, epoch: int) -> float:
         s, o = self.shard, self.options
         k = int(o.num_negatives)
         negatives = draw_negatives(s.train_index, k, self.num_nodes, self.seed, epoch, s.degree_cdf)
         owned = self._owned(out.detach())
-        table = EndpointTable(
-            self.exchange, owned, torch.cat([s.train_a, s.train_b, negatives.reshape(-1)])
-        )
-        # the table's gradient, accumulated batch by batch from the gathered rows' gradients (an
-        # autograd gather would add a zero tensor of the whole table per gather); its first rows
-        # are the owned rows' gradient, handed to the GNN's backward
-        grad = torch.zeros_like(table.rows)
+        n_pos = int(s.train_a.numel())
+        anchor = torch.cat([s.train_a, s.train_a.repeat_interleave(k)])
+        far = torch.cat([s.train_b, negatives.reshape(-1)])  # edge i's k negatives in a row
+        label = torch.cat([torch.ones(n_pos), torch.zeros(n_pos * k)]).to(owned.dtype)
+        rounds = PairRounds(self.exchange, owned, anchor, far)
+        # the owned rows' gradient, accumulated from the gathered rows' gradients (an autograd
+        # gather would add a zero tensor of the whole table per gather)
+        grad_owned = torch.zeros_like(owned)
         total = max(1, s.num_train * (1 + k))
         loss_sum = 0.0
-        batch = int(o.edge_batch)
-        for lo in range(0, int(s.train_a.numel()), batch):
-            at = [table.at(ids[lo : lo + batch]) for ids in (s.train_a, s.train_b, negatives)]
-            a, b, neg = (table.rows[i].requires_grad_() for i in at)
-            positive = self.head(a, b)
-            negative = self.head(a.unsqueeze(1), neg)
-            loss = (
-                F.binary_cross_entropy_with_logits(
-                    positive, torch.ones_like(positive), reduction="sum"
+        for pairs, far_at, fetched, pending in rounds:
+            far_rows = owned if fetched is None else fetched
+            grad_far = grad_owned if fetched is None else torch.zeros_like(fetched)
+            for idx in rounds.batches(
+                torch.arange(pairs.numel()), self._pair_batch(o.edge_batch, 1 + k)
+            ):
+                at_anchor = rounds.anchor_row[pairs[idx]].to(owned.device)
+                at_far = far_at[idx].to(owned.device)
+                h_a = owned[at_anchor].requires_grad_()
+                h_f = far_rows[at_far].requires_grad_()
+                logit = self.head(h_a, h_f)
+                loss = (
+                    F.binary_cross_entropy_with_logits(
+                        logit, label[pairs[idx]].to(logit.device), reduction="sum"
+                    )
+                    / total
                 )
-                + F.binary_cross_entropy_with_logits(
-                    negative, torch.zeros_like(negative), reduction="sum"
-                )
-            ) / total
-            loss.backward()
-            for i, rows in zip(at, (a, b, neg)):
-                grad.index_add_(0, i.reshape(-1), rows.grad.reshape(-1, rows.shape[-1]))
-            loss_sum += float(loss.detach())
-        grad_owned = grad[: table.owned]
-        table.pending.send_back(grad[table.owned :], grad_owned)
+                loss.backward()
+                grad_owned.index_add_(0, at_anchor, h_a.grad)
+                grad_far.index_add_(0, at_far, h_f.grad)
+                loss_sum += float(loss.detach())
+            if pending is not None:
+                pending.send_back(grad_far, grad_owned)
         if grad_owned.shape[0] == out.shape[0]:
             out.backward(grad_owned)
         else:  # a replica that counts no rows: its share is zero, its backward still runs
@@ -129,32 +157,31 @@ class LinkPredictionRank(RankTask):
         owned = self._owned(out)
         for name in EVAL_SPLITS:
             a_ids, b_ids, neg_ids = self.shard.split(name)
-            ends = torch.cat([a_ids, b_ids, neg_ids.reshape(-1)])
-            table = EndpointTable(self.exchange, owned, ends)
-            ranks, first = self._ranked(table, a_ids, b_ids, neg_ids)
+            scores = self._scores(owned, a_ids, b_ids, neg_ids)
+            positive, negative = scores[:, 0], scores[:, 1:]
+            ranks = reciprocal_ranks(positive, negative)
             sums += [float(ranks.numel()), float(ranks.reciprocal().sum())]
             sums += [float((ranks <= k).sum()) for k in self.hits_at]
-            sums.append(self._auc(*first))
+            sums.append(self._auc(positive, negative[:, :1].reshape(-1)))
         return sums
 
-    def _ranked(self, table: EndpointTable, a_ids, b_ids, neg_ids):
-        """(each positive's rank among its negatives, (positive scores, first negatives' scores)),
-        scored in batches: a batch's (edges, negatives, width) rows are the evaluation's largest
-        tensor, so a batch holds about ``task.edge_batch`` of them."""
-        per_batch = max(1, int(self.options.edge_batch) // max(1, neg_ids.shape[1]))
-        ranks, positives, firsts = [], [], []
-        for lo in range(0, int(a_ids.numel()), per_batch):
-            hi = lo + per_batch
-            a = table.rows[table.at(a_ids[lo:hi])]
-            positive = self.head(a, table.rows[table.at(b_ids[lo:hi])])
-            negative = self.head(a.unsqueeze(1), table.rows[table.at(neg_ids[lo:hi])])
-            ranks.append(reciprocal_ranks(positive, negative))
-            positives.append(positive)
-            firsts.append(negative[:, 0])
-        if not ranks:
-            empty = out_empty = table.rows.new_zeros(0)
-            return empty.to(torch.float64), (out_empty, out_empty)
-        return torch.cat(ranks), (torch.cat(positives), torch.cat(firsts))
+    def _scores(self, owned, a_ids, b_ids, neg_ids) -> torch.Tensor:
+        """(edges, 1 + negatives) logits: each held-out edge's, then its negatives', scored in the
+        rounds of :class:`PairRounds`, a batch of about ``task.edge_batch`` edges' pairs at a
+        time."""
+        n, width = int(a_ids.numel()), 1 + int(neg_ids.shape[1])
+        far = torch.cat([b_ids.view(-1, 1), neg_ids], dim=1).reshape(-1)
+        rounds = PairRounds(self.exchange, owned, a_ids.repeat_interleave(width), far)
+        scores = torch.empty(n * width, dtype=owned.dtype, device=owned.device)
+        for pairs, far_at, fetched, _ in rounds:
+            far_rows = owned if fetched is None else fetched
+            for idx in rounds.batches(
+                torch.arange(pairs.numel()), self._pair_batch(self.options.edge_batch, width)
+            ):
+                h_a = owned[rounds.anchor_row[pairs[idx]].to(owned.device)]
+                h_f = far_rows[far_at[idx].to(owned.device)]
+                scores[pairs[idx].to(owned.device)] = self.head(h_a, h_f)
+        return scores.view(n, width)
 
     def _auc(self, positive: torch.Tensor, negative: torch.Tensor) -> float:
         """The split's AUC of every positive against its first negative, computed on rank 0 from
