@@ -122,11 +122,16 @@ def test_every_mode_that_hosts_it_equals_single(train, mode):
     [
         ["mode=partition", "mode.replication=2", "hardware.ranks_per_node=4"],
         ["mode=hongtu", "mode.direct=true", "hardware.ranks_per_node=1"],
+        # tiny batches: many training batches a round, many evaluation chunks
+        ["mode=partition", "hardware.ranks_per_node=3", "task.edge_batch=7"],
     ],
 )
-def test_replicated_rows_and_the_direct_path_equal_single(train, layout):
+def test_replicated_rows_the_direct_path_and_small_batches_equal_single(train, layout):
     ref = train(SMALL + EXACT + LP + ["mode=single"])
-    assert_exact(train(SMALL + EXACT + LP + layout)["losses"], ref["losses"])
+    s = train(SMALL + EXACT + LP + layout)
+    assert_exact(s["losses"], ref["losses"])
+    for name, value in ref["metrics"]["test"].items():
+        assert s["metrics"]["test"][name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
 
 
 @pytest.mark.slow

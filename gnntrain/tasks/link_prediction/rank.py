@@ -155,14 +155,24 @@ class LinkPredictionRank(RankTask):
     def eval_sums(self, out: torch.Tensor, epoch: int) -> List[float]:
         sums: List[float] = []
         owned = self._owned(out)
+        size = max(1, int(self.options.edge_batch))
         for name in EVAL_SPLITS:
             a_ids, b_ids, neg_ids = self.shard.split(name)
-            scores = self._scores(owned, a_ids, b_ids, neg_ids)
-            positive, negative = scores[:, 0], scores[:, 1:]
-            ranks = reciprocal_ranks(positive, negative)
+            # a chunk of edges at a time (their pairs' indices are the evaluation's largest
+            # arrays); every rank runs as many chunks as the rank with the most edges
+            chunks = int(self.comm.reduce_stats([-(-int(a_ids.numel()) // size)], op="max")[0])
+            ranks, positives, firsts = [], [], []
+            for c in range(chunks):
+                part = slice(c * size, (c + 1) * size)
+                scores = self._scores(owned, a_ids[part], b_ids[part], neg_ids[part])
+                ranks.append(reciprocal_ranks(scores[:, 0], scores[:, 1:]))
+                positives.append(scores[:, 0])
+                firsts.append(scores[:, 1])
+            ranks = torch.cat(ranks) if ranks else torch.zeros(0, dtype=torch.float64)
             sums += [float(ranks.numel()), float(ranks.reciprocal().sum())]
             sums += [float((ranks <= k).sum()) for k in self.hits_at]
-            sums.append(self._auc(positive, negative[:, :1].reshape(-1)))
+            empty = owned.new_zeros(0)
+            sums.append(self._auc(torch.cat(positives or [empty]), torch.cat(firsts or [empty])))
         return sums
 
     def _scores(self, owned, a_ids, b_ids, neg_ids) -> torch.Tensor:
