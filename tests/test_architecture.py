@@ -33,6 +33,7 @@ LAYERS: List[Set[str]] = [
         "gnntrain.config",
         "gnntrain.interrupts",
         "gnntrain.backends",
+        "gnntrain.heap",
     },
     {"gnntrain.plan_types"},
     {"gnntrain.sizing"},

@@ -42,25 +42,13 @@ from gnntrain.data.ingest.options import IngestOptions
 from gnntrain.data.ingest.tables import CsvOptions, require_file, table_format
 from gnntrain.data.ingest.targets import TARGETS_FILE, read_targets
 from gnntrain.errors import DatasetError
+from gnntrain.heap import release_heap
 
 __all__ = ["CsvOptions", "IngestOptions", "NodeOptions", "graph_arrays", "ingest", "ingest_arrays"]
 
 
 def _nothing(stage: str, done: int, total: int) -> None:
     return None
-
-
-def _release_heap() -> None:
-    """Give the C heap's free memory back to the system between stages (glibc keeps it otherwise:
-    after large blocks are freed its mmap threshold rises, and the next stage's arrays land on a
-    heap that never shrinks)."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
-    except (OSError, AttributeError, TypeError):
-        pass
 
 
 def _nodes(
@@ -156,7 +144,7 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
             raise DatasetError("ingest: the graph has no nodes.")
         targets = read_targets(opts, nodes, graph, notes)
         labels, classes, masks = _labels_and_masks(opts, nodes, graph, notes, targets)
-        _release_heap()
+        release_heap()
         weighted = bool(opts.weight_column) or opts.weights is not None
         builder = CsrBuilder(
             work, n, opts.symmetrize, opts.self_loops, opts.duplicates, nodes.ids.name, weighted
@@ -174,7 +162,7 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
             progress("reading edges", done, total)
         if held_out:
             notes.append(f"{taken_out:,} edge lines of the graph were held-out edges: left out")
-        _release_heap()
+        release_heap()
         stats = builder.finish(progress)
         np.save(work / "labels.npy", labels)
         if targets is not None:

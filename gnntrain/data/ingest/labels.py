@@ -12,7 +12,13 @@ import numpy as np
 
 from gnntrain.data.ingest.nodes import NodeIds, NodeOptions, NodeResult
 from gnntrain.data.ingest.options import IngestOptions
-from gnntrain.data.ingest.tables import ParquetTable, open_table, require_file, table_format
+from gnntrain.data.ingest.tables import (
+    ParquetTable,
+    load_npy,
+    open_table,
+    require_file,
+    table_format,
+)
 from gnntrain.data.ingest.targets import Targets
 from gnntrain.errors import DatasetError
 
@@ -44,16 +50,6 @@ def _check_labels(given: np.ndarray, where: str, locate) -> None:
             "classes "
             f"0..C-1 (leave a node out of the labels, or empty, to leave it unlabeled)."
         )
-
-
-def load_npy(path: Path, option: str) -> np.ndarray:
-    """A small .npy (labels, masks) read whole."""
-    try:
-        return np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        raise DatasetError(f"ingest: {option} {path}: not a plain NumPy array ({exc}).") from None
-    except OSError as exc:
-        raise DatasetError(f"ingest: {option} {path}: cannot read it as .npy ({exc}).") from None
 
 
 def read_labels(path: Path, opts: NodeOptions, ids: NodeIds) -> np.ndarray:

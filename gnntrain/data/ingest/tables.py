@@ -396,3 +396,13 @@ def id_type_of(table, column: str, given: str) -> "object":
 
 
 Progress = Callable[[str, int, int], None]  # (stage, done bytes, total bytes)
+
+
+def load_npy(path: Path, option: str) -> np.ndarray:
+    """A small .npy (labels, masks) read whole."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        raise DatasetError(f"ingest: {option} {path}: not a plain NumPy array ({exc}).") from None
+    except OSError as exc:
+        raise DatasetError(f"ingest: {option} {path}: cannot read it as .npy ({exc}).") from None

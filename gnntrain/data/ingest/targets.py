@@ -123,7 +123,7 @@ def target_block(table, names: Sequence[str], where: str, locate, node_of) -> np
 
 
 def _from_npy(path: Path, names: Optional[List[str]], ids: NodeIds) -> Targets:
-    from gnntrain.data.ingest.labels import load_npy
+    from gnntrain.data.ingest.tables import load_npy
 
     values = load_npy(path, "--targets")
     if values.dtype.kind not in "fiub":

@@ -19,6 +19,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from gnntrain.heap import release_heap
 from gnntrain.tasks.base import RankRows, RankTask
 from gnntrain.tasks.link_prediction.exchange import EndpointExchange
 from gnntrain.tasks.link_prediction.negatives import draw_negatives
@@ -40,9 +41,11 @@ class PairRounds:
         far: torch.Tensor,
     ):
         self.exchange, self.owned_rows = exchange, owned_rows
-        self.anchor_row = exchange.rows(anchor)  # positions among this rank's own rows
+        # positions among this rank's own rows, and each far node's holder: int32 (half the bytes
+        # of the per-pair arrays; positions and ranks stay far below 2^31)
+        self.anchor_row = exchange.rows(anchor).to(torch.int32)
         self.far = far
-        self.owner = exchange.owner_of(far)
+        self.owner = exchange.owner_of(far).to(torch.int32)
 
     def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], Any]]:
         """(the round's pair indices, their far rows' positions, the fetched rows or None for this
@@ -146,10 +149,12 @@ class LinkPredictionRank(RankTask):
                 loss_sum += float(loss.detach())
             if pending is not None:
                 pending.send_back(grad_far, grad_owned)
+        del rounds, anchor, far, label, negatives
         if grad_owned.shape[0] == out.shape[0]:
             out.backward(grad_owned)
         else:  # a replica that counts no rows: its share is zero, its backward still runs
             out.backward(torch.zeros_like(out))
+        release_heap()  # the rounds' arrays: not carried into the next stage's resident size
         return loss_sum
 
     def eval_sums(self, out: torch.Tensor, epoch: int) -> List[float]:
@@ -173,6 +178,7 @@ class LinkPredictionRank(RankTask):
             sums += [float((ranks <= k).sum()) for k in self.hits_at]
             empty = owned.new_zeros(0)
             sums.append(self._auc(torch.cat(positives or [empty]), torch.cat(firsts or [empty])))
+        release_heap()
         return sums
 
     def _scores(self, owned, a_ids, b_ids, neg_ids) -> torch.Tensor:
