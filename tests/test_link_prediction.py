@@ -341,3 +341,40 @@ def test_auc_and_ranks_follow_scikit_learn_and_ogb():
         torch.tensor([2.0, 0.0]), torch.tensor([[3.0, 2.0, 1.0], [1.0, 1.0, 1.0]])
     )
     assert ranks.tolist() == [2.5, 4.0]  # 1 higher + 1 tie -> 1 + (1 + 2) / 2; all 3 higher -> 4
+
+
+def test_ingest_edge_split_holds_out_what_task_edge_split_holds_out(tmp_path, cora):
+    """gnntrain ingest --edge-split F --seed S stores the validation and test edges that
+    task.edge_split=F task.split_seed=S draws at load from the whole graph, keeps them out of the
+    graph, and refuses to be given both ways."""
+    from gnntrain.data.ingest import IngestOptions, NodeOptions, ingest
+    from gnntrain.data.ondisk import load_graph_dir
+    from gnntrain.errors import DatasetError
+
+    edges = ["src,dst"] + [f"{u},{v}" for u, v in zip(cora.src.tolist(), cora.dst.tolist())]
+    (tmp_path / "e.csv").write_text("\n".join(edges) + "\n")
+    np.save(tmp_path / "x.npy", cora.features.numpy())
+    nodes = NodeOptions(features=tmp_path / "x.npy")
+    fractions = (0.8, 0.1, 0.1)
+    opts = IngestOptions(
+        out=tmp_path / "g", edges=[tmp_path / "e.csv"], nodes=nodes, edge_split=fractions, seed=4
+    )
+    summary = ingest(opts)
+    drawn, _, _ = split_edges(cora.src, cora.dst, cora.num_nodes, fractions, 4, 1, False)
+    graph = load_graph_dir(tmp_path / "g")
+    for name, (a, b, _) in (("val", drawn.val), ("test", drawn.test)):
+        given = graph.held_out_edges[name]
+        assert torch.equal(given[0], a) and torch.equal(given[1], b)
+        assert summary["held_out_edges"][name] == a.numel()
+    assert summary["num_edges"] == cora.num_edges - 2 * (
+        drawn.val[0].numel() + drawn.test[0].numel()
+    )
+    both = IngestOptions(
+        out=tmp_path / "h",
+        edges=[tmp_path / "e.csv"],
+        nodes=nodes,
+        edge_split=fractions,
+        held_out={"val": tmp_path / "e.csv"},
+    )
+    with pytest.raises(DatasetError, match=r"give held-out edges once"):
+        ingest(both)

@@ -27,7 +27,7 @@ from gnntrain.data import ondisk
 from gnntrain.data.ingest.csr import CsrBuilder, degree_summary
 from gnntrain.data.ingest.edges import edge_batches
 from gnntrain.data.ingest.graph_file import _read_graph_object, graph_arrays
-from gnntrain.data.ingest.held_out import held_out_keys, read_held_out
+from gnntrain.data.ingest.held_out import held_out_edges, held_out_keys
 from gnntrain.data.ingest.labels import _labels_and_masks
 from gnntrain.data.ingest.node_table import read_node_table
 from gnntrain.data.ingest.nodes import (
@@ -149,19 +149,8 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
         builder = CsrBuilder(
             work, n, opts.symmetrize, opts.self_loops, opts.duplicates, nodes.ids.name, weighted
         )
-        held_out = read_held_out(opts, nodes.ids, notes)
-        excluded = held_out_keys(held_out, n, opts.symmetrize)
-        taken_out = 0
-        for s, d, w, locate, done, total in edge_batches(opts, nodes.ids, graph):
-            if excluded.size:  # a held-out edge never enters the message-passing graph
-                keep = ~np.isin(s.astype(np.int64) * n + d, excluded)
-                taken_out += int((~keep).sum())
-                s, d, w = s[keep], d[keep], None if w is None else w[keep]
-                locate = _kept_rows(locate, keep)
-            builder.add(s, d, locate, w)
-            progress("reading edges", done, total)
-        if held_out:
-            notes.append(f"{taken_out:,} edge lines of the graph were held-out edges: left out")
+        held_out = held_out_edges(opts, nodes.ids, graph, notes)
+        _read_edges(opts, nodes.ids, graph, builder, held_out, notes, progress)
         release_heap()
         stats = builder.finish(progress)
         np.save(work / "labels.npy", labels)
@@ -224,6 +213,24 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
         raise
     return summary
+
+
+def _read_edges(opts, ids, graph, builder: CsrBuilder, held_out, notes: List[str], progress):
+    """Every edge batch into ``builder``, less the held-out edges (link prediction's: a held-out
+    edge never enters the message-passing graph)."""
+    n = ids.num_nodes
+    excluded = held_out_keys(held_out, n, opts.symmetrize)
+    taken_out = 0
+    for s, d, w, locate, done, total in edge_batches(opts, ids, graph):
+        if excluded.size:
+            keep = ~np.isin(s.astype(np.int64) * n + d, excluded)
+            taken_out += int((~keep).sum())
+            s, d, w = s[keep], d[keep], None if w is None else w[keep]
+            locate = _kept_rows(locate, keep)
+        builder.add(s, d, locate, w)
+        progress("reading edges", done, total)
+    if held_out:
+        notes.append(f"{taken_out:,} edge lines of the graph were held-out edges: left out")
 
 
 def _kept_rows(locate, keep: np.ndarray):

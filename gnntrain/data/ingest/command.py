@@ -154,6 +154,12 @@ def parser() -> argparse.ArgumentParser:
     )
     n.add_argument("--seed", type=int, default=0, help="seed of --split")
     lp = p.add_argument_group("link prediction")
+    lp.add_argument(
+        "--edge-split",
+        help="train,val,test fractions of the edges, e.g. 0.85,0.05,0.1: the val and test edges "
+        "are drawn (seeded by --seed, as task.edge_split draws them at load), left out of the "
+        "graph and stored beside it",
+    )
     for split, name in (("val", "validation"), ("test", "test")):
         lp.add_argument(
             f"--{split}-edges",
@@ -163,6 +169,22 @@ def parser() -> argparse.ArgumentParser:
             "draws them)",
         )
     return p
+
+
+def _fractions(text: str, option: str):
+    """Three comma-separated fractions >= 0 summing to 1 (one DatasetError otherwise)."""
+    from gnntrain.errors import DatasetError
+
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3 or min(values) < 0 or abs(sum(values) - 1) > 1e-6:
+        raise DatasetError(
+            f"ingest: {option} {text!r}: three comma-separated fractions >= 0 summing to 1, e.g. "
+            "0.85,0.05,0.1."
+        )
+    return values
 
 
 def options_from(args: argparse.Namespace) -> IngestOptions:
@@ -214,6 +236,7 @@ def options_from(args: argparse.Namespace) -> IngestOptions:
         duplicates=args.duplicates,
         split=split,
         held_out={"val": args.val_edges, "test": args.test_edges},
+        edge_split=_fractions(args.edge_split, "--edge-split") if args.edge_split else None,
         seed=args.seed,
         name=args.name,
         overwrite=args.overwrite,

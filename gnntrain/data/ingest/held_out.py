@@ -55,6 +55,53 @@ def read_held_out(opts: IngestOptions, ids: NodeIds, notes: List[str]) -> Dict[s
     return found
 
 
+def drawn_held_out(
+    opts: IngestOptions, ids: NodeIds, graph, notes: List[str]
+) -> Dict[str, np.ndarray]:
+    """``--edge-split f_train,f_val,f_test``: the held-out edges drawn among the graph's edges (a
+    first pass over them: 8 bytes an edge), in the canonical order and with the draw of
+    ``task.edge_split`` (:func:`gnntrain.data.edge_split.draw_sides`), so ingesting with
+    ``--edge-split F --seed S`` holds out the edges that ``task.edge_split=F task.split_seed=S``
+    holds out of the whole graph at load."""
+    from gnntrain.data.edge_split import draw_sides
+
+    n = ids.num_nodes
+    keys = []
+    for s, d, *_ in edge_batches(opts, ids, graph):
+        s, d = s.astype(np.int64), d.astype(np.int64)
+        keep = s != d
+        s, d = s[keep], d[keep]
+        if opts.symmetrize:
+            s, d = np.minimum(s, d), np.maximum(s, d)
+        keys.append(np.unique(s * n + d))
+    key = np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
+    what = "undirected edges" if opts.symmetrize else "directed edges"
+    _, val, test = draw_sides(key.size, opts.edge_split, opts.seed, what)
+    found = {}
+    for split, side in (("val", val), ("test", test)):
+        chosen = key[side.numpy()]
+        found[split] = np.stack([chosen // n, chosen % n])
+    fractions = "/".join(f"{f:g}" for f in opts.edge_split)
+    notes.append(
+        f"edge split {fractions} of the {key.size:,} {what} (seed {opts.seed}): "
+        f"{found['val'].shape[1]:,} val and {found['test'].shape[1]:,} test edges held out"
+    )
+    return found
+
+
+def held_out_edges(opts: IngestOptions, ids: NodeIds, graph, notes: List[str]):
+    """{split: (2, m)} held-out edges: drawn (``--edge-split``) or read (``--val-edges``,
+    ``--test-edges``), or none; both ways at once is one DatasetError."""
+    if opts.edge_split is None:
+        return read_held_out(opts, ids, notes)
+    if any(opts.held_out.values()):
+        raise DatasetError(
+            "ingest: give held-out edges once: --edge-split draws them, --val-edges and "
+            "--test-edges name them; not both."
+        )
+    return drawn_held_out(opts, ids, graph, notes)
+
+
 def held_out_keys(held_out: Dict[str, np.ndarray], n: int, symmetric: bool) -> np.ndarray:
     """Sorted int64 keys (src * n + dst) of every held-out edge, both directions where the graph
     is symmetric: what the graph's own edges must not hold."""

@@ -37,6 +37,8 @@ class IngestOptions:
     # link prediction's held-out edges, {"val"/"test": a file read as --edges is}: kept out of the
     # graph and stored beside it (edges_<split>.npy)
     held_out: Dict[str, Optional[Path]] = field(default_factory=dict)
+    # or drawn: train, val, test fractions of the graph's edges (--edge-split), seeded by ``seed``
+    edge_split: Optional[Tuple[float, float, float]] = None
     seed: int = 0
     name: str = ""
     overwrite: bool = False

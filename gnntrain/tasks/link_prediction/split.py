@@ -20,6 +20,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
+from gnntrain.data.edge_split import draw_sides
 from gnntrain.errors import PlanError
 from gnntrain.partition.store import store_record
 
@@ -155,21 +156,8 @@ def split_edges(
     then second endpoint) before the seeded permutation, so the split depends on the edge set, not
     on the order a loader returns it in."""
     a, b, symmetric = canonical_pairs(src, dst, num_nodes)
-    m = int(a.numel())
-    gen = torch.Generator().manual_seed(int(seed))
-    order = torch.randperm(m, generator=gen)
-    n_val, n_test = (int(round(float(f) * m)) for f in fractions[1:])
-    n_train = m - n_val - n_test
-    if n_train <= 0:
-        raise PlanError(
-            "task.edge_split",
-            f"{list(fractions)} leaves no train edges of the graph's {m} "
-            f"{'undirected' if symmetric else 'directed'} edges.",
-            "give the train side more of the edges, e.g. task.edge_split=[0.85,0.05,0.1]",
-        )
-    train, val, test = (
-        torch.sort(side).values for side in torch.split(order, [n_train, n_val, n_test])
-    )
+    what = "undirected edges" if symmetric else "directed edges"
+    train, val, test = draw_sides(a.numel(), fractions, seed, what)
     held = [(a[val], b[val]), (a[test], b[test])]
     return _finish(
         (a[train], b[train]), held, num_nodes, symmetric, seed, eval_negatives, degree_negatives
