@@ -108,8 +108,11 @@ class LinkPredictionRank(RankTask):
         count)."""
         return out if self.exchange.owned_ids.numel() else out[:0]
 
-    def _pair_batch(self, size_in_edges: int, pairs_per_edge: int) -> int:
-        return max(1, int(size_in_edges) * pairs_per_edge)
+    def _pair_batch(self) -> int:
+        """Pairs scored at a time: ``task.edge_batch`` train edges' worth (each edge is 1 + k
+        pairs), in training and in evaluation alike (a held-out edge's 1 + eval_negatives pairs
+        would make an evaluation batch 100 times a training one)."""
+        return max(1, int(self.options.edge_batch) * (1 + int(self.options.num_negatives)))
 
     def backward(self, out: torch.Tensor, epoch: int) -> float:
         s, o = self.shard, self.options
@@ -129,9 +132,7 @@ class LinkPredictionRank(RankTask):
         for pairs, far_at, fetched, pending in rounds:
             far_rows = owned if fetched is None else fetched
             grad_far = grad_owned if fetched is None else torch.zeros_like(fetched)
-            for idx in rounds.batches(
-                torch.arange(pairs.numel()), self._pair_batch(o.edge_batch, 1 + k)
-            ):
+            for idx in rounds.batches(torch.arange(pairs.numel()), self._pair_batch()):
                 at_anchor = rounds.anchor_row[pairs[idx]].to(owned.device)
                 at_far = far_at[idx].to(owned.device)
                 h_a = owned[at_anchor].requires_grad_()
@@ -160,7 +161,8 @@ class LinkPredictionRank(RankTask):
     def eval_sums(self, out: torch.Tensor, epoch: int) -> List[float]:
         sums: List[float] = []
         owned = self._owned(out)
-        size = max(1, int(self.options.edge_batch))
+        # held-out edges per chunk: a quarter of task.edge_batch (each is 1 + eval_negatives pairs)
+        size = max(1, int(self.options.edge_batch) // 4)
         for name in EVAL_SPLITS:
             a_ids, b_ids, neg_ids = self.shard.split(name)
             # a chunk of edges at a time (their pairs' indices are the evaluation's largest
@@ -191,9 +193,7 @@ class LinkPredictionRank(RankTask):
         scores = torch.empty(n * width, dtype=owned.dtype, device=owned.device)
         for pairs, far_at, fetched, _ in rounds:
             far_rows = owned if fetched is None else fetched
-            for idx in rounds.batches(
-                torch.arange(pairs.numel()), self._pair_batch(self.options.edge_batch, width)
-            ):
+            for idx in rounds.batches(torch.arange(pairs.numel()), self._pair_batch()):
                 h_a = owned[rounds.anchor_row[pairs[idx]].to(owned.device)]
                 h_f = far_rows[far_at[idx].to(owned.device)]
                 scores[pairs[idx].to(owned.device)] = self.head(h_a, h_f)
