@@ -54,8 +54,9 @@ def test_the_split_keeps_an_undirected_edge_together_and_out_of_the_message_pass
     n_train, n_val, n_test = split.counts
     assert n_train + n_val + n_test == sym_src.numel() // 2  # an undirected edge is one item
     held = set()
-    for a, b, neg in (split.val, split.test):
-        assert neg.shape == (a.numel(), 4)
+    for name in ("val", "test"):
+        a, b, _ = getattr(split, name)
+        assert split.negatives(name).shape == (a.numel(), 4)
         held |= {(int(u), int(v)) for u, v in zip(a, b)}
     graph = {(int(u), int(v)) for u, v in zip(mp_src, mp_dst)}
     assert len(graph) == 2 * n_train and is_symmetric(mp_src, mp_dst, 60)

@@ -39,11 +39,16 @@ class PairRounds:
         owned_rows: torch.Tensor,
         anchor: torch.Tensor,
         far: torch.Tensor,
+        repeat: Tuple[int, ...] = (1,),
     ):
+        """``anchor`` per edge; ``far`` per pair, the pairs of ``repeat`` blocks: block b pairs
+        each edge's anchor ``repeat[b]`` times in a row (train: (1, k), the positives then each
+        edge's k negatives; evaluation: (1 + eval_negatives,))."""
         self.exchange, self.owned_rows = exchange, owned_rows
         # positions among this rank's own rows, and each far node's holder: int32 (half the bytes
         # of the per-pair arrays; positions and ranks stay far below 2^31)
-        self.anchor_row = exchange.rows(anchor).to(torch.int32)
+        row = exchange.rows(anchor).to(torch.int32)
+        self.anchor_row = torch.cat([row.repeat_interleave(r) for r in repeat])
         self.far = far
         self.owner = exchange.owner_of(far).to(torch.int32)
 
@@ -120,10 +125,11 @@ class LinkPredictionRank(RankTask):
         negatives = draw_negatives(s.train_index, k, self.num_nodes, self.seed, epoch, s.degree_cdf)
         owned = self._owned(out.detach())
         n_pos = int(s.train_a.numel())
-        anchor = torch.cat([s.train_a, s.train_a.repeat_interleave(k)])
-        far = torch.cat([s.train_b, negatives.reshape(-1)])  # edge i's k negatives in a row
-        label = torch.cat([torch.ones(n_pos), torch.zeros(n_pos * k)]).to(owned.dtype)
-        rounds = PairRounds(self.exchange, owned, anchor, far)
+        # pair j < n_pos is edge j's positive; n_pos + i·k + t is edge i's t-th negative
+        far = torch.cat([s.train_b, negatives.reshape(-1)])
+        del negatives
+        rounds = PairRounds(self.exchange, owned, s.train_a, far, repeat=(1, k))
+        del far
         # the owned rows' gradient, accumulated from the gathered rows' gradients (an autograd
         # gather would add a zero tensor of the whole table per gather)
         grad_owned = torch.zeros_like(owned)
@@ -138,19 +144,15 @@ class LinkPredictionRank(RankTask):
                 h_a = owned[at_anchor].requires_grad_()
                 h_f = far_rows[at_far].requires_grad_()
                 logit = self.head(h_a, h_f)
-                loss = (
-                    F.binary_cross_entropy_with_logits(
-                        logit, label[pairs[idx]].to(logit.device), reduction="sum"
-                    )
-                    / total
-                )
+                label = (pairs[idx] < n_pos).to(device=logit.device, dtype=logit.dtype)
+                loss = F.binary_cross_entropy_with_logits(logit, label, reduction="sum") / total
                 loss.backward()
                 grad_owned.index_add_(0, at_anchor, h_a.grad)
                 grad_far.index_add_(0, at_far, h_f.grad)
                 loss_sum += float(loss.detach())
             if pending is not None:
                 pending.send_back(grad_far, grad_owned)
-        del rounds, anchor, far, label, negatives
+        del rounds
         if grad_owned.shape[0] == out.shape[0]:
             out.backward(grad_owned)
         else:  # a replica that counts no rows: its share is zero, its backward still runs
@@ -164,14 +166,15 @@ class LinkPredictionRank(RankTask):
         # held-out edges per chunk: a quarter of task.edge_batch (each is 1 + eval_negatives pairs)
         size = max(1, int(self.options.edge_batch) // 4)
         for name in EVAL_SPLITS:
-            a_ids, b_ids, neg_ids = self.shard.split(name)
+            a_ids, b_ids, index = self.shard.held_out(name)
             # a chunk of edges at a time (their pairs' indices are the evaluation's largest
             # arrays); every rank runs as many chunks as the rank with the most edges
             chunks = int(self.comm.reduce_stats([-(-int(a_ids.numel()) // size)], op="max")[0])
             ranks, positives, firsts = [], [], []
             for c in range(chunks):
                 part = slice(c * size, (c + 1) * size)
-                scores = self._scores(owned, a_ids[part], b_ids[part], neg_ids[part])
+                negatives = self.shard.negatives(name, index[part])
+                scores = self._scores(owned, a_ids[part], b_ids[part], negatives)
                 ranks.append(reciprocal_ranks(scores[:, 0], scores[:, 1:]))
                 positives.append(scores[:, 0])
                 firsts.append(scores[:, 1])
@@ -189,7 +192,7 @@ class LinkPredictionRank(RankTask):
         time."""
         n, width = int(a_ids.numel()), 1 + int(neg_ids.shape[1])
         far = torch.cat([b_ids.view(-1, 1), neg_ids], dim=1).reshape(-1)
-        rounds = PairRounds(self.exchange, owned, a_ids.repeat_interleave(width), far)
+        rounds = PairRounds(self.exchange, owned, a_ids, far, repeat=(width,))
         scores = torch.empty(n * width, dtype=owned.dtype, device=owned.device)
         for pairs, far_at, fetched, _ in rounds:
             far_rows = owned if fetched is None else fetched
