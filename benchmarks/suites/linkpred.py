@@ -193,7 +193,9 @@ def _pyg_splits(dataset: str, seed: int, own_split: bool):
     )
     mp = torch.stack([mp_src, mp_dst])
     held = []
-    for a, b, negative in (ours.val, ours.test):
+    for name in ("val", "test"):
+        a, b, _ = getattr(ours, name)
+        negative = ours.negatives(name)  # the fixed negatives gnntrain scores these edges against
         pairs = torch.stack([torch.cat([a, a]), torch.cat([b, negative[:, 0]])])
         held.append((mp, pairs, torch.cat([torch.ones(a.numel()), torch.zeros(a.numel())])))
     return x, (mp, torch.stack(ours.train)), held[0], held[1]
