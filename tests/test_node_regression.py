@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import EXACT, assert_exact, compose
+from conftest import EXACT, assert_exact, compose, requires_shared
 
 from gnntrain.errors import PlanError
 from gnntrain.modes import MODE_REGISTRY
@@ -41,19 +41,30 @@ def test_every_mode_that_hosts_it_equals_single(train, mode):
             assert s["metrics"][split][name] == pytest.approx(value, rel=1e-9), (split, name)
 
 
+@pytest.fixture(scope="module")
+def cora_with_targets(cora, tmp_path_factory):
+    """Cora ingested with two regression targets (a noisy function of class and features, as
+    dataset.regression_targets draws them): Cora itself has none."""
+    from gnntrain.data.generators.targets import synthetic_targets
+    from gnntrain.data.ingest import ingest_arrays
+
+    out = tmp_path_factory.mktemp("cora-targets") / "g"
+    targets = synthetic_targets(cora.labels, cora.features, 2, 0)
+    edges = torch.stack([cora.src, cora.dst])
+    ingest_arrays(out, edges, cora.features, cora.labels, cora.masks, targets=targets)
+    return ["dataset=files", f"dataset.path={out}", "task=node_regression", "model.hidden=8"]
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("graph", ["csbm", pytest.param("cora", marks=requires_shared)])
 @pytest.mark.parametrize("p", [2, 3])
 @pytest.mark.parametrize("mode", HOSTS)
-def test_the_whole_matrix_equals_single(train, mode, p):
-    ref = train(SMALL + EXACT + REG + ["mode=single"])
-    s = train(
-        SMALL
-        + EXACT
-        + REG
-        + [f"mode={mode}", f"hardware.ranks_per_node={p}"]
-        + _exact_options(mode)
-    )
-    assert_exact(s["losses"], ref["losses"])
+def test_the_whole_matrix_equals_single(train, mode, p, graph, request):
+    """Every hosting mode, csbm and Cora (ingested with targets), p = 2 and 3."""
+    base = SMALL + REG if graph == "csbm" else request.getfixturevalue("cora_with_targets")
+    ref = train(base + EXACT + ["mode=single"])
+    extra = [f"mode={mode}", f"hardware.ranks_per_node={p}"] + _exact_options(mode)
+    assert_exact(train(base + EXACT + extra)["losses"], ref["losses"])
 
 
 def test_metrics_and_predictions_are_in_the_targets_units(tmp_path, cache_dir):
