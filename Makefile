@@ -18,7 +18,7 @@ export GNNTRAIN_CACHE_DIR ?= $(CURDIR)/.cache/gnntrain
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export OUTDATED_IGNORE := 1
 
-.PHONY: run test test-dgl test-all lint bench bench-all clean venv venv-dgl gpu-carry gpu-check-dry
+.PHONY: run test test-dgl test-all lint bench bench-all clean venv venv-dgl gpu-carry gpu-check-dry fuzz
 
 venv: $(STAMP)
 venv-dgl: $(DGL_STAMP)
@@ -55,6 +55,10 @@ test-dgl: $(DGL_STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff format --check gnntrain tests scripts benchmarks hydra_plugins
 	$(BIN)/ruff check gnntrain tests scripts benchmarks hydra_plugins
+
+# the ingest fuzzers at volume: 2000 generated inputs per property (the default suite runs 100)
+fuzz: $(STAMP)
+	GNNTRAIN_OFFLINE=1 GNNTRAIN_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest -q tests/test_fuzz_ingest.py
 
 test-all: $(STAMP) $(DGL_STAMP)
 	GNNTRAIN_OFFLINE=1 $(BIN)/python -m pytest -q -m ''

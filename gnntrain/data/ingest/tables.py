@@ -303,7 +303,14 @@ class CsvTable(_Table):
                             f"ingest: {self.path} line {number}, column {name!r}: {value!r} is not "
                             f"{what}{hint}."
                         )
-        return DatasetError(f"ingest: {self.path}: cannot parse: {exc}")
+        # one line: the parser quotes the offending text, which may span lines (an open quote)
+        why = " ".join(str(exc).split())
+        return DatasetError(
+            f"ingest: {self.path}: cannot parse: {why} (an unbalanced double quote spans lines; "
+            "fix the quoting of that row)"
+            if '"' in str(exc) and "\n" in str(exc)
+            else f"ingest: {self.path}: cannot parse: {why}"
+        )
 
 
 class ParquetTable(_Table):
