@@ -8,34 +8,14 @@ summary.json) and the epoch time side by side. Run with ``python -m benchmarks l
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from benchmarks.harness import SuiteResult
+from benchmarks.harness import SuiteResult, run_cli_measured
 from benchmarks.registry import suite
 
 GIB = 2**30
 GOAL = 1.3  # link prediction's per-rank peak <= 1.3x node classification's
-
-
-def _run(args, cwd: Path) -> float:
-    exe = Path(sys.executable).parent / "gnntrain"
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [str(exe)] + [str(a) for a in args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, GNNTRAIN_OFFLINE="1"),
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stdout[-2000:] + proc.stderr[-2000:])
-    return time.perf_counter() - start
 
 
 @suite("linkpred_scale")
@@ -67,9 +47,9 @@ def suite_linkpred_scale(quick: bool) -> SuiteResult:
         tmp = Path(tmp)
         cache = f"cache_dir={tmp}/cache"
         for name, task in tasks.items():
-            run_dir = tmp / name.replace(" ", "_")
-            wall = _run(["run", cache, f"hydra.run.dir={run_dir}"] + graph + task, tmp)
-            summary = json.loads((run_dir / "summary.json").read_text())
+            summary, _, wall, tail = run_cli_measured([cache] + graph + task, tmp / name[:4])
+            if summary is None:
+                raise RuntimeError(f"linkpred_scale: the {name} run failed: {tail}")
             per_rank = summary["peak_memory_bytes"]["host_per_rank"]
             peaks[name] = max(per_rank)
             by_kind = summary["comm_bytes"]["by_kind"]
