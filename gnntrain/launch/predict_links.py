@@ -86,13 +86,9 @@ def encode_ids(ids, values, option: str, path: Path) -> np.ndarray:
 
 def train_edges(cfg) -> Tuple[torch.Tensor, torch.Tensor]:
     """The run's message-passing edges (its train edges), split again as the run split them."""
-    from gnntrain.data import load_dataset
-    from gnntrain.plan_types import RunSettings
-    from gnntrain.tasks import configured_task
+    from gnntrain.launch.shards import load_task_graph
 
-    settings = RunSettings.of(cfg)
-    task, options = configured_task(settings.task)
-    data = task.prepare_data(options, load_dataset(cfg), int(settings.train.seed))
+    data = load_task_graph(cfg)
     return data.src, data.dst
 
 

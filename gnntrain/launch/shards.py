@@ -147,6 +147,16 @@ def _resolve_store(plan) -> Path:
     )
 
 
+def load_task_graph(cfg):
+    """The dataset of the composed config ``cfg`` as its task trains on it (link prediction: the
+    train edges' message-passing graph, with the split): the one place a run's graph is loaded."""
+    from gnntrain.plan_types import RunSettings
+
+    settings = RunSettings.of(cfg)
+    task, options = configured_task(settings.task)
+    return task.prepare_data(options, load_dataset(cfg), int(settings.train.seed))
+
+
 def load_and_partition(plan, printing: bool = False):
     """(the graph, the mode's planner, the partitioning, whether it came from the cache): the one
     place that loads the graph and partitions it for the plan's mode. A mode whose prepare reads no
@@ -156,9 +166,7 @@ def load_and_partition(plan, printing: bool = False):
     from gnntrain.modes import ModePlanner
     from gnntrain.plan import plan_mode
 
-    task, options = configured_task(plan.settings.task)
-    # the task's graph (link prediction: the train edges' message-passing graph and the split)
-    data = task.prepare_data(options, load_dataset(plan.config_obj), int(plan.settings.train.seed))
+    data = load_task_graph(plan.config_obj)
     mode = plan_mode(plan)
     part, hit = None, False
     if printing or mode.spec.capabilities.partitions_graph:

@@ -19,6 +19,21 @@ from gnntrain.errors import DatasetError
 SPLITS = ("val", "test")
 
 
+def edge_keys(opts: IngestOptions, ids: NodeIds, graph) -> np.ndarray:
+    """Sorted distinct int64 keys (src * N + dst) of the edges ``opts`` reads, self-loops left
+    out, an undirected pair once as (smaller, larger) where the graph is symmetrised."""
+    n = ids.num_nodes
+    keys = [np.zeros(0, dtype=np.int64)]
+    for s, d, *_ in edge_batches(opts, ids, graph):
+        s, d = s.astype(np.int64), d.astype(np.int64)
+        keep = s != d
+        s, d = s[keep], d[keep]
+        if opts.symmetrize:
+            s, d = np.minimum(s, d), np.maximum(s, d)
+        keys.append(np.unique(s * n + d))
+    return np.unique(np.concatenate(keys))
+
+
 def read_held_out(opts: IngestOptions, ids: NodeIds, notes: List[str]) -> Dict[str, np.ndarray]:
     """{split: int64 (2, m) node indices} of the given held-out edges (none given: {})."""
     found: Dict[str, np.ndarray] = {}
@@ -31,13 +46,7 @@ def read_held_out(opts: IngestOptions, ids: NodeIds, notes: List[str]) -> Dict[s
         one = dataclasses.replace(
             opts, edges=[require_file(path, option)], weights=None, weight_column=None, graph=None
         )
-        pairs = [(s, d) for s, d, *_ in edge_batches(one, ids, None)]
-        src = np.concatenate([p[0] for p in pairs]).astype(np.int64) if pairs else np.zeros(0)
-        dst = np.concatenate([p[1] for p in pairs]).astype(np.int64) if pairs else np.zeros(0)
-        keep = src != dst
-        if opts.symmetrize:  # an undirected pair, once
-            src, dst = np.minimum(src, dst), np.maximum(src, dst)
-        key = np.unique(src[keep].astype(np.int64) * n + dst[keep])
+        key = edge_keys(one, ids, None)
         if key.size == 0:
             raise DatasetError(f"ingest: {option} {path} holds no edge between two nodes.")
         found[split] = np.stack([key // n, key % n])
@@ -66,15 +75,7 @@ def drawn_held_out(
     from gnntrain.data.edge_split import draw_sides
 
     n = ids.num_nodes
-    keys = []
-    for s, d, *_ in edge_batches(opts, ids, graph):
-        s, d = s.astype(np.int64), d.astype(np.int64)
-        keep = s != d
-        s, d = s[keep], d[keep]
-        if opts.symmetrize:
-            s, d = np.minimum(s, d), np.maximum(s, d)
-        keys.append(np.unique(s * n + d))
-    key = np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
+    key = edge_keys(opts, ids, graph)
     what = "undirected edges" if opts.symmetrize else "directed edges"
     _, val, test = draw_sides(key.size, opts.edge_split, opts.seed, what)
     found = {}

@@ -32,36 +32,30 @@ class EndpointExchange:
         self.owned_ids = owned_ids.to(torch.int64).cpu()
         self._owner = self._position = None
 
-    def _learn_owners(self) -> None:
-        """Every rank's owned ids, to every rank (setup phase): owner and row of each node."""
-        comm, p = self.comm, self.comm.world_size
-        n = int(self.owned_ids.numel())
-        owner = torch.full((self.num_nodes,), -1, dtype=torch.int32)
-        position = torch.zeros(self.num_nodes, dtype=torch.int64)
-        with comm.ledger.in_phase(Phase.setup):
-            counts = comm.exchange_counts([n] * p, "setup")
-            ids = comm.all_to_all(self.owned_ids.repeat(p), [n] * p, counts, "setup")
-        for rank, chunk in enumerate(torch.split(ids, counts)):
-            owner[chunk] = rank
-            position[chunk] = torch.arange(chunk.numel())
-        self._owner, self._position = owner, position
-
-    def owns(self, ids: torch.Tensor) -> torch.Tensor:
+    def _tables(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(owner, position) of every node: the rank that holds it and its row there, learned on
+        first use (setup phase: every rank's owned ids, to every rank)."""
         if self._owner is None:
-            self._learn_owners()
-        return self._owner[ids] == self.comm.rank
+            comm, p = self.comm, self.comm.world_size
+            n = int(self.owned_ids.numel())
+            owner = torch.full((self.num_nodes,), -1, dtype=torch.int32)
+            position = torch.zeros(self.num_nodes, dtype=torch.int64)
+            with comm.ledger.in_phase(Phase.setup):
+                counts = comm.exchange_counts([n] * p, "setup")
+                ids = comm.all_to_all(self.owned_ids.repeat(p), [n] * p, counts, "setup")
+            for rank, chunk in enumerate(torch.split(ids, counts)):
+                owner[chunk] = rank
+                position[chunk] = torch.arange(chunk.numel())
+            self._owner, self._position = owner, position
+        return self._owner, self._position
 
     def owner_of(self, ids: torch.Tensor) -> torch.Tensor:
-        """The rank that holds each node id (int64)."""
-        if self._owner is None:
-            self._learn_owners()
-        return self._owner[ids].to(torch.int64)
+        """The rank that holds each node id (int32)."""
+        return self._tables()[0][ids]
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """The position of each owned node id among this rank's owned rows."""
-        if self._owner is None:
-            self._learn_owners()
-        return self._position[ids]
+        return self._tables()[1][ids]
 
     def fetch(
         self, owned_rows: torch.Tensor, wanted: torch.Tensor
@@ -69,17 +63,15 @@ class EndpointExchange:
         """The rows of the distinct node ids ``wanted`` (none owned here) from their owners
         (``owned_rows``: this rank's rows, in the order of its owned ids), in ``wanted``'s order,
         and the handle that sends their gradients back. A collective: every rank calls it."""
-        if self._owner is None:
-            self._learn_owners()
         comm, p = self.comm, self.comm.world_size
-        owners = self._owner[wanted].to(torch.int64)
+        owners = self.owner_of(wanted).to(torch.int64)
         order = torch.argsort(owners, stable=True)
         asked = wanted[order]
         ask_counts = torch.bincount(owners, minlength=p).tolist()
         give_counts = comm.exchange_counts(ask_counts, "endpoint_ids")
         device = owned_rows.device  # the ids travel where the rows do (NCCL moves device memory)
         requested = comm.all_to_all(asked.to(device), ask_counts, give_counts, "endpoint_ids")
-        local = self._position[requested.cpu()].to(device)
+        local = self.rows(requested.cpu()).to(device)
         sent = owned_rows.index_select(0, local)
         got = comm.all_to_all(sent, give_counts, ask_counts, "endpoint_fwd")
         rows = torch.empty_like(got)

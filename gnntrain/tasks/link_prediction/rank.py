@@ -50,7 +50,7 @@ class PairRounds:
         row = exchange.rows(anchor).to(torch.int32)
         self.anchor_row = torch.cat([row.repeat_interleave(r) for r in repeat])
         self.far = far
-        self.owner = exchange.owner_of(far).to(torch.int32)
+        self.owner = exchange.owner_of(far)
 
     def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], Any]]:
         """(the round's pair indices, their far rows' positions, the fetched rows or None for this
@@ -67,9 +67,11 @@ class PairRounds:
             fetched, pending = ex.fetch(self.owned_rows, wanted)
             yield pairs, torch.searchsorted(wanted, far), fetched, pending
 
-    def batches(self, pairs: torch.Tensor, size: int) -> Iterator[torch.Tensor]:
-        for lo in range(0, int(pairs.numel()), max(1, size)):
-            yield pairs[lo : lo + size]
+    @staticmethod
+    def batches(count: int, size: int) -> Iterator[slice]:
+        """Consecutive slices of at most ``size`` of a round's ``count`` pairs."""
+        for lo in range(0, int(count), max(1, size)):
+            yield slice(lo, lo + size)
 
 
 def reciprocal_ranks(positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
@@ -138,13 +140,13 @@ class LinkPredictionRank(RankTask):
         for pairs, far_at, fetched, pending in rounds:
             far_rows = owned if fetched is None else fetched
             grad_far = grad_owned if fetched is None else torch.zeros_like(fetched)
-            for idx in rounds.batches(torch.arange(pairs.numel()), self._pair_batch()):
-                at_anchor = rounds.anchor_row[pairs[idx]].to(owned.device)
-                at_far = far_at[idx].to(owned.device)
+            for part in rounds.batches(pairs.numel(), self._pair_batch()):
+                at_anchor = rounds.anchor_row[pairs[part]].to(owned.device)
+                at_far = far_at[part].to(owned.device)
                 h_a = owned[at_anchor].requires_grad_()
                 h_f = far_rows[at_far].requires_grad_()
                 logit = self.head(h_a, h_f)
-                label = (pairs[idx] < n_pos).to(device=logit.device, dtype=logit.dtype)
+                label = (pairs[part] < n_pos).to(device=logit.device, dtype=logit.dtype)
                 loss = F.binary_cross_entropy_with_logits(logit, label, reduction="sum") / total
                 loss.backward()
                 grad_owned.index_add_(0, at_anchor, h_a.grad)
@@ -196,10 +198,10 @@ class LinkPredictionRank(RankTask):
         scores = torch.empty(n * width, dtype=owned.dtype, device=owned.device)
         for pairs, far_at, fetched, _ in rounds:
             far_rows = owned if fetched is None else fetched
-            for idx in rounds.batches(torch.arange(pairs.numel()), self._pair_batch()):
-                h_a = owned[rounds.anchor_row[pairs[idx]].to(owned.device)]
-                h_f = far_rows[far_at[idx].to(owned.device)]
-                scores[pairs[idx].to(owned.device)] = self.head(h_a, h_f)
+            for part in rounds.batches(pairs.numel(), self._pair_batch()):
+                h_a = owned[rounds.anchor_row[pairs[part]].to(owned.device)]
+                h_f = far_rows[far_at[part].to(owned.device)]
+                scores[pairs[part].to(owned.device)] = self.head(h_a, h_f)
         return scores.view(n, width)
 
     def _auc(self, positive: torch.Tensor, negative: torch.Tensor) -> float:
