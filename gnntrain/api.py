@@ -165,6 +165,8 @@ def _link_split(graph) -> Tuple[Any, Optional[Dict[str, Any]]]:
     (train, val, test) Data triple ``RandomLinkSplit`` returns (the train Data's edge_index passes
     messages; each split's positive ``edge_label_index`` is scored), or a Data with
     ``train_pos_edge_index`` and ``val_pos_edge_index``/``test_pos_edge_index``."""
+    from gnntrain.data.edge_split import HELD_OUT
+
     if isinstance(graph, (tuple, list)) and len(graph) == 3:
         train_data, val_data, test_data = graph
         if all(hasattr(d, "edge_label_index") for d in (val_data, test_data)):
@@ -183,7 +185,7 @@ def _link_split(graph) -> Tuple[Any, Optional[Dict[str, Any]]]:
         }
         held = {
             name: getattr(graph, f"{name}_pos_edge_index")
-            for name in ("val", "test")
+            for name in HELD_OUT
             if getattr(graph, f"{name}_pos_edge_index", None) is not None
         }
         return arrays, held

@@ -31,6 +31,9 @@ from gnntrain.config.schema import (
 
 T = TypeVar("T")
 
+# the node splits every task evaluates, in the order of the evaluation sums and metric records
+SPLITS = ("train", "val", "test")
+
 
 def plain_section(section: Any) -> Dict[str, Any]:
     """A config section (a DictConfig, or a plain dict as a rank's ``plan.config`` holds it) as a

@@ -11,6 +11,8 @@ import torch
 
 from gnntrain.errors import PlanError
 
+HELD_OUT = ("val", "test")  # the splits whose edges link prediction holds out and scores
+
 
 def draw_sides(
     num_items: int, fractions: Sequence[float], seed: int, what: str = "edges"

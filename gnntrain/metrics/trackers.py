@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from gnntrain.errors import PlanError
+from gnntrain.plan_types import SPLITS
 
 # tracker -> (module, pip extra)
 PACKAGES = {
@@ -43,9 +44,6 @@ def check_installed(cfg) -> None:
                 f"logger={name} needs the {PACKAGES[name][0]} package, which is not installed.",
                 f"pip install 'gnntrain[{PACKAGES[name][1]}]', or drop {name} from logger=[...]",
             )
-
-
-SPLITS = ("train", "val", "test")
 
 
 def scalars(record: Dict[str, Any]) -> Dict[str, float]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from gnntrain.plan_types import SPLITS
 from gnntrain.tasks.base import (
-    SPLITS,
     TASK_REGISTRY,
     RankRows,
     RankTask,

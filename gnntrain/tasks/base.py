@@ -27,8 +27,6 @@ import torch
 
 from gnntrain.registry import Registry
 
-SPLITS = ("train", "val", "test")
-
 
 @dataclass
 class TaskConfig:

@@ -9,7 +9,8 @@ from typing import Dict, List, Sequence
 import torch
 import torch.nn.functional as F
 
-from gnntrain.tasks.base import SPLITS, RankRows, RankTask, TaskConfig, TaskSpec, register_task
+from gnntrain.plan_types import SPLITS
+from gnntrain.tasks.base import RankRows, RankTask, TaskConfig, TaskSpec, register_task
 
 
 @dataclass

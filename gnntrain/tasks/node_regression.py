@@ -17,8 +17,8 @@ import torch
 
 from gnntrain.errors import PlanError
 from gnntrain.partition.store import store_record
+from gnntrain.plan_types import SPLITS
 from gnntrain.tasks.base import (
-    SPLITS,
     RankRows,
     RankTask,
     TaskConfig,

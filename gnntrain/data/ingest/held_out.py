@@ -10,13 +10,12 @@ from typing import Dict, List
 
 import numpy as np
 
+from gnntrain.data.edge_split import HELD_OUT
 from gnntrain.data.ingest.edges import edge_batches
 from gnntrain.data.ingest.nodes import NodeIds
 from gnntrain.data.ingest.options import IngestOptions
 from gnntrain.data.ingest.tables import require_file
 from gnntrain.errors import DatasetError
-
-SPLITS = ("val", "test")
 
 
 def edge_keys(opts: IngestOptions, ids: NodeIds, graph) -> np.ndarray:
@@ -38,7 +37,7 @@ def read_held_out(opts: IngestOptions, ids: NodeIds, notes: List[str]) -> Dict[s
     """{split: int64 (2, m) node indices} of the given held-out edges (none given: {})."""
     found: Dict[str, np.ndarray] = {}
     n = ids.num_nodes
-    for split in SPLITS:
+    for split in HELD_OUT:
         path = opts.held_out.get(split)
         if path is None:
             continue

@@ -19,13 +19,12 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from gnntrain.data.edge_split import HELD_OUT
 from gnntrain.heap import release_heap
 from gnntrain.tasks.base import RankRows, RankTask
 from gnntrain.tasks.link_prediction.exchange import EndpointExchange
 from gnntrain.tasks.link_prediction.negatives import draw_negatives
 from gnntrain.tasks.link_prediction.split import LinkShard
-
-EVAL_SPLITS = ("val", "test")
 
 
 class PairRounds:
@@ -167,7 +166,7 @@ class LinkPredictionRank(RankTask):
         owned = self._owned(out)
         # held-out edges per chunk: a quarter of task.edge_batch (each is 1 + eval_negatives pairs)
         size = max(1, int(self.options.edge_batch) // 4)
-        for name in EVAL_SPLITS:
+        for name in HELD_OUT:
             a_ids, b_ids, index = self.shard.held_out(name)
             # a chunk of edges at a time (their pairs' indices are the evaluation's largest
             # arrays); every rank runs as many chunks as the rank with the most edges
@@ -225,7 +224,7 @@ def link_metrics(options, sums: Sequence[float], counts) -> dict:
     hits = [int(k) for k in options.hits_at]
     width = 3 + len(hits)
     record = {}
-    for i, name in enumerate(EVAL_SPLITS):
+    for i, name in enumerate(HELD_OUT):
         n, mrr, *rest = sums[i * width : (i + 1) * width]
         n = max(1.0, n)
         record[f"{name}_auc"] = rest[-1]  # first: the headline the progress line shows

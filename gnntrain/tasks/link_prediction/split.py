@@ -21,7 +21,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
-from gnntrain.data.edge_split import draw_sides
+from gnntrain.data.edge_split import HELD_OUT, draw_sides
 from gnntrain.errors import PlanError
 from gnntrain.partition.store import store_record
 from gnntrain.tasks.link_prediction.negatives import draw_negatives
@@ -114,7 +114,7 @@ class LinkSplit:
         a, b = self.train
         keep = owned[a]
         fields = {}
-        for name in ("val", "test"):
+        for name in HELD_OUT:
             va, vb, vi = getattr(self, name)
             pick = owned[va]
             fields.update({f"{name}_a": va[pick], f"{name}_b": vb[pick], f"{name}_index": vi[pick]})
@@ -218,7 +218,7 @@ def given_split(
             "ingest it again with fewer --val-edges/--test-edges",
         )
     empty = (torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64))
-    held = [tuple(t.to(torch.int64) for t in held_out.get(name, empty)) for name in ("val", "test")]
+    held = [tuple(t.to(torch.int64) for t in held_out.get(name, empty)) for name in HELD_OUT]
     return _finish((a, b), held, num_nodes, symmetric, seed, eval_negatives, degree_negatives)
 
 
