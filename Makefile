@@ -28,7 +28,7 @@ $(UV):
 
 $(STAMP): pyproject.toml constraints.txt | $(UV)
 	@test -x $(BIN)/python || $(UV) venv --quiet --python '$(PYTHON)' $(VENV)
-	VIRTUAL_ENV=$(VENV) $(UV) pip install --quiet --compile-bytecode -c constraints.txt -e '.[test,trackers]'
+	VIRTUAL_ENV=$(VENV) $(UV) pip install --quiet --compile-bytecode -c constraints.txt -e '.[test,trackers,notebook]'
 	@$(BIN)/python -c "import sys, torch; print('make: .venv holds Python', sys.version.split()[0], '| torch', torch.__version__)"
 	@touch $(STAMP)
 

@@ -3,7 +3,7 @@
 #
 #   scripts/slurm-local.sh start   # installs slurm-wlm + munge with apt-get if missing, starts munged,
 #                                  # slurmctld and slurmd; prints `export SLURM_CONF=...`
-#   scripts/slurm-local.sh stop    # stops them
+#   scripts/slurm-local.sh stop    # cancels its jobs, stops them (job steps and the munged it started too)
 #   scripts/slurm-local.sh env     # prints the export line
 #   eval "$(scripts/slurm-local.sh start)"   # start, and set SLURM_CONF in this shell
 #
@@ -26,6 +26,7 @@ CONF=$DIR/slurm.conf
 NET=${SLURM_LOCAL_NET:-10.78.0}  # the two-node cluster's own subnet, inside its own namespaces
 BRIDGE=gtsbr0
 TAG="# gnntrain slurm-local"
+MUNGE_FLAG=/tmp/gnntrain-slurm-munged  # present while a munged this script started runs
 
 log() { echo "slurm-local: $*" >&2; }
 
@@ -184,11 +185,56 @@ wait_gone() {  # a daemon still saving its state would make the next start think
   pkill -9 -f "$1" 2>/dev/null || true
 }
 
-stop_two_node() {
+cancel_jobs() {  # every job of this cluster, so that no step outlives slurmd
+  local jobs _
+  jobs=$(SLURM_CONF=$CONF squeue -h -o %A 2>/dev/null || true)
+  [ -n "$jobs" ] || return 0
+  # shellcheck disable=SC2086
+  SLURM_CONF=$CONF scancel $jobs 2>/dev/null || true
+  for _ in $(seq 1 20); do
+    [ -z "$(SLURM_CONF=$CONF squeue -h -o %A 2>/dev/null || true)" ] && return 0
+    sleep 0.5
+  done
+}
+
+kill_steps() {  # slurmstepd processes of this cluster (their environment names $CONF) and their children
+  local all="" frontier="" next pid
+  for pid in $(pgrep -f '^slurmstepd' || true); do
+    # not a pipe: under pipefail, grep -q leaving early fails the pipeline with tr's SIGPIPE
+    grep -qxF "SLURM_CONF=$CONF" < <(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) &&
+      frontier="$frontier $pid"
+  done
+  while [ -n "${frontier// /}" ]; do
+    all="$all $frontier"
+    next=""
+    for pid in $frontier; do next="$next $(pgrep -P "$pid" | tr '\n' ' ')"; done
+    frontier=$next
+  done
+  # shellcheck disable=SC2086
+  [ -z "${all// /}" ] || kill -9 $all 2>/dev/null || true
+}
+
+stop_munge() {  # only a munged this script started (another on the machine is not ours)
+  [ -f "$MUNGE_FLAG" ] || return 0
+  local _
+  pkill -x munged 2>/dev/null || true
+  for _ in $(seq 1 20); do pgrep -x munged >/dev/null || break; sleep 0.5; done  # it saves its seed
+  pkill -9 -x munged 2>/dev/null || true
+  rm -f "$MUNGE_FLAG"
+}
+
+stop_daemons() {
+  cancel_jobs
   pkill -f "slurmd -f $CONF" 2>/dev/null || true
   pkill -f "slurmctld -f $CONF" 2>/dev/null || true
   wait_gone "slurmd -f $CONF" 4
   wait_gone "slurmctld -f $CONF"
+  kill_steps
+  stop_munge
+}
+
+stop_two_node() {
+  stop_daemons
   local i
   for i in 1 2; do
     ip link del "gtsp$i" 2>/dev/null || true  # not every kernel removes a veth with its peer's namespace
@@ -207,6 +253,7 @@ start_munge() {
   chown -R munge:munge /run/munge /var/log/munge /var/lib/munge /etc/munge 2>/dev/null || true
   chmod 0400 /etc/munge/munge.key
   runuser -u munge -- munged 2>/dev/null || munged --force
+  touch "$MUNGE_FLAG"  # stop ends it
 }
 
 start() {
@@ -231,10 +278,7 @@ start() {
 }
 
 stop() {
-  pkill -f "slurmd -f $CONF" 2>/dev/null || true
-  pkill -f "slurmctld -f $CONF" 2>/dev/null || true
-  wait_gone "slurmd -f $CONF" 4
-  wait_gone "slurmctld -f $CONF"
+  stop_daemons
 }
 
 case "$cmd" in

@@ -24,9 +24,33 @@ os.environ.setdefault("OUTDATED_IGNORE", "1")
 os.environ.setdefault(
     "GNNTRAIN_KERNEL_CACHE_DIR", tempfile.mkdtemp(prefix="gnntrain-test-kernels-")
 )
+from process_leftovers import end_leftovers, mark_session  # noqa: E402
+
 from gnntrain.data.loaders import silence_ogb_version_check  # noqa: E402
 
+LEFTOVER_TOKEN = pytest.StashKey[str]()
+
 silence_ogb_version_check()  # OGB's import would otherwise ask PyPI for a newer version
+
+
+def pytest_sessionstart(session):
+    session.config.stash[LEFTOVER_TOKEN] = mark_session()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the session if a process it started is still running (tests/process_leftovers.py)."""
+    token = session.config.stash.get(LEFTOVER_TOKEN, None)
+    found = end_leftovers(token) if token else {}
+    if found:
+        listing = "\n".join(f"  pid {pid}: {command[:200]}" for pid, command in found.items())
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        text = f"{len(found)} process(es) started by the tests outlived them (now killed):"
+        if reporter is not None:
+            reporter.write_sep("=", "leftover processes", red=True)
+            reporter.write_line(f"{text}\n{listing}")
+        else:
+            print(f"{text}\n{listing}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config, items):

@@ -32,7 +32,7 @@ def slurm_env():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     conf = re.search(r"SLURM_CONF=(\S+)", proc.stdout).group(1)
     yield {"SLURM_CONF": conf}
-    subprocess.run(["bash", str(ROOT / "scripts" / "slurm-local.sh"), "stop"], timeout=60)
+    subprocess.run(["bash", str(ROOT / "scripts" / "slurm-local.sh"), "stop"], timeout=120)
 
 
 def _job_state(env, job_id: str, settle_s: float = 60) -> str:

@@ -34,6 +34,7 @@ from gnntrain.launch.forkserver import (
     start_method,
     user_main_hidden,
 )
+from gnntrain.launch.output_relay import rank_output
 from gnntrain.launch.rank import _spawned_rank, rank_main, threads_here
 from gnntrain.launch.rank_identity import RankIdentity, external_identity
 from gnntrain.metrics import failed_summary, write_json_atomic
@@ -221,8 +222,10 @@ def _spawn_and_watch(
 
     # children get the thread limit at start; the launcher's own environment is left as it was
     # a rank's parent is the fork server
-    environment = dict(
-        os.environ, OMP_NUM_THREADS=_omp_threads(plan), GNNTRAIN_LAUNCHER_PID=str(os.getpid())
+    # under a Jupyter kernel the ranks' output is relayed through the running cell's streams
+    output = rank_output()
+    environment = output.environment(
+        dict(os.environ, OMP_NUM_THREADS=_omp_threads(plan), GNNTRAIN_LAUNCHER_PID=str(os.getpid()))
     )
     args = (plan, source, environment, str(run_dir), "127.0.0.1", port, partition, preprocess_s)
     start_fork_server(environment["OMP_NUM_THREADS"])  # a no-op where run_training started it
@@ -248,8 +251,8 @@ def _spawn_and_watch(
 
     previous = {s: signal.signal(s, pass_on) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while not context.join(timeout=0.5):
-            pass
+        while not context.join(timeout=output.poll_s):
+            output.pump()
         return received[0] if received else None
     except KeyboardInterrupt:
         raise Interrupted(signal.Signals(received[0]).name if received else "SIGINT", 0) from None
@@ -270,6 +273,7 @@ def _spawn_and_watch(
             proc.join(timeout=5)
             if proc.is_alive():
                 proc.kill()
+        output.close()
 
 
 def _signal_text(exc) -> str:

@@ -200,7 +200,10 @@ def _spawned_rank(rank: int, plan, source, environment: Dict[str, str], *args) -
     # start
     os.environ.clear()
     os.environ.update(environment)
+    from gnntrain.launch.output_relay import redirect_rank_output
     from gnntrain.logs import setup_logging
+
+    redirect_rank_output(rank)  # a launcher in a notebook relays it (launch.output_relay)
 
     # a fresh interpreter: rank 0 logs info, the others warnings and errors only
     setup_logging(rank)
