@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from conftest import EXACT, GRAPHS, assert_exact, requires_shared, single_losses
 
+from gnntrain.modes import MODE_REGISTRY
+
 # The layout matrix runs on the torch-native kernel (EXACT): each spawned rank then skips DGL's ~4 s
 # import. test_kernels.py shows both kernels agree; test_default_dgl_kernel_is_exact covers DGL end
 # to end. (comm, p, c) for every valid combination of comm in {oblivious, sparse}, p in {2,3,4}, c
@@ -104,21 +106,19 @@ def test_dropout_masks_match_across_layouts(train):
     assert_exact(s["losses"], ref)
 
 
+# every exact layout of every registered mode (Capabilities.exact_layouts), read from the registry
 LAYER_NORM_RUNS = [
-    ("partition", 2, []),
-    ("partition", 4, ["mode.replication=2"]),
-    ("supergcn", 3, ["mode.bits=32"]),
-    ("mop", 2, []),
-    ("mop", 4, ["mode.pipeline_chunks=3"]),
-    ("hongtu", 2, ["mode.chunks=3"]),
+    (name, layout)
+    for name, spec in sorted(MODE_REGISTRY.items())
+    for layout in spec.capabilities.exact_layouts
 ]
 
 
 @pytest.mark.parametrize("graph", ["csbm", pytest.param("cora", marks=requires_shared)])
 @pytest.mark.parametrize(
-    "mode,p,extra", LAYER_NORM_RUNS, ids=[f"{m}-p{p}" for m, p, _ in LAYER_NORM_RUNS]
+    "mode,layout", LAYER_NORM_RUNS, ids=[f"{m}-p{layout.ranks}" for m, layout in LAYER_NORM_RUNS]
 )
-def test_layer_norm_is_exact_in_every_mode(train, graph, mode, p, extra):
+def test_layer_norm_is_exact_in_every_mode(train, graph, mode, layout):
     """model.norm=layer (SuperGCN's Table 3 model: SAGE with LayerNorm) normalises each row on its
     own, so every exact layout still gives single's losses; its parameters are in the gradient
     all-reduce."""
@@ -127,7 +127,7 @@ def test_layer_norm_is_exact_in_every_mode(train, graph, mode, p, extra):
     assert not np.allclose(
         ref, single_losses(train, GRAPHS[graph] + EXACT + ["model=sage", "model.layers=3"])
     )
-    s = train(norm + [f"mode={mode}", f"hardware.ranks_per_node={p}"] + extra)
+    s = train(norm + [f"mode={mode}"] + layout.overrides())
     assert_exact(s["losses"], ref)
 
 

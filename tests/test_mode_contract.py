@@ -176,3 +176,14 @@ def test_a_mode_hands_the_printers_values_not_formatted_text(mode, cache_dir):
             data, part, _ = _load_and_partition(cfg, plan)
             found += phrases(build_mode(cfg).graph_report(data, part, plan) or {}, "graph report")
         assert not found, found
+
+
+@pytest.mark.parametrize("mode", sorted(MODE_REGISTRY))
+def test_every_layout_a_mode_calls_exact_plans_as_exact(mode):
+    """A layout in ``Capabilities.exact_layouts`` (which test_exactness's layer-norm check runs)
+    plans to a world of its size that the planner says is exact."""
+    from gnntrain.plan import build_plan, plan_mode
+
+    for layout in MODE_REGISTRY[mode].capabilities.exact_layouts:
+        plan = build_plan(compose(RUN + [f"mode={mode}"] + layout.overrides()))
+        assert plan.world_size == layout.ranks and plan_mode(plan).is_exact(), layout

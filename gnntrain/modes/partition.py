@@ -36,7 +36,7 @@ from gnntrain.modes.halo import build_halo_plan, group_all_reduce, halo_exchange
 from gnntrain.modes.row_edges import row_edges, transposed_rows
 from gnntrain.modes.saved_tier import DiskTierConfig, SavedTierPlanner
 from gnntrain.modes.single import graph_tensors
-from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
+from gnntrain.modes.spec import Capabilities, Layout, ModeSpec, register_mode
 from gnntrain.partition.store import store_record
 from gnntrain.plan_types import KNOWN_HALO, MemoryEstimate, RunSettings
 from gnntrain.sizing import DTYPE_BYTES, estimate_memory, halo_rows, with_measured_halo
@@ -469,6 +469,7 @@ PARTITION = register_mode(
                 {"comm": "cagnet"},
                 {"comm": "sparse", "replication": 2},
             ),
+            exact_layouts=(Layout(2), Layout(4, (("replication", 2),))),
         ),
     )
 )

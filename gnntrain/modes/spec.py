@@ -21,7 +21,7 @@ A new mode is one module that calls :func:`register_mode` with its spec, plus on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Tuple, Type
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple, Type
 
 from gnntrain.config.schema import ModeConfig
 from gnntrain.registry import Registry
@@ -31,6 +31,20 @@ if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.modes.base import ModePlanner, Prepared, RankShard
     from gnntrain.modes.strategy import RankStrategy
     from gnntrain.plan_types import RunSettings
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way a mode's options lay it out over ranks: ``ranks`` and the option overrides."""
+
+    ranks: int
+    options: Tuple[Tuple[str, Any], ...] = ()
+
+    def overrides(self) -> List[str]:
+        """As ``mode.<option>=<value>`` overrides, with ``hardware.ranks_per_node`` first."""
+        return [f"hardware.ranks_per_node={self.ranks}"] + [
+            f"mode.{key}={value}" for key, value in self.options
+        ]
 
 
 @dataclass(frozen=True)
@@ -60,6 +74,9 @@ class Capabilities:
     tasks: Tuple[str, ...] = ()
     tasks_rule: str = ""
     auto_variants: Tuple[Mapping[str, Any], ...] = ({},)  # mode=auto's option overrides to try
+    # the distinct layouts that reproduce mode=single exactly (1D and 1.5D, a pipeline, chunks): a
+    # property every exact layout must keep (test_exactness's layer norm) is checked in each
+    exact_layouts: Tuple[Layout, ...] = ()
 
     def refuses(self, family: "ModelFamily") -> Optional[str]:
         """Why a mode with these capabilities cannot host ``family`` (one line for the plan), or

@@ -20,7 +20,7 @@ from gnntrain.modes.hongtu.strategy import HongTuStrategy
 from gnntrain.modes.hongtu.tiers import DISK, assign_tiers, check_free_space, disk_bytes_needed
 from gnntrain.modes.row_edges import row_edges
 from gnntrain.modes.saved_tier import disk_tier_folder
-from gnntrain.modes.spec import Capabilities
+from gnntrain.modes.spec import Capabilities, Layout
 from gnntrain.partition.chunks import ChunkLayout
 from gnntrain.plan_types import MemoryEstimate
 from gnntrain.sizing import estimate_memory, format_bytes, host_memory_bytes
@@ -308,4 +308,5 @@ CAPABILITIES = Capabilities(
     parts_from_csr=True,
     min_world_size=1,
     auto_variants=({"dedup": "p2p+reuse"}, {"dedup": "none"}),
+    exact_layouts=(Layout(2, (("chunks", 3),)),),
 )

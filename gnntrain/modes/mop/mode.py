@@ -31,7 +31,7 @@ from gnntrain.modes.mop.pipeline import (
 from gnntrain.modes.row_edges import row_edges
 from gnntrain.modes.saved_tier import DiskTierConfig, SavedTierPlanner
 from gnntrain.modes.single import graph_tensors
-from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
+from gnntrain.modes.spec import Capabilities, Layout, ModeSpec, register_mode
 from gnntrain.partition.store import store_record
 from gnntrain.plan_types import MemoryEstimate, RunSettings
 from gnntrain.sizing import EDGE_BYTES, HALO_FACTOR, estimate_memory
@@ -430,7 +430,8 @@ MOP = register_mode(
         capabilities=Capabilities(
             models_rule="MoP splits aggregation by feature columns, which only works for "
             "element-wise aggregation; "
-            "attention (GAT) needs whole rows."
+            "attention (GAT) needs whole rows.",
+            exact_layouts=(Layout(2), Layout(4, (("pipeline_chunks", 3),))),
         ),
     )
 )

@@ -51,7 +51,7 @@ from gnntrain.modes.cost import Work
 from gnntrain.modes.row_edges import row_edges
 from gnntrain.modes.saved_tier import SavedTierPlanner
 from gnntrain.modes.single import graph_tensors
-from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
+from gnntrain.modes.spec import Capabilities, Layout, ModeSpec, register_mode
 from gnntrain.modes.supergcn.config import BITS, SuperGCNConfig, row_bytes
 from gnntrain.modes.supergcn.prepare import prepare
 from gnntrain.modes.supergcn.strategy import SuperGCNStrategy
@@ -239,6 +239,7 @@ SUPERGCN = register_mode(
                 {"aggregation": "hybrid", "bits": 8},
                 {"aggregation": "hybrid", "bits": 2},
             ),
+            exact_layouts=(Layout(3, (("bits", 32),)),),
         ),
     )
 )
