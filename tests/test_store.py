@@ -93,9 +93,9 @@ def test_no_pickle_and_a_rank_reads_only_its_part(tmp_path):
     for rank, files in enumerate(meta["parts"]):
         assert all(f.startswith((f"part{rank}/", "shared/")) for f in files)
         assert f"part{rank}/features.npy" in files
-    from gnntrain.launch.launcher import _shard_source
+    from gnntrain.launch.shards import shard_source
 
-    source, partition, _ = _shard_source(plan)  # what the local launcher hands its spawned ranks
+    source, partition, _ = shard_source(plan)  # what the local launcher hands its spawned ranks
     assert source.shards is None and source.store == str(directory) == partition["store"]
     sizes = meta["bytes_per_part"]
     total = sum(p.stat().st_size for p in directory.rglob("*.npy"))

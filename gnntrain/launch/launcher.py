@@ -46,13 +46,6 @@ def find_free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def prepare(plan, ranks=None):
-    """Every rank's shard (or ``ranks``'), prepared in this process from the loaded graph."""
-    from gnntrain.launch.shards import prepare_in_memory
-
-    return prepare_in_memory(plan, ranks)
-
-
 def check_resume(plan, run_dir: Path) -> None:
     """Before any rank starts: a resume source must hold a valid checkpoint of this very plan."""
     from gnntrain.checkpoint import (
@@ -112,12 +105,14 @@ def run_training(plan, run_dir: Path, preflighted: bool = False) -> Dict[str, An
     try:
         if plan.world_size > 1:
             start_fork_server(_omp_threads(plan))
-        source, partition, preprocess_s = _shard_source(plan)
+        from gnntrain.launch.shards import shard_source
+
+        source, partition, preprocess_s = shard_source(plan)
         if plan.world_size == 1:
             summary = rank_main(
                 0,
                 plan,
-                source.shards[0],
+                source.shard(plan, 0)[0],
                 str(run_dir),
                 "127.0.0.1",
                 0,
@@ -187,26 +182,6 @@ def interrupted_summary(plan, signal_name: str, run_dir: Path) -> Dict[str, Any]
         "epochs": plan.epochs,
     }
     return summary
-
-
-def _shard_source(plan):
-    """(what the ranks open, the partition figures, preprocessing seconds). Store modes: the store
-    is built (or reused) here and the ranks get its path, so neither this process nor a rank holds
-    more than its part while training; other modes prepare every shard here."""
-    from gnntrain.launch.shards import ShardSource, ensure_store, uses_store
-
-    if uses_store(plan):
-        directory, meta, build_s = ensure_store(plan)
-        partition = dict(
-            meta["partition"],
-            store=str(directory),
-            store_bytes_per_part=meta["bytes_per_part"],
-            store_hit=build_s == 0.0,
-        )
-        # 0 s of preprocessing when reused
-        return (ShardSource(store=str(directory)), partition, build_s)
-    prepared = prepare(plan)
-    return ShardSource(shards=prepared.shards), prepared.partition, prepared.preprocess_s
 
 
 def _omp_threads(plan) -> str:
@@ -290,6 +265,8 @@ def _describe_failure(rank: int, message: str) -> str:
 
 
 def _run_external(plan, run_dir: Path, identity: RankIdentity) -> Dict[str, Any]:
+    from gnntrain.launch.shards import shard_source
+
     if plan.world_size == 1:
         # a one-process plan (mode=single) inside a multi-task allocation: task 0 runs it alone
         if identity.rank != 0:
@@ -298,16 +275,9 @@ def _run_external(plan, run_dir: Path, identity: RankIdentity) -> Dict[str, Any]
                 "rank": identity.rank,
                 "note": "idle: the plan needs one process",
             }
-        prepared = prepare(plan)
+        source, partition, preprocess_s = shard_source(plan, rank=0)
         return rank_main(
-            0,
-            plan,
-            prepared.shards[0],
-            str(run_dir),
-            "127.0.0.1",
-            0,
-            prepared.partition,
-            prepared.preprocess_s,
+            0, plan, source.shard(plan, 0)[0], str(run_dir), "127.0.0.1", 0, partition, preprocess_s
         )
     if identity.world_size != plan.world_size:
         error = (
@@ -319,18 +289,9 @@ def _run_external(plan, run_dir: Path, identity: RankIdentity) -> Dict[str, Any]
             write_json_atomic(run_dir / "summary.json", failed_summary(plan, error))
         raise RankFailure(error)
     try:
-        from gnntrain.launch.shards import open_rank_shard, uses_store
-
         # the first rank builds the store under its lock; all open their own part
-        if uses_store(plan):
-            shard, partition, preprocess_s = open_rank_shard(plan, identity.rank)
-        else:
-            prepared = prepare(plan, ranks=[identity.rank])
-            shard, partition, preprocess_s = (
-                prepared.shards[0],
-                prepared.partition,
-                prepared.preprocess_s,
-            )
+        source, partition, preprocess_s = shard_source(plan, rank=identity.rank)
+        shard, _ = source.shard(plan, identity.rank)
         summary = rank_main(
             identity.rank,
             plan,

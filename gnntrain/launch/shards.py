@@ -339,10 +339,37 @@ def open_shard(plan, directory: Path, rank: int) -> Tuple[RankShard, Dict[str, A
 class ShardSource:
     """What a spawned rank gets: its shard, or where to open it (a path, never the graph)."""
 
-    shards: Optional[List[RankShard]] = None  # modes that need the whole graph in their ranks
+    # {rank: shard} prepared in memory (modes that need the whole graph in their ranks, one rank)
+    shards: Optional[Dict[int, RankShard]] = None
     store: Optional[str] = None
 
     def shard(self, plan, rank: int) -> Tuple[RankShard, Optional[Dict[str, Any]]]:
         if self.shards is not None:
             return self.shards[rank], None
         return open_shard(plan, Path(self.store), rank)
+
+
+def shard_source(plan, rank: Optional[int] = None) -> Tuple[ShardSource, Dict[str, Any], float]:
+    """(what the ranks open, the partition figures, preprocessing seconds): the one place that
+    chooses between the partition store and preparing in this process.
+
+    Store modes (:func:`uses_store`): the launcher (``rank`` None) builds or reuses the store, so
+    neither it nor a rank holds more than its part while training; an externally launched rank
+    (``rank`` given) opens its own part, building the store first under its lock. Other modes
+    prepare every rank's shard here, or ``rank``'s alone."""
+    if uses_store(plan) and rank is None:
+        directory, meta, build_s = ensure_store(plan)
+        partition = dict(
+            meta["partition"],
+            store=str(directory),
+            store_bytes_per_part=meta["bytes_per_part"],
+            store_hit=build_s == 0.0,
+        )
+        return ShardSource(store=str(directory)), partition, build_s  # 0 s when reused
+    if uses_store(plan):
+        shard, partition, seconds = open_rank_shard(plan, rank)
+        return ShardSource(shards={rank: shard}), partition, seconds
+    ranks = None if rank is None else [rank]
+    prepared = prepare_in_memory(plan, ranks)
+    shards = dict(zip(ranks or range(plan.world_size), prepared.shards))
+    return ShardSource(shards=shards), prepared.partition, prepared.preprocess_s
