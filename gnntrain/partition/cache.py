@@ -17,7 +17,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 
-from gnntrain.atomic import atomic_write_bytes
+from gnntrain.atomic import atomic_write_bytes, on_disk_full
 
 ARRAYS = ("parts", "perm", "inverse", "offsets")
 
@@ -82,7 +82,14 @@ class PartitionCache:
             meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
             **{name: arrays[name] for name in self.arrays},
         )
-        path = atomic_write_bytes(self.path(key), buffer.getvalue())
+        from gnntrain.partition.store import CACHE_FULL_FIX
+
+        data = buffer.getvalue()
+        path = self.path(key)
+        with on_disk_full(
+            self.root, f"the partition cache entry {path.name}", len(data), CACHE_FULL_FIX
+        ):
+            atomic_write_bytes(path, data)
         return path
 
     def metrics_path(self, key: str) -> Path:
@@ -91,7 +98,13 @@ class PartitionCache:
     def store_metrics(self, key: str, metrics: Dict[str, object]) -> None:
         """The partitioning's volumes beside its entry, so a plan can read them before loading the
         graph (``partition.known_metrics``)."""
-        atomic_write_bytes(self.metrics_path(key), json.dumps(metrics, sort_keys=True).encode())
+        from gnntrain.partition.store import CACHE_FULL_FIX
+
+        data, path = json.dumps(metrics, sort_keys=True).encode(), self.metrics_path(key)
+        with on_disk_full(
+            self.root, f"the partition cache entry {path.name}", len(data), CACHE_FULL_FIX
+        ):
+            atomic_write_bytes(path, data)
 
     def metrics(self, key: str) -> Optional[Dict[str, object]]:
         """The stored volumes of entry ``key``, or None (none stored, or the entry is gone)."""

@@ -24,8 +24,16 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from gnntrain.artifact import ArtifactError, describe_files, verify_files
-from gnntrain.atomic import atomic_write_bytes, file_lock
-from gnntrain.partition.store import FORMAT_VERSION, StoreError, _decode, _Writer, read_meta
+from gnntrain.atomic import atomic_write_bytes, file_lock, on_disk_full
+from gnntrain.partition.store import (
+    CACHE_FULL_FIX,
+    FORMAT_VERSION,
+    StoreError,
+    _decode,
+    _Writer,
+    parts_bytes,
+    read_meta,
+)
 
 PART_META = "part.json"
 
@@ -56,23 +64,31 @@ def write_part(
     directory.mkdir(parents=True, exist_ok=True)
     staging = directory / f".part{rank}.tmp{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    writer = _Writer(staging, {})
     part_dir = f"part{rank}"
-    tree = {k: writer.encode(v, k, part_dir, {}) for k, v in fields.items()}
-    (staging / part_dir).mkdir(parents=True, exist_ok=True)
-    (staging / part_dir / "tree.json").write_text(json.dumps(tree))
-    writer.files[f"{part_dir}/tree.json"] = {}
-    record = dict(
-        figures,
-        format_version=FORMAT_VERSION,
-        rank=rank,
-        built_at=time.time(),
-        built_by=f"{socket.gethostname()}:{os.getpid()}",
-        files=describe_files(staging, writer.files),
-    )
-    atomic_write_bytes(
-        staging / part_dir / PART_META, json.dumps(record, sort_keys=True, default=str).encode()
-    )
+    with on_disk_full(
+        directory.parent,
+        f"part {rank} of the partition store {directory.name}",
+        lambda: parts_bytes([fields], {}, first=rank),
+        CACHE_FULL_FIX,
+    ):
+        try:
+            writer = _Writer(staging, {})
+            writer.encode_part(rank, fields, {})
+            record = dict(
+                figures,
+                format_version=FORMAT_VERSION,
+                rank=rank,
+                built_at=time.time(),
+                built_by=f"{socket.gethostname()}:{os.getpid()}",
+                files=describe_files(staging, writer.files),
+            )
+            atomic_write_bytes(
+                staging / part_dir / PART_META,
+                json.dumps(record, sort_keys=True, default=str).encode(),
+            )
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     final = directory / part_dir
     if final.exists():  # a corrupt part being replaced
         shutil.rmtree(final, ignore_errors=True)
