@@ -235,9 +235,17 @@ class Checkpointer:
         sidecar = path.with_suffix(".pt.sha1")
         try:
             data = path.read_bytes()
-            expected = sidecar.read_text().strip()
         except OSError as exc:
-            warnings.warn(f"skipping checkpoint {path}: {exc}", stacklevel=2)
+            warnings.warn(f"skipping checkpoint {path}: {exc.strerror or exc}", stacklevel=2)
+            return None
+        try:
+            expected = sidecar.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            warnings.warn(
+                f"skipping checkpoint {path}: its checksum file {sidecar.name} is missing or "
+                "unreadable",
+                stacklevel=2,
+            )
             return None
         if hashlib.sha1(data).hexdigest() != expected:
             warnings.warn(

@@ -65,9 +65,16 @@ def check_resume(plan, run_dir: Path) -> None:
     if not resume_requested(cfg):
         return
     directory = checkpoint_dir(plan.config_obj, run_dir)
-    state = make_checkpointer(
-        plan.config_obj, directory, plan.plan_hash
-    ).load_latest()  # refuses another plan's
+    checkpointer = make_checkpointer(plan.config_obj, directory, plan.plan_hash)
+    state = checkpointer.load_latest()  # refuses another plan's
+    skipped = len(checkpointer.candidates()) if state is None else 0
+    if skipped:  # every one failed its checksum or its load (warned above): never from scratch
+        option = f"resume={cfg['resume']}" if cfg.get("resume") else "train.resume=true"
+        raise CheckpointError(
+            f"{option}: none of the {skipped} checkpoint(s) in {directory} is valid (each failed "
+            "its checksum or its load). Fix: restore a checkpoint there, or train from epoch 1 in "
+            "a new run directory."
+        )
     if state is None and cfg.get("resume"):
         raise CheckpointError(
             f"resume={cfg['resume']}: no valid checkpoint in {directory}. Point resume= at a "

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from gnntrain.artifact import ArtifactError, describe_files, publish, verify_files
+from gnntrain.artifact import ArtifactError, describe_files, publish, read_sealed_json, verify_files
 from gnntrain.atomic import file_lock, on_disk_full
 from gnntrain.partition.chunks import ChunkLayout
 from gnntrain.registry import Registry
@@ -285,21 +285,30 @@ def _shared_refs(tree) -> List[str]:
 
 
 # ------------------------------------------------------------------ reading
-def read_meta(directory: Path) -> Optional[Dict[str, Any]]:
-    """The store's meta.json, or None when the store is missing, incomplete or of another format."""
+def read_meta(directory: Path, warn: bool = True) -> Optional[Dict[str, Any]]:
+    """The store's meta.json, or None when the store is missing, incomplete, corrupt (with a
+    warning, unless ``warn`` is off: it is rebuilt) or of another format."""
     path = Path(directory) / "meta.json"
     try:
-        meta = json.loads(path.read_text())
-        if not isinstance(meta, dict):
-            raise ValueError("not a JSON object")
+        meta = read_sealed_json(path)
     except OSError:
         return None
-    except ValueError as exc:
-        warnings.warn(
-            f"partition store {path} is corrupt ({exc}); rebuilding the store", stacklevel=2
-        )
+    except ArtifactError as exc:
+        if warn:
+            warnings.warn(
+                f"partition store {path} is corrupt ({exc.why}); rebuilding the store", stacklevel=2
+            )
         return None
     return meta if meta.get("format_version") == FORMAT_VERSION else None
+
+
+def _meta_or_warn(directory: Path, warn: Callable[[str], None]) -> Optional[Dict[str, Any]]:
+    """read_meta of a whole store, saying so where its folder is there without its meta.json (a
+    store is renamed into place with it: the file was deleted)."""
+    meta = read_meta(directory)
+    if meta is None and Path(directory).is_dir() and not (Path(directory) / "meta.json").exists():
+        warn(f"partition store {directory} has no meta.json (deleted?); rebuilding the store")
+    return meta
 
 
 def verify_part(directory: Path, meta: Dict[str, Any], rank: int) -> None:
@@ -369,11 +378,11 @@ def ensure_store(directory: Path, build: Callable[[], tuple]) -> Dict[str, Any]:
     """The store's meta, building it under its lock when it is missing or incomplete (the local
     launcher's way: its ranks then open and check their own parts)."""
     directory = Path(directory)
-    meta = read_meta(directory)
+    meta = _meta_or_warn(directory, lambda message: warnings.warn(message, stacklevel=3))
     if meta is not None:
         return meta
     with file_lock(directory.with_name(f".{directory.name}.lock")):
-        meta = read_meta(directory)
+        meta = read_meta(directory, warn=False)  # said above
         if meta is None:
             parts, figures = build()
             write_store(directory, parts, figures, built_at=time.time())
@@ -393,7 +402,7 @@ def open_or_build(
     whatever the number of ranks and jobs) and then opened."""
     directory = Path(directory)
     corrupt, corrupt_build = False, None
-    meta = read_meta(directory)
+    meta = _meta_or_warn(directory, warn)
     if meta is not None:
         try:
             return open_part(directory, rank, meta, verify), meta
@@ -401,7 +410,7 @@ def open_or_build(
             warn(f"partition store {directory}: {exc}; rebuilding it")
             corrupt, corrupt_build = True, meta.get("built_at")
     with file_lock(directory.with_name(f".{directory.name}.lock")):
-        meta = read_meta(directory)
+        meta = read_meta(directory, warn=False)  # said above
         # not rebuilt meanwhile
         if meta is None or (corrupt and meta.get("built_at") == corrupt_build):
             parts, figures = build()
