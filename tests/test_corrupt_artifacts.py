@@ -16,6 +16,7 @@ where it is a cache, rebuilt with a one-line warning; never silently used.
 | kernels.json                     | kernel=auto                   | measured again, a warning     |
 | plan.yaml                        | gnntrain predict              | refused: gnntrain plan again  |
 | model.pt, model.yaml             | predict, api.load_model       | refused: train/resume again   |
+| the native kernel's spmm-*.so    | kernel=native                 | compiled again, a warning     |
 
 A deleted file is what it says: a missing cache is built (no warning: nothing was damaged), a
 missing run file is named by its reader.
@@ -415,3 +416,64 @@ def test_a_corrupt_kernel_cache_is_measured_again_with_a_warning(tmp_path, monke
     )
     assert len(timed) == 2 * measured  # measured again, and kept again
     assert kernel_choice._read_cache(cache) and choose() == first and len(timed) == 2 * measured
+
+
+# ---------------------------------------------------------------- the native kernel's build
+@pytest.fixture(scope="module")
+def native_build(tmp_path_factory) -> Path:
+    """The C kernel compiled once into a folder of its own (its .so and the BLAKE2b beside it)."""
+    import os
+
+    from gnntrain.models import _native_c
+
+    folder = tmp_path_factory.mktemp("native")
+    previous = os.environ.get("GNNTRAIN_NATIVE_CACHE_DIR")
+    os.environ["GNNTRAIN_NATIVE_CACHE_DIR"] = str(folder)
+    _native_c.load.cache_clear()
+    try:
+        _native_c.load()
+    except _native_c.NativeBuildError as exc:
+        pytest.skip(f"the C kernel does not build here: {exc}")
+    finally:
+        _native_c.load.cache_clear()
+        if previous is None:
+            os.environ.pop("GNNTRAIN_NATIVE_CACHE_DIR")
+        else:
+            os.environ["GNNTRAIN_NATIVE_CACHE_DIR"] = previous
+    return folder
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_corrupt_native_kernel_build_is_compiled_again_with_a_warning(
+    native_build, tmp_path, monkeypatch, how
+):
+    """Before: a bit flipped in the cached shared object was loaded (it could compute wrong sums
+    or crash). The compiler is stood in for by a copy of the sound build."""
+    import subprocess
+
+    from gnntrain.models import _native_c
+
+    folder = copy(native_build, tmp_path)
+    (library,) = folder.glob("spmm-*.so")
+    sound = library.read_bytes()
+    compiles = []
+
+    def compile_(args, *a, **kw):
+        compiles.append(args)
+        Path(args[args.index("-o") + 1]).write_bytes(sound)
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    cc = _native_c.compiler()
+    version = _native_c._compiler_version(cc)  # as load() asks, before it builds
+    monkeypatch.setenv("GNNTRAIN_NATIVE_CACHE_DIR", str(folder))
+    monkeypatch.setattr(_native_c.subprocess, "run", compile_)
+    corrupt(library, how)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        path = _native_c._build(cc, version)  # what load() runs
+    why = {"truncate": "does not match its checksum", "bitflip": "does not match its checksum"}
+    expected = (
+        [f"native kernel cache {library} {why[how]}; compiling it again"] if how in why else []
+    )
+    assert [str(w.message) for w in seen] == expected
+    assert path == library and library.read_bytes() == sound and len(compiles) == 1
