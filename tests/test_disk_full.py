@@ -78,13 +78,12 @@ def assert_intact(checkpoints: Path, epochs: List[int]) -> None:
 def reference(tmp_path_factory) -> Dict[str, object]:
     """The uninterrupted 2-rank partition run every scenario here ends equal to."""
     root = tmp_path_factory.mktemp("disk-full-reference")
-    proc = run_cli(
-        ["run", f"hydra.run.dir={root}/run", f"cache_dir={root}/cache"] + BASE + EPOCHS, cwd=root
+    summary = run_training(
+        build_plan(compose(BASE + EPOCHS + [f"cache_dir={root}/cache"])), root / "run"
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     checkpoints = root / "run" / "checkpoints"
     return {
-        "losses": read_summary(root / "run")["losses"],
+        "losses": summary["losses"],
         "sizes": {e: (checkpoints / f"epoch_{e:06d}.pt").stat().st_size for e in (1, 2, 3)},
         "cache": root / "cache",
     }
@@ -108,10 +107,9 @@ def test_a_full_checkpoint_folder_stops_a_two_rank_run_with_one_line(tmp_path, r
         assert read_summary(run)["error"] == expected
         assert_intact(checkpoints, [1, 2])
         grow(checkpoints, 4 * room)
-        proc = run_cli(args + ["train.resume=true"], cwd=tmp_path)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "resumed after epoch 2" in proc.stdout, proc.stdout
-        assert read_summary(run)["losses"] == reference["losses"]
+        resume = BASE + EPOCHS + [f"cache_dir={reference['cache']}", "train.resume=true"]
+        summary = run_training(build_plan(compose(resume)), run)
+        assert summary["losses"] == reference["losses"] and summary["resume"]["from_epoch"] == 2
         assert_intact(checkpoints, [1, 2, 3, 4])
 
 
