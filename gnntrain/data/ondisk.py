@@ -2,7 +2,8 @@
 
 One folder per graph::
 
-    meta.json         format, sizes, dtypes, per-array byte sizes, the content digest
+    meta.json         format, sizes, dtypes, each file's size, mtime and BLAKE2b, the content
+                      digest, and its own checksum (gnntrain.artifact.sealed_json)
     indptr.npy        int64 (N+1): CSR by destination,
                       row v's in-neighbours are indices[indptr[v]:indptr[v+1]]
     indices.npy       int32 where N < 2^31, else int64:
