@@ -1,6 +1,8 @@
 """Checksummed on-disk artifacts: a folder of files and a ``meta.json`` that lists each file's size,
 modification time and (optionally) BLAKE2b digest, published so that a reader who sees the meta sees
-every file, and verified lazily.
+every file, and verified lazily. The meta carries its own checksum too (:func:`sealed_json`), and a
+YAML file its checksum as its last line (:func:`sealed_text`): a truncated, bit-flipped or edited
+file is found by its reader, never used.
 
 The partition store (:mod:`gnntrain.partition.store`) and ingested graphs
 (:mod:`gnntrain.data.ondisk`) are such folders. A file is checked by size on every open and by
@@ -17,15 +19,91 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Callable, Dict, Iterable, Optional, Union
 
 from gnntrain.atomic import atomic_write_bytes
 
 META = "meta.json"
+CHECKSUM = "checksum"  # a JSON file's own BLAKE2b, over every other key (sealed_json)
+SEAL = "# checksum: "  # the last line of a sealed YAML file, its BLAKE2b over the lines above
 
 
 class ArtifactError(RuntimeError):
-    """A file of an artifact that is missing, of the wrong size, or does not match its digest."""
+    """A file of an artifact that is missing, of the wrong size, or does not match its digest:
+    ``"<path> <why>"`` (``path`` and ``why`` kept apart for messages that put them elsewhere)."""
+
+    def __init__(self, message: str, path: Optional[Path] = None, why: str = ""):
+        super().__init__(message)
+        self.path, self.why = path, why or message
+
+
+def _corrupt(path: Path, why: str) -> ArtifactError:
+    return ArtifactError(f"{path} {why}", Path(path), why)
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _json_digest(body: Dict[str, Any]) -> str:
+    return _digest(json.dumps(body, sort_keys=True).encode())
+
+
+def sealed_json(payload: Dict[str, Any], indent: Optional[int] = 1) -> bytes:
+    """``payload`` as a JSON object holding its own checksum (:data:`CHECKSUM`, over what a reader
+    parses: any change to a key or a value is found by :func:`read_sealed_json`)."""
+    body = {k: v for k, v in payload.items() if k != CHECKSUM}
+    body = json.loads(json.dumps(body, default=str))  # as a reader will parse it
+    return json.dumps(
+        {**body, CHECKSUM: _json_digest(body)}, indent=indent, sort_keys=True
+    ).encode()
+
+
+def read_sealed_json(
+    path: Path, required: Union[bool, Callable[[Dict[str, Any]], bool]] = True
+) -> Dict[str, Any]:
+    """The JSON object in ``path`` (without its checksum), checked against its checksum: an
+    :class:`ArtifactError` naming the file where it does not parse or does not match, or has none
+    where ``required`` (or ``required(the object)``: a format version that has one); OSError where
+    it cannot be read."""
+    path = Path(path)
+    try:
+        payload = json.loads(path.read_bytes().decode())
+    except ValueError:  # JSON or UTF-8
+        raise _corrupt(path, "is not valid JSON") from None
+    if not isinstance(payload, dict):
+        raise _corrupt(path, "is not a JSON object")
+    claimed = payload.pop(CHECKSUM, None)
+    if claimed is None and not (required(payload) if callable(required) else required):
+        return payload
+    if claimed is None:
+        raise _corrupt(path, "has no checksum")
+    if claimed != _json_digest(payload):
+        raise _corrupt(path, "does not match its checksum")
+    return payload
+
+
+def sealed_text(text: str) -> str:
+    """``text`` (YAML) with its checksum as a last comment line (:data:`SEAL`)."""
+    body = text if text.endswith("\n") else text + "\n"
+    return f"{body}{SEAL}{_digest(body.encode())}\n"
+
+
+def read_sealed_text(path: Path) -> str:
+    """The text of the sealed file ``path`` without its checksum line: an :class:`ArtifactError`
+    naming the file where the line is missing (truncated, or written unsealed) or does not match;
+    OSError where it cannot be read."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode()
+    except UnicodeDecodeError:
+        raise _corrupt(path, "is not text") from None
+    body, _, last = text.rstrip("\n").rpartition("\n")
+    if not last.startswith(SEAL):
+        raise _corrupt(path, "has no checksum line (truncated, or written by an older gnntrain)")
+    if _digest((body + "\n").encode()) != last[len(SEAL) :]:
+        raise _corrupt(path, "does not match its checksum")
+    return body + "\n"
 
 
 def file_digest(path: Path) -> str:
@@ -58,9 +136,7 @@ def publish(staging: Path, directory: Path, meta: Dict[str, Any], replace: bool 
     the new one is in place (only with ``replace``; else FileExistsError); folders moved aside by a
     publish that crashed are swept."""
     staging, directory = Path(staging), Path(directory)
-    atomic_write_bytes(
-        staging / META, json.dumps(meta, indent=1, sort_keys=True, default=str).encode()
-    )
+    atomic_write_bytes(staging / META, sealed_json(meta))
     old = None
     if directory.exists():
         if not replace:
@@ -91,10 +167,10 @@ def verify_files(
         entry = files.get(rel)
         stat = path.stat() if path.is_file() else None
         if entry is None or stat is None or stat.st_size != int(entry["bytes"]):
-            raise ArtifactError(f"{path} is missing or has the wrong size")
+            raise _corrupt(path, "is missing or has the wrong size")
         if (
             "digest" in entry
             and (full or stat.st_mtime_ns != entry.get("mtime_ns"))
             and file_digest(path) != entry["digest"]
         ):
-            raise ArtifactError(f"{path} does not match its checksum in {META}")
+            raise _corrupt(path, f"does not match its checksum in {META}")

@@ -1,16 +1,23 @@
 """Crash-safe file writes: temp file in the same folder, fsync, rename.
 
 A run killed mid-write leaves either the old file or the new one, never a
-half-written one (partition cache entries, checkpoints, summary.json); and the
-file lock that serialises processes building one shared cache entry."""
+half-written one (partition cache entries, checkpoints, summary.json); a write
+that fails (a full disk) leaves the old file and no temp file. Also the file lock
+that serialises processes building one shared cache entry, and
+:func:`on_disk_full`, which turns a full disk into one line naming the folder."""
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Union
+
+from gnntrain.errors import DiskFullError
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
@@ -50,3 +57,35 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def free_bytes(folder: Path) -> int:
+    """Bytes an unprivileged writer may still put into ``folder``'s file system (its nearest
+    existing ancestor's)."""
+    probe = Path(folder).expanduser()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    stat = os.statvfs(probe)
+    return int(stat.f_bavail * stat.f_frsize)
+
+
+@contextmanager
+def on_disk_full(
+    folder: Path, what: str, needed: Union[int, Callable[[], int]], fix: str
+) -> Iterator[None]:
+    """Turn an ENOSPC or EDQUOT raised in the block into a :class:`DiskFullError` naming ``folder``,
+    ``what`` was written, the bytes it ``needed`` (a number, or a function computing it) and the
+    bytes free once the block cleaned up; other errors pass through."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in DISK_FULL:
+            raise
+        raise DiskFullError(
+            str(folder),
+            what,
+            needed() if callable(needed) else needed,
+            free_bytes(folder),
+            fix,
+            quota=exc.errno == errno.EDQUOT,
+        ) from None

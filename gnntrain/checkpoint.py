@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from gnntrain.atomic import atomic_write_bytes
+from gnntrain.atomic import atomic_write_bytes, on_disk_full
 from gnntrain.errors import GnnTrainError
 
 # Settings a resume may change: applied from the resumed epoch on, printed as old -> new and
@@ -158,8 +158,20 @@ class Checkpointer:
         torch.save(payload, buffer)
         data = buffer.getvalue()
         path = self.path(epoch)
-        atomic_write_bytes(path, data)
-        atomic_write_bytes(path.with_suffix(".pt.sha1"), hashlib.sha1(data).hexdigest().encode())
+        newest = self.candidates()[:1]
+        kept = f" ({newest[0].name} is intact)" if newest and newest[0] != path else ""
+        sidecar = path.with_suffix(".pt.sha1")
+        fix = (
+            "free space there or keep fewer checkpoints (train.keep_checkpoints), then resume with "
+            f"train.resume=true{kept}."
+        )
+        with on_disk_full(self.directory, f"checkpoint {path.name}", len(data), fix):
+            atomic_write_bytes(path, data)
+            try:
+                atomic_write_bytes(sidecar, hashlib.sha1(data).hexdigest().encode())
+            except OSError:
+                path.unlink(missing_ok=True)  # never a checkpoint without its checksum
+                raise
         self.prune(keep_path=path)
         return path
 
@@ -223,9 +235,17 @@ class Checkpointer:
         sidecar = path.with_suffix(".pt.sha1")
         try:
             data = path.read_bytes()
-            expected = sidecar.read_text().strip()
         except OSError as exc:
-            warnings.warn(f"skipping checkpoint {path}: {exc}", stacklevel=2)
+            warnings.warn(f"skipping checkpoint {path}: {exc.strerror or exc}", stacklevel=2)
+            return None
+        try:
+            expected = sidecar.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            warnings.warn(
+                f"skipping checkpoint {path}: its checksum file {sidecar.name} is missing or "
+                "unreadable",
+                stacklevel=2,
+            )
             return None
         if hashlib.sha1(data).hexdigest() != expected:
             warnings.warn(

@@ -32,3 +32,24 @@ class Interrupted(GnnTrainError):
 
 class RankFailure(GnnTrainError):
     """A training rank raised, was killed or stopped answering."""
+
+
+class DiskFullError(GnnTrainError):
+    """A write that found its file system full (ENOSPC) or its quota spent (EDQUOT), said in one
+    line: the folder, what was written, the bytes it needed, the bytes free there and the fix."""
+
+    def __init__(
+        self, folder: str, what: str, needed: int, free: int, fix: str, quota: bool = False
+    ):
+        self.folder, self.what, self.needed, self.free, self.fix = (
+            str(folder),
+            what,
+            int(needed),
+            int(free),
+            fix,
+        )
+        reason = "disk quota exceeded" if quota else "no space left"
+        super().__init__(
+            f"{reason} in {folder}: {what} needs {int(needed)} bytes, {int(free)} are free there. "
+            f"Fix: {fix}"
+        )

@@ -241,6 +241,11 @@ class RunPlan:
         return d
 
     def write_yaml(self, path: Path) -> Path:
+        """plan.yaml, its checksum as its last line (``gnntrain predict`` reads the config back)."""
+        from gnntrain.artifact import sealed_text
+        from gnntrain.atomic import atomic_write_bytes
+
         path = Path(path)
-        path.write_text(OmegaConf.to_yaml(OmegaConf.create(self.to_dict())))
+        text = OmegaConf.to_yaml(OmegaConf.create(self.to_dict()))
+        atomic_write_bytes(path, sealed_text(text).encode())
         return path

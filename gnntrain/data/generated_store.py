@@ -14,7 +14,9 @@ from its CSR (:mod:`gnntrain.modes.row_edges`).
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
+from typing import Optional
 
 from gnntrain.data.locations import resolve_cache_dir
 
@@ -41,15 +43,35 @@ def generated_folder(cfg) -> Path:
 
 def load_generated_on_disk(cfg):
     """The generated dataset of ``cfg`` from its folder in the cache, written first (block by
-    block, under a lock) where it is missing."""
+    block, under a lock) where it is missing, or damaged (a cache: written again, with a
+    warning)."""
     from gnntrain.atomic import file_lock
     from gnntrain.data.ingest.generated import write_generated
-    from gnntrain.data.ondisk import is_graph_dir, load_graph_dir
+    from gnntrain.data.ondisk import load_graph_dir
 
     folder = generated_folder(cfg)
-    if not is_graph_dir(folder):
+    if _damage(folder) is not None:
         folder.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(folder.with_name(f".{folder.name}.lock")):
-            if not is_graph_dir(folder):
+            damage = _damage(folder)
+            if damage is not None:
+                if damage:
+                    warnings.warn(f"generated graph {damage}; generating it again", stacklevel=2)
                 write_generated(cfg.dataset, folder, overwrite=True)
     return load_graph_dir(folder, name=str(cfg.dataset.name))
+
+
+def _damage(folder: Path) -> Optional[str]:
+    """None where ``folder`` holds a sound graph; "" where it holds none; else what is damaged."""
+    from gnntrain.artifact import ArtifactError
+    from gnntrain.data.ondisk import META, check_graph_dir
+
+    if not (folder / META).exists():
+        return ""
+    try:
+        check_graph_dir(folder)
+    except ArtifactError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{folder / META} is unreadable ({exc})"
+    return None

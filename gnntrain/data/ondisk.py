@@ -2,7 +2,8 @@
 
 One folder per graph::
 
-    meta.json         format, sizes, dtypes, per-array byte sizes, the content digest
+    meta.json         format, sizes, dtypes, each file's size, mtime and BLAKE2b, the content
+                      digest, and its own checksum (gnntrain.artifact.sealed_json)
     indptr.npy        int64 (N+1): CSR by destination,
                       row v's in-neighbours are indices[indptr[v]:indptr[v+1]]
     indices.npy       int32 where N < 2^31, else int64:
@@ -52,7 +53,7 @@ import numpy as np
 from gnntrain.errors import DatasetError
 
 FORMAT = "gnntrain-graph"
-VERSION = 1
+VERSION = 2  # 2: meta.json holds every file's BLAKE2b and its own checksum (1: sizes only)
 META = "meta.json"
 MASKS = ("train_mask", "val_mask", "test_mask")
 NODE_IDS = "node_ids.parquet"
@@ -65,6 +66,8 @@ def index_dtype(num_nodes: int) -> np.dtype:
 
 
 def is_graph_dir(path: Path) -> bool:
+    """Whether ``path`` holds an ingested graph (its meta.json says so; it may still be damaged:
+    :func:`open_graph_dir` checks)."""
     meta = Path(path) / META
     if not meta.is_file():
         return False
@@ -72,6 +75,10 @@ def is_graph_dir(path: Path) -> bool:
         return json.loads(meta.read_text()).get("format") == FORMAT
     except (OSError, ValueError):
         return False
+
+
+def _sealed_from(meta: Dict[str, Any]) -> bool:
+    return int(meta.get("version", 0) or 0) >= 2
 
 
 # ------------------------------------------------------------------ blocks
@@ -225,10 +232,12 @@ def _alive(pid: int) -> bool:
 
 def finish(work: Path, out: Path, meta: Dict[str, Any], overwrite: bool) -> Path:
     """Move the finished folder into place and write meta.json last (gnntrain.artifact.publish)."""
-    from gnntrain.artifact import publish
+    from gnntrain.artifact import describe_files, publish
 
     meta = {"format": FORMAT, "version": VERSION, **meta}
-    meta["bytes"] = {p.name: p.stat().st_size for p in sorted(work.iterdir()) if p.is_file()}
+    names = [p.name for p in sorted(work.iterdir()) if p.is_file()]
+    meta["files"] = describe_files(work, names)  # size, mtime and BLAKE2b of each
+    meta["bytes"] = {name: meta["files"][name]["bytes"] for name in names}
     out = Path(out)
     if out.exists() and not overwrite:
         raise DatasetError(
@@ -325,12 +334,19 @@ def open_graph_dir(path) -> GraphDir:
             f"dataset.path={path}: no {META} here{partial}, so this is not a finished ingested "
             f"graph. Fix: {fix}."
         )
+    from gnntrain.artifact import ArtifactError
+
     try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as exc:
+        meta = check_graph_dir(path)
+    except OSError as exc:
         raise DatasetError(
             f"dataset.path={path}: {META} is unreadable ({exc}). Ingest the graph again."
         ) from exc
+    except ArtifactError as exc:
+        raise DatasetError(
+            f"dataset.path={path}: {exc}. The folder is damaged: ingest the graph again "
+            f"(gnntrain ingest ... --out {path} --overwrite)."
+        ) from None
     if meta.get("format") != FORMAT:
         raise DatasetError(
             f"dataset.path={path}: {META} is not a gnntrain graph (format "
@@ -341,16 +357,36 @@ def open_graph_dir(path) -> GraphDir:
             f"dataset.path={path}: written by a newer gnntrain (format version {meta['version']} > "
             f"{VERSION}). Upgrade gnntrain or ingest again with this one."
         )
-    from gnntrain.artifact import ArtifactError, verify_files
-
-    try:
-        verify_files(path, {name: {"bytes": size} for name, size in meta.get("bytes", {}).items()})
-    except ArtifactError as exc:
-        raise DatasetError(
-            f"dataset.path={path}: {exc}. The folder is damaged: ingest the graph again with "
-            "--overwrite."
-        ) from None
     return GraphDir(path, meta)
+
+
+def check_graph_dir(path: Path) -> Dict[str, Any]:
+    """The meta of the graph folder ``path``, checked: meta.json against its own checksum, each
+    file by size, and by its BLAKE2b where it was written since the ingest (its mtime moved;
+    ``GNNTRAIN_VERIFY_PARTS=1``: every file). An ArtifactError names the first damaged file (a
+    folder of format version 1 has sizes only)."""
+    from gnntrain.artifact import read_sealed_json, verify_files
+
+    meta = read_sealed_json(Path(path) / META, required=_sealed_from)
+    if meta.get("format") != FORMAT or int(meta.get("version", 0)) > VERSION:
+        return meta  # not ours to check: the caller says what it is
+    files = meta.get("files") or {n: {"bytes": b} for n, b in meta.get("bytes", {}).items()}
+    seen = (str(Path(path).resolve()), tuple(_stat(Path(path) / name) for name in sorted(files)))
+    if seen not in _CHECKED:  # a plan opens the folder several times: its files are read once
+        verify_files(path, files)
+        _CHECKED.add(seen)
+    return meta
+
+
+_CHECKED: set = set()  # (folder, each file's size and mtime) verified in this process
+
+
+def _stat(path: Path) -> Tuple[str, int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (path.name, -1, -1)
+    return (path.name, stat.st_size, stat.st_mtime_ns)
 
 
 def load_graph_dir(path, name: str = ""):

@@ -59,9 +59,16 @@ def check_resume(plan, run_dir: Path) -> None:
     if not resume_requested(cfg):
         return
     directory = checkpoint_dir(plan.config_obj, run_dir)
-    state = make_checkpointer(
-        plan.config_obj, directory, plan.plan_hash
-    ).load_latest()  # refuses another plan's
+    checkpointer = make_checkpointer(plan.config_obj, directory, plan.plan_hash)
+    state = checkpointer.load_latest()  # refuses another plan's
+    skipped = len(checkpointer.candidates()) if state is None else 0
+    if skipped:  # every one failed its checksum or its load (warned above): never from scratch
+        option = f"resume={cfg['resume']}" if cfg.get("resume") else "train.resume=true"
+        raise CheckpointError(
+            f"{option}: none of the {skipped} checkpoint(s) in {directory} is valid (each failed "
+            "its checksum or its load). Fix: restore a checkpoint there, or train from epoch 1 in "
+            "a new run directory."
+        )
     if state is None and cfg.get("resume"):
         raise CheckpointError(
             f"resume={cfg['resume']}: no valid checkpoint in {directory}. Point resume= at a "
@@ -142,17 +149,27 @@ def run_training(plan, run_dir: Path, preflighted: bool = False) -> Dict[str, An
         write_json_atomic(run_dir / "summary.json", interrupted_summary(plan, "SIGINT", run_dir))
         raise Interrupted("SIGINT", 0) from None
     except GnnTrainError as exc:
-        write_json_atomic(run_dir / "summary.json", failed_summary(plan, str(exc)))
+        _record_failure(run_dir, failed_summary(plan, str(exc)))
         raise
     except Exception as exc:
-        write_json_atomic(
-            run_dir / "summary.json",
-            failed_summary(plan, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"),
+        _record_failure(
+            run_dir, failed_summary(plan, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
         )
         raise
     import json
 
     return json.loads((run_dir / "summary.json").read_text())
+
+
+def _record_failure(run_dir: Path, summary: Dict[str, Any]) -> None:
+    """summary.json of a failed run, where it can be written: a run directory on a full disk keeps
+    its previous one, and the failure is still said (the error being raised)."""
+    try:
+        write_json_atomic(run_dir / "summary.json", summary)
+    except OSError as exc:
+        logging.getLogger("gnntrain").warning(
+            "could not write %s (%s)", run_dir / "summary.json", exc.strerror or exc
+        )
 
 
 def _name_the_signal(run_dir: Path, signum: int) -> None:
@@ -225,6 +242,8 @@ def _spawn_and_watch(
                 os.kill(proc.pid, FORWARDED)
 
     previous = {s: signal.signal(s, pass_on) for s in (signal.SIGINT, signal.SIGTERM)}
+    # stopping the other ranks after one failed is the plan, not news: the failure is said once
+    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     try:
         while not context.join(timeout=output.poll_s):
             output.pump()
@@ -232,7 +251,7 @@ def _spawn_and_watch(
     except KeyboardInterrupt:
         raise Interrupted(signal.Signals(received[0]).name if received else "SIGINT", 0) from None
     except mp.ProcessRaisedException as exc:
-        raise RankFailure(_describe_failure(exc.error_index, str(exc))) from None
+        raise RankFailure(_failure_message(context, exc.error_index, str(exc))) from None
     except mp.ProcessExitedException as exc:
         raise RankFailure(
             f"rank {exc.error_index} died ({_signal_text(exc)}); the other ranks were stopped. "
@@ -255,6 +274,52 @@ def _signal_text(exc) -> str:
     if getattr(exc, "signal_name", None):
         return f"signal {exc.signal_name}"
     return f"exit code {exc.exit_code}"
+
+
+def _failure_message(context, first: int, raised: str) -> str:
+    """What ended the job, said once. The rank that failed first may only have lost a peer that
+    stopped (a rank that stops closes its connections): the cause is the rank whose own error
+    ended it. A gnntrain user error (a full disk, a refused plan) is its one line; another error,
+    that rank's last traceback lines."""
+    import pickle
+
+    traces = {}
+    for rank in [first] + [r for r in range(len(context.error_files)) if r != first]:
+        try:
+            with open(context.error_files[rank], "rb") as handle:
+                traces[rank] = str(pickle.load(handle))
+        except (OSError, EOFError, pickle.UnpicklingError):
+            continue
+    for trace in traces.values():
+        kind, message = _gnntrain_error(trace)
+        if kind is not None and not issubclass(kind, (Interrupted, RankFailure)):
+            return message
+    for rank, trace in traces.items():
+        if _gnntrain_error(trace)[0] is not RankFailure:
+            return _describe_failure(rank, trace)
+    return _describe_failure(first, raised)
+
+
+def _gnntrain_error(trace: str) -> tuple:
+    """(the GnnTrainError class, its message) that ends the traceback ``trace``, else (None, the
+    last line)."""
+    import importlib
+
+    lines = trace.strip().splitlines()
+    last = lines[-1] if lines else ""
+    name, found, message = last.partition(": ")
+    module, _, cls = name.rpartition(".")
+    if not found or not module.startswith("gnntrain"):
+        return None, last
+    try:
+        kind = getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError):
+        return None, last
+    return (
+        (kind, message)
+        if isinstance(kind, type) and issubclass(kind, GnnTrainError)
+        else (None, last)
+    )
 
 
 def _describe_failure(rank: int, message: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
+from gnntrain.artifact import ArtifactError, read_sealed_text
 from gnntrain.errors import GnnTrainError
 
 GROUPS = ("dataset", "model", "mode", "partitioner", "hardware", "task")
@@ -46,7 +47,13 @@ def predict_config(run_dir: Path, overrides: List[str]):
             f"predict: {run_dir} has no plan.yaml; give the directory of a finished run "
             f"(it holds plan.yaml, summary.json and model.pt)."
         )
-    config = yaml.safe_load(plan_path.read_text()).get("config") or {}
+    try:
+        config = yaml.safe_load(read_sealed_text(plan_path)).get("config") or {}
+    except ArtifactError as exc:
+        raise GnnTrainError(
+            f"predict: {exc}. Fix: write it again with gnntrain plan, the run's overrides and "
+            f"hydra.run.dir={run_dir}."
+        ) from None
     groups, values = _split_overrides(overrides)
     choices = [f"{g}={groups.get(g, (config.get(g) or {}).get('name'))}" for g in GROUPS]
     cfg = compose(choices + values)
@@ -60,6 +67,26 @@ def predict_config(run_dir: Path, overrides: List[str]):
         key, _, value = item.partition("=")
         OmegaConf.update(cfg, key.lstrip("+"), yaml.safe_load(value), merge=True)
     return cfg
+
+
+def check_weights(run_dir: Path, weights: Path) -> None:
+    """The weights predict loads, checked before any rank starts: a run's model.pt against the
+    digest in its model.yaml, a checkpoint against its .sha1 sidecar (where it has one)."""
+    import hashlib
+
+    from gnntrain.models.export import MODEL_WEIGHTS, read_model_card
+
+    if weights == Path(run_dir) / MODEL_WEIGHTS:
+        read_model_card(run_dir)
+        return
+    sidecar = weights.with_suffix(weights.suffix + ".sha1")
+    if sidecar.is_file() and hashlib.sha1(weights.read_bytes()).hexdigest() != (
+        sidecar.read_text().strip()
+    ):
+        raise GnnTrainError(
+            f"predict: --checkpoint {weights} does not match its checksum in {sidecar.name} "
+            "(truncated or corrupt). Fix: give another checkpoint of the run, or its model.pt."
+        )
 
 
 def predict(
@@ -83,6 +110,7 @@ def predict(
             f"predict: no weights at {weights}. A run writes model.pt when it completes; give "
             f"--checkpoint FILE to use a checkpoint instead."
         )
+    check_weights(run_dir, weights)
     out = Path(out) if out else run_dir / "predictions" / f"{what}{EXTENSIONS[fmt]}"
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)

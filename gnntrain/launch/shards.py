@@ -34,6 +34,7 @@ _IGNORED = {
         "epochs",
         "eval_every",
         "checkpoint_every",
+        "keep_checkpoints",
         "resume",
         "progress",
         "lr",

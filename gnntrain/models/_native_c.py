@@ -9,7 +9,8 @@ edges per step in pairs, so the two builds differ by rounding, each deterministi
 count). The shared object is built with ``-march=native``, so its cache key holds the CPU's feature
 flags: a home directory shared by hosts of different CPUs keeps one build per kind. Ranks that start
 together build it once (a file lock), and a build is renamed into place whole, so no process loads a
-half-written file.
+half-written file; its BLAKE2b is written beside it, and a build that no longer matches (a flipped
+bit in machine code could compute wrong sums) is compiled again with a warning, never loaded.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Callable, Optional, Tuple
 
 import numpy as np
 import torch
+
+from gnntrain.artifact import file_digest
 
 SOURCE = Path(__file__).with_name("_native_spmm.c")
 SOURCES = (SOURCE, Path(__file__).with_name("_native_halo.c"))  # compiled into one library
@@ -89,7 +93,7 @@ def _compiler_version(cc: str) -> str:
 
 def _build(cc: str, version: str) -> Path:
     """The shared object for this source, compiler and CPU, compiled once per host and cached."""
-    from gnntrain.atomic import file_lock
+    from gnntrain.atomic import atomic_write_bytes, file_lock
 
     source = b"\0".join(path.read_bytes() for path in SOURCES)
     names = " and ".join(path.name for path in SOURCES)
@@ -104,11 +108,16 @@ def _build(cc: str, version: str) -> Path:
     except OSError:  # a read-only home: this process builds its own copy
         folder = Path(tempfile.mkdtemp(prefix="gnntrain-native-"))
     target = folder / f"spmm-{key}.so"
-    if target.exists():
+    if _damage(target) is None:
         return target
     with file_lock(folder / f".spmm-{key}.lock"):
-        if target.exists():  # another rank built it while this one waited
+        damage = _damage(target)
+        if damage is None:  # another rank built it while this one waited
             return target
+        if damage:  # a flipped bit in machine code could compute wrong sums: never loaded
+            warnings.warn(
+                f"native kernel cache {target} {damage}; compiling it again", stacklevel=3
+            )
         fd, partial = tempfile.mkstemp(dir=folder, prefix=f".spmm-{key}.", suffix=".so")
         os.close(fd)
         try:
@@ -126,6 +135,7 @@ def _build(cc: str, version: str) -> Path:
                 raise NativeBuildError(
                     f"{Path(cc).name} could not compile {names}: {first.strip()}"
                 )
+            atomic_write_bytes(_sidecar(target), file_digest(Path(partial)).encode())
             os.replace(partial, target)
         except subprocess.TimeoutExpired:
             raise NativeBuildError(
@@ -135,6 +145,22 @@ def _build(cc: str, version: str) -> Path:
             if os.path.exists(partial):
                 os.unlink(partial)
     return target
+
+
+def _sidecar(library: Path) -> Path:
+    return library.with_name(library.name + ".blake2b")
+
+
+def _damage(library: Path) -> Optional[str]:
+    """None where the cached ``library`` matches the BLAKE2b written beside it at its build; ""
+    where there is none; else what is wrong with it."""
+    if not library.exists():
+        return ""
+    try:
+        expected = _sidecar(library).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return "has no checksum beside it"
+    return None if file_digest(library) == expected else "does not match its checksum"
 
 
 @functools.lru_cache(maxsize=None)

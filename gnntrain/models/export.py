@@ -34,6 +34,7 @@ def save_trained_model(
 
     import yaml
 
+    from gnntrain.artifact import file_digest, sealed_text
     from gnntrain.atomic import atomic_write_bytes
 
     run_dir = Path(run_dir)
@@ -45,9 +46,38 @@ def save_trained_model(
         "self_loop": bool(self_loop),
         "dtype": dtype,
         **extra,
+        "weights_digest": file_digest(run_dir / MODEL_WEIGHTS),  # BLAKE2b of model.pt
     }
-    atomic_write_bytes(run_dir / MODEL_CARD, yaml.safe_dump(card, sort_keys=False).encode())
+    text = sealed_text(yaml.safe_dump(card, sort_keys=False))
+    atomic_write_bytes(run_dir / MODEL_CARD, text.encode())
     return run_dir / MODEL_WEIGHTS
+
+
+def read_model_card(run_dir: Path) -> Dict[str, Any]:
+    """model.yaml of ``run_dir``, checked against its checksum, after checking model.pt against the
+    digest it holds: a GnnTrainError naming the damaged file and the fix."""
+    import yaml
+
+    from gnntrain.artifact import ArtifactError, file_digest, read_sealed_text
+
+    run_dir = Path(run_dir)
+    weights, card_path = run_dir / MODEL_WEIGHTS, run_dir / MODEL_CARD
+    if not weights.is_file() or not card_path.is_file():
+        raise GnnTrainError(
+            f"{run_dir}: no {MODEL_WEIGHTS}/{MODEL_CARD} here. A run writes them when it "
+            "completes; give the run's own directory (the one with summary.json)."
+        )
+    try:
+        card = yaml.safe_load(read_sealed_text(card_path))
+        if file_digest(weights) != card.get("weights_digest"):
+            raise ArtifactError(f"{weights} does not match its checksum in {MODEL_CARD}")
+    except ArtifactError as exc:
+        raise GnnTrainError(
+            f"{exc}. Fix: train the run again, or resume it (its overrides, "
+            f"hydra.run.dir={run_dir} train.resume=true) to write {MODEL_WEIGHTS} and "
+            f"{MODEL_CARD} from its newest checkpoint."
+        ) from None
+    return card
 
 
 class TrainedModel(nn.Module):
@@ -133,18 +163,10 @@ class TrainedModel(nn.Module):
 
 
 def load_trained_model(run_dir: Path, map_location: str = "cpu") -> TrainedModel:
-    """Rebuild the model a run wrote (``model.pt`` + ``model.yaml``)."""
-    import yaml
-
+    """Rebuild the model a run wrote (``model.pt`` + ``model.yaml``, each checked first)."""
     run_dir = Path(run_dir)
-    weights, card_path = run_dir / MODEL_WEIGHTS, run_dir / MODEL_CARD
-    if not weights.is_file() or not card_path.is_file():
-        raise GnnTrainError(
-            f"{run_dir}: no {MODEL_WEIGHTS}/{MODEL_CARD} here. A run writes them when it "
-            "completes; "
-            f"give the run's own directory (the one with summary.json)."
-        )
-    card = yaml.safe_load(card_path.read_text())
+    weights = run_dir / MODEL_WEIGHTS
+    card = read_model_card(run_dir)
     fields = dict(card["spec"])
     options = dict(fields.pop("layer_options", None) or [])
     if "gin_eps_learnable" in fields:  # a card written before GIN's option moved into its layer

@@ -8,7 +8,6 @@ budget, and keeps the answer (:class:`KernelChoice`) in ``cache_dir/kernels.json
 
 from __future__ import annotations
 
-import json
 import platform
 import time
 import warnings
@@ -18,6 +17,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
+from gnntrain.artifact import ArtifactError, read_sealed_json, sealed_json
 from gnntrain.atomic import atomic_write_bytes
 from gnntrain.backends import dgl_available
 from gnntrain.models.kernels import KERNELS, SparseAdjacency, kernel_problem
@@ -121,19 +121,19 @@ def _cache_key(device: str, dtype: str, threads: int, degree_bucket: int, width:
     )
 
 
-def _read_cache(cache_file: Path) -> Dict[str, dict]:
-    """kernels.json as a dict; missing or corrupt reads as empty (re-measured and rewritten)."""
+def _read_cache(cache_file: Path, warn: bool = True) -> Dict[str, dict]:
+    """kernels.json as a dict; missing reads as empty, corrupt (does not parse or match its
+    checksum) as empty with a warning (unless ``warn`` is off): re-measured and rewritten."""
     try:
-        cached = json.loads(cache_file.read_text()) if cache_file.exists() else {}
-        if not isinstance(cached, dict):
-            raise ValueError("not a JSON object")
-        return cached
+        return read_sealed_json(cache_file)
     except OSError:
         return {}
-    except ValueError as exc:
+    except ArtifactError as exc:
+        if not warn:
+            return {}
         warnings.warn(
-            f"kernel cache {cache_file} is corrupt ({exc}); re-measuring the kernels and rewriting "
-            "it",
+            f"kernel cache {cache_file} is corrupt ({exc.why}); re-measuring the kernels and "
+            "rewriting it",
             stacklevel=2,
         )
         return {}
@@ -206,11 +206,12 @@ def choose_kernel(
     )
     choice = KernelChoice(min(seconds, key=seconds.get), seconds, probe)
     if cache_file is not None:
-        fresh = _read_cache(cache_file)  # again: another rank may have added a shape meanwhile
+        # again: another rank may have added a shape meanwhile (a corrupt one was said above)
+        fresh = _read_cache(cache_file, warn=False)
         fresh[key] = {"kernel": choice.kernel, "seconds": choice.seconds, "probe": probe}
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(cache_file, json.dumps(fresh, indent=1, sort_keys=True).encode())
+            atomic_write_bytes(cache_file, sealed_json(fresh))
         except OSError:
-            pass  # a read-only cache only costs the next plan another measurement
+            pass  # a read-only or full cache only costs the next plan another measurement
     return choice

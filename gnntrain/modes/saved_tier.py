@@ -35,6 +35,7 @@ from typing import Any, Dict, Iterator, Optional
 import numpy as np
 import torch
 
+from gnntrain.atomic import on_disk_full
 from gnntrain.config.schema import ModeConfig
 from gnntrain.modes.base import ModePlanner
 from gnntrain.modes.cost import CommEstimate
@@ -86,8 +87,9 @@ class _OnDisk:
 class SavedTensorTier:
     """One rank's spill of autograd's saved tensors beyond ``budget`` bytes into ``folder``."""
 
-    def __init__(self, folder: Path, budget: int, comm):
+    def __init__(self, folder: Path, budget: int, comm, disk_dir: Optional[Path] = None):
         self.folder, self.budget, self.comm = Path(folder), int(budget), comm
+        self.disk_dir = Path(disk_dir or folder)  # mode.disk_dir: what a full disk names
         self.held = 0  # bytes of saved tensors kept in memory this epoch
         self._names = itertools.count()
         self.moved = {"disk_write": 0, "disk_read": 0}  # this rank's bytes, the whole run
@@ -104,9 +106,21 @@ class SavedTensorTier:
             self.held += nbytes if nbytes >= SPILL_MIN_BYTES else 0
             return tensor
         start = time.perf_counter()
-        self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"saved{next(self._names)}.bin"
-        tensor.detach().to("cpu").contiguous().numpy().tofile(path)
+        with on_disk_full(
+            self.disk_dir,
+            f"the disk tier's saved tensor {path.name} ({self.folder.parent.name})",
+            nbytes,
+            "free space there, point mode.disk_dir at a larger disk or raise mode.host_budget, "
+            "then resume with train.resume=true.",
+        ):
+            self.folder.mkdir(parents=True, exist_ok=True)
+            try:  # a Python file: numpy's tofile reports a full disk with no error number
+                with open(path, "wb") as f:
+                    f.write(memoryview(tensor.detach().to("cpu").contiguous().numpy()).cast("B"))
+            except OSError:
+                path.unlink(missing_ok=True)
+                raise
         self._count("disk_write", nbytes, time.perf_counter() - start)
         return _OnDisk(path, tensor.dtype, tensor.shape, tensor.device, nbytes)
 
@@ -221,4 +235,4 @@ class SavedTierPlanner(ModePlanner):
         from gnntrain.modes.hongtu.tiers import scratch_folder
 
         folder = scratch_folder(str(self.disk_folder()), ctx, ctx.rank) / "saved"
-        strategy.saved_tier = SavedTensorTier(folder, budget, ctx.comm)
+        strategy.saved_tier = SavedTensorTier(folder, budget, ctx.comm, self.disk_folder())

@@ -17,7 +17,8 @@ from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 
-from gnntrain.atomic import atomic_write_bytes
+from gnntrain.artifact import ArtifactError, read_sealed_json, sealed_json
+from gnntrain.atomic import atomic_write_bytes, on_disk_full
 
 ARRAYS = ("parts", "perm", "inverse", "offsets")
 
@@ -56,7 +57,8 @@ class PartitionCache:
         if not path.exists():
             return None
         try:
-            with np.load(path, allow_pickle=False) as z:
+            # our own handle: np.load leaves its file open where the zip does not parse
+            with open(path, "rb") as handle, np.load(handle, allow_pickle=False) as z:
                 arrays = {name: z[name] for name in self.arrays}
                 meta = json.loads(bytes(z["meta"]).decode())
         except Exception as exc:  # truncated zip, bad header, missing member ...
@@ -82,7 +84,14 @@ class PartitionCache:
             meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
             **{name: arrays[name] for name in self.arrays},
         )
-        path = atomic_write_bytes(self.path(key), buffer.getvalue())
+        from gnntrain.partition.store import CACHE_FULL_FIX
+
+        data = buffer.getvalue()
+        path = self.path(key)
+        with on_disk_full(
+            self.root, f"the partition cache entry {path.name}", len(data), CACHE_FULL_FIX
+        ):
+            atomic_write_bytes(path, data)
         return path
 
     def metrics_path(self, key: str) -> Path:
@@ -91,15 +100,28 @@ class PartitionCache:
     def store_metrics(self, key: str, metrics: Dict[str, object]) -> None:
         """The partitioning's volumes beside its entry, so a plan can read them before loading the
         graph (``partition.known_metrics``)."""
-        atomic_write_bytes(self.metrics_path(key), json.dumps(metrics, sort_keys=True).encode())
+        from gnntrain.partition.store import CACHE_FULL_FIX
+
+        data, path = sealed_json(metrics, indent=None), self.metrics_path(key)
+        with on_disk_full(
+            self.root, f"the partition cache entry {path.name}", len(data), CACHE_FULL_FIX
+        ):
+            atomic_write_bytes(path, data)
 
     def metrics(self, key: str) -> Optional[Dict[str, object]]:
-        """The stored volumes of entry ``key``, or None (none stored, or the entry is gone)."""
+        """The stored volumes of entry ``key``, or None (none stored, the entry is gone, or they
+        are corrupt: then with a warning, and stored again by the next partitioning)."""
         if not self.path(key).exists():
             return None
         try:
-            return json.loads(self.metrics_path(key).read_text())
-        except (OSError, ValueError):
+            return read_sealed_json(self.metrics_path(key), required=False)  # older: unsealed
+        except OSError:
+            return None
+        except ArtifactError as exc:
+            warnings.warn(
+                f"partition cache entry {exc.path} is corrupt ({exc.why}); rebuilding it",
+                stacklevel=2,
+            )
             return None
 
     def get_or_build(

@@ -23,9 +23,23 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from gnntrain.artifact import ArtifactError, describe_files, verify_files
-from gnntrain.atomic import atomic_write_bytes, file_lock
-from gnntrain.partition.store import FORMAT_VERSION, StoreError, _decode, _Writer, read_meta
+from gnntrain.artifact import (
+    ArtifactError,
+    describe_files,
+    read_sealed_json,
+    sealed_json,
+    verify_files,
+)
+from gnntrain.atomic import atomic_write_bytes, file_lock, on_disk_full
+from gnntrain.partition.store import (
+    CACHE_FULL_FIX,
+    FORMAT_VERSION,
+    StoreError,
+    _decode,
+    _Writer,
+    parts_bytes,
+    read_meta,
+)
 
 PART_META = "part.json"
 
@@ -38,13 +52,24 @@ def part_lock(directory: Path, rank: int):
 
 
 def read_part_meta(directory: Path, rank: int) -> Optional[Dict[str, Any]]:
-    """Part ``rank``'s record, or None where it is not published (or of another format)."""
+    """Part ``rank``'s record, or None where it is not published (or of another format); a
+    StoreError where its part.json is corrupt."""
     path = Path(directory) / f"part{rank}" / PART_META
     try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError):
+        meta = read_sealed_json(path)
+    except OSError:
         return None
+    except ArtifactError as exc:
+        raise StoreError(str(exc)) from None
     return meta if meta.get("format_version") == FORMAT_VERSION else None
+
+
+def _published(directory: Path, rank: int) -> Optional[Dict[str, Any]]:
+    """read_part_meta, a corrupt record read as none (its part is rebuilt by whoever opens it)."""
+    try:
+        return read_part_meta(directory, rank)
+    except StoreError:
+        return None
 
 
 def write_part(
@@ -56,23 +81,28 @@ def write_part(
     directory.mkdir(parents=True, exist_ok=True)
     staging = directory / f".part{rank}.tmp{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    writer = _Writer(staging, {})
     part_dir = f"part{rank}"
-    tree = {k: writer.encode(v, k, part_dir, {}) for k, v in fields.items()}
-    (staging / part_dir).mkdir(parents=True, exist_ok=True)
-    (staging / part_dir / "tree.json").write_text(json.dumps(tree))
-    writer.files[f"{part_dir}/tree.json"] = {}
-    record = dict(
-        figures,
-        format_version=FORMAT_VERSION,
-        rank=rank,
-        built_at=time.time(),
-        built_by=f"{socket.gethostname()}:{os.getpid()}",
-        files=describe_files(staging, writer.files),
-    )
-    atomic_write_bytes(
-        staging / part_dir / PART_META, json.dumps(record, sort_keys=True, default=str).encode()
-    )
+    with on_disk_full(
+        directory.parent,
+        f"part {rank} of the partition store {directory.name}",
+        lambda: parts_bytes([fields], {}, first=rank),
+        CACHE_FULL_FIX,
+    ):
+        try:
+            writer = _Writer(staging, {})
+            writer.encode_part(rank, fields, {})
+            record = dict(
+                figures,
+                format_version=FORMAT_VERSION,
+                rank=rank,
+                built_at=time.time(),
+                built_by=f"{socket.gethostname()}:{os.getpid()}",
+                files=describe_files(staging, writer.files),
+            )
+            atomic_write_bytes(staging / part_dir / PART_META, sealed_json(record, indent=None))
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     final = directory / part_dir
     if final.exists():  # a corrupt part being replaced
         shutil.rmtree(final, ignore_errors=True)
@@ -88,7 +118,7 @@ def open_published_part(
     directory = Path(directory)
     record = read_part_meta(directory, rank)
     if record is None:
-        raise StoreError(f"{directory} holds no published part {rank}")
+        raise StoreError(f"{directory / f'part{rank}' / PART_META} is missing")
     if verify:
         try:
             verify_files(directory, record["files"])
@@ -102,7 +132,7 @@ def complete(directory: Path, num_parts: int) -> Optional[Dict[str, Any]]:
     """The store's meta.json, written from the parts' records once all ``num_parts`` are published
     (under the store's lock, once); None while some part is missing."""
     directory = Path(directory)
-    records = [read_part_meta(directory, r) for r in range(num_parts)]
+    records = [_published(directory, r) for r in range(num_parts)]
     if any(r is None for r in records):
         return None
     with file_lock(directory.with_name(f".{directory.name}.lock")):
@@ -128,10 +158,7 @@ def complete(directory: Path, num_parts: int) -> Optional[Dict[str, Any]]:
             preprocess_s=sum(float(r.get("preprocess_s", 0.0)) for r in records),
             part_wise=True,
         )
-        atomic_write_bytes(
-            directory / "meta.json",
-            json.dumps(meta, indent=1, sort_keys=True, default=str).encode(),
-        )
+        atomic_write_bytes(directory / "meta.json", sealed_json(meta))
     return meta
 
 
@@ -150,7 +177,7 @@ def open_or_build_part(
     try:
         return open_published_part(directory, rank)
     except StoreError as exc:
-        if read_part_meta(directory, rank) is not None:
+        if (directory / f"part{rank}").exists():  # published once: corrupt, not yet built
             warn(f"partition store {directory}: {exc}; rebuilding part {rank}")
     with part_lock(directory, rank):
         try:

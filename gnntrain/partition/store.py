@@ -18,6 +18,7 @@ used (docs/design.md#partition-store).
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import shutil
@@ -29,8 +30,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from gnntrain.artifact import ArtifactError, describe_files, publish, verify_files
-from gnntrain.atomic import file_lock
+from gnntrain.artifact import ArtifactError, describe_files, publish, read_sealed_json, verify_files
+from gnntrain.atomic import file_lock, on_disk_full
 from gnntrain.partition.chunks import ChunkLayout
 from gnntrain.registry import Registry
 
@@ -65,6 +66,12 @@ _TORCH_DTYPES = {
 }
 
 
+# what a full cache folder (partition store, partition cache) says to do
+CACHE_FULL_FIX = (
+    "free space there or point cache_dir (or GNNTRAIN_CACHE_DIR) at a larger disk, then run again."
+)
+
+
 class StoreError(ArtifactError):
     """A part that is missing, foreign or corrupt (the caller rebuilds the store)."""
 
@@ -74,17 +81,37 @@ class _Writer:
     """Encodes one part's tree into JSON, writing its arrays; arrays held by several parts (the
     same tensor object) go once into ``shared/``."""
 
-    def __init__(self, root: Path, shared_ids: Dict[int, int]):
+    def __init__(self, root: Path, shared_ids: Dict[int, int], dry: bool = False):
         self.root, self.shared_ids = root, shared_ids
+        self.dry = dry  # count each file's bytes, write nothing (what a store needs on disk)
         self.files: Dict[str, Dict[str, Any]] = {}  # relative path -> {bytes, digest}
         self.ragged_written: Dict[int, Dict[str, Any]] = {}
 
     def _save(self, rel: str, array: np.ndarray) -> str:
+        array = np.ascontiguousarray(array)
+        if self.dry:
+            self.files[rel] = {"bytes": npy_bytes(array)}
+            return rel
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+        save_npy(path, array)
         self.files[rel] = {"bytes": path.stat().st_size}
         return rel
+
+    def tree(self, rel: str, tree: Dict[str, Any]) -> None:
+        """A part's ``tree.json``."""
+        text = json.dumps(tree).encode()
+        if not self.dry:
+            (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (self.root / rel).write_bytes(text)
+        self.files[rel] = {"bytes": len(text)}
+
+    def encode_part(self, rank: int, part: Dict[str, Any], shared: Dict[int, str]) -> List[str]:
+        """Write part ``rank`` (its arrays, then its tree.json); returns the files it uses."""
+        before = set(self.files)
+        tree = {k: self.encode(v, k, f"part{rank}", shared) for k, v in part.items()}
+        self.tree(f"part{rank}/tree.json", tree)
+        return sorted(set(self.files) - before) + _shared_refs(tree)
 
     def array(self, value, name: str, part_dir: str, shared: Dict[int, str]) -> Dict[str, Any]:
         is_tensor = isinstance(value, torch.Tensor)
@@ -155,15 +182,32 @@ class _Writer:
         )
 
 
-def write_store(
-    directory: Path, parts: Sequence[Dict[str, Any]], meta: Dict[str, Any], **extra: Any
-) -> None:
-    """Write ``parts`` (one field dict per rank) and ``meta`` (plus ``extra``) into ``directory``,
-    atomically: the files go to a sibling folder that is renamed into place, ``meta.json`` last.
-    (A store built part by part: :mod:`gnntrain.partition.part_wise`.)"""
-    directory = Path(directory)
-    staging = directory.with_name(directory.name + f".tmp{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
+def save_npy(path: Path, array: np.ndarray) -> None:
+    """``np.save`` of the C-ordered ``array`` through a Python file: a full disk raises ENOSPC
+    (numpy's own writer reports a short write with no error number)."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
+        f.write(memoryview(array.reshape(-1)).cast("B"))
+
+
+def npy_bytes(array: np.ndarray) -> int:
+    """The size of the file ``np.save`` writes for the C-ordered ``array``: header and data."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
+    return header.tell() + array.nbytes
+
+
+def parts_bytes(parts: Sequence[Dict[str, Any]], shared_ids: Dict[int, int], first: int = 0) -> int:
+    """The bytes ``parts`` (ranks ``first``, ``first`` + 1, ...) take in a store: every array file
+    and tree.json, counted without writing."""
+    counter, shared = _Writer(Path("."), shared_ids, dry=True), {}
+    for rank, part in enumerate(parts, start=first):
+        counter.encode_part(rank, part, shared)
+    return sum(int(f["bytes"]) for f in counter.files.values())
+
+
+def _shared_ids(parts: Sequence[Dict[str, Any]]) -> Dict[int, int]:
+    """id -> parts holding it, of the arrays (and lists) more than one part holds."""
     counts: Dict[int, int] = {}
     for part in parts:
         seen = set()
@@ -171,29 +215,44 @@ def write_store(
             if id(value) not in seen:
                 seen.add(id(value))
                 counts[id(value)] = counts.get(id(value), 0) + 1
-    writer = _Writer(staging, {k: c for k, c in counts.items() if c > 1})
-    shared: Dict[int, str] = {}
-    part_files: List[List[str]] = []
-    for rank, part in enumerate(parts):
-        before = set(writer.files)
-        tree = {k: writer.encode(v, k, f"part{rank}", shared) for k, v in part.items()}
-        (staging / f"part{rank}").mkdir(parents=True, exist_ok=True)
-        (staging / f"part{rank}" / "tree.json").write_text(json.dumps(tree))
-        writer.files[f"part{rank}/tree.json"] = {
-            "bytes": (staging / f"part{rank}" / "tree.json").stat().st_size
-        }
-        part_files.append(sorted(set(writer.files) - before) + _shared_refs(tree))
-    files = describe_files(staging, writer.files)
-    full = dict(
-        meta,
-        **extra,
-        format_version=FORMAT_VERSION,
-        num_parts=len(parts),
-        files=files,
-        parts=[sorted(set(rels)) for rels in part_files],
-        bytes_per_part=[sum(files[f]["bytes"] for f in set(rels)) for rels in part_files],
-    )
-    publish(staging, directory, full)
+    return {k: c for k, c in counts.items() if c > 1}
+
+
+def write_store(
+    directory: Path, parts: Sequence[Dict[str, Any]], meta: Dict[str, Any], **extra: Any
+) -> None:
+    """Write ``parts`` (one field dict per rank) and ``meta`` (plus ``extra``) into ``directory``,
+    atomically: the files go to a sibling folder that is renamed into place, ``meta.json`` last.
+    A write that fails (a full disk: one line naming the folder and the store's bytes) leaves the
+    previous store, if any, and no staging folder. (A store built part by part:
+    :mod:`gnntrain.partition.part_wise`.)"""
+    directory = Path(directory)
+    staging = directory.with_name(directory.name + f".tmp{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    shared_ids = _shared_ids(parts)
+    with on_disk_full(
+        directory.parent,
+        f"the partition store {directory.name}",
+        lambda: parts_bytes(parts, shared_ids),
+        CACHE_FULL_FIX,
+    ):
+        try:
+            writer, shared = _Writer(staging, shared_ids), {}
+            part_files = [writer.encode_part(r, part, shared) for r, part in enumerate(parts)]
+            files = describe_files(staging, writer.files)
+            full = dict(
+                meta,
+                **extra,
+                format_version=FORMAT_VERSION,
+                num_parts=len(parts),
+                files=files,
+                parts=[sorted(set(rels)) for rels in part_files],
+                bytes_per_part=[sum(files[f]["bytes"] for f in set(rels)) for rels in part_files],
+            )
+            publish(staging, directory, full)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
 
 
 def _arrays(value):
@@ -226,21 +285,30 @@ def _shared_refs(tree) -> List[str]:
 
 
 # ------------------------------------------------------------------ reading
-def read_meta(directory: Path) -> Optional[Dict[str, Any]]:
-    """The store's meta.json, or None when the store is missing, incomplete or of another format."""
+def read_meta(directory: Path, warn: bool = True) -> Optional[Dict[str, Any]]:
+    """The store's meta.json, or None when the store is missing, incomplete, corrupt (with a
+    warning, unless ``warn`` is off: it is rebuilt) or of another format."""
     path = Path(directory) / "meta.json"
     try:
-        meta = json.loads(path.read_text())
-        if not isinstance(meta, dict):
-            raise ValueError("not a JSON object")
+        meta = read_sealed_json(path)
     except OSError:
         return None
-    except ValueError as exc:
-        warnings.warn(
-            f"partition store {path} is corrupt ({exc}); rebuilding the store", stacklevel=2
-        )
+    except ArtifactError as exc:
+        if warn:
+            warnings.warn(
+                f"partition store {path} is corrupt ({exc.why}); rebuilding the store", stacklevel=2
+            )
         return None
     return meta if meta.get("format_version") == FORMAT_VERSION else None
+
+
+def _meta_or_warn(directory: Path, warn: Callable[[str], None]) -> Optional[Dict[str, Any]]:
+    """read_meta of a whole store, saying so where its folder is there without its meta.json (a
+    store is renamed into place with it: the file was deleted)."""
+    meta = read_meta(directory)
+    if meta is None and Path(directory).is_dir() and not (Path(directory) / "meta.json").exists():
+        warn(f"partition store {directory} has no meta.json (deleted?); rebuilding the store")
+    return meta
 
 
 def verify_part(directory: Path, meta: Dict[str, Any], rank: int) -> None:
@@ -310,11 +378,11 @@ def ensure_store(directory: Path, build: Callable[[], tuple]) -> Dict[str, Any]:
     """The store's meta, building it under its lock when it is missing or incomplete (the local
     launcher's way: its ranks then open and check their own parts)."""
     directory = Path(directory)
-    meta = read_meta(directory)
+    meta = _meta_or_warn(directory, lambda message: warnings.warn(message, stacklevel=3))
     if meta is not None:
         return meta
     with file_lock(directory.with_name(f".{directory.name}.lock")):
-        meta = read_meta(directory)
+        meta = read_meta(directory, warn=False)  # said above
         if meta is None:
             parts, figures = build()
             write_store(directory, parts, figures, built_at=time.time())
@@ -334,7 +402,7 @@ def open_or_build(
     whatever the number of ranks and jobs) and then opened."""
     directory = Path(directory)
     corrupt, corrupt_build = False, None
-    meta = read_meta(directory)
+    meta = _meta_or_warn(directory, warn)
     if meta is not None:
         try:
             return open_part(directory, rank, meta, verify), meta
@@ -342,7 +410,7 @@ def open_or_build(
             warn(f"partition store {directory}: {exc}; rebuilding it")
             corrupt, corrupt_build = True, meta.get("built_at")
     with file_lock(directory.with_name(f".{directory.name}.lock")):
-        meta = read_meta(directory)
+        meta = read_meta(directory, warn=False)  # said above
         # not rebuilt meanwhile
         if meta is None or (corrupt and meta.get("built_at") == corrupt_build):
             parts, figures = build()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -133,8 +134,10 @@ class EpochLoop:
         resumed: Optional[Dict[str, Any]] = None
         checkpointer = run_checkpointer(self.cfg, ctx.run_dir, ctx.plan.plan_hash)
         if checkpointer is not None and resume_requested(self.cfg):
-            # run_training already refused foreign or missing ones
-            state = checkpointer.load_latest()
+            # run_training already refused foreign or missing ones, and said which it skipped
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                state = checkpointer.load_latest()
             if state is not None:
                 model.load_state_dict(state["model"])
                 optimizer.load_state_dict(state["optimizer"])

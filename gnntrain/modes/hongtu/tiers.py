@@ -5,10 +5,12 @@ HongTu (Scalable Full-Graph GNN Training on Multiple GPUs, §4.1) keeps every la
 When ``mode.host_budget`` cannot hold them, tables go to files instead, one file per table,
 row-major in the partition's relabelled order, so a chunk's own rows are one contiguous byte range.
 The files are memory-mapped (shared: writes reach the file, the page cache is the buffer and the
-kernel writes dirty pages behind). The schedule is known in advance, so the engine advises the
-kernel: the rows the next chunk reads are asked for ahead (``MADV_WILLNEED``) and a finished chunk's
-written range is released (``MADV_DONTNEED``; the page cache keeps it until written back). The
-engine works on mapped tables as on any host tensor, so the disk tier is exact by construction.
+kernel writes dirty pages behind); a table's blocks are reserved when it is made
+(``posix_fallocate``), so a disk that fills is one error naming the folder, never a SIGBUS when a
+mapped page is first written. The schedule is known in advance, so the engine advises the kernel:
+the rows the next chunk reads are asked for ahead (``MADV_WILLNEED``) and a finished chunk's written
+range is released (``MADV_DONTNEED``; the page cache keeps it until written back). The engine works
+on mapped tables as on any host tensor, so the disk tier is exact by construction.
 
 Which tables go first: caches (read and written one chunk range at a time) before gradients
 (scatter-added at arbitrary rows), before activations (gathered at arbitrary neighbour rows). The
@@ -31,6 +33,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from gnntrain.atomic import on_disk_full
 from gnntrain.errors import PlanError
 from gnntrain.sizing import format_bytes
 
@@ -141,10 +144,13 @@ class DiskTable:
             return cls(path, torch.zeros(shape, dtype=dtype), None, row_bytes)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.ftruncate(fd, nbytes)
+            # every block reserved now: a full disk is an error here, not a SIGBUS when a mapped
+            # page is first written mid-epoch
+            os.posix_fallocate(fd, 0, nbytes)
             mapping = mmap.mmap(fd, nbytes)
         except OSError:
             os.close(fd)
+            path.unlink(missing_ok=True)
             raise
         tensor = torch.frombuffer(mapping, dtype=dtype).view(rows, width)
         return cls(path, tensor, mapping, row_bytes, fd)
@@ -220,12 +226,20 @@ class VertexTables:
             return make(shape, dtype=dtype, pin_memory=self.pin)  # pinned where it is born: no copy
         if name in self.disk:
             self.disk.pop(name).close()
-        if not self._ready:
-            shutil.rmtree(self.scratch, ignore_errors=True)
-            self.scratch.mkdir(parents=True)
-            (self.scratch / OWNER).write_text(f"{socket.gethostname()} {os.getpid()}")
-            self._ready = True
-        table = DiskTable.create(self.scratch / f"{name}.bin", shape, dtype)
+        nbytes = int(shape[0]) * int(shape[1]) * torch.empty((), dtype=dtype).element_size()
+        with on_disk_full(
+            self.scratch.parent.parent,
+            f"the disk tier's table {name} ({self.scratch.name})",
+            nbytes,
+            "free space there, point mode.disk_dir at a larger disk or raise mode.host_budget, "
+            "then resume with train.resume=true.",
+        ):
+            if not self._ready:
+                shutil.rmtree(self.scratch, ignore_errors=True)
+                self.scratch.mkdir(parents=True)
+                self._ready = True  # close() removes the folder from here on
+                (self.scratch / OWNER).write_text(f"{socket.gethostname()} {os.getpid()}")
+            table = DiskTable.create(self.scratch / f"{name}.bin", shape, dtype)
         self.disk[name] = table
         return table.tensor
 
