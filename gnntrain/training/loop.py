@@ -133,8 +133,9 @@ class EpochLoop:
         resumed: Optional[Dict[str, Any]] = None
         checkpointer = run_checkpointer(self.cfg, ctx.run_dir, ctx.plan.plan_hash)
         if checkpointer is not None and resume_requested(self.cfg):
-            # run_training already refused foreign or missing ones
-            state = checkpointer.load_latest()
+            # rank 0's newest checkpoint resumes every rank: only rank 0 writes them, into its own
+            # run folder, which another host need not see (run_training refused foreign ones)
+            state = comm.broadcast_object(checkpointer.load_latest() if comm.rank == 0 else None)
             if state is not None:
                 model.load_state_dict(state["model"])
                 optimizer.load_state_dict(state["optimizer"])
