@@ -376,3 +376,19 @@ def test_a_resume_across_nodes_starts_every_rank_from_rank_0s_checkpoint(tmp_pat
     summary = read_summary(tmp_path / "node0")
     assert summary["resume"]["from_epoch"] == 3 and len(summary["losses"]) == 5
     assert summary["losses"][:3] == trained
+
+
+def test_a_resume_removes_the_temp_files_of_checkpoint_writes_a_kill_cut_short(train, tmp_path):
+    """A rank 0 killed while it wrote a checkpoint leaves that write's temp file (gnntrain.atomic's
+    ``.NAME.XXXX.tmp``, a checkpoint's size) in checkpoints/; the chaos suite found them left for
+    good. The resume removes them before it trains (nothing else writes there then)."""
+    base = ["mode=single", "train.checkpoint_every=1", "dataset.num_nodes=300"]
+    train(base + ["train.epochs=2"])
+    folder = tmp_path / "run1" / "checkpoints"
+    cut = [folder / ".epoch_000003.pt.k2j4x9.tmp", folder / ".epoch_000003.pt.sha1.a8c1.tmp"]
+    for path in cut:
+        path.write_bytes(b"half a checkpoint")
+    (folder / "notes.txt").write_text("not ours")
+    summary = train(base + ["train.epochs=3", f"resume={tmp_path / 'run1'}"])
+    assert summary["resume"]["from_epoch"] == 2 and len(summary["losses"]) == 3
+    assert not any(path.exists() for path in cut) and (folder / "notes.txt").exists()

@@ -136,6 +136,8 @@ class EpochLoop:
             # rank 0's newest checkpoint resumes every rank: only rank 0 writes them, into its own
             # run folder, which another host need not see (run_training refused foreign ones)
             state = comm.broadcast_object(checkpointer.load_latest() if comm.rank == 0 else None)
+            if comm.rank == 0:  # what a kill cut short (no write is in flight before training)
+                checkpointer.remove_partial()
             if state is not None:
                 model.load_state_dict(state["model"])
                 optimizer.load_state_dict(state["optimizer"])
