@@ -35,6 +35,9 @@ def test_the_schedule_is_seeded_and_covers_every_mode_and_victim():
         assert 0 <= t.at < 1 and t.rank // settings.ranks_per_host == t.host
         assert t.victim == "rank" or t.rank == 2 * t.host  # a host is named by its first rank
     assert {t.rank % 2 for t in trials if t.victim == "rank"} == {0, 1}
+    assert {t.phase for t in trials} == {"training"}  # the schedule: kills in training
+    mixed = schedule(7, 50, ChaosSettings(hosts=3, ranks_per_host=2, startup_share=0.3))
+    assert 5 <= sum(t.phase == "startup" for t in mixed) <= 25
 
 
 def test_the_line_naming_the_loss_must_name_the_victims_rank_and_host():
@@ -46,6 +49,10 @@ def test_the_line_naming_the_loss_must_name_the_victims_rank_and_host():
     two = "error: lost ranks 2, 3 on host 10.79.3.2: ..."
     assert chaos._lost_line([two], Trial(0, "mop", "rank", 1, 3, 0.5), "10.79.3.2")[1] is True
     assert chaos._lost_line(["Timed out after 20 s"], trial, "10.79.3.2") == ("", False)
+    # killed while the job started: no host is known before the handshake, so the rank it is
+    never = "error: rank 0: rank 1 did not join within comm_timeout_s (20 s): a host or rank ..."
+    assert chaos._lost_line([never], trial, "10.79.3.2") == (never, True)
+    assert chaos._lost_line([never], Trial(0, "mop", "host", 0, 0, 0.5), "10.79.3.1")[1] is False
 
 
 def test_the_sweep_finds_held_locks_disk_tier_tables_and_half_written_files(tmp_path):

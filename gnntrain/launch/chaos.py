@@ -37,6 +37,8 @@ from gnntrain.launch.netem import EmulatedCluster, Link
 from gnntrain.launch.netem_jobs import JobResult, RunningJob, start_job
 
 _LOST = re.compile(r"lost ranks? ([\d, ]+) on host ([0-9a-fA-F:.]*[0-9a-fA-F])")
+# before the process group formed: the hosts are not known yet (gnntrain.comm.peers)
+_NEVER_JOINED = re.compile(r"rank \d+: ranks? ([\d, ]+) did not join")
 
 
 @dataclass
@@ -46,6 +48,7 @@ class Reference:
     losses: List[float]
     model: Dict[str, object]
     window_s: float  # first epoch's end to the last's
+    startup_s: float  # launch to the first epoch's end
 
 
 def _epochs_done(run_dir: Path) -> int:
@@ -116,6 +119,7 @@ class ChaosRun:
             self.settings.ranks_per_host,
             self._next_port(),
             self._env(cache),
+            rendezvous_timeout_s=self.settings.comm_timeout_s,
         )
 
     def reference(self, mode: str) -> Reference:
@@ -131,7 +135,7 @@ class ChaosRun:
         if not result.ok or summary.get("status") != "completed" or first is None or last is None:
             raise ChaosError(f"the reference run of mode {mode} failed: {_failure(result)}")
         self.references[mode] = Reference(
-            list(summary["losses"]), _model(result.run_dirs[0]), last - first
+            list(summary["losses"]), _model(result.run_dirs[0]), last - first, first - job.started
         )
         shutil.rmtree(root, ignore_errors=True)
         return self.references[mode]
@@ -192,17 +196,26 @@ class ChaosRun:
         shm_before,
     ) -> None:
         job = self._start(trial.mode, run, cache)
-        first = _await_epoch(job, 1, self.settings.start_limit_s)
-        if first is None:
-            result = job.wait(10)
-            raise ChaosError(f"the run to kill never trained: {_failure(result)}")
-        target = first + trial.at * WINDOW_SHARE * reference.window_s
+        if trial.phase == "startup":
+            first = job.started
+            target = first + trial.at * WINDOW_SHARE * reference.startup_s
+        else:
+            first = _await_epoch(job, 1, self.settings.start_limit_s)
+            if first is None:
+                result = job.wait(10)
+                raise ChaosError(f"the run to kill never trained: {_failure(result)}")
+            target = first + trial.at * WINDOW_SHARE * reference.window_s
         while time.perf_counter() < target and job.running():
             time.sleep(0.005)
         if not job.running():
             job.wait(10)
             raise ChaosError("the run ended before its kill point")
+        if trial.phase == "startup" and _epochs_done(run / "host0"):
+            raise ChaosError("missed: the run trained an epoch before its start-up kill point")
         victims = self._victims(trial)
+        while not victims and job.running() and time.perf_counter() < first + 60:
+            time.sleep(0.01)  # a rank killed while the job starts: once its process exists
+            victims = self._victims(trial)
         if not victims:
             raise ChaosError(f"no process of {trial.victim} {trial.rank} to kill")
         _kill(victims)
@@ -271,13 +284,16 @@ def _kill(pids: Sequence[int]) -> None:
 
 
 def _lost_line(outputs: Sequence[str], trial: Trial, address: str) -> Tuple[str, bool]:
-    """The first line naming lost ranks, and whether it names the victim's rank and host."""
+    """The first line naming lost ranks, and whether it names the victim's rank and host (or, for
+    a peer that never joined the process group, its rank: no host is known then)."""
     for out in outputs:
         for line in out.splitlines():
-            match = _LOST.search(line)
+            lost, never = _LOST.search(line), _NEVER_JOINED.search(line)
+            match = lost or never
             if match:
                 ranks = {int(r) for r in match.group(1).replace(" ", "").split(",") if r}
-                return line.strip()[:300], trial.rank in ranks and match.group(2) == address
+                host = never is not None or match.group(2) == address
+                return line.strip()[:300], trial.rank in ranks and host
     return "", False
 
 

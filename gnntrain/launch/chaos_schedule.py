@@ -46,6 +46,9 @@ class ChaosSettings:
     end_limit_s: float = 60.0
     start_limit_s: float = 180.0  # launch to first epoch; past it the trial fails
     port: int = 29800  # the jobs' master ports count up from here
+    # the share of trials killed while the job starts (torchrun's rendezvous, loading, partitioning,
+    # the process group) instead of while it trains; 0 = the issue's schedule, training only
+    startup_share: float = 0.0
 
     @property
     def world_size(self) -> int:
@@ -70,7 +73,8 @@ class Trial:
     victim: str  # rank | host
     host: int  # the victim's host (a rank's host)
     rank: int  # the rank killed (a host: its first rank)
-    at: float  # kill point: a fraction of the training window, in [0, 1)
+    at: float  # kill point: a fraction of its phase's window, in [0, 1)
+    phase: str = "training"  # training: after the first epoch; startup: launch to first epoch
 
 
 def schedule(seed: int, trials: int, settings: ChaosSettings) -> List[Trial]:
@@ -87,7 +91,12 @@ def schedule(seed: int, trials: int, settings: ChaosSettings) -> List[Trial]:
         rank = host * settings.ranks_per_host + (
             rng.randrange(settings.ranks_per_host) if victim == "rank" else 0
         )
-        out.append(Trial(index, modes.pop(0), victim, host, rank, round(rng.random(), 4)))
+        at = round(rng.random(), 4)
+        # drawn only where asked for, so that a schedule without start-up kills stays as it was
+        startup = settings.startup_share > 0 and rng.random() < settings.startup_share
+        out.append(
+            Trial(index, modes.pop(0), victim, host, rank, at, "startup" if startup else "training")
+        )
     return out
 
 
@@ -101,8 +110,9 @@ class TrialRecord:
     host: int
     rank: int
     at: float
+    phase: str = "training"
     address: str = ""
-    kill_s: Optional[float] = None  # after the killed run's first epoch
+    kill_s: Optional[float] = None  # after the killed run's first epoch (startup: its launch)
     kill_epoch: Optional[int] = None  # epochs completed when the kill landed
     killed_pids: List[int] = field(default_factory=list)
     time_to_end_s: Optional[float] = None
@@ -137,11 +147,11 @@ class TrialRecord:
     def line(self, end_limit_s: float) -> str:
         """One line for a console."""
         what = f"{self.victim} {self.rank if self.victim == 'rank' else self.host}"
-        where = (
-            f"at {self.kill_s:.2f} s (epoch {self.kill_epoch})"
-            if self.kill_s is not None
-            else "not killed"
-        )
+        where = "not killed"
+        if self.kill_s is not None and self.phase == "startup":
+            where = f"{self.kill_s:.2f} s after its launch (start-up)"
+        elif self.kill_s is not None:
+            where = f"at {self.kill_s:.2f} s (epoch {self.kill_epoch})"
         end = f"ended in {self.time_to_end_s:.1f} s" if self.time_to_end_s is not None else ""
         verdict = "ok" if self.ok(end_limit_s) else "FAILED"
         resume = (
@@ -157,6 +167,7 @@ class TrialRecord:
 def figures(records: Sequence[TrialRecord], settings: ChaosSettings) -> Dict[str, object]:
     """The report's figures over all trials."""
     killed = [r for r in records if r.kill_s is not None]
+    trained = [r for r in killed if r.phase == "training"]
     ends = [r.time_to_end_s for r in killed if r.time_to_end_s is not None]
     return {
         "trials": len(records),
@@ -165,10 +176,11 @@ def figures(records: Sequence[TrialRecord], settings: ChaosSettings) -> Dict[str
         "ranks_per_host": settings.ranks_per_host,
         "modes": {m: sum(r.mode == m for r in records) for m in settings.modes},
         "victims": {v: sum(r.victim == v for r in records) for v in VICTIMS},
-        "kill_epochs": sorted({r.kill_epoch for r in killed if r.kill_epoch is not None}),
+        "phases": {p: sum(r.phase == p for r in records) for p in ("training", "startup")},
+        "kill_epochs": sorted({r.kill_epoch for r in trained if r.kill_epoch is not None}),
         "kill_s_range": [
-            min((r.kill_s for r in killed), default=0.0),
-            max((r.kill_s for r in killed), default=0.0),
+            min((r.kill_s for r in trained), default=0.0),
+            max((r.kill_s for r in trained), default=0.0),
         ],
         "max_time_to_end_s": max(ends, default=None),
         "named": sum(r.named for r in records),

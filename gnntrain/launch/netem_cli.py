@@ -139,6 +139,12 @@ def _chaos_arguments(sub) -> None:
     chaos.add_argument("--epochs", type=int, default=ChaosSettings.epochs)
     chaos.add_argument("--gbit", type=float, default=1.0, help="link bandwidth in Gbit/s")
     chaos.add_argument(
+        "--startup-share",
+        type=float,
+        default=0.0,
+        help="the share of trials killed while the job starts, not while it trains (default 0)",
+    )
+    chaos.add_argument(
         "--workdir", default="outputs/chaos", help="the runs; a failed trial's folder is kept"
     )
     chaos.add_argument("--out", help="write every trial's record and the figures here (JSON)")
@@ -159,7 +165,11 @@ def _chaos(args) -> int:
             f"--modes from {','.join(MODES)} and --trials >= 1"
         )
     settings = ChaosSettings(
-        hosts=args.hosts, ranks_per_host=args.ranks_per_host, modes=modes, epochs=args.epochs
+        hosts=args.hosts,
+        ranks_per_host=args.ranks_per_host,
+        modes=modes,
+        epochs=args.epochs,
+        startup_share=args.startup_share,
     )
     records = chaos_on_new_cluster(
         args.name,

@@ -109,11 +109,14 @@ def start_job(
     ranks_per_host: int = 1,
     port: int = 29610,
     env: Optional[Dict[str, str]] = None,
+    rendezvous_timeout_s: Optional[float] = None,
 ) -> RunningJob:
     """Start ``gnntrain run overrides`` across the cluster: one ``torchrun`` agent per host, rank 0
     on host 0, gloo bound to the shaped interface. Each host's ranks get the host's cores
     (``hardware.cores_per_node``: its cap, or its share of this machine's) unless the overrides set
-    them; a capped host's agent runs inside the host's cpu group."""
+    them; a capped host's agent runs inside the host's cpu group. ``rendezvous_timeout_s``: how long
+    an agent waits for the others to join (torchrun's static rendezvous waits 600 s by default, so
+    a host lost before it joined would hang the others that long)."""
     bin_dir = Path(sys.executable).parent
     overrides = list(overrides) + [
         f"hardware.nodes={cluster.hosts}",
@@ -144,6 +147,7 @@ def start_job(
             f"--node-rank={i}",
             f"--master-addr={cluster.address(0)}",
             f"--master-port={port}",
+            *([f"--rdzv-conf=timeout={rendezvous_timeout_s:g}"] if rendezvous_timeout_s else []),
             "--no-python",
             str(bin_dir / "gnntrain"),
             "run",
