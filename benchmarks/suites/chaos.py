@@ -90,7 +90,8 @@ def suite_chaos(quick: bool) -> SuiteResult:
         for mode in settings.modes
         if any(r.mode == mode for r in records)
     ] + [_row("all", records, settings.end_limit_s)]
-    trial_s = [r.trial_s for r in records]
+    trial_s = [r.phases_s.get("kill", 0) + r.phases_s.get("resume", 0) for r in records]
+    reference_s = [r.phases_s["reference"] for r in records if r.phases_s.get("reference", 0) > 0]
     notes = (
         f"{summary['trials']} trials (seed {seed}) on {settings.hosts} emulated hosts "
         f"({settings.ranks_per_host} rank each, 1 Gbit/s links), csbm {settings.num_nodes} nodes, "
@@ -108,8 +109,11 @@ def suite_chaos(quick: bool) -> SuiteResult:
         "(mode.drm=false: DRM moves shares by measured times, which no rerun replays), hongtu "
         "with every vertex table on the disk tier (host_budget=0), supergcn's int2 quantization "
         "seeded per (rank, epoch). "
-        f"Time per trial: median {statistics.median(trial_s):.1f} s, max {max(trial_s):.1f} s "
-        "(a killed run and its resume, plus each mode's reference run once)."
+        f"Time per trial (the killed run, its end, the sweeps and the resume): median "
+        f"{statistics.median(trial_s):.1f} s, max {max(trial_s):.1f} s; each mode's reference run "
+        f"once: median {statistics.median(reference_s or [0]):.1f} s. Start-up kills (torchrun's "
+        "rendezvous, loading, the process group) are not in this schedule: `gnntrain netem chaos "
+        "--startup-share` draws them (docs/design.md#chaos)."
         + (f" FAILED: {failed} trial(s); their folders are in {workdir}." if failed else "")
         + (" Errors: " + "; ".join(summary["errors"]) + "." if summary["errors"] else "")
     )

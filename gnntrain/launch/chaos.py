@@ -230,7 +230,9 @@ class ChaosRun:
             self.cluster, [run, cache], [cache / "disk-tier"], shm_before, victims
         )
         record.left_for_resume = [
-            item.describe() for item in leftovers.disk_tier([cache / "disk-tier"])
+            item.describe()
+            for item in leftovers.disk_tier([cache / "disk-tier"])
+            + leftovers.partial_files([run, cache])
         ]
         record.leftovers += [f"after the kill: {item.describe()}" for item in found]
 
@@ -298,12 +300,16 @@ def _lost_line(outputs: Sequence[str], trial: Trial, address: str) -> Tuple[str,
 
 
 def _settled_sweep(
-    cluster: EmulatedCluster, folders, disk_tier_folders, shm_before, allowed_owners
+    cluster: EmulatedCluster, folders, disk_tier_folders, shm_before, killed: Sequence[int]
 ) -> List[leftovers.Leftover]:
-    """A sweep that lets processes that are exiting finish (up to 3 s) before it counts them."""
+    """A sweep that lets processes that are exiting finish (up to 3 s) before it counts them;
+    ``killed``: right after a kill, the killed processes (their tables and half-written files are
+    the next run's to remove)."""
     deadline = time.monotonic() + 3.0
     while True:
-        found = leftovers.sweep(cluster, folders, disk_tier_folders, shm_before, allowed_owners)
+        found = leftovers.sweep(
+            cluster, folders, disk_tier_folders, shm_before, killed, half_written=not killed
+        )
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.2)

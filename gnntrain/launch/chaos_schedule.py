@@ -118,7 +118,8 @@ class TrialRecord:
     time_to_end_s: Optional[float] = None
     message: str = ""  # the line naming what was lost
     named: bool = False  # it names the victim's rank and host
-    left_for_resume: List[str] = field(default_factory=list)  # the victims' disk-tier tables
+    # the victims' disk-tier tables and half-written files, which the resume removes
+    left_for_resume: List[str] = field(default_factory=list)
     leftovers: List[str] = field(default_factory=list)
     resumed_from: Optional[int] = None
     losses_identical: bool = False

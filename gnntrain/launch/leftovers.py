@@ -6,8 +6,9 @@ held file locks, disk-tier tables and half-written files (:func:`sweep`). The ch
 Lock files themselves stay by design (``gnntrain.atomic.file_lock``: an ``flock`` that the kernel
 releases when its holder dies), so a lock is left behind only while some process still holds it.
 A killed rank's disk-tier tables are removed by the next run that uses the folder
-(``remove_stale_scratch``: the resume), never by its peers on other hosts, so right after a kill
-only the victims' own tables are allowed (``allowed_owners``).
+(``remove_stale_scratch``: the resume), never by its peers on other hosts, and the temp file of a
+write it was making by the resume (``Checkpointer.remove_partial``), so right after a kill only
+those are allowed (``allowed_disk_owners``, ``half_written=False``).
 """
 
 from __future__ import annotations
@@ -173,10 +174,14 @@ def sweep(
     disk_tier_folders: Iterable[Path],
     shm_before: Collection[str],
     allowed_disk_owners: Collection[int] = (),
+    half_written: bool = True,
 ) -> List[Leftover]:
     """Everything a job that has ended left on the cluster's hosts: processes and ports in their
-    namespaces, new shared memory segments nobody else holds, held locks and half-written files
-    under ``folders`` (the job's cache and run folders), disk-tier files but the allowed owners'."""
+    namespaces, new shared memory segments nobody else holds, held locks and (``half_written``)
+    half-written files under ``folders`` (the job's cache and run folders), disk-tier files but
+    the allowed owners'. Right after a kill the killed ranks' own tables and half-written files
+    are allowed (``allowed_disk_owners``, ``half_written=False``): only the next run can remove
+    them."""
     folders = list(folders)
     ours = [pid for pids in namespace_pids(cluster).values() for pid in pids]
     return (
@@ -185,5 +190,5 @@ def sweep(
         + shm_segments(shm_before, ours)
         + held_locks(folders)
         + disk_tier(disk_tier_folders, allowed_disk_owners)
-        + partial_files(folders)
+        + (partial_files(folders) if half_written else [])
     )
