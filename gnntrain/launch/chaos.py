@@ -168,8 +168,10 @@ class ChaosRun:
                 "resume",
                 lambda: self._resume_and_compare(trial, record, reference, run, cache, shm_before),
             )
-        except ChaosError as exc:
-            record.error = str(exc)
+        except Exception as exc:  # one trial's failure is its record's, not the whole run's
+            record.error = (
+                str(exc) if isinstance(exc, ChaosError) else f"{type(exc).__name__}: {exc}"
+            )
         finally:
             for pids in leftovers.namespace_pids(self.cluster).values():  # never into the next
                 _kill(pids)
