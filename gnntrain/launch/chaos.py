@@ -85,14 +85,12 @@ def _same_model(a: Dict[str, object], b: Dict[str, object]) -> bool:
 
 
 def _failure(result: JobResult) -> str:
-    """The last error line of a failed job's agents."""
-    lines = [
-        line.strip()
-        for out in result.outputs
-        for line in out.splitlines()
-        if line.startswith("error:") or "Error" in line.split(":")[0]
-    ]
-    return (lines or ["exit codes " + ", ".join(map(str, result.returncodes))])[-1][:300]
+    """The first of gnntrain's error lines of a failed job's agents, else the last exception's."""
+    lines = [line.strip() for out in result.outputs for line in out.splitlines()]
+    ours = [line for line in lines if line.startswith("error:")]
+    raised = [line for line in lines if "Error" in line.split(":")[0]]
+    fallback = ["exit codes " + ", ".join(map(str, result.returncodes))]
+    return (ours[:1] or raised[-1:] or fallback)[0][:300]
 
 
 class ChaosRun:
