@@ -18,7 +18,7 @@ export GNNTRAIN_CACHE_DIR ?= $(CURDIR)/.cache/gnntrain
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export OUTDATED_IGNORE := 1
 
-.PHONY: run test test-dgl test-all lint bench bench-all clean venv venv-dgl gpu-carry gpu-check-dry fuzz
+.PHONY: run test test-dgl test-all lint bench bench-all chaos clean venv venv-dgl gpu-carry gpu-check-dry fuzz
 
 venv: $(STAMP)
 venv-dgl: $(DGL_STAMP)
@@ -70,6 +70,13 @@ bench: $(STAMP) $(DGL_STAMP)
 
 bench-all: $(STAMP) $(DGL_STAMP)
 	GNNTRAIN_OFFLINE=1 $(BIN)/python -m benchmarks
+
+# The chaos suite (as root: it builds an emulated cluster): CHAOS_TRIALS seeded trials, each killing a rank
+# or a host mid-training, then the end, leftovers and resume checked (docs/bench/chaos.json, docs/BENCHMARKS.md)
+CHAOS_TRIALS ?= 50
+CHAOS_SEED ?= 0
+chaos: $(STAMP)
+	GNNTRAIN_OFFLINE=1 CHAOS_TRIALS=$(CHAOS_TRIALS) CHAOS_SEED=$(CHAOS_SEED) $(BIN)/python -m benchmarks chaos
 
 # What the GPU machine (Python 3.12, torch, PyG, numba, pyarrow; no hydra, no network) needs carried for
 # scripts/gpu-check.sh: the missing wheels at constraints.txt's versions, and Cora staged from ../shared

@@ -192,6 +192,15 @@ class Checkpointer:
             removed.append(old)
         return removed
 
+    def remove_partial(self) -> List[Path]:
+        """Remove the temp files of checkpoint writes that never finished (a rank 0 killed while it
+        wrote one leaves ``.epoch_NNNNNN.pt.XXXX.tmp``, gnntrain.atomic's). Call it only while
+        nothing writes here: before a resumed run trains (only rank 0 of one run writes here)."""
+        removed = sorted(self.directory.glob(".epoch_*.tmp"))
+        for path in removed:
+            path.unlink(missing_ok=True)
+        return removed
+
     def candidates(self) -> List[Path]:
         return sorted(self.directory.glob("epoch_*.pt"), reverse=True)
 

@@ -310,3 +310,85 @@ def test_a_resume_with_changed_settings_applies_them_and_says_so(train, tmp_path
         records[4]["resume_changed"]["train.lr"] == [0.01, 0.5]
         and "resume_changed" not in records[5]
     )
+
+
+def _two_node_job(tmp_path, overrides, port: int, timeout: float = 120):
+    """One ``torchrun --nnodes=2`` agent per "node" on loopback, each with a run folder of its own
+    (as on two hosts without a shared file system): [(returncode, output)] by node."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    procs = [
+        subprocess.Popen(
+            [
+                str(bin_dir / "torchrun"),
+                "--nnodes=2",
+                "--nproc-per-node=1",
+                f"--node-rank={node}",
+                "--master-addr=127.0.0.1",
+                f"--master-port={port}",
+                "--no-python",
+                str(bin_dir / "gnntrain"),
+                "run",
+                *overrides,
+                f"hydra.run.dir={tmp_path / f'node{node}'}",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in range(2)
+    ]
+    return [(p.communicate(timeout=timeout)[0], p.returncode) for p in procs]
+
+
+def test_a_resume_across_nodes_starts_every_rank_from_rank_0s_checkpoint(tmp_path):
+    """Only rank 0 writes checkpoints, into its own node's run folder. train.resume=true across two
+    nodes whose run folders are not shared: every rank resumes from rank 0's newest checkpoint (an
+    earlier version had node 1 find none and train from epoch 1 while rank 0 resumed after epoch 3,
+    so the ranks' collectives no longer matched and the job hung until comm_timeout_s)."""
+    common = [
+        "dataset.num_nodes=600",
+        "mode=partition",
+        "hardware.nodes=2",
+        "hardware.ranks_per_node=1",
+        "hardware.cores_per_node=1",
+        "kernel=torch",
+        "train.progress=false",
+        "train.checkpoint_every=1",
+        f"cache_dir={tmp_path}/cache",
+        "comm_timeout_s=15",
+    ]
+    first = _two_node_job(tmp_path, common + ["train.epochs=3"], port=29561)
+    assert [rc for _, rc in first] == [0, 0], first[0][0][-3000:] + first[1][0][-3000:]
+    assert not (tmp_path / "node1" / "checkpoints").exists()  # rank 0's node holds them all
+    trained = read_summary(tmp_path / "node0")["losses"]
+    resumed = _two_node_job(tmp_path, common + ["train.epochs=5", "train.resume=true"], port=29562)
+    (out0, rc0), (out1, rc1) = resumed
+    assert rc0 == 0 and rc1 == 0, out0[-3000:] + out1[-3000:]
+    assert "resumed after epoch 3" in out0 and "training from epoch 1" not in out1, out1[-2000:]
+    summary = read_summary(tmp_path / "node0")
+    assert summary["resume"]["from_epoch"] == 3 and len(summary["losses"]) == 5
+    assert summary["losses"][:3] == trained
+
+
+def test_a_resume_removes_the_temp_files_of_checkpoint_writes_a_kill_cut_short(train, tmp_path):
+    """A rank 0 killed while it wrote a checkpoint leaves that write's temp file (gnntrain.atomic's
+    ``.NAME.XXXX.tmp``, a checkpoint's size) in checkpoints/; the chaos suite found them left for
+    good. The resume removes them before it trains (nothing else writes there then)."""
+    base = ["mode=single", "train.checkpoint_every=1", "dataset.num_nodes=300"]
+    train(base + ["train.epochs=2"])
+    folder = tmp_path / "run1" / "checkpoints"
+    cut = [folder / ".epoch_000003.pt.k2j4x9.tmp", folder / ".epoch_000003.pt.sha1.a8c1.tmp"]
+    for path in cut:
+        path.write_bytes(b"half a checkpoint")
+    (folder / "notes.txt").write_text("not ours")
+    summary = train(base + ["train.epochs=3", f"resume={tmp_path / 'run1'}"])
+    assert summary["resume"]["from_epoch"] == 2 and len(summary["losses"]) == 3
+    assert not any(path.exists() for path in cut) and (folder / "notes.txt").exists()

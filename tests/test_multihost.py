@@ -277,3 +277,48 @@ def test_every_rank_runs_rank_zeros_kernel_and_ranks_that_planned_otherwise_stop
         "(rank 0) vs "
         "0.01 (rank 1) (rank 1 differs from rank 0)" in str(err.value)
     )
+
+
+def test_a_rank_whose_peers_never_join_ends_with_one_line(tmp_path):
+    """A host that dies while the job starts (before the process group forms) leaves its peers
+    waiting for it in init_process_group: they end after comm_timeout_s with one line that says so
+    (the chaos suite's start-up kills printed DistStoreError's traceback instead)."""
+    from conftest import run_cli
+
+    from gnntrain.launch.launcher import find_free_port
+
+    env = {
+        "RANK": "0",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(find_free_port()),
+    }
+    args = ["run", "dataset.num_nodes=300", "kernel=torch", "train.progress=false"]
+    args += ["hardware.ranks_per_node=2", "comm_timeout_s=3", f"hydra.run.dir={tmp_path}/run"]
+    proc = run_cli(args, cwd=tmp_path, env_extra=env, timeout=120)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert (
+        len(errors) == 1
+        and "rank 0: rank 1 did not join within comm_timeout_s (3 s)" in (errors[0])
+    ), proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "message, world_size, expected",
+    [
+        # torchrun (the agent's store): the keys rank 0 waited for end in the missing ranks
+        ("wait timeout after 20000ms, keys: /default_pg/0//cpu//0/2", 3, "rank 2 did not join"),
+        # rank 0's own store (tcp://): a pair names the other rank, a larger job counts
+        ("Timed out after 4 seconds waiting for clients. 1/2 clients joined.", 2, "rank 1 did"),
+        ("Timed out after 4 seconds waiting for clients. 2/3 clients joined.", 3, "only 2 of 3"),
+        ("Connection refused", 2, None),
+    ],
+    ids=["torchrun-keys", "pair", "count", "not-a-timeout"],
+)
+def test_peers_that_never_joined_are_named_from_the_stores_message(message, world_size, expected):
+    from gnntrain.comm.peers import describe_missing_peers
+
+    described = describe_missing_peers(message, rank=0, world_size=world_size, timeout_s=20.0)
+    assert (described is None) if expected is None else (expected in described), described

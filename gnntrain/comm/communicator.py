@@ -201,6 +201,17 @@ class Communicator:
         recv = self.all_to_all(send, [1] * self.world_size, [1] * self.world_size, kind)
         return recv.tolist()
 
+    def broadcast_object(self, obj: object, src: int = 0) -> object:
+        """Rank ``src``'s picklable ``obj`` on every rank (the others pass anything, e.g. None).
+        Bookkeeping, not training traffic: it is not recorded in the ledger."""
+        if not self.distributed:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj if self.rank == int(src) else None]
+        dist.broadcast_object_list(box, src=int(src), device=self._bookkeeping_device())
+        return box[0]
+
     def barrier(self) -> None:
         if self.distributed:
             import torch.distributed as dist

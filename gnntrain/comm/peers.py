@@ -74,3 +74,42 @@ def describe_lost_peers(
             "slow networks."
         )
     return None
+
+
+_WAITED_KEYS = re.compile(r"keys: ?\[?([^\]\n]+)")  # the store keys a rank waited for: ".../<rank>"
+_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
+
+
+def describe_missing_peers(
+    message: str, rank: int, world_size: int, timeout_s: Optional[float]
+) -> Optional[str]:
+    """One sentence for a process group that never formed because peers did not join (a host or
+    rank that died, or stalled, while the job started); None when ``message`` is not such a
+    time-out. The hosts are not known yet (the handshake learns them), so it names ranks: those
+    whose store keys this rank waited for (torchrun), else the other rank of a pair."""
+    if not _TIMEOUT.search(message):
+        return None
+    keys = _WAITED_KEYS.search(message)
+    missing = sorted(
+        {
+            int(key.strip().rsplit("/", 1)[-1])
+            for key in (keys.group(1).split(",") if keys else [])
+            if key.strip().rsplit("/", 1)[-1].isdigit()
+        }
+        - {rank}
+    )
+    if not missing and world_size == 2:
+        missing = [1 - rank]
+    joined = _JOINED.search(message)
+    if missing:
+        who = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} did not join"
+    elif joined:
+        who = f"only {joined.group(1)} of {joined.group(2)} ranks joined"
+    else:
+        who = "not every rank joined"
+    waited = f"comm_timeout_s ({timeout_s:g} s)" if timeout_s else "the start-up timeout"
+    return (
+        f"rank {rank}: {who} within {waited}: a host or rank died or stalled while the job "
+        "started. The job stops; start it again (train.resume=true continues from the last "
+        "checkpoint)."
+    )

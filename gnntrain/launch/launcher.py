@@ -46,8 +46,9 @@ def find_free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def check_resume(plan, run_dir: Path) -> None:
-    """Before any rank starts: a resume source must hold a valid checkpoint of this very plan."""
+def check_resume(plan, run_dir: Path, rank: int = 0) -> None:
+    """Before any rank starts: a resume source must hold a valid checkpoint of this very plan.
+    ``rank``: the process's rank under a cluster launcher (rank 0's checkpoint resumes them all)."""
     from gnntrain.checkpoint import (
         CheckpointError,
         checkpoint_dir,
@@ -74,8 +75,9 @@ def check_resume(plan, run_dir: Path) -> None:
             f"resume={cfg['resume']}: no valid checkpoint in {directory}. Point resume= at a "
             "run directory that was trained with train.checkpoint_every > 0."
         )
-    # train.resume=true where no checkpoint was written yet: say so, then train from epoch 1
-    if state is None:
+    # train.resume=true where no checkpoint was written yet: say so, then train from epoch 1 (rank 0
+    # says it: another host's run folder holds none, and its rank resumes from rank 0's anyway)
+    if state is None and rank == 0:
         logging.getLogger("gnntrain").warning(
             f"train.resume=true: no checkpoint in {directory} yet; training from epoch 1"
         )
@@ -95,7 +97,7 @@ def preflight(plan, run_dir: Path, identity: Optional[RankIdentity]) -> None:
             "submit it with -m hydra/launcher=slurm, start it on every node "
             "with torchrun (README: torchrun), or run here with hardware=local-cpu.",
         )
-    check_resume(plan, run_dir)
+    check_resume(plan, run_dir, identity.rank if identity is not None else 0)
 
 
 def run_training(plan, run_dir: Path, preflighted: bool = False) -> Dict[str, Any]:

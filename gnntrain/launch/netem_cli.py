@@ -1,5 +1,6 @@
-"""The ``gnntrain netem up|run|show|down`` command: its arguments, and a link taken from a hardware
-profile's ``link_gbit_s``/``link_latency_us``. The cluster itself is gnntrain/launch/netem.py."""
+"""The ``gnntrain netem up|run|show|down|chaos`` command: its arguments, and a link taken from a
+hardware profile's ``link_gbit_s``/``link_latency_us``. The cluster itself is
+gnntrain/launch/netem.py; the chaos suite, gnntrain/launch/chaos.py."""
 
 from __future__ import annotations
 
@@ -60,8 +61,10 @@ def netem_command(argv: Sequence[str], config_root: Path) -> int:
     )
     sub.add_parser("show", help="describe the cluster")
     sub.add_parser("down", help="delete the cluster's namespaces")
+    _chaos_arguments(sub)
     for p in sub.choices.values():
-        p.add_argument("--name", default="gtnet", help="the cluster's name (default gtnet)")
+        default = "gtchaos" if p.prog.endswith(" chaos") else "gtnet"
+        p.add_argument("--name", default=default, help=f"the cluster's name (default {default})")
     args = parser.parse_args(list(argv))
     try:
         if args.action == "up":
@@ -94,6 +97,8 @@ def netem_command(argv: Sequence[str], config_root: Path) -> int:
                 else f"no namespaces of '{args.name}' were left"
             )
             return 0
+        if args.action == "chaos":
+            return _chaos(args)
         cluster = load(args.name)
         if args.action == "show":
             print(
@@ -116,3 +121,75 @@ def netem_command(argv: Sequence[str], config_root: Path) -> int:
     except GnnTrainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _chaos_arguments(sub) -> None:
+    from gnntrain.launch.chaos_schedule import MODES, ChaosSettings
+
+    chaos = sub.add_parser(
+        "chaos",
+        help="kill a rank or a host of training jobs at seeded random times, on a cluster made for "
+        "it; check each job's end, what it left behind and its resume (gnntrain/launch/chaos.py)",
+    )
+    chaos.add_argument("--trials", type=int, default=50)
+    chaos.add_argument("--seed", type=int, default=0)
+    chaos.add_argument("--hosts", type=int, default=ChaosSettings.hosts)
+    chaos.add_argument("--ranks-per-host", type=int, default=ChaosSettings.ranks_per_host)
+    chaos.add_argument("--modes", default=",".join(MODES), help="comma-separated")
+    chaos.add_argument("--epochs", type=int, default=ChaosSettings.epochs)
+    chaos.add_argument("--gbit", type=float, default=1.0, help="link bandwidth in Gbit/s")
+    chaos.add_argument(
+        "--startup-share",
+        type=float,
+        default=0.0,
+        help="the share of trials killed while the job starts, not while it trains (default 0)",
+    )
+    chaos.add_argument(
+        "--workdir", default="outputs/chaos", help="the runs; a failed trial's folder is kept"
+    )
+    chaos.add_argument("--out", help="write every trial's record and the figures here (JSON)")
+
+
+def _chaos(args) -> int:
+    """``gnntrain netem chaos``: one line per trial, then the figures; exit 1 if any failed."""
+    import json
+
+    from gnntrain.launch.chaos import chaos_on_new_cluster
+    from gnntrain.launch.chaos_schedule import MODES, ChaosSettings, figures, schedule
+
+    modes = tuple(m for m in args.modes.split(",") if m)
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown or not modes or args.trials < 1:
+        raise GnnTrainError(
+            f"netem chaos: modes {', '.join(unknown) or '(none)'} / {args.trials} trials; use "
+            f"--modes from {','.join(MODES)} and --trials >= 1"
+        )
+    settings = ChaosSettings(
+        hosts=args.hosts,
+        ranks_per_host=args.ranks_per_host,
+        modes=modes,
+        epochs=args.epochs,
+        startup_share=args.startup_share,
+    )
+    records = chaos_on_new_cluster(
+        args.name,
+        Link(args.gbit, 0.0),
+        schedule(args.seed, args.trials, settings),
+        settings,
+        Path(args.workdir),
+        progress=lambda r: print(r.line(settings.end_limit_s), flush=True),
+    )
+    summary = figures(records, settings)
+    print(json.dumps(summary))
+    if args.out:
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "seed": args.seed,
+                    "figures": summary,
+                    "trials": [r.to_json(settings.end_limit_s) for r in records],
+                },
+                indent=1,
+            )
+        )
+    return 0 if summary["passed"] == summary["trials"] else 1

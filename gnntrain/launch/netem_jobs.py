@@ -1,6 +1,7 @@
 """``gnntrain run`` across an emulated cluster (gnntrain/launch/netem.py): one ``torchrun`` agent
 per host, each in its host's network namespace (and cpu group), watched until all have exited
-(:func:`run_job`, :class:`JobResult`)."""
+(:func:`run_job`, :class:`JobResult`; :func:`start_job` for a caller that acts while it runs, as
+the chaos suite does)."""
 
 from __future__ import annotations
 
@@ -45,10 +46,77 @@ def run_job(
     timeout_s: Optional[float] = None,
     env: Optional[Dict[str, str]] = None,
 ) -> JobResult:
-    """``gnntrain run overrides`` across the cluster: one ``torchrun`` agent per host, rank 0 on
-    host 0, gloo bound to the shaped interface. Each host's ranks get the host's cores
+    """``gnntrain run overrides`` across the cluster, to its end: :func:`start_job`, then
+    :meth:`RunningJob.wait`."""
+    return start_job(cluster, overrides, run_root, ranks_per_host, port, env).wait(timeout_s)
+
+
+@dataclass
+class RunningJob:
+    """A job's agents while they run (:func:`start_job`): one per host, each its own session."""
+
+    cluster: EmulatedCluster
+    procs: List[subprocess.Popen]
+    run_dirs: List[Path]
+    started: float  # time.perf_counter() at the start
+
+    def __post_init__(self) -> None:
+        self._outputs = [_drain(p) for p in self.procs]  # no agent blocks on a full pipe
+
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self.procs)
+
+    def wait(
+        self, timeout_s: Optional[float] = None, peer_grace_s: float = FAILED_PEER_GRACE_S
+    ) -> JobResult:
+        """Wait until every agent has exited. Once one has failed, the others get ``peer_grace_s``
+        to notice and exit; past that, or past ``timeout_s``, the rest are killed (their outputs
+        say so)."""
+        procs = self.procs
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        notes = [""] * len(procs)
+        while any(p.poll() is None for p in procs):
+            now = time.monotonic()
+            failed = any(p.returncode not in (None, 0) for p in procs)
+            if failed and (deadline is None or deadline > now + peer_grace_s):
+                # the others should end on their own; never hang on them
+                deadline = now + peer_grace_s
+            if deadline is not None and now > deadline:
+                for i, p in enumerate(procs):
+                    if p.poll() is None:
+                        os.killpg(p.pid, signal.SIGKILL)
+                        notes[i] = "\n(killed: " + (
+                            "another host's agent failed)"
+                            if failed
+                            else f"the job ran past {timeout_s} s)"
+                        )
+                break
+            time.sleep(0.05)
+        texts = [out.result() + note for out, note in zip(self._outputs, notes)]
+        return JobResult(
+            [p.wait() for p in procs],
+            texts,
+            self.run_dirs,
+            time.perf_counter() - self.started,
+            self.cluster.dilation,
+        )
+
+
+def start_job(
+    cluster: EmulatedCluster,
+    overrides: Sequence[str],
+    run_root: Path,
+    ranks_per_host: int = 1,
+    port: int = 29610,
+    env: Optional[Dict[str, str]] = None,
+    rendezvous_timeout_s: Optional[float] = None,
+) -> RunningJob:
+    """Start ``gnntrain run overrides`` across the cluster: one ``torchrun`` agent per host, rank 0
+    on host 0, gloo bound to the shaped interface. Each host's ranks get the host's cores
     (``hardware.cores_per_node``: its cap, or its share of this machine's) unless the overrides set
-    them; a capped host's agent runs inside the host's cpu group."""
+    them; a capped host's agent runs inside the host's cpu group. ``rendezvous_timeout_s``: how long
+    an agent waits for the others to join (torchrun's static rendezvous waits 600 s by default, so
+    a host lost before it joined would hang the others that long)."""
     bin_dir = Path(sys.executable).parent
     overrides = list(overrides) + [
         f"hardware.nodes={cluster.hosts}",
@@ -79,6 +147,7 @@ def run_job(
             f"--node-rank={i}",
             f"--master-addr={cluster.address(0)}",
             f"--master-port={port}",
+            *([f"--rdzv-conf=timeout={rendezvous_timeout_s:g}"] if rendezvous_timeout_s else []),
             "--no-python",
             str(bin_dir / "gnntrain"),
             "run",
@@ -99,30 +168,7 @@ def run_job(
                 start_new_session=True,
             )
         )
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    notes = [""] * len(procs)
-    outputs = [_drain(p) for p in procs]  # background readers, so no agent blocks on a full pipe
-    while any(p.poll() is None for p in procs):
-        now = time.monotonic()
-        failed = any(p.returncode not in (None, 0) for p in procs)
-        if failed and (deadline is None or deadline > now + FAILED_PEER_GRACE_S):
-            # the others should end on their own; never hang on them
-            deadline = now + FAILED_PEER_GRACE_S
-        if deadline is not None and now > deadline:
-            for i, p in enumerate(procs):
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    notes[i] = "\n(killed: " + (
-                        "another host's agent failed)"
-                        if failed
-                        else f"the job ran past {timeout_s} s)"
-                    )
-            break
-        time.sleep(0.2)
-    texts = [out.result() + note for out, note in zip(outputs, notes)]
-    return JobResult(
-        [p.wait() for p in procs], texts, run_dirs, time.perf_counter() - start, cluster.dilation
-    )
+    return RunningJob(cluster, procs, run_dirs, start)
 
 
 def _drain(proc: subprocess.Popen):

@@ -60,7 +60,7 @@ def rank_main(
     import torch
 
     from gnntrain.comm import Communicator
-    from gnntrain.comm.peers import describe_lost_peers
+    from gnntrain.comm.peers import describe_lost_peers, describe_missing_peers
     from gnntrain.plan import plan_mode
     from gnntrain.runtime import RankContext
     from gnntrain.training import train_rank
@@ -71,13 +71,20 @@ def rank_main(
 
         # under torchrun the agent already serves the rendezvous store at MASTER_ADDR:MASTER_PORT
         init = "env://" if os.environ.get("TORCHELASTIC_RUN_ID") else f"tcp://{master_addr}:{port}"
-        dist.init_process_group(
-            plan.backend,
-            init_method=init,
-            rank=rank,
-            world_size=plan.world_size,
-            timeout=timedelta(seconds=float(plan.config["comm_timeout_s"])),
-        )
+        timeout_s = float(plan.config["comm_timeout_s"])
+        try:
+            dist.init_process_group(
+                plan.backend,
+                init_method=init,
+                rank=rank,
+                world_size=plan.world_size,
+                timeout=timedelta(seconds=timeout_s),
+            )
+        except RuntimeError as exc:  # DistStoreError: a peer that never joined
+            missing = describe_missing_peers(str(exc), rank, plan.world_size, timeout_s)
+            if missing is None:
+                raise
+            raise RankFailure(missing) from None
     device = torch.device(plan.rank_devices[rank])
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -85,7 +92,13 @@ def rank_main(
     if rank == 0 and run_dir is not None:
         recorder = RunRecorder(Path(run_dir), plan, progress=bool(plan.config["train"]["progress"]))
     comm = Communicator(rank, plan.world_size, timeout_s=float(plan.config["comm_timeout_s"]))
-    hosts, plan = handshake(plan, comm, rank, master_addr)
+    try:
+        hosts, plan = handshake(plan, comm, rank, master_addr)
+    except RuntimeError as exc:  # a peer lost before the hosts were known: named by its address
+        lost = describe_lost_peers(str(exc), [], rank, comm.timeout_s) if distributed else None
+        if lost is None:
+            raise
+        raise RankFailure(lost) from None
     ctx = RankContext(
         plan=plan,
         comm=comm,

@@ -134,10 +134,16 @@ class EpochLoop:
         resumed: Optional[Dict[str, Any]] = None
         checkpointer = run_checkpointer(self.cfg, ctx.run_dir, ctx.plan.plan_hash)
         if checkpointer is not None and resume_requested(self.cfg):
-            # run_training already refused foreign or missing ones, and said which it skipped
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                state = checkpointer.load_latest()
+            # rank 0's newest checkpoint resumes every rank: only rank 0 writes them, into its own
+            # run folder, which another host need not see (run_training refused foreign or missing
+            # ones, and said which it skipped)
+            state = None
+            if comm.rank == 0:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    state = checkpointer.load_latest()
+                checkpointer.remove_partial()  # what a kill cut short (no write is in flight yet)
+            state = comm.broadcast_object(state)
             if state is not None:
                 model.load_state_dict(state["model"])
                 optimizer.load_state_dict(state["optimizer"])
