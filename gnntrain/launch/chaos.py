@@ -204,7 +204,7 @@ class ChaosRun:
             if first is None:
                 result = job.wait(10)
                 raise ChaosError(f"the run to kill never trained: {_failure(result)}")
-            target = first + trial.at * WINDOW_SHARE * reference.window_s
+            target = self._training_kill_point(job, trial, reference, first)
         while time.perf_counter() < target and job.running():
             time.sleep(0.005)
         if not job.running():
@@ -235,6 +235,22 @@ class ChaosRun:
             + leftovers.partial_files([run, cache])
         ]
         record.leftovers += [f"after the kill: {item.describe()}" for item in found]
+
+    def _training_kill_point(
+        self, job: RunningJob, trial: Trial, reference: Reference, first: float
+    ) -> float:
+        """When to kill: ``trial.at`` of the window, anchored to the epoch it falls in. The run's
+        own epochs are awaited and only the rest of one is timed from the reference: timed from
+        the first epoch alone, a run slower than its reference (a loaded machine) drew kills past
+        its last epoch (5 of 50 trials, a job already finished, or a rank already gone)."""
+        gaps = self.settings.epochs - 1  # the window runs from the first epoch's end to the last's
+        position = trial.at * WINDOW_SHARE * gaps
+        whole = int(position)
+        anchor = _await_epoch(job, 1 + whole, self.settings.start_limit_s) if whole else first
+        if anchor is None:
+            job.wait(10)
+            raise ChaosError("the run ended before its kill point")
+        return anchor + (position - whole) * reference.window_s / max(gaps, 1)
 
     def _resume_and_compare(
         self,
