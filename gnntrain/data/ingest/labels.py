@@ -25,9 +25,21 @@ from gnntrain.errors import DatasetError
 LABEL_NAMES = ("label", "labels", "y", "class")
 
 
+INT64_LIMIT = 2.0**63  # a float label at or past it has no int64 value
+
+
 def _label_array(values: np.ndarray, where: str, locate) -> np.ndarray:
+    """int64 labels of ``values`` (NaN: -1, no label); a value that is no whole number, or past
+    int64, refused naming ``locate(i)``."""
+    if values.dtype.kind == "u" and values.size and int(values.max()) > np.iinfo(np.int64).max:
+        i = int(np.argmax(values))
+        raise DatasetError(
+            f"ingest: {where}: label {int(values[i])} at {locate(i)} is too large; labels are "
+            "classes 0..C-1."
+        )
     if values.dtype.kind == "f":
-        whole = np.isnan(values) | (values == np.round(values))
+        with np.errstate(invalid="ignore"):
+            whole = np.isnan(values) | ((values == np.round(values)) & (abs(values) < INT64_LIMIT))
         if not whole.all():
             i = int(np.flatnonzero(~whole)[0])
             raise DatasetError(
@@ -52,24 +64,41 @@ def _check_labels(given: np.ndarray, where: str, locate) -> None:
         )
 
 
+def _npy_labels(path: Path, opts: NodeOptions, ids: NodeIds) -> np.ndarray:
+    """Labels from a .npy in node order: one per node (a 2-D file: its first column)."""
+    values = load_npy(path, "--labels")
+    n = ids.num_nodes
+    if values.ndim == 0 or values.size < values.shape[0]:
+        raise DatasetError(
+            f"ingest: --labels {path} has shape {values.shape}; a .npy of labels needs one label "
+            f"per node ({n},), in node order."
+        )
+    if values.shape[0] != n:
+        raise DatasetError(
+            f"ingest: --labels {path} has {values.shape[0]} rows for {n} nodes; a .npy of labels "
+            "needs one row per node, in node order."
+        )
+    values = values.reshape(n, -1)[:, 0] if values.ndim > 1 else values
+    if values.dtype.kind == "f" and np.isnan(values).any() and not opts.negative_labels_unlabeled:
+        raise DatasetError(
+            f"ingest: --labels {path}: label NaN at row {int(np.flatnonzero(np.isnan(values))[0])}"
+            "; a .npy of labels has one per node. Leave unlabeled nodes out of a table of node ID "
+            "and label (--labels TABLE) instead."
+        )
+    out = _label_array(np.asarray(values), str(path), lambda i: f"row {i}")
+    if opts.negative_labels_unlabeled:
+        return np.where(out < 0, -1, out)
+    _check_labels(out, str(path), lambda i: f"row {i}")
+    return out
+
+
 def read_labels(path: Path, opts: NodeOptions, ids: NodeIds) -> np.ndarray:
     """Labels from .npy (node order) or a table keyed by node ID (nodes left out stay unlabeled)."""
     import pyarrow as pa
 
     kind = table_format(path, "auto")
     if kind == "npy":
-        values = load_npy(path, "--labels")
-        values = values.reshape(values.shape[0], -1)[:, 0] if values.ndim > 1 else values
-        if values.shape[0] != ids.num_nodes:
-            raise DatasetError(
-                f"ingest: --labels {path} has {values.shape[0]} rows for {ids.num_nodes} nodes; "
-                f"a .npy of labels needs one row per node, in node order."
-            )
-        out = _label_array(np.asarray(values), str(path), lambda i: f"row {i}")
-        if opts.negative_labels_unlabeled:
-            return np.where(out < 0, -1, out)
-        _check_labels(out, str(path), lambda i: f"row {i}")
-        return out
+        return _npy_labels(path, opts, ids)
     table = open_table(path, kind, opts.csv)
     id_col = table.column(
         opts.id_column
@@ -148,6 +177,7 @@ def _labels(
     classes, and node classification on it is refused at plan time."""
     n = nodes.ids.num_nodes
     labels = nodes.labels
+    source = _label_source(opts, nodes)
     if opts.nodes.labels is not None:
         labels = read_labels(require_file(opts.nodes.labels, "--labels"), opts.nodes, nodes.ids)
     elif labels is None and graph is not None and graph.get("y") is not None:
@@ -162,14 +192,45 @@ def _labels(
     if top >= classes:
         i = int(np.flatnonzero(labels >= classes)[0])
         raise DatasetError(
-            f"ingest: node {nodes.ids.name(i)} has label {int(labels[i])}, but --num-classes is "
-            f"{classes} (labels are 0..{classes - 1})."
+            f"ingest: {source}: node {nodes.ids.name(i)} has label {int(labels[i])}, but "
+            f"--num-classes is {classes} (labels are 0..{classes - 1})."
         )
     if classes < 2:
         raise DatasetError(
-            f"ingest: the labels name {classes} class(es); node classification needs at least 2."
+            f"ingest: the labels ({source}) name {classes} class(es); node classification needs "
+            "at least 2."
         )
     return labels, classes
+
+
+def _label_source(opts: IngestOptions, nodes: NodeResult) -> str:
+    """Where the labels come from, for a message."""
+    if opts.nodes.labels is not None:
+        return f"--labels {opts.nodes.labels}"
+    if nodes.labels is not None:
+        return f"--features {opts.nodes.features}"
+    return f"--graph {opts.graph}"
+
+
+def _given_masks(
+    opts: IngestOptions, nodes: NodeResult, graph, n: int
+) -> Tuple[Dict[str, np.ndarray], Dict[str, str]]:
+    """The masks given (files, node table columns, the graph), and where each came from."""
+    masks = dict(nodes.masks)
+    sources = dict.fromkeys(masks, f"--features {opts.nodes.features}")
+    for name, path in opts.nodes.masks.items():
+        if path is not None:
+            option = f"--{name.replace('_', '-')}"
+            masks[name] = read_mask(require_file(path, option), name, n)
+            sources[name] = f"{option} {path}"
+    if not masks and graph is not None:
+        masks = {
+            m: np.asarray(graph[m]).reshape(n, -1)[:, 0].astype(bool)
+            for m in ("train_mask", "val_mask", "test_mask")
+            if graph.get(m) is not None
+        }
+        sources = dict.fromkeys(masks, f"--graph {opts.graph}")
+    return masks, sources
 
 
 def _labels_and_masks(
@@ -186,46 +247,37 @@ def _labels_and_masks(
     labels, classes = _labels(opts, nodes, graph, targets)
     # what a node in a mask must have: a label, or (no labels) a target, or (neither) nothing
     if classes:
-        has, what = labels >= 0, "label"
+        has, what, source = labels >= 0, "label", _label_source(opts, nodes)
     elif targets is not None:
-        has, what = targets.present, "target"
+        has, what, source = targets.present, "target", targets.source
     else:
-        has, what = np.ones(n, dtype=bool), "node"
+        has, what, source = np.ones(n, dtype=bool), "node", ""
         notes.append(
             "no labels and no targets: for link prediction (node classification is refused)"
         )
-    masks = dict(nodes.masks)
-    for name, path in opts.nodes.masks.items():
-        if path is not None:
-            masks[name] = read_mask(require_file(path, f"--{name.replace('_', '-')}"), name, n)
-    if not masks and graph is not None:
-        masks = {
-            m: np.asarray(graph[m]).reshape(n, -1)[:, 0].astype(bool)
-            for m in ("train_mask", "val_mask", "test_mask")
-            if graph.get(m) is not None
-        }
+    masks, sources = _given_masks(opts, nodes, graph, n)
     if masks:
         for name in ("train_mask", "val_mask", "test_mask"):
             if name not in masks:
                 masks[name] = np.zeros(n, dtype=bool)
+                sources[name] = "none given"
                 notes.append(f"no {name} given: it is empty")
     else:
         masks = _split(has, opts.split, opts.seed)
         among = {"label": "labeled nodes", "target": "nodes with a target"}.get(what, "nodes")
-        notes.append(
-            f"split {opts.split[0]:g}/{opts.split[1]:g}/{opts.split[2]:g} of the {among} "
-            f"(seed {opts.seed})"
-        )
+        split = f"{opts.split[0]:g}/{opts.split[1]:g}/{opts.split[2]:g}"
+        notes.append(f"split {split} of the {among} (seed {opts.seed})")
+        sources = dict.fromkeys(masks, f"--split {split} of the {among}, {source}")
     for name, mask in masks.items():
         bad = mask & ~has
         if bad.any():
             raise DatasetError(
-                f"ingest: node {nodes.ids.name(int(np.flatnonzero(bad)[0]))} is in the {name} but "
-                f"has no {what}."
+                f"ingest: {sources[name]}: node {nodes.ids.name(int(np.flatnonzero(bad)[0]))} is "
+                f"in the {name} but has no {what} ({source})."
             )
     if not masks["train_mask"].any():
         raise DatasetError(
-            f"ingest: the train mask is empty; training needs training nodes with a {what}. Give "
-            "a non-empty --train-mask, or let --split draw one."
+            f"ingest: the train mask is empty ({sources['train_mask']}); training needs training "
+            f"nodes with a {what}. Give a non-empty --train-mask, or let --split draw one."
         )
     return labels, classes, masks

@@ -406,10 +406,16 @@ Progress = Callable[[str, int, int], None]  # (stage, done bytes, total bytes)
 
 
 def load_npy(path: Path, option: str) -> np.ndarray:
-    """A small .npy (labels, masks) read whole."""
+    """A small .npy (labels, masks, targets) read whole: its header checked first (as
+    :func:`gnntrain.data.ingest.nodes.open_npy` does), so a pickle, an ``.npz`` or a truncated file
+    is one DatasetError and nothing is ever unpickled."""
+    from gnntrain.data.ondisk import NpyFile
+
     try:
-        return np.load(path, allow_pickle=False)
-    except ValueError as exc:
+        NpyFile(path, fortran_ok=True)
+        with open(path, "rb") as f:
+            return np.lib.format.read_array(f, allow_pickle=False)
+    except (ValueError, EOFError) as exc:
         raise DatasetError(f"ingest: {option} {path}: not a plain NumPy array ({exc}).") from None
     except OSError as exc:
         raise DatasetError(f"ingest: {option} {path}: cannot read it as .npy ({exc}).") from None
