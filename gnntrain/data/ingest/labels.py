@@ -64,6 +64,30 @@ def _check_labels(given: np.ndarray, where: str, locate) -> None:
         )
 
 
+def table_labels(col, where: str, locate) -> np.ndarray:
+    """int64 labels of a table's label column (a pyarrow Array): an empty cell or NaN is -1 (no
+    label); a column that is not numeric, or a value that is no class number, refused naming
+    ``where`` (the file and column) and ``locate(i)``."""
+    import pyarrow as pa
+
+    kind = col.type
+    if not (
+        pa.types.is_integer(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_decimal(kind)
+        or pa.types.is_null(kind)
+    ):
+        raise DatasetError(
+            f"ingest: {where} has type {kind}; labels are integers 0..C-1 (an empty cell: no "
+            "label). Fix: convert the column to integers, or name another with --label-column."
+        )
+    values = col.cast(pa.float64()).fill_null(float("nan")).to_numpy(zero_copy_only=False)
+    out = _label_array(values, where, locate)
+    _check_labels(np.where(np.isnan(values), 0, out), where, locate)
+    return out
+
+
 def _npy_labels(path: Path, opts: NodeOptions, ids: NodeIds) -> np.ndarray:
     """Labels from a .npy in node order: one per node (a 2-D file: its first column)."""
     values = load_npy(path, "--labels")
@@ -112,6 +136,11 @@ def read_labels(path: Path, opts: NodeOptions, ids: NodeIds) -> np.ndarray:
         1,
         "--label-column",
     )
+    if label_col == id_col:
+        raise DatasetError(
+            f"ingest: --labels {path}: column {id_col!r} would be both the node ID and the "
+            "label; a labels table has a node ID column (id) and a label column (--label-column)."
+        )
     out = np.full(ids.num_nodes, -1, dtype=np.int64)
     types = (
         {id_col: ids.type}
@@ -127,11 +156,7 @@ def read_labels(path: Path, opts: NodeOptions, ids: NodeIds) -> np.ndarray:
                 f"{batch.table.column(id_col)[i].as_py()!r} is not a node of the graph."
             )
         col = batch.table.column(label_col).combine_chunks()
-        values = col.cast(pa.float64()).fill_null(float("nan")).to_numpy(zero_copy_only=False)
-        values = _label_array(values, str(path), batch.locate)
-        empty = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        _check_labels(np.where(empty, 0, values), f"{path}, column {label_col!r}", batch.locate)
-        out[index] = values
+        out[index] = table_labels(col, f"{path}, column {label_col!r}", batch.locate)
     return out
 
 
@@ -257,10 +282,11 @@ def _labels_and_masks(
         )
     masks, sources = _given_masks(opts, nodes, graph, n)
     if masks:
+        given = "; ".join(f"{m} from {s}" for m, s in sources.items())
         for name in ("train_mask", "val_mask", "test_mask"):
             if name not in masks:
                 masks[name] = np.zeros(n, dtype=bool)
-                sources[name] = "none given"
+                sources[name] = f"none given: {given}"
                 notes.append(f"no {name} given: it is empty")
     else:
         masks = _split(has, opts.split, opts.seed)
