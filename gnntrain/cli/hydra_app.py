@@ -17,6 +17,8 @@ from gnntrain.launch.compose import config_dir
 
 SCHEMA_GROUPS = ("dataset", "model", "mode", "partitioner", "hardware", "logger")
 SWEEP_FAILURES: List[str] = []  # the overrides of each failed job of a sweep run in this process
+# the Unicode categories an error shows as escapes: control, format, line and paragraph separators
+UNPRINTED = ("Cc", "Cf", "Zl", "Zp")
 
 
 def console(stderr: bool = False):
@@ -27,10 +29,17 @@ def console(stderr: bool = False):
 
 def error(message: str) -> None:
     """Every user-facing error: on stderr, as one unbroken message (the exit code says it
-    failed)."""
+    failed); a control character or line separator in it (echoed from an argument) is written as
+    its escape, so the message stays one line."""
+    import unicodedata
+
     from rich.markup import escape
 
-    console(stderr=True).print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)
+    text = "".join(
+        c.encode("unicode_escape").decode() if unicodedata.category(c) in UNPRINTED else c
+        for c in message
+    )
+    console(stderr=True).print(f"[bold red]error:[/bold red] {escape(text)}", soft_wrap=True)
 
 
 def is_multirun() -> bool:
@@ -97,6 +106,27 @@ def schema_as_option(args: List[str]) -> Optional[str]:
     return None
 
 
+def _config_errors_in_one_line(task: Callable[[Any], Any], full_error: Optional[str]):
+    """``task`` failing through :func:`fail` where what it raised is a config error that
+    :func:`gnntrain.launch.compose.config_error` says in one line (an interpolation that does not
+    resolve is only read inside the task); Hydra would print its own line before the raise."""
+    import functools
+
+    from gnntrain.launch.compose import config_error
+
+    @functools.wraps(task)
+    def guarded(cfg):
+        try:
+            return task(cfg)
+        except Exception as exc:
+            message = config_error(exc)
+            if message is None or full_error:
+                raise
+            return fail(message, "invalid config")
+
+    return guarded
+
+
 def run_hydra_app(
     task: Callable[[Any], Any], args: List[str], prog: str, forkserver: bool = False
 ) -> int:
@@ -126,7 +156,9 @@ def run_hydra_app(
     full_error = os.environ.get("HYDRA_FULL_ERROR")
     # Hydra raises instead of printing: config errors become one line here
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    app = hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)
+    app = hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(
+        _config_errors_in_one_line(task, full_error)
+    )
     try:
         app()
     except BrokenPipeError:  # the output's reader left (gnntrain run --help | head): nothing to say
