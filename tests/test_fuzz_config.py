@@ -36,6 +36,7 @@ GROUPS = ("dataset", "model", "mode", "task", "partitioner", "hardware", "logger
 # create, import or reach something outside the test's folder
 UNSAFE = ("dir", "path", "resume", "target", "checkpoint", "out", "hydra", "port")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING")
+PINNED = {"kernel": "torch", "mode": "single"}  # plan_command's defaults: the cheap plans
 
 
 def _flat(tree: dict, prefix: str = "") -> Iterator[Tuple[str, object]]:
@@ -50,19 +51,21 @@ def _options(group: str) -> List[str]:
     return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
 
 
-@lru_cache(maxsize=1)
-def config_keys() -> Dict[str, object]:
+@lru_cache(maxsize=None)
+def config_keys(pinned: bool = False) -> Dict[str, object]:
     """Every key of the composed config under each option of each group (a mode's own options
-    exist under that mode only), less the unsafe ones, with a default value."""
+    exist under that mode only), less the unsafe ones, with a default value; ``pinned``: the keys
+    of the config that :data:`PINNED` composes alone."""
     from omegaconf import OmegaConf
 
     from gnntrain.launch.compose import compose
 
+    choices = [[f"{k}={v}" for k, v in PINNED.items()]] if pinned else []
+    for group in () if pinned else ("dataset", "model", "mode", "task", "partitioner"):
+        choices += [[f"{group}={option}"] for option in _options(group)]
     keys: Dict[str, object] = {}
-    for group in ("dataset", "model", "mode", "task", "partitioner"):
-        for option in _options(group):
-            cfg = OmegaConf.to_container(compose([f"{group}={option}"], str(CONFIGS)))
-            keys.update(_flat(cfg))
+    for overrides in choices:
+        keys.update(_flat(OmegaConf.to_container(compose(overrides, str(CONFIGS)))))
     return {k: v for k, v in sorted(keys.items()) if not any(word in k for word in UNSAFE)}
 
 
@@ -137,13 +140,17 @@ HUGE = [2**31, 2**63 - 1, 2**63, 2**64, -(2**63), 10**30]
 
 
 def _like(draw, default: object) -> str:
-    """A value of the type of ``default``, as typed: one a plan may well accept."""
+    """A value of the type of ``default``, as typed: one the schema takes, often one a plan
+    accepts, now and then one at an edge (negative, zero, past int64, NaN, infinite)."""
+    edge = draw(st.integers(0, 3)) == 0
     if isinstance(default, bool):
         return draw(st.sampled_from(["true", "false"]))
     if isinstance(default, int):
-        return str(draw(st.integers(0, 64)))
+        return str(draw(st.sampled_from([-1, 0, *HUGE]) if edge else st.integers(0, 64)))
     if isinstance(default, float):
-        return repr(draw(st.floats(0, 2)))
+        return repr(
+            draw(st.sampled_from([-1.0, 0.0, 1e308]) | st.floats() if edge else st.floats(0, 2))
+        )
     if isinstance(default, list):
         return f"[{','.join(str(v) for v in draw(st.lists(st.integers(1, 4), max_size=3)))}]"
     return str(default)
@@ -168,8 +175,12 @@ def values(draw) -> str:
 @st.composite
 def overrides(draw) -> str:
     """One override: a key (the config's, a group, a near miss, nonsense, nested) with a prefix
-    (none, +, ++, ~), and ``=value`` (or no ``=`` at all)."""
-    kind = draw(st.sampled_from(["key", "key", "group", "near", "nonsense"]))
+    (none, +, ++, ~), and ``=value`` (or no ``=`` at all); or, as often as all those, a key of the
+    pinned config with a value of its type."""
+    kind = draw(st.sampled_from(["typed", "typed", "typed", "key", "group", "near", "nonsense"]))
+    if kind == "typed":  # a key of the pinned config, a value of its type: often a plan
+        key = draw(st.sampled_from(sorted(config_keys(pinned=True))))
+        return f"{key}={_like(draw, config_keys(pinned=True)[key])}"
     if kind == "group":
         group = draw(st.sampled_from(GROUPS))
         option = draw(st.sampled_from(_options(group) + [f"{group}_schema", "none"]))
@@ -177,8 +188,6 @@ def overrides(draw) -> str:
             option = _near_miss(draw, option)
         return f"{group}={option}"
     key = draw(st.sampled_from(sorted(config_keys())))
-    if kind == "key" and draw(st.booleans()):  # a value of the key's own type
-        return f"{key}={_like(draw, config_keys()[key])}"
     if kind == "near":
         key = _near_miss(draw, key)
     elif kind == "nonsense":
@@ -225,10 +234,12 @@ def shared_cache() -> str:
 
 def plan_command(args: List[str], folder: Path) -> Tuple[int, str, str]:
     """(exit code, stdout, stderr) of ``gnntrain plan ARGS`` run in this process from ``folder``
-    (its run folder there, the cache shared); an exception other than SystemExit propagates."""
-    base = [f"hydra.run.dir={folder}/run", f"cache_dir={shared_cache()}", "kernel=torch"]
-    if any(a.lstrip("+~").split("=", 1)[0] == "kernel" for a in args):
-        base = base[:2]  # the override's own kernel; auto measures a shape once per session
+    (its run folder there, the cache shared); an exception other than SystemExit propagates.
+    Unless ``args`` name their own, the kernel is torch (auto measures each new shape) and the mode
+    single (a partitioning mode's plan loads and partitions the graph for its report)."""
+    base = [f"hydra.run.dir={folder}/run", f"cache_dir={shared_cache()}"]
+    named = {a.lstrip("+~").split("=", 1)[0] for a in args}
+    base += [f"{key}={value}" for key, value in PINNED.items() if key not in named]
     out, err = io.StringIO(), io.StringIO()
     with _kept_process_state(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         os.chdir(folder)

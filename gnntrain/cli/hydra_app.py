@@ -107,10 +107,12 @@ def schema_as_option(args: List[str]) -> Optional[str]:
 
 
 def _config_errors_in_one_line(task: Callable[[Any], Any], full_error: Optional[str]):
-    """``task`` failing through :func:`fail` where what it raised is a config error that
+    """``task`` failing through :func:`fail` where it raised an OmegaConf error that
     :func:`gnntrain.launch.compose.config_error` says in one line (an interpolation that does not
-    resolve is only read inside the task); Hydra would print its own line before the raise."""
+    resolve is read, and fails, only inside the task); Hydra would print its own line first."""
     import functools
+
+    from omegaconf.errors import OmegaConfBaseException
 
     from gnntrain.launch.compose import config_error
 
@@ -118,7 +120,7 @@ def _config_errors_in_one_line(task: Callable[[Any], Any], full_error: Optional[
     def guarded(cfg):
         try:
             return task(cfg)
-        except Exception as exc:
+        except OmegaConfBaseException as exc:
             message = config_error(exc)
             if message is None or full_error:
                 raise

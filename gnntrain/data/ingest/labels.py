@@ -293,7 +293,9 @@ def _labels_and_masks(
         among = {"label": "labeled nodes", "target": "nodes with a target"}.get(what, "nodes")
         split = f"{opts.split[0]:g}/{opts.split[1]:g}/{opts.split[2]:g}"
         notes.append(f"split {split} of the {among} (seed {opts.seed})")
-        sources = dict.fromkeys(masks, f"--split {split} of the {among}, {source}")
+        sources = dict.fromkeys(
+            masks, f"--split {split} of the {among}" + (f", {source}" if source else "")
+        )
     for name, mask in masks.items():
         bad = mask & ~has
         if bad.any():
