@@ -261,6 +261,10 @@ def plan_command(args: List[str], folder: Path) -> Tuple[int, str, str]:
 @example(args=["dataset.test_fraction=${oc.env:HOME}"])
 @example(args=["dataset.reader=${train.lr}"])
 @example(args=["train.lr=1\n2"])
+# found by make fuzz (2000 examples): an interpolation into a dict or list key resolved to a value
+# of another type, a traceback from where the plan typed the section
+@example(args=["hardware.cost.mode_factor=${train.lr}"])
+@example(args=["hardware.cost.elementwise_gbps=${train.lr}"])
 def test_any_overrides_plan_or_fail_in_one_line(args):
     with tempfile.TemporaryDirectory() as tmp:
         code, out, err = plan_command(args, Path(tmp))

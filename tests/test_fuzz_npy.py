@@ -332,6 +332,16 @@ MASKS1 = {f"{m}.npy": np.array([m == "train_mask"]) for m in MASKS}
         None,
     )
 )
+# found by make fuzz (2000 examples): float16 labels warned of an overflow (compared with 2^63 in
+# float16)
+@example(
+    case=(
+        {"features.npy": F1, "edges.npy": E1, "labels.npy": np.ones(1, np.float16)},
+        "labels.npy",
+        "dtype",
+        None,
+    )
+)
 # always tried: an object array (np.save pickles it) and a pickle named .npy, each refused unread
 @example(
     case=(

@@ -17,8 +17,6 @@ from gnntrain.launch.compose import config_dir
 
 SCHEMA_GROUPS = ("dataset", "model", "mode", "partitioner", "hardware", "logger")
 SWEEP_FAILURES: List[str] = []  # the overrides of each failed job of a sweep run in this process
-# the Unicode categories an error shows as escapes: control, format, line and paragraph separators
-UNPRINTED = ("Cc", "Cf", "Zl", "Zp")
 
 
 def console(stderr: bool = False):
@@ -30,15 +28,12 @@ def console(stderr: bool = False):
 def error(message: str) -> None:
     """Every user-facing error: on stderr, as one unbroken message (the exit code says it
     failed); a control character or line separator in it (echoed from an argument) is written as
-    its escape, so the message stays one line."""
-    import unicodedata
-
+    its escape (:func:`gnntrain.errors.one_line`), so the message stays one line."""
     from rich.markup import escape
 
-    text = "".join(
-        c.encode("unicode_escape").decode() if unicodedata.category(c) in UNPRINTED else c
-        for c in message
-    )
+    from gnntrain.errors import one_line
+
+    text = one_line(message)
     console(stderr=True).print(f"[bold red]error:[/bold red] {escape(text)}", soft_wrap=True)
 
 

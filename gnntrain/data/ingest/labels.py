@@ -38,6 +38,7 @@ def _label_array(values: np.ndarray, where: str, locate) -> np.ndarray:
             "classes 0..C-1."
         )
     if values.dtype.kind == "f":
+        values = values.astype(np.float64)  # float16 cannot hold INT64_LIMIT
         with np.errstate(invalid="ignore"):
             whole = np.isnan(values) | ((values == np.round(values)) & (abs(values) < INT64_LIMIT))
         if not whole.all():
