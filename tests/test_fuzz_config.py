@@ -265,6 +265,14 @@ def plan_command(args: List[str], folder: Path) -> Tuple[int, str, str]:
 # of another type, a traceback from where the plan typed the section
 @example(args=["hardware.cost.mode_factor=${train.lr}"])
 @example(args=["hardware.cost.elementwise_gbps=${train.lr}"])
+# ... and a width past int32 (the plan sizes the model's weights on torch's meta device:
+# "Storage size calculation overflowed", "Overflow when unpacking long long"); with them, kept
+# from probing that family: 2^31 layers (the plan ran out of memory), a profile's host memory of
+# 1e308 GB (int(inf))
+@example(args=["dataset.feat_dim=9223372036854775807"])
+@example(args=["dataset.feat_dim=9223372036854775808"])
+@example(args=["model.layers=2147483648"])
+@example(args=["hardware.host_memory_gb=1e308"])
 def test_any_overrides_plan_or_fail_in_one_line(args):
     with tempfile.TemporaryDirectory() as tmp:
         code, out, err = plan_command(args, Path(tmp))
