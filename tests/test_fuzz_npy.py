@@ -175,7 +175,8 @@ def _with_value(array: np.ndarray, index: int, value) -> np.ndarray:
     values[index] = value
     for kind in (array.dtype, np.int64, np.uint64, np.float64):
         try:
-            return np.array(values, dtype=kind).reshape(array.shape)
+            with np.errstate(over="ignore"):  # 1e39 as float32 (inf) is a value to try too
+                return np.array(values, dtype=kind).reshape(array.shape)
         except (OverflowError, ValueError):
             continue
     raise AssertionError(value)

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from gnntrain.data.checks import MAX_WIDTH
 from gnntrain.data.ingest.nodes import NodeIds, NodeOptions, NodeResult
 from gnntrain.data.ingest.options import IngestOptions
 from gnntrain.data.ingest.tables import (
@@ -25,30 +26,27 @@ from gnntrain.errors import DatasetError
 LABEL_NAMES = ("label", "labels", "y", "class")
 
 
-INT64_LIMIT = 2.0**63  # a float label at or past it has no int64 value
-
-
 def _label_array(values: np.ndarray, where: str, locate) -> np.ndarray:
-    """int64 labels of ``values`` (NaN: -1, no label); a value that is no whole number, or past
-    int64, refused naming ``locate(i)``."""
-    if values.dtype.kind == "u" and values.size and int(values.max()) > np.iinfo(np.int64).max:
-        i = int(np.argmax(values))
+    """int64 labels of ``values`` (NaN: -1, no label); a value that is no whole number, or one past
+    the largest class a plan takes (``dataset.num_classes`` is at most ``MAX_WIDTH``), refused
+    naming ``locate(i)``; a negative one is left to :func:`_check_labels`."""
+    if values.dtype.kind not in "fiub":
+        raise DatasetError(f"ingest: {where}: labels must be integers (got {values.dtype}).")
+    if values.dtype.kind == "f":
+        values = values.astype(np.float64)  # float16 cannot hold MAX_WIDTH
+        with np.errstate(invalid="ignore"):
+            whole = np.isfinite(values) & (values == np.round(values)) & (abs(values) < MAX_WIDTH)
+        bad = ~(whole | np.isnan(values))
+    else:
+        bad = values >= MAX_WIDTH
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
         raise DatasetError(
-            f"ingest: {where}: label {int(values[i])} at {locate(i)} is too large; labels are "
-            "classes 0..C-1."
+            f"ingest: {where}: label {values[i]} at {locate(i)} is not a whole number below "
+            f"{MAX_WIDTH} (labels are class numbers)."
         )
     if values.dtype.kind == "f":
-        values = values.astype(np.float64)  # float16 cannot hold INT64_LIMIT
-        with np.errstate(invalid="ignore"):
-            whole = np.isnan(values) | ((values == np.round(values)) & (abs(values) < INT64_LIMIT))
-        if not whole.all():
-            i = int(np.flatnonzero(~whole)[0])
-            raise DatasetError(
-                f"ingest: {where}: label {values[i]} at {locate(i)} is not a whole number."
-            )
         values = np.where(np.isnan(values), -1, values)
-    elif values.dtype.kind not in "iub":
-        raise DatasetError(f"ingest: {where}: labels must be integers (got {values.dtype}).")
     return values.astype(np.int64)
 
 
@@ -83,7 +81,9 @@ def table_labels(col, where: str, locate) -> np.ndarray:
             f"ingest: {where} has type {kind}; labels are integers 0..C-1 (an empty cell: no "
             "label). Fix: convert the column to integers, or name another with --label-column."
         )
-    values = col.cast(pa.float64()).fill_null(float("nan")).to_numpy(zero_copy_only=False)
+    # unsafe: an integer past 2^53 (no label a plan takes) rounds, and is refused as too large
+    values = col.cast(pa.float64(), safe=False).fill_null(float("nan"))
+    values = values.to_numpy(zero_copy_only=False)
     out = _label_array(values, where, locate)
     _check_labels(np.where(np.isnan(values), 0, out), where, locate)
     return out

@@ -114,7 +114,7 @@ def target_block(table, names: Sequence[str], where: str, locate, node_of) -> np
     cols = [
         table.column(name)
         .combine_chunks()
-        .cast(pa.float64())
+        .cast(pa.float64(), safe=False)  # an integer past 2^53 rounds: targets are float32
         .fill_null(float("nan"))
         .to_numpy(zero_copy_only=False)
         for name in names
