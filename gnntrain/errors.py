@@ -1,6 +1,20 @@
 """User-facing errors: each names the problem and the fix, and the CLI prints
 it as one message (no traceback)."""
 
+import unicodedata
+
+# the Unicode categories a message shows as escapes: control, format, line and paragraph separators
+UNPRINTED = ("Cc", "Cf", "Zl", "Zp")
+
+
+def one_line(message: str) -> str:
+    """``message`` with each control, format or line-separator character in it (a user's value it
+    quotes: an ID, a cell, an override) written as its escape, so the message stays one line."""
+    return "".join(
+        c.encode("unicode_escape").decode() if unicodedata.category(c) in UNPRINTED else c
+        for c in message
+    )
+
 
 class GnnTrainError(Exception):
     """Base class for errors shown to users as one clear message."""
@@ -11,11 +25,14 @@ class PlanError(GnnTrainError):
 
     def __init__(self, option: str, rule: str, fix: str = ""):
         self.option, self.rule, self.fix = option, rule, fix
-        super().__init__(f"{option}: {rule}" + (f" Fix: {fix}" if fix else ""))
+        super().__init__(one_line(f"{option}: {rule}" + (f" Fix: {fix}" if fix else "")))
 
 
 class DatasetError(GnnTrainError):
-    """A dataset that cannot be found or read."""
+    """A dataset that cannot be found or read: one line, whatever value it quotes."""
+
+    def __init__(self, message: str = ""):
+        super().__init__(one_line(str(message)))
 
 
 class Interrupted(GnnTrainError):

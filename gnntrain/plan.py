@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from gnntrain.config.schema import option_value, unknown_keys
+from gnntrain.data.checks import MAX_WIDTH
 from gnntrain.errors import PlanError
 from gnntrain.models.registry import configured_shape
 from gnntrain.modes.cost import check_profile, cost_profile, price_estimate
@@ -286,6 +287,11 @@ def _refuse_appended_keys(cfg: DictConfig) -> None:
     )
 
 
+MAX_LAYERS = (
+    10_000  # model.layers: the plan sizes each one (100 000 took 12 s; 2^31 ran out of memory)
+)
+
+
 def _check_shared_settings(cfg: DictConfig) -> None:
     """The settings every mode shares: dataset, training, model, port and hardware (one PlanError
     naming the option)."""
@@ -302,6 +308,14 @@ def _check_shared_settings(cfg: DictConfig) -> None:
     _check_training(t)
     if int(m.layers) < 1 or int(m.hidden) < 1:
         raise PlanError("model.layers/model.hidden", "must both be at least 1.")
+    # the plan describes every layer (gnntrain.models.registry.describe_model): bounded work
+    if int(m.layers) > MAX_LAYERS or int(m.hidden) > MAX_WIDTH:
+        raise PlanError(
+            "model.layers/model.hidden",
+            f"at most {MAX_LAYERS} layers of at most {MAX_WIDTH} columns (got {m.layers} x "
+            f"{m.hidden}).",
+            "set model.layers and model.hidden within those bounds",
+        )
     if not 0.0 <= float(m.dropout) < 1.0:
         raise PlanError("model.dropout", f"must lie in [0, 1) (got {m.dropout}).")
     if not 0 <= int(cfg.port) <= 65535:

@@ -28,6 +28,7 @@ from gnntrain.config.schema import (
     TrainConfig,
     option_value,
 )
+from gnntrain.errors import PlanError
 
 T = TypeVar("T")
 
@@ -35,29 +36,48 @@ T = TypeVar("T")
 SPLITS = ("train", "val", "test")
 
 
+TYPE_FIX = "give the key a value of its type (an interpolation ${...} must resolve to one)"
+
+
 def plain_section(section: Any) -> Dict[str, Any]:
     """A config section (a DictConfig, or a plain dict as a rank's ``plan.config`` holds it) as a
-    plain, resolved dict."""
+    plain, resolved dict; an interpolation that does not resolve is a PlanError naming its key."""
+    from omegaconf.errors import InterpolationResolutionError
+
     if OmegaConf.is_config(section):
-        return OmegaConf.to_container(section, resolve=True)
+        try:
+            return OmegaConf.to_container(section, resolve=True)
+        except InterpolationResolutionError as exc:
+            raise PlanError(str(exc.full_key), f"{_first_line(exc)}.", TYPE_FIX) from None
     return dict(section)
 
 
-def typed_section(schema: Type[T], section: Any) -> T:
+def _first_line(exc: Exception) -> str:
+    return " ".join(str(exc).splitlines()[0].split()).rstrip(".")
+
+
+def typed_section(schema: Type[T], section: Any, name: str = "") -> T:
     """One config section as an instance of its schema dataclass: enums as members, lists as
-    lists."""
-    merged = OmegaConf.merge(OmegaConf.structured(schema), plain_section(section))
-    return OmegaConf.to_object(merged)
+    lists. ``name``: the section's key, for the PlanError on a value of the wrong type (one an
+    interpolation gave: Hydra checks the others as it composes)."""
+    from omegaconf.errors import ValidationError
+
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), plain_section(section))
+        return OmegaConf.to_object(merged)
+    except ValidationError as exc:
+        key = ".".join(k for k in (name, str(exc.full_key or "")) if k) or schema.__name__
+        raise PlanError(key, f"{_first_line(exc)}.", TYPE_FIX) from None
 
 
-def split_section(schema: Type[T], section: Any) -> Tuple[T, Dict[str, Any]]:
+def split_section(schema: Type[T], section: Any, name: str = "") -> Tuple[T, Dict[str, Any]]:
     """(the fields of ``schema`` typed, the section's other keys): a section whose schema extends
     ``schema`` with a plug-in's own options (a model's layer arguments, a generator's
     parameters)."""
     values = plain_section(section)
     shared = {f.name for f in fields(schema)}
     return (
-        typed_section(schema, {k: v for k, v in values.items() if k in shared}),
+        typed_section(schema, {k: v for k, v in values.items() if k in shared}, name),
         {k: v for k, v in values.items() if k not in shared},
     )
 
@@ -84,17 +104,17 @@ class RunSettings:
     @classmethod
     def of(cls, cfg: Mapping[str, Any]) -> "RunSettings":
         predict = cfg.get("predict")
-        model, model_options = split_section(ModelConfig, cfg["model"])
-        dataset, dataset_options = split_section(DatasetConfig, cfg["dataset"])
+        model, model_options = split_section(ModelConfig, cfg["model"], "model")
+        dataset, dataset_options = split_section(DatasetConfig, cfg["dataset"], "dataset")
         return cls(
             model=model,
             model_options=model_options,
             dataset=dataset,
             dataset_options=dataset_options,
-            train=typed_section(TrainConfig, cfg["train"]),
-            hardware=typed_section(HardwareConfig, cfg["hardware"]),
-            partitioner=typed_section(PartitionerConfig, cfg["partitioner"]),
-            predict=typed_section(PredictConfig, predict) if predict is not None else None,
+            train=typed_section(TrainConfig, cfg["train"], "train"),
+            hardware=typed_section(HardwareConfig, cfg["hardware"], "hardware"),
+            partitioner=typed_section(PartitionerConfig, cfg["partitioner"], "partitioner"),
+            predict=None if predict is None else typed_section(PredictConfig, predict, "predict"),
             cache_dir=cfg.get("cache_dir"),
             task=plain_section(cfg["task"]) if cfg.get("task") is not None else None,
         )

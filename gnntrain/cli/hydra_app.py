@@ -27,10 +27,14 @@ def console(stderr: bool = False):
 
 def error(message: str) -> None:
     """Every user-facing error: on stderr, as one unbroken message (the exit code says it
-    failed)."""
+    failed); a control character or line separator in it (echoed from an argument) is written as
+    its escape (:func:`gnntrain.errors.one_line`), so the message stays one line."""
     from rich.markup import escape
 
-    console(stderr=True).print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)
+    from gnntrain.errors import one_line
+
+    text = one_line(message)
+    console(stderr=True).print(f"[bold red]error:[/bold red] {escape(text)}", soft_wrap=True)
 
 
 def is_multirun() -> bool:
@@ -97,6 +101,29 @@ def schema_as_option(args: List[str]) -> Optional[str]:
     return None
 
 
+def _config_errors_in_one_line(task: Callable[[Any], Any], full_error: Optional[str]):
+    """``task`` failing through :func:`fail` where it raised an OmegaConf error that
+    :func:`gnntrain.launch.compose.config_error` says in one line (an interpolation that does not
+    resolve is read, and fails, only inside the task); Hydra would print its own line first."""
+    import functools
+
+    from omegaconf.errors import OmegaConfBaseException
+
+    from gnntrain.launch.compose import config_error
+
+    @functools.wraps(task)
+    def guarded(cfg):
+        try:
+            return task(cfg)
+        except OmegaConfBaseException as exc:
+            message = config_error(exc)
+            if message is None or full_error:
+                raise
+            return fail(message, "invalid config")
+
+    return guarded
+
+
 def run_hydra_app(
     task: Callable[[Any], Any], args: List[str], prog: str, forkserver: bool = False
 ) -> int:
@@ -126,7 +153,9 @@ def run_hydra_app(
     full_error = os.environ.get("HYDRA_FULL_ERROR")
     # Hydra raises instead of printing: config errors become one line here
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    app = hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(task)
+    app = hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(
+        _config_errors_in_one_line(task, full_error)
+    )
     try:
         app()
     except BrokenPipeError:  # the output's reader left (gnntrain run --help | head): nothing to say

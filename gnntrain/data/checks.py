@@ -14,6 +14,9 @@ from gnntrain.errors import PlanError
 
 FRACTIONS = ("train_fraction", "val_fraction", "test_fraction")
 TOLERANCE = 1e-6
+# the widest a feature, class or target dimension (and model.hidden) may be: two of them multiply
+# into a weight matrix's element count, which must fit int64 (torch sizes the model with it)
+MAX_WIDTH = 2**31 - 1
 
 
 def _number(ds, key: str) -> float:
@@ -33,13 +36,20 @@ def _number(ds, key: str) -> float:
     return number
 
 
-def _at_least(ds, key: str, low: int, why: str = "") -> None:
+def _at_least(ds, key: str, low: int, why: str = "", high: int = 0) -> None:
+    """``dataset.key`` is a whole number >= ``low`` (and <= ``high`` where given)."""
     value = _number(ds, key)
     if value < low or not float(value).is_integer():
         raise PlanError(
             f"dataset.{key}",
             f"must be a whole number >= {low} (got {ds.get(key)}){why}.",
             f"set dataset.{key}=N with N >= {low}",
+        )
+    if high and value > high:
+        raise PlanError(
+            f"dataset.{key}",
+            f"must be at most {high} (got {ds.get(key)}).",
+            f"set dataset.{key}=N with {low} <= N <= {high}",
         )
 
 
@@ -65,9 +75,11 @@ def check_common(ds: Any) -> None:
     """
     _at_least(ds, "num_nodes", 1)
     _at_least(ds, "num_edges", 1)
-    _at_least(ds, "feat_dim", 1)
+    _at_least(ds, "feat_dim", 1, high=MAX_WIDTH)
     if ds.get("source") != "files":
-        _at_least(ds, "num_classes", 2, "; node classification needs two classes")
+        _at_least(ds, "num_classes", 2, "; node classification needs two classes", MAX_WIDTH)
+    if ds.get("regression_targets") is not None:
+        _at_least(ds, "regression_targets", 0, high=MAX_WIDTH)
     # an ingested graph may have no labels (num_classes 0: regression targets, or edges for link
     # prediction): task=node_classification on it is refused when its folder is read
     # (fill_file_sizes)

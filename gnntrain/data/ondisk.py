@@ -97,20 +97,29 @@ class NpyFile:
     """A C-ordered ``.npy`` file read a block of rows at a time with ``pread``: unlike a memory map,
     the pages read never count toward the process's resident memory once a block is dropped."""
 
-    def __init__(self, path):
+    def __init__(self, path, fortran_ok: bool = False):
+        """``fortran_ok``: accept a Fortran-ordered file (one only checked here, then read whole);
+        every file's header, dtype and length are checked (a ValueError says what is wrong)."""
         self.path = Path(path)
         with open(self.path, "rb") as f:
             shape, fortran, dtype = read_npy_header(f)
             self.offset = f.tell()
-        if fortran and len(shape) > 1:
+        if fortran and len(shape) > 1 and not fortran_ok:
             raise ValueError(
                 f"{self.path} is stored in Fortran order; save it C-ordered (np.ascontiguousarray)"
             )
-        if dtype.hasobject:
-            raise ValueError(f"{self.path} holds Python objects, not numbers")
+        if dtype.hasobject:  # refused from the header: the pickle after it is never read
+            raise ValueError(f"{self.path} holds Python objects (pickled), not numbers")
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self.ndim = len(self.shape)
         self.row_items = int(np.prod(self.shape[1:])) if self.ndim > 1 else 1
+        need = self.offset + int(np.prod(self.shape)) * self.dtype.itemsize
+        size = self.path.stat().st_size
+        if size < need:
+            raise ValueError(
+                f"{self.path} is truncated: its header says {self.shape} of {self.dtype} "
+                f"({need:,} bytes), the file has {size:,}"
+            )
 
     def __len__(self) -> int:
         return int(self.shape[0]) if self.shape else 1

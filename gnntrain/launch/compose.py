@@ -65,7 +65,12 @@ def config_error(exc: BaseException) -> Optional[str]:
 
     import yaml
     from hydra.errors import CompactHydraException
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+    from omegaconf.errors import (
+        ConfigAttributeError,
+        ConfigKeyError,
+        InterpolationResolutionError,
+        ValidationError,
+    )
 
     chain, cause = [], exc
     while cause is not None and len(chain) < 8:
@@ -80,6 +85,14 @@ def config_error(exc: BaseException) -> Optional[str]:
                 "that line "
                 "of the file (indentation, an unclosed bracket or quote, a ':' inside an unquoted "
                 "value)."
+            )
+    for cause in chain:  # key=${...}: read where the run first uses the key
+        if isinstance(cause, InterpolationResolutionError):
+            why = " ".join(str(cause).splitlines()[0].split()).rstrip(".")
+            return (
+                f"{getattr(cause, 'full_key', None) or '?'}: {why}. Fix: an interpolation ${{...}} "
+                "names a key of the config (or a set environment variable) and gives a value of "
+                "the key's type."
             )
     missing = getattr(exc, "missing_cfg_file", None)
     if missing and "/" in missing:  # group=option that no YAML provides

@@ -168,7 +168,7 @@ class ModePlanner:
     def __init__(self, spec: Any, options, settings: RunSettings):
         # the gnntrain.modes.spec.ModeSpec it was built from (spec imports this module)
         self.spec = spec
-        self.options = typed_section(spec.options, options)  # this mode's own section
+        self.options = typed_section(spec.options, options, "mode")  # this mode's own section
         # the run's typed settings: model, train, hardware, partitioner, dataset
         self.settings = settings
 

@@ -37,6 +37,11 @@ from gnntrain.errors import PlanError
 from gnntrain.plan_types import MemoryEstimate, PlanContext
 
 COLLECTIVES = ("alltoall", "allreduce", "allgather")
+# a profile's counts (nodes, ranks, cores, GPUs) and its other figures (GB, GB/s, us, minutes) at
+# most these: beyond them no host exists, and threads, bytes and times overflow what holds them
+PROFILE_COUNTS = ("nodes", "ranks_per_node", "cores_per_node", "gpus_per_node")
+MAX_PROFILE_COUNT = 1 << 20
+MAX_PROFILE_FIGURE = 1e12
 # reads+writes per layer output element besides the activation: bias add and its gradient
 ELEMENTWISE_PASSES = 4
 
@@ -96,9 +101,24 @@ class CostProfile:
         return macs / (rate * 1e9)
 
 
+def _check_figures(hw, name: str) -> None:
+    """Every number of the profile (calibrated costs aside) finite, >= 0 and at most its bound."""
+    for key, value in hw.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        high = MAX_PROFILE_COUNT if key in PROFILE_COUNTS else MAX_PROFILE_FIGURE
+        if not 0 <= float(value) <= high:  # NaN too
+            raise PlanError(
+                f"hardware.{key}",
+                f"profile '{name}' gives {key}={value}: it must be a number in 0..{high:,}.",
+                f"set hardware.{key} to the real figure",
+            )
+
+
 def check_profile(hw) -> None:
-    """A profile with a bandwidth that is negative or zero, or calibrated figures missing or
-    negative, fails with a PlanError naming the key and the fix."""
+    """A profile with a figure that is negative, not finite or past any host, a bandwidth that is
+    zero, or calibrated figures missing or negative, fails with a PlanError naming the key and the
+    fix."""
     name = str(hw.name)
     for key in (
         "h2d_gbps",
@@ -122,6 +142,7 @@ def check_profile(hw) -> None:
             f"profile '{name}' has a negative link bandwidth or latency.",
             "set link_gbit_s and link_latency_us to values >= 0 (0 = not stated)",
         )
+    _check_figures(hw, name)
     cost = hw.get("cost")
     if cost is None or not cost.calibrated:
         return

@@ -115,7 +115,7 @@ class ModeSpec:
         variant the options select, where they select one."""
         from gnntrain.plan_types import typed_section
 
-        chosen = self.select(typed_section(self.options, options)) if self.select else None
+        chosen = self.select(typed_section(self.options, options, "mode")) if self.select else None
         spec = chosen or self
         return spec.planner(spec, options, settings)
 

@@ -151,4 +151,4 @@ def configured_task(section: Optional[Mapping[str, Any]]) -> Tuple[TaskSpec, Any
 
     section = dict(section or {"name": "node_classification"})
     spec = task_spec(str(section.get("name", "node_classification")))
-    return spec, typed_section(spec.options, section)
+    return spec, typed_section(spec.options, section, "task")

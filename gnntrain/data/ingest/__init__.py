@@ -141,7 +141,12 @@ def _ingest(opts: IngestOptions, progress) -> Dict[str, Any]:
         notes += nodes.notes
         n = nodes.ids.num_nodes
         if n < 1:
-            raise DatasetError("ingest: the graph has no nodes.")
+            source = (
+                f"--features {opts.nodes.features}"
+                if opts.nodes.features
+                else f"--graph {opts.graph}"
+            )
+            raise DatasetError(f"ingest: {source} has no rows: the graph has no nodes.")
         targets = read_targets(opts, nodes, graph, notes)
         labels, classes, masks = _labels_and_masks(opts, nodes, graph, notes, targets)
         release_heap()

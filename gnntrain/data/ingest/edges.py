@@ -128,36 +128,7 @@ def _edge_batches(
             "ingest: --edges takes one file, or two 1-D .npy files (sources, then destinations)."
         )
     if kind == "npy":  # read with pread a block at a time (a memory map would stay resident)
-        arrays = [open_npy(f, "--edges") for f in files]
-        if len(files) == 2:
-            src, dst = arrays
-            if src.ndim != 1 or dst.ndim != 1 or src.shape != dst.shape:
-                raise DatasetError(
-                    f"ingest: --edges {files[0]} {files[1]}: two edge files must be 1-D and of "
-                    "equal "
-                    f"length (got {src.shape} and {dst.shape})."
-                )
-            total, read = len(src), lambda lo, hi: (src.rows(lo, hi), dst.rows(lo, hi))
-        else:
-            (array,) = arrays
-            if array.ndim != 2 or 2 not in array.shape:
-                raise DatasetError(
-                    f"ingest: --edges {files[0]} has shape {array.shape}; an edge array must be "
-                    "2xE "
-                    f"or Ex2 (or give two 1-D files)."
-                )
-            if array.shape[0] == 2:
-                total = array.shape[1]
-                read = lambda lo, hi: (array.items(lo, hi - lo), array.items(total + lo, hi - lo))
-            else:
-                total = array.shape[0]
-                read = lambda lo, hi: tuple(array.rows(lo, hi).T)
-        if arrays[0].dtype.kind not in "iu":
-            raise DatasetError(
-                f"ingest: --edges {files[0]}: node IDs in a .npy must be integers "
-                f"(got {arrays[0].dtype})."
-            )
-        yield from _array_batches(total, read, ids, f"--edges {files[0]}", _node_source(opts, ids))
+        yield from _npy_batches(opts, ids, files)
         return
     if kind == "npz":
         import scipy.sparse as sp
@@ -184,6 +155,39 @@ def _edge_batches(
         )
         return
     yield from _table_batches(opts, ids, files[0], kind)
+
+
+def _npy_batches(opts: IngestOptions, ids: NodeIds, files):
+    """:func:`_edge_batches` of one 2xE/Ex2 ``.npy`` or two 1-D ones (sources, destinations)."""
+    arrays = [open_npy(f, "--edges") for f in files]
+    for f, array in zip(files, arrays):
+        if array.dtype.kind not in "iu":
+            raise DatasetError(
+                f"ingest: --edges {f}: node IDs in a .npy must be integers (got {array.dtype})."
+            )
+    if len(files) == 2:
+        src, dst = arrays
+        if src.ndim != 1 or dst.ndim != 1 or src.shape != dst.shape:
+            raise DatasetError(
+                f"ingest: --edges {files[0]} {files[1]}: two edge files must be 1-D and of equal "
+                f"length (got {src.shape} and {dst.shape})."
+            )
+        total, read = len(src), lambda lo, hi: (src.rows(lo, hi), dst.rows(lo, hi))
+    else:
+        (array,) = arrays
+        if array.ndim != 2 or 2 not in array.shape:
+            raise DatasetError(
+                f"ingest: --edges {files[0]} has shape {array.shape}; an edge array must be 2xE "
+                "or Ex2 (or give two 1-D files)."
+            )
+        if array.shape[0] == 2:
+            total = array.shape[1]
+            read = lambda lo, hi: (array.items(lo, hi - lo), array.items(total + lo, hi - lo))
+        else:
+            total = array.shape[0]
+            read = lambda lo, hi: tuple(array.rows(lo, hi).T)
+    where = f"--edges {' '.join(str(f) for f in files)}"
+    yield from _array_batches(total, read, ids, where, _node_source(opts, ids))
 
 
 def _table_batches(opts: IngestOptions, ids: NodeIds, path: Path, kind: str):

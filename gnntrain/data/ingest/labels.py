@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from gnntrain.data.checks import MAX_WIDTH
 from gnntrain.data.ingest.nodes import NodeIds, NodeOptions, NodeResult
 from gnntrain.data.ingest.options import IngestOptions
 from gnntrain.data.ingest.tables import (
@@ -26,16 +27,26 @@ LABEL_NAMES = ("label", "labels", "y", "class")
 
 
 def _label_array(values: np.ndarray, where: str, locate) -> np.ndarray:
-    if values.dtype.kind == "f":
-        whole = np.isnan(values) | (values == np.round(values))
-        if not whole.all():
-            i = int(np.flatnonzero(~whole)[0])
-            raise DatasetError(
-                f"ingest: {where}: label {values[i]} at {locate(i)} is not a whole number."
-            )
-        values = np.where(np.isnan(values), -1, values)
-    elif values.dtype.kind not in "iub":
+    """int64 labels of ``values`` (NaN: -1, no label); a value that is no whole number, or one past
+    the largest class a plan takes (``dataset.num_classes`` is at most ``MAX_WIDTH``), refused
+    naming ``locate(i)``; a negative one is left to :func:`_check_labels`."""
+    if values.dtype.kind not in "fiub":
         raise DatasetError(f"ingest: {where}: labels must be integers (got {values.dtype}).")
+    if values.dtype.kind == "f":
+        values = values.astype(np.float64)  # float16 cannot hold MAX_WIDTH
+        with np.errstate(invalid="ignore"):
+            whole = np.isfinite(values) & (values == np.round(values)) & (abs(values) < MAX_WIDTH)
+        bad = ~(whole | np.isnan(values))
+    else:
+        bad = values >= MAX_WIDTH
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DatasetError(
+            f"ingest: {where}: label {values[i]} at {locate(i)} is not a whole number below "
+            f"{MAX_WIDTH} (labels are class numbers)."
+        )
+    if values.dtype.kind == "f":
+        values = np.where(np.isnan(values), -1, values)
     return values.astype(np.int64)
 
 
@@ -52,24 +63,67 @@ def _check_labels(given: np.ndarray, where: str, locate) -> None:
         )
 
 
+def table_labels(col, where: str, locate) -> np.ndarray:
+    """int64 labels of a table's label column (a pyarrow Array): an empty cell or NaN is -1 (no
+    label); a column that is not numeric, or a value that is no class number, refused naming
+    ``where`` (the file and column) and ``locate(i)``."""
+    import pyarrow as pa
+
+    kind = col.type
+    if not (
+        pa.types.is_integer(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_decimal(kind)
+        or pa.types.is_null(kind)
+    ):
+        raise DatasetError(
+            f"ingest: {where} has type {kind}; labels are integers 0..C-1 (an empty cell: no "
+            "label). Fix: convert the column to integers, or name another with --label-column."
+        )
+    # unsafe: an integer past 2^53 (no label a plan takes) rounds, and is refused as too large
+    values = col.cast(pa.float64(), safe=False).fill_null(float("nan"))
+    values = values.to_numpy(zero_copy_only=False)
+    out = _label_array(values, where, locate)
+    _check_labels(np.where(np.isnan(values), 0, out), where, locate)
+    return out
+
+
+def _npy_labels(path: Path, opts: NodeOptions, ids: NodeIds) -> np.ndarray:
+    """Labels from a .npy in node order: one per node (a 2-D file: its first column)."""
+    values = load_npy(path, "--labels")
+    n = ids.num_nodes
+    if values.ndim == 0 or values.size < values.shape[0]:
+        raise DatasetError(
+            f"ingest: --labels {path} has shape {values.shape}; a .npy of labels needs one label "
+            f"per node ({n},), in node order."
+        )
+    if values.shape[0] != n:
+        raise DatasetError(
+            f"ingest: --labels {path} has {values.shape[0]} rows for {n} nodes; a .npy of labels "
+            "needs one row per node, in node order."
+        )
+    values = values.reshape(n, -1)[:, 0] if values.ndim > 1 else values
+    if values.dtype.kind == "f" and np.isnan(values).any() and not opts.negative_labels_unlabeled:
+        raise DatasetError(
+            f"ingest: --labels {path}: label NaN at row {int(np.flatnonzero(np.isnan(values))[0])}"
+            "; a .npy of labels has one per node. Leave unlabeled nodes out of a table of node ID "
+            "and label (--labels TABLE) instead."
+        )
+    out = _label_array(np.asarray(values), str(path), lambda i: f"row {i}")
+    if opts.negative_labels_unlabeled:
+        return np.where(out < 0, -1, out)
+    _check_labels(out, str(path), lambda i: f"row {i}")
+    return out
+
+
 def read_labels(path: Path, opts: NodeOptions, ids: NodeIds) -> np.ndarray:
     """Labels from .npy (node order) or a table keyed by node ID (nodes left out stay unlabeled)."""
     import pyarrow as pa
 
     kind = table_format(path, "auto")
     if kind == "npy":
-        values = load_npy(path, "--labels")
-        values = values.reshape(values.shape[0], -1)[:, 0] if values.ndim > 1 else values
-        if values.shape[0] != ids.num_nodes:
-            raise DatasetError(
-                f"ingest: --labels {path} has {values.shape[0]} rows for {ids.num_nodes} nodes; "
-                f"a .npy of labels needs one row per node, in node order."
-            )
-        out = _label_array(np.asarray(values), str(path), lambda i: f"row {i}")
-        if opts.negative_labels_unlabeled:
-            return np.where(out < 0, -1, out)
-        _check_labels(out, str(path), lambda i: f"row {i}")
-        return out
+        return _npy_labels(path, opts, ids)
     table = open_table(path, kind, opts.csv)
     id_col = table.column(
         opts.id_column
@@ -83,6 +137,11 @@ def read_labels(path: Path, opts: NodeOptions, ids: NodeIds) -> np.ndarray:
         1,
         "--label-column",
     )
+    if label_col == id_col:
+        raise DatasetError(
+            f"ingest: --labels {path}: column {id_col!r} would be both the node ID and the "
+            "label; a labels table has a node ID column (id) and a label column (--label-column)."
+        )
     out = np.full(ids.num_nodes, -1, dtype=np.int64)
     types = (
         {id_col: ids.type}
@@ -98,11 +157,7 @@ def read_labels(path: Path, opts: NodeOptions, ids: NodeIds) -> np.ndarray:
                 f"{batch.table.column(id_col)[i].as_py()!r} is not a node of the graph."
             )
         col = batch.table.column(label_col).combine_chunks()
-        values = col.cast(pa.float64()).fill_null(float("nan")).to_numpy(zero_copy_only=False)
-        values = _label_array(values, str(path), batch.locate)
-        empty = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        _check_labels(np.where(empty, 0, values), f"{path}, column {label_col!r}", batch.locate)
-        out[index] = values
+        out[index] = table_labels(col, f"{path}, column {label_col!r}", batch.locate)
     return out
 
 
@@ -148,6 +203,7 @@ def _labels(
     classes, and node classification on it is refused at plan time."""
     n = nodes.ids.num_nodes
     labels = nodes.labels
+    source = _label_source(opts, nodes)
     if opts.nodes.labels is not None:
         labels = read_labels(require_file(opts.nodes.labels, "--labels"), opts.nodes, nodes.ids)
     elif labels is None and graph is not None and graph.get("y") is not None:
@@ -162,14 +218,45 @@ def _labels(
     if top >= classes:
         i = int(np.flatnonzero(labels >= classes)[0])
         raise DatasetError(
-            f"ingest: node {nodes.ids.name(i)} has label {int(labels[i])}, but --num-classes is "
-            f"{classes} (labels are 0..{classes - 1})."
+            f"ingest: {source}: node {nodes.ids.name(i)} has label {int(labels[i])}, but "
+            f"--num-classes is {classes} (labels are 0..{classes - 1})."
         )
     if classes < 2:
         raise DatasetError(
-            f"ingest: the labels name {classes} class(es); node classification needs at least 2."
+            f"ingest: the labels ({source}) name {classes} class(es); node classification needs "
+            "at least 2."
         )
     return labels, classes
+
+
+def _label_source(opts: IngestOptions, nodes: NodeResult) -> str:
+    """Where the labels come from, for a message."""
+    if opts.nodes.labels is not None:
+        return f"--labels {opts.nodes.labels}"
+    if nodes.labels is not None:
+        return f"--features {opts.nodes.features}"
+    return f"--graph {opts.graph}"
+
+
+def _given_masks(
+    opts: IngestOptions, nodes: NodeResult, graph, n: int
+) -> Tuple[Dict[str, np.ndarray], Dict[str, str]]:
+    """The masks given (files, node table columns, the graph), and where each came from."""
+    masks = dict(nodes.masks)
+    sources = dict.fromkeys(masks, f"--features {opts.nodes.features}")
+    for name, path in opts.nodes.masks.items():
+        if path is not None:
+            option = f"--{name.replace('_', '-')}"
+            masks[name] = read_mask(require_file(path, option), name, n)
+            sources[name] = f"{option} {path}"
+    if not masks and graph is not None:
+        masks = {
+            m: np.asarray(graph[m]).reshape(n, -1)[:, 0].astype(bool)
+            for m in ("train_mask", "val_mask", "test_mask")
+            if graph.get(m) is not None
+        }
+        sources = dict.fromkeys(masks, f"--graph {opts.graph}")
+    return masks, sources
 
 
 def _labels_and_masks(
@@ -186,46 +273,40 @@ def _labels_and_masks(
     labels, classes = _labels(opts, nodes, graph, targets)
     # what a node in a mask must have: a label, or (no labels) a target, or (neither) nothing
     if classes:
-        has, what = labels >= 0, "label"
+        has, what, source = labels >= 0, "label", _label_source(opts, nodes)
     elif targets is not None:
-        has, what = targets.present, "target"
+        has, what, source = targets.present, "target", targets.source
     else:
-        has, what = np.ones(n, dtype=bool), "node"
+        has, what, source = np.ones(n, dtype=bool), "node", ""
         notes.append(
             "no labels and no targets: for link prediction (node classification is refused)"
         )
-    masks = dict(nodes.masks)
-    for name, path in opts.nodes.masks.items():
-        if path is not None:
-            masks[name] = read_mask(require_file(path, f"--{name.replace('_', '-')}"), name, n)
-    if not masks and graph is not None:
-        masks = {
-            m: np.asarray(graph[m]).reshape(n, -1)[:, 0].astype(bool)
-            for m in ("train_mask", "val_mask", "test_mask")
-            if graph.get(m) is not None
-        }
+    masks, sources = _given_masks(opts, nodes, graph, n)
     if masks:
+        given = "; ".join(f"{m} from {s}" for m, s in sources.items())
         for name in ("train_mask", "val_mask", "test_mask"):
             if name not in masks:
                 masks[name] = np.zeros(n, dtype=bool)
+                sources[name] = f"none given: {given}"
                 notes.append(f"no {name} given: it is empty")
     else:
         masks = _split(has, opts.split, opts.seed)
         among = {"label": "labeled nodes", "target": "nodes with a target"}.get(what, "nodes")
-        notes.append(
-            f"split {opts.split[0]:g}/{opts.split[1]:g}/{opts.split[2]:g} of the {among} "
-            f"(seed {opts.seed})"
+        split = f"{opts.split[0]:g}/{opts.split[1]:g}/{opts.split[2]:g}"
+        notes.append(f"split {split} of the {among} (seed {opts.seed})")
+        sources = dict.fromkeys(
+            masks, f"--split {split} of the {among}" + (f", {source}" if source else "")
         )
     for name, mask in masks.items():
         bad = mask & ~has
         if bad.any():
             raise DatasetError(
-                f"ingest: node {nodes.ids.name(int(np.flatnonzero(bad)[0]))} is in the {name} but "
-                f"has no {what}."
+                f"ingest: {sources[name]}: node {nodes.ids.name(int(np.flatnonzero(bad)[0]))} is "
+                f"in the {name} but has no {what} ({source})."
             )
     if not masks["train_mask"].any():
         raise DatasetError(
-            f"ingest: the train mask is empty; training needs training nodes with a {what}. Give "
-            "a non-empty --train-mask, or let --split draw one."
+            f"ingest: the train mask is empty ({sources['train_mask']}); training needs training "
+            f"nodes with a {what}. Give a non-empty --train-mask, or let --split draw one."
         )
     return labels, classes, masks

@@ -11,9 +11,9 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from gnntrain.data.ingest.labels import LABEL_NAMES, _check_labels, _label_array
+from gnntrain.data.ingest.labels import LABEL_NAMES, table_labels
 from gnntrain.data.ingest.nodes import FEATURE_ROWS, NodeIds, NodeOptions, NodeResult, _check_finite
-from gnntrain.data.ingest.tables import ParquetTable, id_type_of, open_table
+from gnntrain.data.ingest.tables import ParquetTable, node_id_type, open_table
 from gnntrain.data.ingest.targets import (
     check_target_types,
     target_block,
@@ -110,7 +110,7 @@ def read_node_table(path: Path, kind: str, opts: NodeOptions, work: Path, progre
             f"ingest: {path} has no feature columns besides {others}; name them with "
             f"--feature-columns."
         )
-    id_type = id_type_of(table, id_col, opts.id_type)
+    id_type = node_id_type(table, id_col, opts.id_type)
     types[id_col] = id_type
     if label_col and not parquet:
         types[label_col] = pa.float64()
@@ -151,27 +151,14 @@ def read_node_table(path: Path, kind: str, opts: NodeOptions, work: Path, progre
             raw.write(memoryview(np.ascontiguousarray(block)).cast("B"))
         if label_col:
             col = t.column(label_col).combine_chunks()
-            if col.null_count:
-                col = pc.fill_null(col.cast(pa.float64()), float("nan"))
-            values = _label_array(col.to_numpy(zero_copy_only=False), where, batch.locate)
-            given = (
-                values
-                if col.null_count == 0
-                else np.where(np.isnan(col.to_numpy(zero_copy_only=False)), 0, values)
-            )
-            _check_labels(given, f"{where}, column {label_col!r}", batch.locate)
-            labels.append(values)
+            labels.append(table_labels(col, f"{where}, column {label_col!r}", batch.locate))
         for m in mask_cols:
-            masks[m].append(
-                t.column(m)
-                .combine_chunks()
-                .fill_null(False)
-                .to_numpy(zero_copy_only=False)
-                .astype(bool)
-            )
+            masks[m].append(_mask_values(t.column(m).combine_chunks(), f"{where}, column {m!r}"))
         rows += t.num_rows
         progress("reading node table", batch.done_bytes, table.size)
     raw.close()
+    if rows == 0:
+        raise DatasetError(f"ingest: --features {path} has no rows: the graph has no nodes.")
     all_ids = pa.concat_arrays(ids) if ids else pa.array([], type=id_type)
     if all_ids.null_count:
         raise DatasetError(f"ingest: {path}, column {id_col!r}: a node ID is empty.")
@@ -196,6 +183,20 @@ def read_node_table(path: Path, kind: str, opts: NodeOptions, work: Path, progre
         notes,
         np.concatenate(targets) if targets else None,
     )
+
+
+def _mask_values(col, where: str) -> np.ndarray:
+    """A mask column (bool, or integers: nonzero is in the mask) as bool; an empty cell is False,
+    a column of another type refused naming ``where``."""
+    import pyarrow as pa
+
+    kind = col.type
+    if not (pa.types.is_boolean(kind) or pa.types.is_integer(kind) or pa.types.is_null(kind)):
+        raise DatasetError(
+            f"ingest: {where} has type {kind}; a mask column is bool (or 0/1). Fix: convert it, or "
+            "rename it if it is no mask."
+        )
+    return col.cast(pa.bool_()).fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
 
 
 COLUMN_GROUP = 16  # Parquet feature columns decoded at once
@@ -260,7 +261,8 @@ def _feature_block(t, chosen: Sequence[str], path: Path) -> np.ndarray:
                     f"ingest: {path}, column {name!r}: every node needs a vector of the same "
                     "length."
                 )
-            flat = col.flatten().to_numpy(zero_copy_only=False).astype(np.float32)
+            with np.errstate(over="ignore"):
+                flat = col.flatten().to_numpy(zero_copy_only=False).astype(np.float32)
             parts.append(flat.reshape(len(col), -1 if len(col) else 0))
         else:
             if col.null_count:
@@ -268,7 +270,10 @@ def _feature_block(t, chosen: Sequence[str], path: Path) -> np.ndarray:
                     f"ingest: {path}, column {name!r}: {col.null_count} empty value(s); every node "
                     f"needs every feature."
                 )
-            parts.append(col.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, 1))
+            # a value past float32's range becomes inf, named by _check_finite: no warning first
+            with np.errstate(over="ignore"):
+                values = col.to_numpy(zero_copy_only=False).astype(np.float32)
+            parts.append(values.reshape(-1, 1))
     return parts[0] if len(parts) == 1 else np.hstack(parts)
 
 

@@ -137,7 +137,13 @@ def write_features(features, work: Path, where: str, progress) -> int:
         )
     if dtype.kind not in "fiub":
         raise DatasetError(f"ingest: {where}: features of dtype {dtype} cannot be read as numbers.")
-    with open(work / "features.npy", "wb") as out:
+    if shape[1] == 0:
+        raise DatasetError(
+            f"ingest: {where} has shape {tuple(shape)}: no feature columns; give at least one "
+            "feature per node."
+        )
+    # a value past float32's range becomes inf, refused by _check_finite naming it: no warning first
+    with open(work / "features.npy", "wb") as out, np.errstate(over="ignore"):
         np.lib.format.write_array_header_1_0(
             out, {"descr": "<f4", "fortran_order": False, "shape": tuple(shape)}
         )

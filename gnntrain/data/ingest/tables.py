@@ -333,6 +333,11 @@ class ParquetTable(_Table):
         self.names = list(self.schema.names)
         self.width = len(self.names)
         self.size = path.stat().st_size
+        if len(set(self.names)) != len(self.names):
+            raise DatasetError(
+                f"ingest: {path}: a column name appears twice ({', '.join(self.names)}); give "
+                "each column its own name."
+            )
 
     def batches(
         self,
@@ -354,7 +359,7 @@ class ParquetTable(_Table):
                         table = table.set_column(
                             table.column_names.index(name), name, table[name].cast(kind)
                         )
-                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
                         raise DatasetError(
                             f"ingest: {self.path}, column {name!r} "
                             f"({table.schema.field(name).type}) "
@@ -402,14 +407,40 @@ def id_type_of(table, column: str, given: str) -> "object":
     )
 
 
+def node_id_type(table, column: str, given: str) -> "object":
+    """:func:`id_type_of` for the node IDs of a node table: a Parquet ID column read as they are
+    (``given`` = auto) holds integers or strings; any other type is refused naming it."""
+    import pyarrow as pa
+
+    if given == "auto" and isinstance(table, ParquetTable):
+        kind = table.schema.field(column).type
+        if pa.types.is_dictionary(kind):
+            kind = kind.value_type
+        if not (
+            pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)
+        ):
+            raise DatasetError(
+                f"ingest: {table.path}, column {column!r} holds the node IDs but has type {kind}; "
+                "node IDs are integers or strings. Fix: convert the column, name the ID column "
+                "with --id-column, or read the IDs as text with --id-type string."
+            )
+    return id_type_of(table, column, given)
+
+
 Progress = Callable[[str, int, int], None]  # (stage, done bytes, total bytes)
 
 
 def load_npy(path: Path, option: str) -> np.ndarray:
-    """A small .npy (labels, masks) read whole."""
+    """A small .npy (labels, masks, targets) read whole: its header checked first (as
+    :func:`gnntrain.data.ingest.nodes.open_npy` does), so a pickle, an ``.npz`` or a truncated file
+    is one DatasetError and nothing is ever unpickled."""
+    from gnntrain.data.ondisk import NpyFile
+
     try:
-        return np.load(path, allow_pickle=False)
-    except ValueError as exc:
+        NpyFile(path, fortran_ok=True)
+        with open(path, "rb") as f:
+            return np.lib.format.read_array(f, allow_pickle=False)
+    except (ValueError, EOFError) as exc:
         raise DatasetError(f"ingest: {option} {path}: not a plain NumPy array ({exc}).") from None
     except OSError as exc:
         raise DatasetError(f"ingest: {option} {path}: cannot read it as .npy ({exc}).") from None

@@ -92,7 +92,8 @@ def finite_targets(
     """``block`` (rows, T) as float32, NaN kept; an infinite value (or one float32 cannot hold) is
     refused naming its row and column."""
     block = np.asarray(block, dtype=np.float64).reshape(block.shape[0], -1)
-    out = block.astype(np.float32)
+    with np.errstate(over="ignore"):  # a value past float32's range is refused below, by name
+        out = block.astype(np.float32)
     bad = np.isinf(out)
     if bad.any():
         r, c = (int(i) for i in np.argwhere(bad)[0])
@@ -113,7 +114,7 @@ def target_block(table, names: Sequence[str], where: str, locate, node_of) -> np
     cols = [
         table.column(name)
         .combine_chunks()
-        .cast(pa.float64())
+        .cast(pa.float64(), safe=False)  # an integer past 2^53 rounds: targets are float32
         .fill_null(float("nan"))
         .to_numpy(zero_copy_only=False)
         for name in names
@@ -130,7 +131,7 @@ def _from_npy(path: Path, names: Optional[List[str]], ids: NodeIds) -> Targets:
         raise DatasetError(
             f"ingest: --targets {path} holds {values.dtype} values, not numbers; {NOT_A_NUMBER}."
         )
-    if values.ndim not in (1, 2) or values.shape[0] != ids.num_nodes:
+    if values.ndim not in (1, 2) or values.shape[0] != ids.num_nodes or values.size == 0:
         raise DatasetError(
             f"ingest: --targets {path} has shape {tuple(values.shape)}; a .npy of targets is "
             f"({ids.num_nodes},) or ({ids.num_nodes}, T): one row per node, in node order."
