@@ -13,7 +13,13 @@ import numpy as np
 
 from gnntrain.data.ingest.nodes import NodeIds, open_npy
 from gnntrain.data.ingest.options import IngestOptions
-from gnntrain.data.ingest.tables import id_type_of, open_table, require_file, table_format
+from gnntrain.data.ingest.tables import (
+    id_type_of,
+    node_id_type,
+    open_table,
+    require_file,
+    table_format,
+)
 from gnntrain.errors import DatasetError
 
 EDGE_BATCH = 1 << 22  # edges per step from in-memory or .npy sources
@@ -215,6 +221,8 @@ def _table_batches(opts: IngestOptions, ids: NodeIds, path: Path, kind: str):
             "the column that holds each edge's weight."
         )
 
+    for column in (src_col, dst_col):  # a Parquet column of floats (or else) is refused as IDs are
+        node_id_type(table, column, opts.nodes.id_type)
     id_type = ids.type
     if not ids.identity and opts.nodes.id_type == "auto":
         edge_type = id_type_of(table, src_col, "auto")

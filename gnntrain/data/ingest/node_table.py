@@ -255,6 +255,11 @@ def _feature_block(t, chosen: Sequence[str], path: Path) -> np.ndarray:
     for name in chosen:
         col = t.column(name).combine_chunks()
         if _is_list(col.type):
+            if not _numeric(col.type.value_type):  # a list of lists or of strings: no vector
+                raise DatasetError(
+                    f"ingest: {path}, column {name!r}: a list column of {col.type.value_type} is "
+                    "no feature vector; features are numbers or lists of numbers."
+                )
             width = pa.compute.list_value_length(col).to_numpy(zero_copy_only=False)
             if col.null_count or (width.size and (width != width[0]).any()):
                 raise DatasetError(
