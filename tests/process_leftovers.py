@@ -10,10 +10,12 @@ named, killed, and fails the session.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Dict
+
+from gnntrain.launch.leftovers import process_command, process_environment
+from gnntrain.launch.netem import kill_pids
 
 MARK = "GNNTRAIN_TEST_SESSION"
 # the suite's own multiprocessing helpers (the ranks' fork server, the resource tracker) are
@@ -61,20 +63,20 @@ def leftovers(token: str) -> Dict[int, str]:
     """{pid: command line} of every live process but this one that carries ``token``, and of
     every local-cluster daemon started since the session began (slurmd hands its job steps a
     clean environment, so ``slurmstepd`` does not carry the token)."""
-    needle = f"{MARK}={token}".encode()
     since = _session_start(token)
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
+        pid = int(entry.name)
         name = _read(entry / "comm").decode(errors="replace").strip()
-        ours = needle in _read(entry / "environ").split(b"\0")
+        ours = process_environment(pid).get(MARK) == token
         if not ours and not (name in CLUSTER_DAEMONS and _started_at(entry) > since):
             continue
-        command = _read(entry / "cmdline").replace(b"\0", b" ").decode(errors="replace").strip()
-        if not command or any(helper in command for helper in OWN_HELPERS):
-            continue
-        found[int(entry.name)] = command
+        command = process_command(pid)
+        if command == "?" or any(helper in command for helper in OWN_HELPERS):
+            continue  # gone meanwhile, a zombie, or the suite's own multiprocessing helper
+        found[pid] = command
     return found
 
 
@@ -85,9 +87,5 @@ def end_leftovers(token: str, grace_s: float = 5.0) -> Dict[int, str]:
     while found and time.monotonic() < deadline:
         time.sleep(0.5)
         found = leftovers(token)
-    for pid in found:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_pids(found)
     return found

@@ -22,10 +22,8 @@ benchmarks chaos`` (``make chaos``) are its commands.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,7 +31,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from gnntrain.launch import leftovers, netem
 from gnntrain.launch.chaos_schedule import WINDOW_SHARE, ChaosSettings, Trial, TrialRecord
-from gnntrain.launch.netem import EmulatedCluster, Link
+from gnntrain.launch.netem import EmulatedCluster, Link, kill_pids
 from gnntrain.launch.netem_jobs import JobResult, RunningJob, start_job
 
 _LOST = re.compile(r"lost ranks? ([\d, ]+) on host ([0-9a-fA-F:.]*[0-9a-fA-F])")
@@ -143,9 +141,9 @@ class ChaosRun:
         pids = leftovers.namespace_pids(self.cluster)[trial.host]
         if trial.victim == "host":
             return pids
-        ranked = {pid: _env_of(pid).get("RANK") for pid in pids}
+        ranked = {pid: leftovers.process_environment(pid).get("RANK") for pid in pids}
         mine = [pid for pid, rank in ranked.items() if rank == str(trial.rank)]
-        return [pid for pid in mine if ranked.get(_parent(pid)) != str(trial.rank)][:1]
+        return [pid for pid in mine if ranked.get(leftovers.parent_pid(pid)) != str(trial.rank)][:1]
 
     def trial(self, trial: Trial) -> TrialRecord:
         """Run one trial to its end: kill, time the end, sweep, resume, compare, sweep."""
@@ -172,7 +170,7 @@ class ChaosRun:
             )
         finally:
             for pids in leftovers.namespace_pids(self.cluster).values():  # never into the next
-                _kill(pids)
+                kill_pids(pids)
             record.trial_s = time.perf_counter() - started
             if record.ok(self.settings.end_limit_s):
                 shutil.rmtree(root, ignore_errors=True)
@@ -218,7 +216,7 @@ class ChaosRun:
             victims = self._victims(trial)
         if not victims:
             raise ChaosError(f"no process of {trial.victim} {trial.rank} to kill")
-        _kill(victims)
+        kill_pids(victims)
         killed = time.perf_counter()
         record.killed_pids = victims
         record.kill_s = round(killed - first, 3)
@@ -275,30 +273,6 @@ class ChaosRun:
 
 class ChaosError(Exception):
     """A trial that could not run its steps (the record keeps the message)."""
-
-
-def _env_of(pid: int) -> Dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
-
-
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _kill(pids: Sequence[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _lost_line(outputs: Sequence[str], trial: Trial, address: str) -> Tuple[str, bool]:

@@ -52,7 +52,8 @@ def namespace_pids(cluster: EmulatedCluster) -> Dict[int, List[int]]:
     }
 
 
-def _command(pid: int) -> str:
+def process_command(pid: int) -> str:
+    """The command line of ``pid`` (its first 120 characters), or "?" for one gone or a zombie."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -60,9 +61,27 @@ def _command(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:120] or "?"
 
 
+def process_environment(pid: int) -> Dict[str, str]:
+    """The environment ``pid`` started with ({} for one gone or a zombie)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def parent_pid(pid: int) -> int:
+    """The parent of ``pid`` (0 for one gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def processes(cluster: EmulatedCluster) -> List[Leftover]:
     return [
-        Leftover("process", cluster.namespace(host), f"pid {pid}: {_command(pid)}")
+        Leftover("process", cluster.namespace(host), f"pid {pid}: {process_command(pid)}")
         for host, pids in namespace_pids(cluster).items()
         for pid in pids
     ]

@@ -329,7 +329,8 @@ def load(name: str) -> EmulatedCluster:
     return EmulatedCluster(**{**raw, "link": Link(**raw["link"])})
 
 
-def _kill(pids: Sequence[str]) -> None:
+def kill_pids(pids: Sequence) -> None:
+    """SIGKILL each pid (ints or their text); one already gone is skipped."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid), signal.SIGKILL)
@@ -342,13 +343,13 @@ def destroy(name: str) -> List[str]:
     gone = []
     for ns in _namespaces():
         if ns == f"{name}-sw" or (ns.startswith(f"{name}-h") and ns[len(name) + 2 :].isdigit()):
-            _kill(_run("ip", "netns", "pids", ns, check=False).stdout.split())
+            kill_pids(_run("ip", "netns", "pids", ns, check=False).stdout.split())
             _run("ip", "netns", "del", ns, check=False)
             gone.append(ns)
     for i in range(cluster.hosts if cluster and cluster.cgroup_dir else 0):
         group = cluster.cgroup(i)
         with contextlib.suppress(OSError):  # anything left outside the namespaces
-            _kill((group / "cgroup.procs").read_text().split())
+            kill_pids((group / "cgroup.procs").read_text().split())
         _remove_cgroup(group)
     _state_file(name).unlink(missing_ok=True)
     return gone

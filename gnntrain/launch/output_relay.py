@@ -16,7 +16,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List, TextIO, Tuple
+from typing import Dict
 
 # where a rank writes its output: set by the launcher in the ranks' environment
 RANK_OUTPUT = "GNNTRAIN_RANK_OUTPUT"
@@ -55,7 +55,7 @@ class OutputRelay(DirectOutput):
 
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="gnntrain-ranks-"))
-        self._files: Dict[Path, Tuple[TextIO, int]] = {}  # path -> (destination, bytes relayed)
+        self._relayed: Dict[Path, int] = {}  # bytes of each rank's file passed on so far
 
     def environment(self, env: Dict[str, str]) -> Dict[str, str]:
         """The ranks' environment: plain text (no colour, cursor moves or bars) into the folder."""
@@ -67,15 +67,15 @@ class OutputRelay(DirectOutput):
     def pump(self) -> None:
         """Pass on what the ranks wrote since the last call, rank by rank."""
         for path in sorted(self.folder.iterdir()):
-            stream = sys.stderr if path.suffix == ".stderr" else sys.stdout
-            destination, done = self._files.get(path, (stream, 0))
+            done = self._relayed.get(path, 0)
             with open(path, "rb") as handle:
                 handle.seek(done)
                 data = handle.read()
             if data:
-                destination.write(data.decode("utf-8", errors="replace"))
-                destination.flush()
-            self._files[path] = (destination, done + len(data))
+                stream = sys.stderr if path.suffix == ".stderr" else sys.stdout
+                stream.write(data.decode("utf-8", errors="replace"))
+                stream.flush()
+            self._relayed[path] = done + len(data)
 
     def close(self) -> None:
         """The rest of the ranks' output, then the folder is removed."""
@@ -96,8 +96,7 @@ def redirect_rank_output(rank: int) -> None:
     folder = os.environ.get(RANK_OUTPUT)
     if not folder:
         return
-    targets: List[Tuple[TextIO, int]] = [(sys.stdout, 1), (sys.stderr, 2)]
-    for (name, fd), (stream, _) in zip(STREAMS, targets):
+    for (name, fd), stream in zip(STREAMS, (sys.stdout, sys.stderr)):
         stream.flush()
         target = os.open(
             os.path.join(folder, f"rank{rank:05d}.{name}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
