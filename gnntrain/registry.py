@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Dict, Generic, Iterator, TypeVar
+from typing import Dict, Generic, Iterator, Optional, TypeVar
 
 T = TypeVar("T")
 
@@ -20,14 +20,32 @@ class DuplicateNameError(ValueError):
     """A name registered twice with different entries."""
 
 
-def _origin(entry: object) -> str:
-    """Where an entry was defined: a class's module and name; for a record (a dataclass such as
-    ModelFamily or Generator), where the first class or function it holds was defined."""
+def _definition(entry: object) -> Optional[str]:
+    """Where an entry's code was defined: a class's module and name; for a record (a dataclass such
+    as ModelFamily or Generator), where the first class or function it holds was defined; None for
+    a record of data alone (a named dataset's files), which has no definition to compare."""
     target = entry if isinstance(entry, type) else type(entry)
     if not isinstance(entry, type) and dataclasses.is_dataclass(entry):
         held = (getattr(entry, f.name) for f in dataclasses.fields(entry))
-        target = next((v for v in held if isinstance(v, type) or inspect.isfunction(v)), target)
+        target = next((v for v in held if isinstance(v, type) or inspect.isfunction(v)), None)
+        if target is None:
+            return None
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}"
+
+
+def _origin(entry: object) -> str:
+    """Where an entry came from, for the duplicate's message."""
+    kind = type(entry)
+    return _definition(entry) or f"a {kind.__module__}.{kind.__qualname__} record"
+
+
+def _same_entry(current: object, entry: object) -> bool:
+    """``entry`` registers what ``current`` does: the same object, an equal record, or the same
+    class or function defined again (a module imported twice, e.g. reloaded)."""
+    if current is entry or current == entry:
+        return True
+    definition = _definition(entry)
+    return definition is not None and definition == _definition(current)
 
 
 class Registry(Generic[T]):
@@ -40,7 +58,7 @@ class Registry(Generic[T]):
     def add(self, name: str, entry: T) -> T:
         """Register ``entry`` as ``name``; a different entry under a taken name is refused."""
         current = self._entries.get(name)
-        if current is not None and current is not entry and _origin(current) != _origin(entry):
+        if current is not None and not _same_entry(current, entry):
             raise DuplicateNameError(
                 f"{self.kind} '{name}' is registered twice: by {_origin(current)} and by "
                 f"{_origin(entry)}. Give one of them another name."

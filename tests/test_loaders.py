@@ -23,7 +23,7 @@ import torch
 from conftest import compose
 
 from gnntrain.data import load_dataset
-from gnntrain.data.loaders import DGL_SOURCES
+from gnntrain.data.loaders import DGL_DATASETS
 from gnntrain.errors import DatasetError
 
 EdgeSet = Set[Tuple[int, int]]
@@ -48,7 +48,7 @@ def _load(name: str, data_dir: Path, cache_dir: Path, reader: str = "auto"):
 # each reader builds its own link farm: (reader, the farm root under the cache, Reddit's farm
 # folder)
 FARMS = [
-    pytest.param(("dgl", "dgl", DGL_SOURCES["reddit"].folder()), marks=pytest.mark.dgl, id="dgl"),
+    pytest.param(("dgl", "dgl", DGL_DATASETS["reddit"].folder()), marks=pytest.mark.dgl, id="dgl"),
     pytest.param(("pyg", "pyg", "Reddit"), id="pyg"),
 ]
 
@@ -128,7 +128,7 @@ def write_planetoid(data_dir: Path, name: str, seed: int = 0) -> Dict[str, objec
         "ty": onehot[n_allx:],
         "graph": graph,
     }
-    folder = data_dir / DGL_SOURCES[name].folder()
+    folder = data_dir / DGL_DATASETS[name].folder()
     folder.mkdir(parents=True)
     for part, obj in objects.items():
         with open(folder / f"ind.{name}.{part}", "wb") as f:
@@ -165,7 +165,7 @@ def write_reddit(data_dir: Path, feature_offset: float = 0.0) -> Dict[str, objec
         [(i, (i + 1) % n) for i in range(n)] + [(i, (i + 3) % n) for i in range(0, n, 4)] + [(7, 7)]
     )
     row, col = np.array(pairs).T
-    folder = data_dir / DGL_SOURCES["reddit"].folder()
+    folder = data_dir / DGL_DATASETS["reddit"].folder()
     folder.mkdir(parents=True)
     np.savez(folder / "reddit_data.npz", feature=feature, label=label, node_types=node_types)
     sp.save_npz(
@@ -241,7 +241,7 @@ def test_pubmed_planetoid_layout(tmp_path, read_only):
     assert _edge_set(data) == want["edges"]
     assert data.num_edges == len(want["edges"])  # no duplicates
     assert bool((data.src != data.dst).all())
-    assert data.origin == str(data_dir / DGL_SOURCES["pubmed"].folder())
+    assert data.origin == str(data_dir / DGL_DATASETS["pubmed"].folder())
 
 
 def test_reddit_layout(tmp_path, read_only):
@@ -288,12 +288,12 @@ def test_corrupt_reddit_file(tmp_path):
     traceback."""
     data_dir = tmp_path / "data"
     write_reddit(data_dir)
-    npz = data_dir / DGL_SOURCES["reddit"].folder() / "reddit_data.npz"
+    npz = data_dir / DGL_DATASETS["reddit"].folder() / "reddit_data.npz"
     npz.write_bytes(npz.read_bytes()[:200])
     with pytest.raises(DatasetError) as err:
         _load("reddit", data_dir, tmp_path / "cache")
     assert "'reddit'" in str(err.value)
-    assert str(data_dir / DGL_SOURCES["reddit"].folder()) in str(err.value)
+    assert str(data_dir / DGL_DATASETS["reddit"].folder()) in str(err.value)
 
 
 def test_content_hash_tracks_content(tmp_path):
@@ -320,7 +320,7 @@ def test_cache_follows_data_dir(tmp_path):
     assert from_b.origin.startswith(str(b))
     assert from_b.features[:, 1:].sum() != pytest.approx(float(from_a.features[:, 1:].sum()))
 
-    npz = a / DGL_SOURCES["reddit"].folder() / "reddit_data.npz"
+    npz = a / DGL_DATASETS["reddit"].folder() / "reddit_data.npz"
     arrays = dict(np.load(npz))
     arrays["feature"][:, 1:] *= 2.0
     np.savez(npz, **arrays)

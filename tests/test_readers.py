@@ -16,7 +16,7 @@ from conftest import compose, requires_shared
 from test_loaders import write_planetoid, write_reddit
 
 from gnntrain.data import load_dataset
-from gnntrain.data.loaders import DGL_SOURCES
+from gnntrain.data.loaders import DGL_DATASETS
 from gnntrain.errors import DatasetError
 
 
@@ -55,7 +55,7 @@ def test_dgl_and_pyg_readers_give_identical_planetoid_graphs(tmp_path, name):
     by_dgl = _load_with(name, SHARED_DGL, tmp_path / "cache", "dgl")
     by_pyg = _load_with(name, SHARED_DGL, tmp_path / "cache", "pyg")
     _assert_same_graph(by_dgl, by_pyg)
-    assert by_pyg.origin == str(SHARED_DGL / DGL_SOURCES[name].folder())
+    assert by_pyg.origin == str(SHARED_DGL / DGL_DATASETS[name].folder())
     assert (tmp_path / "cache" / "pyg").is_dir()
 
 
@@ -66,7 +66,7 @@ def test_pyg_reader_takes_pygs_own_layout_too(tmp_path):
 
     raw = tmp_path / "pyg_data" / "Cora" / "raw"
     raw.mkdir(parents=True)
-    dgl_folder = SHARED_DGL / DGL_SOURCES["cora"].folder()
+    dgl_folder = SHARED_DGL / DGL_DATASETS["cora"].folder()
     for path in dgl_folder.iterdir():
         (raw / path.name.replace("ind.cora_v2.", "ind.cora.")).symlink_to(path)
     from_pyg_layout = _load_with("cora", tmp_path / "pyg_data", tmp_path / "cache", "pyg")
@@ -97,7 +97,7 @@ def test_dgl_folder_name_is_computed_as_dgl_does(monkeypatch):
     for repo in (None, "https://mirror.example/dgl"):
         if repo:
             monkeypatch.setenv("DGL_REPO", repo)
-        for source in DGL_SOURCES.values():
+        for source in DGL_DATASETS.values():
             want = (
                 source.folder_name
                 + "_"
@@ -118,7 +118,7 @@ def _cora_error(tmp_path, data_dir) -> str:
 @pytest.mark.parametrize(
     "name, layout",
     [
-        ("citeseer", f"{DGL_SOURCES['citeseer'].folder()}/{{ind.citeseer.x"),
+        ("citeseer", f"{DGL_DATASETS['citeseer'].folder()}/{{ind.citeseer.x"),
         ("ogbn-products", "ogbn_products/{RELEASE_v1.txt, raw/edge.csv.gz"),
     ],
     ids=["citeseer", "ogbn-products"],
@@ -153,7 +153,7 @@ def test_a_data_dir_one_level_too_high_names_the_right_one(tmp_path):
 
     message = _cora_error(tmp_path, SHARED_DGL.parent)
     assert (
-        f"data_dir={SHARED_DGL.parent} has no {DGL_SOURCES['cora'].folder()}/, but {SHARED_DGL} "
+        f"data_dir={SHARED_DGL.parent} has no {DGL_DATASETS['cora'].folder()}/, but {SHARED_DGL} "
         "does: "
         f"set data_dir={SHARED_DGL}" in message
     )
@@ -164,7 +164,7 @@ def test_a_data_dir_one_level_too_high_names_the_right_one(tmp_path):
 def test_a_missing_raw_file_is_named(tmp_path):
     from conftest import SHARED_DGL
 
-    folder = DGL_SOURCES["cora"].folder()
+    folder = DGL_DATASETS["cora"].folder()
     copy = tmp_path / "data" / folder
     shutil.copytree(SHARED_DGL / folder, copy)
     (copy / "ind.cora_v2.tx").unlink()
@@ -194,8 +194,45 @@ def test_without_a_network_no_download_is_tried(tmp_path, monkeypatch):
     )
     message = _cora_error(tmp_path, tmp_path)
     assert (
-        f"raw files not found (data_dir={tmp_path} holds no {DGL_SOURCES['cora'].folder()}/), and "
+        f"raw files not found (data_dir={tmp_path} holds no {DGL_DATASETS['cora'].folder()}/), and "
         "no download "
         f"was tried: data.dgl.ai cannot be reached (test)." in message
     )
     assert not (tmp_path / "cache" / "dgl" / "downloaded").exists()
+
+
+@requires_shared
+def test_a_named_dataset_is_one_registration_and_an_unknown_one_is_named_by_the_plan(tmp_path):
+    """Named datasets register like generators (``register_dgl_dataset``): a Planetoid dataset
+    registered on the fly (Cora's files under another name) is read like cora; a name no source
+    registered is refused by the plan, naming the registered ones; a different record under a taken
+    name is refused."""
+    import dataclasses
+
+    from conftest import SHARED_DGL
+
+    from gnntrain.data.loaders import OGB_DATASETS, register_dgl_dataset
+    from gnntrain.plan import build_plan
+    from gnntrain.registry import DuplicateNameError
+
+    again = dataclasses.replace(DGL_DATASETS["cora"], name="cora-again")
+    register_dgl_dataset(again)
+    try:
+        overrides = [f"data_dir={SHARED_DGL}", f"cache_dir={tmp_path}", "dataset.reader=pyg"]
+        copy = load_dataset(compose(["dataset=cora", "dataset.name=cora-again", *overrides]))
+        cora = load_dataset(compose(["dataset=cora", *overrides]))
+        assert torch.equal(copy.features, cora.features) and torch.equal(copy.src, cora.src)
+        assert copy.content_hash.startswith("cora-again-")
+        with pytest.raises(DuplicateNameError, match="DGL dataset 'cora-again' is registered"):
+            register_dgl_dataset(dataclasses.replace(again, pyg_name="CiteSeer"))
+    finally:
+        DGL_DATASETS.remove("cora-again")
+    with pytest.raises(
+        DatasetError, match=r"'nosuch': no DGL dataset of that name .* citeseer, cora, pubmed"
+    ):
+        build_plan(compose(["dataset=cora", "dataset.name=nosuch"]))
+    with pytest.raises(
+        DatasetError, match=r"no OGB dataset of that name .* ogbn-arxiv, ogbn-products"
+    ):
+        build_plan(compose(["dataset=ogbn-arxiv", "dataset.name=ogbn-nosuch"]))
+    assert set(OGB_DATASETS) == {"ogbn-arxiv", "ogbn-products"}

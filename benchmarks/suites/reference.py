@@ -28,10 +28,10 @@ def dgl_example_epoch_times(epochs: int) -> tuple:
 
     from gnntrain.data import resolve_cache_dir
     from gnntrain.data.farm import link_farm, source_stamp
-    from gnntrain.data.loaders import DGL_SOURCES
+    from gnntrain.data.loaders import DGL_DATASETS
 
     cache = resolve_cache_dir(compose([])) / "bench-dgl-example"
-    folder = DGL_SOURCES["cora"].folder()
+    folder = DGL_DATASETS["cora"].folder()
     link_farm(SHARED / folder, cache / folder, source_stamp(SHARED / folder))
     g = CoraGraphDataset(raw_dir=str(cache), verbose=False)[0]
     g = dgl.add_self_loop(dgl.remove_self_loop(g))

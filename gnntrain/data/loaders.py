@@ -14,7 +14,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from gnntrain.backends import dgl_problem
 from gnntrain.data.farm import Layout, farm_lock, locate, quiet, read_failure
 from gnntrain.data.graph import GraphData, clean_edges, hash_tensors
 from gnntrain.errors import DatasetError
+from gnntrain.registry import Registry
 
 # DGL's default download repository (overridden by $DGL_REPO, as DGL does)
 DGL_REPO = "https://data.dgl.ai/"
@@ -30,11 +31,18 @@ DGL_REPO = "https://data.dgl.ai/"
 
 @dataclass(frozen=True)
 class DGLSource:
+    """A named dataset in DGL's raw layout (``dataset.source=dgl``): Planetoid's ``ind.*`` files or
+    Reddit's ``.npz`` pair, read by DGL's dataset class or by PyG's (``dataset.reader``).
+
+    A new one is one :func:`register_dgl_dataset` call plus ``configs/dataset/<name>.yaml``."""
+
+    name: str  # the dataset's name, configs/dataset/<name>.yaml's dataset.name
     dgl_class: str  # attribute of dgl.data
     folder_name: str  # DGLDataset.name
     url_path: str  # relative download path (DGL hashes the full URL into the folder suffix)
-    files: List[str]
-    kwargs: Optional[Dict[str, object]] = None
+    files: Tuple[str, ...]
+    pyg_name: str  # PyG's Planetoid(name=...), or the folder of PyG's own dataset class
+    dgl_options: Tuple[Tuple[str, Any], ...] = ()  # keyword arguments of the DGL class
 
     def folder(self) -> str:
         """DGL's raw folder name: ``<name>_<first 8 hex digits of sha1(download URL)>``
@@ -44,40 +52,98 @@ class DGLSource:
         url = repo + ("" if repo.endswith("/") else "/") + self.url_path
         return self.folder_name + "_" + hashlib.sha1(url.encode()).hexdigest()[:8]
 
+    @property
+    def planetoid(self) -> bool:
+        """Planetoid's raw files (``ind.<prefix>.<part>``); otherwise Reddit's."""
+        return self.files[0].startswith("ind.")
 
-def _planetoid(prefix: str) -> List[str]:
-    return [
+
+@dataclass(frozen=True)
+class OGBSource:
+    """A named OGB node-property dataset (``dataset.source=ogb``), read by OGB's library-agnostic
+    loader. A new one is one :func:`register_ogb_dataset` call plus its YAML."""
+
+    name: str  # OGB's name, e.g. ogbn-arxiv
+    split: str  # the folder of its split under split/
+    release: str = "RELEASE_v1.txt"  # the release file of OGB's master.csv version
+    extra_files: Tuple[str, ...] = ()  # node files OGB reads besides the common ones
+
+    COMMON = (
+        "raw/edge.csv.gz",
+        "raw/num-node-list.csv.gz",
+        "raw/num-edge-list.csv.gz",
+        "raw/node-feat.csv.gz",
+        "raw/node-label.csv.gz",
+    )
+
+    def required_files(self) -> List[str]:
+        """Every file OGB's loader reads, relative to the dataset's folder."""
+        splits = [f"split/{self.split}/{part}.csv.gz" for part in ("train", "valid", "test")]
+        return [self.release, *self.COMMON, *self.extra_files, *splits]
+
+
+DGL_DATASETS: Registry[DGLSource] = Registry("DGL dataset")
+OGB_DATASETS: Registry[OGBSource] = Registry("OGB dataset")
+
+
+def register_dgl_dataset(source: DGLSource) -> DGLSource:
+    return DGL_DATASETS.add(source.name, source)
+
+
+def register_ogb_dataset(source: OGBSource) -> OGBSource:
+    return OGB_DATASETS.add(source.name, source)
+
+
+def named_dataset(registry: Registry, name: str):
+    """The registered dataset ``name``; one DatasetError naming the registered ones otherwise."""
+    if name not in registry:
+        raise DatasetError(
+            f"dataset '{name}': no {registry.kind} of that name is known to gnntrain; use one of "
+            f"{', '.join(sorted(registry))}, or register it (gnntrain/data/loaders.py)"
+        )
+    return registry[name]
+
+
+def _planetoid(prefix: str) -> Tuple[str, ...]:
+    return tuple(
         f"ind.{prefix}.{part}"
         for part in ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
-    ]
+    )
 
 
-DGL_SOURCES: Dict[str, DGLSource] = {
-    "cora": DGLSource("CoraGraphDataset", "cora_v2", "dataset/cora_v2.zip", _planetoid("cora_v2")),
-    "citeseer": DGLSource(
-        "CiteseerGraphDataset", "citeseer", "dataset/citeseer.zip", _planetoid("citeseer")
+for _source in (
+    DGLSource(
+        "cora", "CoraGraphDataset", "cora_v2", "dataset/cora_v2.zip", _planetoid("cora_v2"), "Cora"
     ),
-    "pubmed": DGLSource("PubmedGraphDataset", "pubmed", "dataset/pubmed.zip", _planetoid("pubmed")),
-    "reddit": DGLSource(
+    DGLSource(
+        "citeseer",
+        "CiteseerGraphDataset",
+        "citeseer",
+        "dataset/citeseer.zip",
+        _planetoid("citeseer"),
+        "CiteSeer",
+    ),
+    DGLSource(
+        "pubmed",
+        "PubmedGraphDataset",
+        "pubmed",
+        "dataset/pubmed.zip",
+        _planetoid("pubmed"),
+        "PubMed",
+    ),
+    DGLSource(
+        "reddit",
         "RedditDataset",
         "reddit",
         "dataset/reddit.zip",
-        ["reddit_data.npz", "reddit_graph.npz"],
-        {"self_loop": False},
+        ("reddit_data.npz", "reddit_graph.npz"),
+        "Reddit",
+        (("self_loop", False),),
     ),
-}
-
-OGB_REQUIRED = [
-    "raw/edge.csv.gz",
-    "raw/num-node-list.csv.gz",
-    "raw/num-edge-list.csv.gz",
-    "raw/node-feat.csv.gz",
-    "raw/node-label.csv.gz",
-]
-OGB_SPLITS = {"ogbn-arxiv": "time", "ogbn-products": "sales_ranking"}
-# ogb master.csv versions
-OGB_RELEASE = {"ogbn-arxiv": "RELEASE_v1.txt", "ogbn-products": "RELEASE_v1.txt"}
-OGB_EXTRA = {"ogbn-arxiv": ["raw/node_year.csv.gz"]}  # additional node files OGB reads
+):
+    register_dgl_dataset(_source)
+register_ogb_dataset(OGBSource("ogbn-arxiv", "time", extra_files=("raw/node_year.csv.gz",)))
+register_ogb_dataset(OGBSource("ogbn-products", "sales_ranking"))
 
 
 def silence_ogb_version_check() -> None:
@@ -158,7 +224,7 @@ def load_dgl_dataset(
     """Planetoid and Reddit through DGL's own dataset classes."""
     name = cfg.name
     require_dgl(name)
-    source = DGL_SOURCES[name]
+    source = named_dataset(DGL_DATASETS, name)
     import dgl.data
 
     folder = source.folder()
@@ -169,7 +235,9 @@ def load_dgl_dataset(
             name, data_dir, [_dgl_layout(source)], farm_root, folder, allow_download, "DGL"
         )
         try:
-            ds = quiet(lambda: cls(raw_dir=str(where.root), verbose=False, **(source.kwargs or {})))
+            ds = quiet(
+                lambda: cls(raw_dir=str(where.root), verbose=False, **dict(source.dgl_options))
+            )
         except Exception as exc:  # corrupt files, failed download, ...
             raise read_failure(name, "DGL", where, folder, exc) from exc
     g = ds[0]
@@ -197,12 +265,7 @@ def load_ogb_dataset(
     name = cfg.name
     folder = name.replace("-", "_")
     farm_root = cache_dir / "ogb"
-    required = (
-        [OGB_RELEASE[name]]
-        + OGB_REQUIRED
-        + OGB_EXTRA.get(name, [])
-        + [f"split/{OGB_SPLITS[name]}/{part}.csv.gz" for part in ("train", "valid", "test")]
-    )
+    required = named_dataset(OGB_DATASETS, name).required_files()
     silence_ogb_version_check()
     with farm_lock(farm_root, folder):  # ranks and jobs sharing the cache build the farm once
         where = locate(

@@ -27,26 +27,25 @@ import torch
 from gnntrain.backends import pyg_problem
 from gnntrain.data.farm import Layout, farm_lock, locate, quiet, read_failure
 from gnntrain.data.graph import GraphData
-from gnntrain.data.loaders import DGL_SOURCES, graph_data
+from gnntrain.data.loaders import DGL_DATASETS, DGLSource, graph_data, named_dataset
 from gnntrain.errors import DatasetError
 
-# PyG's Planetoid(name=...)
-PLANETOID_NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 PLANETOID_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
-REDDIT_FILES = ["reddit_data.npz", "reddit_graph.npz"]
 REDDIT_CLASSES = 41  # DGL's RedditDataset.num_classes; PyG counts the labels present
 
 
-def _layouts(name: str) -> List[Layout]:
+def _layouts(source: DGLSource) -> List[Layout]:
     """DGL's layout first (what ../shared and DGL's downloads hold), then PyG's own."""
-    dgl_folder = DGL_SOURCES[name].folder()
-    if name == "reddit":
+    dgl_folder = source.folder()
+    if not source.planetoid:  # Reddit: the same two files, under raw/ in PyG's folder
+        files = list(source.files)
+        renames = {f"raw/{f}": f for f in files}
         return [
-            Layout(dgl_folder, REDDIT_FILES, {f"raw/{f}": f for f in REDDIT_FILES}),
-            Layout("Reddit/raw", REDDIT_FILES, {f"raw/{f}": f for f in REDDIT_FILES}),
+            Layout(dgl_folder, files, renames),
+            Layout(f"{source.pyg_name}/raw", files, renames),
         ]
-    prefix = DGL_SOURCES[name].files[0].split(".")[1]  # ind.<prefix>.x
-    pyg = PLANETOID_NAMES[name].lower()
+    prefix = source.files[0].split(".")[1]  # ind.<prefix>.x
+    pyg = source.pyg_name.lower()
     return [
         Layout(
             dgl_folder,
@@ -54,7 +53,7 @@ def _layouts(name: str) -> List[Layout]:
             {f"raw/ind.{pyg}.{p}": f"ind.{prefix}.{p}" for p in PLANETOID_PARTS},
         ),
         Layout(
-            f"{PLANETOID_NAMES[name]}/raw",
+            f"{source.pyg_name}/raw",
             [f"ind.{pyg}.{p}" for p in PLANETOID_PARTS],
             {f"raw/ind.{pyg}.{p}": f"ind.{pyg}.{p}" for p in PLANETOID_PARTS},
         ),
@@ -64,7 +63,8 @@ def _layouts(name: str) -> List[Layout]:
 def raw_folders(name: str) -> List[str]:
     """The top-level folders under ``data_dir`` that may hold ``name``'s raw files, DGL's and PyG's
     (e.g. ``citeseer_...`` and ``CiteSeer``)."""
-    return list(dict.fromkeys(layout.folder.split("/")[0] for layout in _layouts(name)))
+    layouts = _layouts(named_dataset(DGL_DATASETS, name))
+    return list(dict.fromkeys(layout.folder.split("/")[0] for layout in layouts))
 
 
 def _planetoid_facts(raw_dir: Path, prefix: str) -> Tuple[np.dtype, int]:
@@ -108,12 +108,12 @@ def _rcm_order(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
     return np.asarray(reverse_cuthill_mckee(csr)).copy()
 
 
-def _read(name: str, root: Path):
+def _read(source: DGLSource, root: Path):
     from torch_geometric.datasets import Planetoid, Reddit
 
-    if name == "reddit":
-        return Reddit(str(root / "Reddit"))[0]
-    return Planetoid(str(root), PLANETOID_NAMES[name])[0]
+    if not source.planetoid:
+        return Reddit(str(root / source.pyg_name))[0]
+    return Planetoid(str(root), source.pyg_name)[0]
 
 
 def load_pyg_dataset(
@@ -127,27 +127,28 @@ def load_pyg_dataset(
             f"({problem}). Install it: pip install torch_geometric (pure Python, any torch), "
             f"or use dataset.reader=dgl with the extra gnntrain[dgl]."
         )
-    farm_folder = "Reddit" if name == "reddit" else PLANETOID_NAMES[name]
+    source = named_dataset(DGL_DATASETS, name)
+    farm_folder = source.pyg_name
     farm_root = cache_dir / "pyg"
     with farm_lock(farm_root, farm_folder):  # ranks and jobs sharing the cache build the farm once
         where = locate(
-            name, data_dir, _layouts(name), farm_root, farm_folder, allow_download, "PyG"
+            name, data_dir, _layouts(source), farm_root, farm_folder, allow_download, "PyG"
         )
         try:
             with contextlib.redirect_stderr(io.StringIO()):  # PyG reports "Processing..." on stderr
-                data = quiet(lambda: _read(name, where.root))
+                data = quiet(lambda: _read(source, where.root))
         except Exception as exc:  # corrupt files, failed download, ...
             raise read_failure(name, "PyG", where, farm_folder, exc) from exc
         features, num_classes = data.x, REDDIT_CLASSES
-        if name != "reddit":
+        if source.planetoid:
             dtype, num_classes = _planetoid_facts(
-                where.root / farm_folder / "raw", PLANETOID_NAMES[name].lower()
+                where.root / farm_folder / "raw", source.pyg_name.lower()
             )
             features = _row_normalise(features, dtype)
     n = int(data.num_nodes)
     src, dst = data.edge_index[0].numpy(), data.edge_index[1].numpy()
     labels, masks = data.y, [data.train_mask, data.val_mask, data.test_mask]
-    if name == "reddit":
+    if not source.planetoid:  # DGL's RedditDataset renumbers the nodes in RCM order
         order = torch.from_numpy(_rcm_order(src, dst, n))  # new id i is old id order[i]
         new_id = torch.empty(n, dtype=torch.int64)
         new_id[order] = torch.arange(n)

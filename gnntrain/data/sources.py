@@ -123,15 +123,23 @@ def _load_files(cfg):
     return load_graph_dir(resolve_graph_path(cfg))
 
 
+def _check_dgl(ds) -> None:
+    from gnntrain.data.loaders import DGL_DATASETS, named_dataset
+
+    named_dataset(DGL_DATASETS, str(ds.get("name")))
+
+
+def _check_ogb(ds) -> None:
+    from gnntrain.data.loaders import OGB_DATASETS, named_dataset
+
+    named_dataset(OGB_DATASETS, str(ds.get("name")))
+
+
 def _load_dgl(cfg):
     from gnntrain.data import loaders
 
     ds = cfg.dataset
-    if ds.name not in loaders.DGL_SOURCES:
-        raise DatasetError(
-            f"dataset '{ds.name}': not a DGL dataset known to gnntrain "
-            f"({sorted(loaders.DGL_SOURCES)})"
-        )
+    _check_dgl(ds)
     cache, allow = resolve_cache_dir(cfg), bool(cfg.get("allow_download", True))
     if resolve_reader(ds) == "dgl":
         return loaders.load_dgl_dataset(ds, resolve_data_dir(cfg), cache, allow)
@@ -141,10 +149,10 @@ def _load_dgl(cfg):
 
 
 def _dgl_folders(ds) -> List[str]:
-    from gnntrain.data.loaders import DGL_SOURCES
+    from gnntrain.data.loaders import DGL_DATASETS
     from gnntrain.data.pyg import raw_folders
 
-    return raw_folders(ds.name) if ds.name in DGL_SOURCES else _named_folder(ds)
+    return raw_folders(ds.name) if ds.name in DGL_DATASETS else _named_folder(ds)
 
 
 def _load_ogb(cfg):
@@ -170,5 +178,7 @@ register_source(
 register_source(
     DatasetSource("files", load=_load_files, fill_sizes=fill_file_sizes, weighted=_files_weighted)
 )
-register_source(DatasetSource("dgl", load=_load_dgl, raw_folders=_dgl_folders, reader=True))
-register_source(DatasetSource("ogb", load=_load_ogb))
+register_source(
+    DatasetSource("dgl", load=_load_dgl, check=_check_dgl, raw_folders=_dgl_folders, reader=True)
+)
+register_source(DatasetSource("ogb", load=_load_ogb, check=_check_ogb))
