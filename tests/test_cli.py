@@ -193,6 +193,11 @@ def test_errors_go_to_stderr_as_one_line(tmp_path, args, needle):
             "error: mode=single_schema: single_schema is the schema of the mode group, not a "
             "mode. Use one of: auto, hongtu, hyscale, mop, partition, single, supergcn.",
         ),
+        (  # a name that is no stored schema is Hydra's "Could not find", not "the schema"
+            ["plan", "mode=nosuch_schema"],
+            "error: mode=nosuch_schema: no such mode. Use one of: auto, hongtu, hyscale, mop, "
+            "partition, single, supergcn.",
+        ),
     ],
 )
 def test_appended_keys_and_schema_names_are_one_line(tmp_path, args, line):

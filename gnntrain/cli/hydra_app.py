@@ -80,17 +80,29 @@ def fail(message: Optional[str], status: str, job_result: Any = None, code: int 
 
 
 def schema_as_option(args: List[str]) -> Optional[str]:
-    """``dataset=dataset_schema``: the schema gnntrain registers for the group, not an option of
-    it."""
+    """``mode=partition_schema``: a schema stored in Hydra's ConfigStore as
+    ``<group>/<name>_schema`` (what ``configs/<group>/<name>.yaml`` extends) is, to Hydra, an option
+    of the group, and it composes (the schema's defaults, silently); refused here. Any other name
+    (``mode=nosuch_schema``) is left to Hydra's "Could not find" (:func:`config_error`)."""
     import re
 
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
     for arg in args:
         hit = re.fullmatch(r"\+?(\w+)=\[?([\w,-]*_schema[\w,-]*)\]?", arg)
-        if hit and hit.group(1) in SCHEMA_GROUPS:
-            group = hit.group(1)
+        if not hit or hit.group(1) not in SCHEMA_GROUPS:
+            continue
+        group = hit.group(1)
+        try:
+            stored = {Path(name).stem for name in store.list(group)}
+        except OSError:  # a group with no schema stored (logger)
+            stored = set()
+        schema = next((o for o in hit.group(2).split(",") if o in stored), None)
+        if schema is not None:
             options = sorted(p.stem for p in (Path(config_dir()) / group).glob("*.yaml"))
             return (
-                f"{arg}: {hit.group(2)} is the schema of the {group} group, not a {group}. "
+                f"{arg}: {schema} is the schema of the {group} group, not a {group}. "
                 f"Use one of: {', '.join(options)}."
             )
     return None
