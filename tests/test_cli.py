@@ -193,6 +193,11 @@ def test_errors_go_to_stderr_as_one_line(tmp_path, args, needle):
             "error: mode=single_schema: single_schema is the schema of the mode group, not a "
             "mode. Use one of: auto, hongtu, hyscale, mop, partition, single, supergcn.",
         ),
+        (  # a name that is no stored schema is Hydra's "Could not find", not "the schema"
+            ["plan", "mode=nosuch_schema"],
+            "error: mode=nosuch_schema: no such mode. Use one of: auto, hongtu, hyscale, mop, "
+            "partition, single, supergcn.",
+        ),
     ],
 )
 def test_appended_keys_and_schema_names_are_one_line(tmp_path, args, line):
@@ -329,3 +334,54 @@ def test_one_command_table_gives_the_usage_the_dispatch_and_the_unknown_command_
         cli.BY_NAME, "report", cli.Command("report", "", "", lambda args: called.append(args) or 7)
     )
     assert cli.main(["report", "a", "b"]) == 7 and called == [["a", "b"]]
+
+
+def test_a_hydra_command_in_process_leaves_argv_and_environment_as_they_were(
+    tmp_path, monkeypatch, capsys
+):
+    """``gnntrain.cli.main`` runs its Hydra app from the argument list: sys.argv and os.environ
+    are the same after a command that succeeds, one whose override fails, and a sweep with a
+    failing job (the sweep's axes come from the arguments, not sys.argv)."""
+    import logging
+    import os
+    import sys
+
+    import gnntrain.cli as cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("gnntrain.logs.setup_logging", lambda *args, **kwargs: None)
+    monkeypatch.setattr(sys, "argv", ["pytest-probe", "--not-a-gnntrain-argument"])
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    common = ["mode=single", "dataset.num_nodes=200", f"cache_dir={tmp_path}/cache"]
+    runs = [
+        (
+            ["plan", "model.hidden=abc"],
+            1,
+            "error: model.hidden: Value 'abc' of type 'str' could not be converted to Integer",
+        ),
+        (["plan", *common, f"hydra.run.dir={tmp_path}/run"], 0, None),
+        (
+            ["plan", "-m", *common, "dataset.avg_degree=2,300", f"hydra.sweep.dir={tmp_path}/s"],
+            1,
+            "error: sweep: 1 job(s) did not complete: dataset.avg_degree=300 (invalid plan)",
+        ),
+    ]
+    try:
+        for args, code, line in runs:
+            argv, environ = list(sys.argv), dict(os.environ)
+            assert cli.main(list(args)) == code, capsys.readouterr()
+            err = capsys.readouterr().err
+            assert line is None or line in err.splitlines(), err
+            assert sys.argv == argv, args
+            assert dict(os.environ) == environ, (
+                args,
+                set(os.environ.items()) ^ set(environ.items()),
+            )
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)

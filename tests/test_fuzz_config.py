@@ -17,7 +17,6 @@ import io
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import warnings
 from functools import lru_cache
@@ -201,12 +200,12 @@ def overrides(draw) -> str:
 
 @contextlib.contextmanager
 def _kept_process_state() -> Iterator[None]:
-    """The logging, warnings, argv and working folder of this process as they were: the command
+    """The logging, warnings and working folder of this process as they were: the command
     installs its console handler and Hydra its job logging, and both stay for the next test
     otherwise."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    argv, cwd, show = list(sys.argv), os.getcwd(), warnings.showwarning
+    cwd, show = os.getcwd(), warnings.showwarning
     formatwarning = warnings.formatwarning
     try:
         with warnings.catch_warnings():
@@ -219,7 +218,6 @@ def _kept_process_state() -> Iterator[None]:
         root.setLevel(level)
         logging.captureWarnings(False)
         warnings.showwarning, warnings.formatwarning = show, formatwarning
-        sys.argv[:] = argv
         os.chdir(cwd)
 
 

@@ -3,7 +3,6 @@ the composed config and fails through :func:`gnntrain.cli.hydra_app.fail`."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
@@ -78,9 +77,11 @@ def run_task(cfg) -> Optional[dict]:
 
 
 def resume_command(run_dir: Path, argv: Optional[List[str]] = None) -> str:
-    """The command that continues this run: the same overrides, its run directory,
-    train.resume=true."""
+    """The command that continues this run: the same overrides (``argv``; by default the run's
+    own, as Hydra recorded them: in a sweep, the job's), its run directory, train.resume=true."""
     import shlex
+
+    from hydra.core.hydra_config import HydraConfig
 
     dropped = (
         "hydra.run.dir=",
@@ -90,7 +91,9 @@ def resume_command(run_dir: Path, argv: Optional[List[str]] = None) -> str:
         "-m",
         "--multirun",
     )
-    args = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith(dropped)]
+    if argv is None:
+        argv = list(HydraConfig.get().overrides.task)
+    args = [a for a in argv if not a.startswith(dropped)]
     return shlex.join(["gnntrain", "run", *args, f"hydra.run.dir={run_dir}", "train.resume=true"])
 
 
