@@ -19,7 +19,14 @@ from gnntrain.config.schema import option_value, unknown_keys
 from gnntrain.data.checks import MAX_WIDTH
 from gnntrain.errors import PlanError
 from gnntrain.models.registry import configured_shape
-from gnntrain.modes.cost import check_profile, cost_profile, price_estimate
+from gnntrain.modes.cost import (
+    DETAIL_LABEL,
+    DETAIL_OPTIONAL,
+    Details,
+    check_profile,
+    cost_profile,
+    price_estimate,
+)
 from gnntrain.modes.edge_weights import check_edge_weight
 from gnntrain.plan_fit import (
     check_host_memory,
@@ -40,6 +47,7 @@ __all__ = [
     "RunPlan",
     "build_mode",
     "build_plan",
+    "details_mapping",
     "plan_mode",
     "resolve_kernel",
     "resolve_reader",
@@ -207,7 +215,7 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
             "formula": estimate.comm.formula,
         }
     details = {
-        **mode.details(ctx),
+        **details_mapping(mode.details(ctx)),
         "graph per rank": _graph_per_rank(spec.capabilities, world),
         **_disk_tier_details(mode, ctx),
         **({KNOWN_HALO: int(ctx.received_rows)} if ctx.received_rows is not None else {}),
@@ -255,6 +263,19 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
         rank_threads=tuple(rank_threads),
         prediction=prediction,
     )
+
+
+def details_mapping(details: Details) -> Dict[str, Any]:
+    """A mode's :class:`~gnntrain.modes.cost.Details` as the plan's ``mode_details``: its fields in
+    order, each under its label (``detail(label=...)``) or its name with spaces for underscores,
+    an optional field left out while it is None."""
+    mapping: Dict[str, Any] = {}
+    for f in dataclasses.fields(details):
+        value = getattr(details, f.name)
+        if value is None and f.metadata.get(DETAIL_OPTIONAL):
+            continue
+        mapping[f.metadata.get(DETAIL_LABEL) or f.name.replace("_", " ")] = value
+    return mapping
 
 
 def _disk_tier_details(mode, ctx) -> Dict[str, Any]:

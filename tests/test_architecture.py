@@ -366,3 +366,72 @@ def test_a_mode_is_a_small_spec_of_typed_parts():
     assert "info" not in {f.name for f in dataclasses.fields(RankShard)}
     for path in list((PACKAGE / "modes").rglob("*.py")) + list((PACKAGE / "launch").rglob("*.py")):
         assert ".info[" not in path.read_text(), path
+
+
+def _mode_specs():
+    """Every mode spec gnntrain has: the registry's, and the variants their options select (HongTu's
+    direct path), found as specs the modes' modules hold."""
+    import sys
+
+    from gnntrain.modes import MODE_REGISTRY, ModeSpec
+
+    specs = {id(spec): spec for spec in MODE_REGISTRY.values()}
+    for name, module in list(sys.modules.items()):
+        if name.startswith("gnntrain.modes."):
+            specs.update({id(v): v for v in vars(module).values() if isinstance(v, ModeSpec)})
+    return sorted(specs.values(), key=lambda spec: (spec.name, spec.planner.__name__))
+
+
+def test_every_mode_keeps_its_cost_model_in_its_packages_cost_module():
+    """A mode is a package whose cost model (its planner: validate, work, memory, bytes, details)
+    lives in ``gnntrain/modes/<name>/cost.py``, apart from its prepare and rank strategy."""
+    import re
+
+    misplaced = [
+        f"{spec.name}: {spec.planner.__qualname__} is defined in {spec.planner.__module__}"
+        for spec in _mode_specs()
+        if not re.fullmatch(r"gnntrain\.modes\.\w+\.cost", spec.planner.__module__)
+    ]
+    assert not misplaced, "planners outside gnntrain.modes.<package>.cost:\n" + "\n".join(misplaced)
+
+
+def test_every_mode_plans_its_details_as_a_frozen_dataclass(monkeypatch, cache_dir):
+    """``ModePlanner.details`` returns a frozen dataclass (:class:`gnntrain.modes.cost.Details`),
+    which the plan alone turns into its mapping (``gnntrain.plan.details_mapping``): planned for
+    every registered mode, and declared so by every variant's planner."""
+    import dataclasses
+    import typing
+
+    from conftest import compose
+
+    import gnntrain.plan
+    from gnntrain.modes import MODE_REGISTRY
+    from gnntrain.modes.cost import Details
+
+    seen = {}
+    mapping = gnntrain.plan.details_mapping
+
+    def spy(details):
+        seen["details"] = details
+        return mapping(details) if dataclasses.is_dataclass(details) else {}
+
+    monkeypatch.setattr(gnntrain.plan, "details_mapping", spy)
+    for mode in sorted(MODE_REGISTRY):
+        seen.clear()
+        gnntrain.plan.build_plan(
+            compose(
+                [
+                    "dataset=csbm",
+                    "kernel=torch",
+                    f"mode={mode}",
+                    "hardware.ranks_per_node=2",
+                    f"cache_dir={cache_dir}",
+                ]
+            )
+        )
+        details = seen["details"]
+        assert dataclasses.is_dataclass(details) and isinstance(details, Details), (mode, details)
+        assert type(details).__dataclass_params__.frozen, mode
+    for spec in _mode_specs():
+        declared = typing.get_type_hints(spec.planner.details)["return"]
+        assert issubclass(declared, Details), (spec.name, spec.planner, declared)

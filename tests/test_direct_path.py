@@ -122,8 +122,8 @@ def test_direct_draws_single_dropout_masks_per_chunk(train, tmp_path):
 def test_the_direct_path_is_a_spec_of_its_own():
     """mode.direct=true selects the direct path's own spec (planner, prepare, strategy); the
     gathering engine's planner has no direct branch left."""
-    from gnntrain.modes.hongtu.direct_mode import HONGTU_DIRECT, DirectPlanner
-    from gnntrain.modes.hongtu.mode import HongTuPlanner
+    from gnntrain.modes.hongtu.cost import DirectPlanner, HongTuPlanner
+    from gnntrain.modes.hongtu.direct_mode import HONGTU_DIRECT
     from gnntrain.modes.hongtu.spec import HONGTU
     from gnntrain.plan import build_mode
 

@@ -176,7 +176,7 @@ def test_single_aggregates_with_the_weighted_formula(kernel, model, self_loop):
     """mode=single's adjacency (graph_tensors) with model.edge_weight is the dense weighted formula,
     forward and transposed backward (the native kernel takes per-edge values both ways)."""
     from gnntrain.models import SparseAdjacency, kernels
-    from gnntrain.modes.single import graph_tensors
+    from gnntrain.modes.row_edges import graph_tensors
     from gnntrain.plan_types import RunSettings
 
     data = _tiny()

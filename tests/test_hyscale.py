@@ -30,7 +30,7 @@ from gnntrain.modes.hyscale import (
     rebalance,
     split_batch,
 )
-from gnntrain.modes.single import graph_tensors
+from gnntrain.modes.row_edges import graph_tensors
 from gnntrain.modes.strategy import model_spec
 from gnntrain.plan import build_plan
 from gnntrain.plan_types import RunSettings

@@ -19,7 +19,7 @@ from gnntrain.modes.hyscale.pipeline import SamplerPool, use_threads
 from gnntrain.modes.hyscale.sampler import TorchNeighborSampler
 from gnntrain.modes.hyscale.threads import on_this_host, rank_budgets, split_threads
 from gnntrain.modes.hyscale.trainer import HyScaleTrainer
-from gnntrain.modes.single import graph_tensors
+from gnntrain.modes.row_edges import graph_tensors
 from gnntrain.plan_types import RunSettings
 
 HS = ["mode=hyscale", "mode.cpu_trainers=1", "mode.accel_trainers=1"]

@@ -13,7 +13,7 @@ from test_hyscale import HS
 from gnntrain.data import load_dataset
 from gnntrain.models import edge_weight_values
 from gnntrain.modes.hyscale import NeighborSampler
-from gnntrain.modes.single import graph_tensors
+from gnntrain.modes.row_edges import graph_tensors
 from gnntrain.plan_types import RunSettings
 
 

@@ -48,7 +48,7 @@ def test_the_inputs_are_aggregated_once_per_run_and_the_model_is_unchanged(train
     (InputAggregate); every hidden layer still aggregates each epoch, and the trained model equals
     the one that recomputes it."""
     from gnntrain.models import kernels
-    from gnntrain.modes.single import InputAggregate
+    from gnntrain.modes.fullgraph import InputAggregate
 
     widths = []
     spmm = kernels.SparseAdjacency.spmm

@@ -47,8 +47,7 @@ def cora_folder(cora, tmp_path_factory):
 @pytest.mark.parametrize("self_loop", [True, False])
 def test_row_edges_equal_the_coo_path_edge_for_edge(tmp_path, model, self_loop):
     from gnntrain.data.ondisk import load_graph_dir
-    from gnntrain.modes.row_edges import row_edges
-    from gnntrain.modes.single import graph_tensors
+    from gnntrain.modes.row_edges import graph_tensors, row_edges
     from gnntrain.plan_types import RunSettings
 
     data = load_graph_dir(_ingested_generated(tmp_path, DIRECTED))

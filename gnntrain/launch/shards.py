@@ -92,7 +92,7 @@ def _code_stamp(mode_name: str) -> str:
         source = Path(inspect.getsourcefile(part))
         package = source.parent
         mode_files.update(package.glob("*.py") if package != modes_dir else [source])
-    # base, halo, fullgraph, ... (and the single-module modes)
+    # base, cost, halo, fullgraph, row_edges (graph_tensors), ... (and a mode kept in one module)
     shared = sorted(modes_dir.glob("*.py"))
     packages = [
         Path(gnntrain.data.__file__).parent,

@@ -1,5 +1,8 @@
-"""Parallelism modes. Each module here registers one :class:`~gnntrain.modes.spec.ModeSpec`; adding
-a mode is one module plus one ``configs/mode/<name>.yaml``."""
+"""Parallelism modes. Each mode is a package here whose planner (its cost model) is
+``<name>/cost.py`` and one of whose modules registers its :class:`~gnntrain.modes.spec.ModeSpec`;
+the other modules here are what the modes share (``base``, ``cost``, ``fullgraph``, ``halo``, ...).
+Every module and package here is imported below, so importing ``gnntrain.modes`` registers every
+mode; adding a mode is one package plus one ``configs/mode/<name>.yaml``."""
 
 from __future__ import annotations
 

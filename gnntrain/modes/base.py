@@ -28,6 +28,7 @@ from gnntrain.errors import PlanError
 from gnntrain.modes.cost import (
     CommEstimate,
     CostProfile,
+    Details,
     Estimate,
     Prediction,
     Work,
@@ -232,9 +233,10 @@ class ModePlanner:
                 "use fewer ranks than nodes",
             )
 
-    def details(self, ctx: PlanContext) -> Dict[str, Any]:
-        """Mode-specific lines for the printed plan."""
-        return {}
+    def details(self, ctx: PlanContext) -> Details:
+        """Mode-specific lines for the printed plan: a frozen dataclass of the mode's own
+        (:class:`~gnntrain.modes.cost.Details`); none by default."""
+        return Details()
 
     # ------------------------------------------------------------ cost model
     def is_exact(self) -> bool:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from gnntrain.config.schema import option_value
 from gnntrain.errors import PlanError
@@ -323,6 +323,30 @@ class Estimate:
         if self.comm is not None and self.comm.per_epoch_bytes is not None:
             return int(self.comm.per_epoch_bytes)
         return int(sum(b for _, b in self.work.collectives) * self.world_size)
+
+
+# a Details field's metadata: its printed key where that is not the field's name with spaces for
+# underscores, and whether the plan leaves it out where its value is None
+DETAIL_LABEL, DETAIL_OPTIONAL = "label", "optional"
+
+
+def detail(label: str = "", optional: bool = False, **kwargs) -> Any:
+    """A :class:`Details` field printed under ``label`` (else its name, underscores as spaces) and,
+    where ``optional``, left out of the plan while it is None; ``kwargs`` go to
+    :func:`dataclasses.field` (``default``, ``default_factory``)."""
+    metadata = {DETAIL_LABEL: label} if label else {}
+    if optional:
+        metadata[DETAIL_OPTIONAL] = True
+    return field(metadata=metadata, **kwargs)
+
+
+@dataclass(frozen=True)
+class Details:
+    """A mode's lines for the printed plan (:meth:`gnntrain.modes.ModePlanner.details`): each mode
+    subclasses it with its own fields, in the order they print; the plan turns it into its mapping
+    (:func:`gnntrain.plan.details_mapping`). Values are numbers, flags, labels, and lists and
+    mappings of them: units are the printer's (bytes under a key that ends in " bytes", times under
+    " ms")."""
 
 
 def price_estimate(estimate: Estimate, cost: CostProfile, mode: str) -> Prediction:

@@ -1,7 +1,8 @@
-"""The in-edges of a part's rows read from the graph's CSR, so a multi-rank prepare never builds the
-whole graph's edge lists (docs/design.md#partition-store).
+"""The edges a mode trains on, with the model's self-loops and weights: the whole graph's as COO
+(:func:`graph_tensors`), or a part's rows read from the graph's CSR (:class:`RowEdges`), so a
+multi-rank prepare never builds the whole graph's edge lists (docs/design.md#partition-store).
 
-:func:`gnntrain.modes.single.graph_tensors` gives the whole graph as COO: src, dst and the weight
+:func:`graph_tensors` gives the whole graph as COO: src, dst and the weight
 factors, 32 to 40 bytes per edge before any part is cut out of it. :class:`RowEdges` gives the same
 edges one row set at a time from a destination-sorted CSR (an ingested folder's memory-mapped
 ``indptr``/``indices``, read where it lies): each row's in-edges in CSR order, then its self-loop
@@ -19,10 +20,41 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
-from gnntrain.models.norm import degree_scales, scaled_values
+from gnntrain.models.norm import degree_scales, edge_weights, scaled_values
 from gnntrain.models.registry import model_family
+from gnntrain.plan_types import RunSettings
 
 DEGREE_ROWS = 1 << 20  # CSR entries counted per step for the out-degrees
+
+
+def graph_tensors(data, settings: RunSettings):
+    """Edges with the model's self-loops and their global-degree weight factors (with
+    ``model.edge_weight``: one value per edge from the weighted degrees), computed in float64 and
+    kept in the run's dtype (float32 halves them)."""
+    model = settings.model
+    src, dst = data.edges(bool(model.self_loop))
+    values = user_edge_values(data, settings)
+    weights = edge_weights(
+        model_family(model.name, model.target).normalization, src, dst, data.num_nodes, values
+    )
+    return src, dst, weights.float() if settings.dtype == "float32" else weights
+
+
+def user_edge_values(data, settings: RunSettings):
+    """float64 weights of ``data.edges(self_loop)`` where the run aggregates with them
+    (``model.edge_weight``), else None; a graph without weights is refused (the plan refuses it
+    first)."""
+    if not getattr(settings.model, "edge_weight", False):
+        return None
+    values = data.edge_values(bool(settings.model.self_loop))
+    if values is None:
+        from gnntrain.errors import DatasetError
+
+        raise DatasetError(
+            f"model.edge_weight=true, but the graph {data.name} has no edge weights; ingest it "
+            "with --weight-column (or set model.edge_weight=false)."
+        )
+    return values
 
 
 @dataclass(frozen=True)
@@ -158,8 +190,6 @@ def row_edges(data, settings) -> Optional[RowEdges]:
     symmetric = getattr(data, "symmetric", False)
     values = getattr(data, "csr_weights", None) if weighted else None
     if weighted and values is None:
-        from gnntrain.modes.single import user_edge_values
-
         user_edge_values(data, settings)  # refuses the graph without weights
     if values is not None:
         in_w, out_w = weighted_degrees(indptr, csr[1], values, n, symmetric)

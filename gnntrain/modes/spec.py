@@ -6,7 +6,13 @@
 * ``capabilities``: what it hosts and how it runs (:class:`Capabilities`);
 * ``planner``: the plan side, a :class:`~gnntrain.modes.base.ModePlanner` subclass (cost model and
   the figures that need the graph), built by :meth:`ModeSpec.plan` from the options and the run's
-  settings;
+  settings. It is the mode's cost model and lives in ``gnntrain/modes/<name>/cost.py``:
+  ``validate`` refuses a plan or returns its warnings, and ``estimate_memory``, ``work``,
+  ``estimate_comm`` and ``details`` return dataclasses
+  (:class:`~gnntrain.plan_types.MemoryEstimate`, :class:`~gnntrain.modes.cost.Work`,
+  :class:`~gnntrain.modes.cost.CommEstimate`, the mode's :class:`~gnntrain.modes.cost.Details`),
+  which :meth:`~gnntrain.modes.base.ModePlanner.estimate` gathers into one
+  :class:`~gnntrain.modes.cost.Estimate` (details aside);
 * ``prepare(planner, data, plan, part, ranks)``: one :class:`~gnntrain.modes.base.RankShard` (with
   the mode's typed payload) per rank;
 * ``strategy(planner, shard, ctx, model, optimizer)``: the rank's
@@ -15,7 +21,8 @@
 * ``select(options)``: where the options choose a variant with parts of its own (HongTu's direct
   path), that variant's spec.
 
-A new mode is one module that calls :func:`register_mode` with its spec, plus one YAML.
+A new mode is one package, ``gnntrain/modes/<name>/``, whose planner is in its ``cost.py`` and one
+of whose modules calls :func:`register_mode` with its spec, plus one YAML.
 """
 
 from __future__ import annotations

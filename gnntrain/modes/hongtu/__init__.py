@@ -27,15 +27,17 @@ Both follow one general keep/flush rule (keep D_t ∩ D_{t+1}, where D_t is
 what the device holds at batch t), not the paper's reverse-order assumption.
 
 Modules: :mod:`.config` (options), :mod:`.arena` (device memory cap), :mod:`.schedule` (sweeps),
-:mod:`.indices` (their index tensors on the device), :mod:`.cost` (cost model), :mod:`.chunking`
-(the chunk layout and its figures on a graph), :mod:`.transfers` (loads, write-backs, carried
-buffers), :mod:`.engine` (the layer-major engine), :mod:`.tiers` (host and disk tables),
-:mod:`.direct` (the direct path), :mod:`.strategy` (the rank side) and :mod:`.mode` (the planner,
-prepare and the registered spec).
+:mod:`.indices` (their index tensors on the device), :mod:`.transfer_model` (the §5.3 transfer
+model and a chunk's device working set), :mod:`.chunking` (the chunk layout and its figures on a
+graph), :mod:`.transfers` (loads, write-backs, carried buffers), :mod:`.engine` (the layer-major
+engine), :mod:`.tiers` (host and disk tables), :mod:`.direct` (the direct path), :mod:`.strategy`
+(the rank side), :mod:`.cost` (the planners of the engine and the direct path: checks, cost model,
+plan details), :mod:`.mode` and :mod:`.direct_mode` (prepare and strategy of each) and
+:mod:`.spec` (the registered spec).
 """
 
 from gnntrain.modes.hongtu.config import HongTuConfig, parse_bytes
-from gnntrain.modes.hongtu.mode import HongTuPlanner
+from gnntrain.modes.hongtu.cost import DirectPlanner, HongTuPlanner
 from gnntrain.modes.hongtu.spec import HONGTU
 
-__all__ = ["HONGTU", "HongTuConfig", "HongTuPlanner", "parse_bytes"]
+__all__ = ["HONGTU", "DirectPlanner", "HongTuConfig", "HongTuPlanner", "parse_bytes"]

@@ -14,11 +14,10 @@ from gnntrain.data import cache_folder
 from gnntrain.errors import PlanError
 from gnntrain.models.registry import configured_shape, graph_dims
 from gnntrain.modes.hongtu.config import REORGANIZE_VERSION
-from gnntrain.modes.hongtu.cost import bandwidths, chunk_working_bytes, cost_model
 from gnntrain.modes.hongtu.schedule import disk_traffic, epoch_traffic
 from gnntrain.modes.hongtu.tiers import DISK, disk_bytes_needed
-from gnntrain.modes.row_edges import RowEdges, row_edges
-from gnntrain.modes.single import graph_tensors
+from gnntrain.modes.hongtu.transfer_model import bandwidths, chunk_working_bytes, cost_model
+from gnntrain.modes.row_edges import RowEdges, graph_tensors, row_edges
 from gnntrain.partition import partitioner_options
 from gnntrain.partition.cache import PartitionCache, cache_key
 from gnntrain.partition.chunks import (

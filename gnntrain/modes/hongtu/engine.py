@@ -20,11 +20,11 @@ from gnntrain.metrics.clock import DeviceTimeline, StageClock
 from gnntrain.models import SparseAdjacency, hidden_activation, transposed
 from gnntrain.modes.base import RankShard
 from gnntrain.modes.hongtu.arena import DeviceArena, cuda_peak_reader, tensor_bytes
-from gnntrain.modes.hongtu.cost import STAGING_SLICE_BYTES, topology_bytes
 from gnntrain.modes.hongtu.indices import DeviceIndices, Index
 from gnntrain.modes.hongtu.payload import HongTuPayload
 from gnntrain.modes.hongtu.schedule import _positions, build_sweep
 from gnntrain.modes.hongtu.tiers import VertexTables
+from gnntrain.modes.hongtu.transfer_model import STAGING_SLICE_BYTES, topology_bytes
 from gnntrain.modes.hongtu.transfers import ChunkTransfers, add_rows
 from gnntrain.modes.staging import DeviceToHostQueue, HostToDeviceStager
 from gnntrain.partition.chunks import ChunkLayout

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from gnntrain.modes.hongtu.config import HongTuConfig
+from gnntrain.modes.hongtu.cost import HongTuPlanner
 from gnntrain.modes.hongtu.direct_mode import HONGTU_DIRECT
-from gnntrain.modes.hongtu.mode import CAPABILITIES, HongTuPlanner, prepare, strategy
+from gnntrain.modes.hongtu.mode import CAPABILITIES, prepare, strategy
 from gnntrain.modes.spec import ModeSpec, register_mode
 
 HONGTU = register_mode(

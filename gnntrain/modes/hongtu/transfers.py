@@ -12,9 +12,9 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from gnntrain.modes.hongtu.cost import STAGING_SLICE_BYTES
 from gnntrain.modes.hongtu.indices import Index, StepIndex, pick
 from gnntrain.modes.hongtu.schedule import Step, Sweep
+from gnntrain.modes.hongtu.transfer_model import STAGING_SLICE_BYTES
 
 
 class ChunkTransfers:

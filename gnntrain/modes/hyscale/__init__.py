@@ -44,13 +44,15 @@ thread; the torch-native one runs on all the pool's threads.
 Modules: :mod:`.config` (options), :mod:`.batches` (global batches and shares), :mod:`.sampler`
 (neighbour sampling), :mod:`.drm` (dynamic resource management), :mod:`.perf_model` (performance
 model), :mod:`.pipeline` (sampler pool and prefetch), :mod:`.threads` (host threads per trainer),
-:mod:`.trainer` (one trainer's epochs) and :mod:`.mode` (the planner and the registered spec).
+:mod:`.trainer` (one trainer's epochs), :mod:`.cost` (the planner: its checks, cost model and plan
+details) and :mod:`.mode` (prepare, strategy and the registered spec).
 """
 
 from gnntrain.modes.hyscale.batches import global_batches, split_batch
 from gnntrain.modes.hyscale.config import HyScaleConfig
+from gnntrain.modes.hyscale.cost import HyScaleDetails, HyScalePlanner
 from gnntrain.modes.hyscale.drm import DRMState, algorithm1, drm_step, floor_shares, rebalance
-from gnntrain.modes.hyscale.mode import HYSCALE, HyScalePlanner
+from gnntrain.modes.hyscale.mode import HYSCALE
 from gnntrain.modes.hyscale.perf_model import frontier_sizes, predict_times
 from gnntrain.modes.hyscale.sampler import NeighborSampler
 
@@ -58,6 +60,7 @@ __all__ = [
     "DRMState",
     "HYSCALE",
     "HyScaleConfig",
+    "HyScaleDetails",
     "HyScalePlanner",
     "NeighborSampler",
     "algorithm1",

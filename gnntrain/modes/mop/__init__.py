@@ -26,10 +26,14 @@ aggregates, and its activated output travels back to columns while chunk c+1
 updates; in backward each chunk's gradient travels while the neighbouring
 chunk's update backward runs. Still exact: the same sums, in the same order.
 
-Modules: :mod:`.layout` (splits and the two moves), :mod:`.pipeline` (chunked, asynchronous moves)
-and :mod:`.mode` (the planner, prepare, strategy and the registered spec).
+Modules: :mod:`.config` (options and payload), :mod:`.cost` (the planner: its cost model, checks and
+plan details), :mod:`.layout` (splits and the two moves), :mod:`.pipeline` (chunked, asynchronous
+moves), :mod:`.prepare` (the ranks' rows and column slices), :mod:`.strategy` (a rank's layer loop)
+and :mod:`.mode` (the registered spec).
 """
 
+from gnntrain.modes.mop.config import MoPConfig, MoPPayload
+from gnntrain.modes.mop.cost import MoPDetails, MoPPlanner
 from gnntrain.modes.mop.layout import (
     MoPLayout,
     col_splits,
@@ -38,13 +42,15 @@ from gnntrain.modes.mop.layout import (
     row_splits,
     stage_count,
 )
-from gnntrain.modes.mop.mode import MOP, MoPConfig, MoPPlanner
+from gnntrain.modes.mop.mode import MOP
 from gnntrain.modes.mop.pipeline import _FinishToCols, _FinishToRows, _StartToCols, _StartToRows
 
 __all__ = [
     "MOP",
     "MoPConfig",
+    "MoPDetails",
     "MoPLayout",
+    "MoPPayload",
     "MoPPlanner",
     "_FinishToCols",
     "_FinishToRows",

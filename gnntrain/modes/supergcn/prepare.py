@@ -12,15 +12,14 @@ import torch
 
 from gnntrain.models import source_scale
 from gnntrain.modes.base import Prepared, ShardBuilder
-from gnntrain.modes.row_edges import RowEdges, row_edges
-from gnntrain.modes.single import graph_tensors
+from gnntrain.modes.row_edges import RowEdges, graph_tensors, row_edges
 from gnntrain.modes.supergcn.config import SuperGCNPayload, label_propagation_rows
 from gnntrain.partition.cover import pair_grid, split_cut_edges
 
 
 def prepare(mode, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
     """Rank r: its block of rows, the local edges, and both sides of its halo exchange (§3.2);
-    ``mode`` is the :class:`~gnntrain.modes.supergcn.mode.SuperGCNPlanner`.
+    ``mode`` is the :class:`~gnntrain.modes.supergcn.cost.SuperGCNPlanner`.
 
     From the whole graph's edge lists, every pair's split is made once. From an ingested graph's
     CSR (:meth:`SuperGCNPlanner.streams_parts`), each rank reads only the edges that touch it: its

@@ -1,17 +1,17 @@
-"""``mode=single``: full-graph training in one process, the reference that
-every exact mode must reproduce (docs/design.md#exactness)."""
+"""``mode=single``'s options, prepare, rank strategy and registered spec."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence
+from typing import Optional, Sequence
 
-from gnntrain.models import SparseAdjacency, edge_weights
+from gnntrain.models import SparseAdjacency
 from gnntrain.models.registry import model_family
 from gnntrain.modes.base import ModePlanner, Prepared, RankShard, ShardBuilder
-from gnntrain.modes.cost import Work, local_work
 from gnntrain.modes.fullgraph import FullGraphStrategy, InputAggregate
-from gnntrain.modes.saved_tier import DiskTierConfig, SavedTierPlanner
+from gnntrain.modes.row_edges import graph_tensors
+from gnntrain.modes.saved_tier import DiskTierConfig
+from gnntrain.modes.single.cost import SinglePlanner
 from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 from gnntrain.plan_types import RunSettings
 
@@ -19,36 +19,6 @@ from gnntrain.plan_types import RunSettings
 @dataclass
 class SingleConfig(DiskTierConfig):
     name: str = "single"
-
-
-def graph_tensors(data, settings: RunSettings):
-    """Edges with the model's self-loops and their global-degree weight factors (with
-    ``model.edge_weight``: one value per edge from the weighted degrees), computed in float64 and
-    kept in the run's dtype (float32 halves them)."""
-    model = settings.model
-    src, dst = data.edges(bool(model.self_loop))
-    values = user_edge_values(data, settings)
-    weights = edge_weights(
-        model_family(model.name, model.target).normalization, src, dst, data.num_nodes, values
-    )
-    return src, dst, weights.float() if settings.dtype == "float32" else weights
-
-
-def user_edge_values(data, settings: RunSettings):
-    """float64 weights of ``data.edges(self_loop)`` where the run aggregates with them
-    (``model.edge_weight``), else None; a graph without weights is refused (the plan refuses it
-    first)."""
-    if not getattr(settings.model, "edge_weight", False):
-        return None
-    values = data.edge_values(bool(settings.model.self_loop))
-    if values is None:
-        from gnntrain.errors import DatasetError
-
-        raise DatasetError(
-            f"model.edge_weight=true, but the graph {data.name} has no edge weights; ingest it "
-            "with --weight-column (or set model.edge_weight=false)."
-        )
-    return values
 
 
 class SingleStrategy(FullGraphStrategy):
@@ -80,17 +50,6 @@ class SingleStrategy(FullGraphStrategy):
 
     def forward(self, model, x, dropout):
         return model(x, self.aggregation, dropout)
-
-
-class SinglePlanner(SavedTierPlanner):
-    def world_size(self, hardware_world_size: int) -> int:
-        return 1  # the reference always runs in one process
-
-    def work(self, ctx) -> Work:
-        return local_work(ctx, ctx.num_nodes, ctx.num_edges + ctx.num_nodes)
-
-    def details(self, ctx) -> Dict[str, Any]:
-        return {"note": "one process; hardware.ranks_per_node does not apply"}
 
 
 def prepare(mode: ModePlanner, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
