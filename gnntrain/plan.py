@@ -1,33 +1,27 @@
 """The run plan: one frozen :class:`RunPlan` resolved from the composed config and
 the hardware profile, validated before any process starts.
 
-The orchestration layer above the modes: it asks the chosen mode (through its
-:class:`gnntrain.modes.Mode` hooks) for its world size, checks, memory and
-communication estimates. Sizes come from :mod:`gnntrain.sizing`.
+The orchestration layer above the modes: after the shared settings' checks
+(:mod:`gnntrain.plan_checks`) it asks the chosen mode's planner (its cost model,
+``gnntrain/modes/<name>/cost.py``) for its world size, checks, memory and communication
+estimates, and fits them to the host (:mod:`gnntrain.plan_fit`). Sizes come from
+:mod:`gnntrain.sizing`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 from typing import Any, Dict, List, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from gnntrain.config.schema import option_value, unknown_keys
-from gnntrain.data.checks import MAX_WIDTH
+from gnntrain.config.schema import option_value
 from gnntrain.errors import PlanError
 from gnntrain.models.registry import configured_shape
-from gnntrain.modes.cost import (
-    DETAIL_LABEL,
-    DETAIL_OPTIONAL,
-    Details,
-    check_profile,
-    cost_profile,
-    price_estimate,
-)
+from gnntrain.modes.cost import DETAIL_LABEL, DETAIL_OPTIONAL, Details, cost_profile, price_estimate
 from gnntrain.modes.edge_weights import check_edge_weight
+from gnntrain.plan_checks import check_shared_settings
 from gnntrain.plan_fit import (
     check_host_memory,
     check_partitioner_memory,
@@ -52,16 +46,6 @@ __all__ = [
     "resolve_kernel",
     "resolve_reader",
 ]
-
-
-def port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("", port))
-        except OSError:
-            return True
-    return False
 
 
 def _graph_per_rank(capabilities, world: int) -> str:
@@ -169,7 +153,7 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
     the run's plan size its halo from it (:func:`gnntrain.plan_fit.known_partition`)."""
     from gnntrain.data import dataset_sizes, dataset_targets
 
-    _check_shared_settings(cfg)
+    check_shared_settings(cfg)
     n, e, f, c = dataset_sizes(cfg.dataset)
     cfg, partitioner_note = resolve_partitioner(cfg, n, e)
     cfg, construction, dataset_note = resolve_generated_storage(cfg, n, e, f)
@@ -284,106 +268,6 @@ def _disk_tier_details(mode, ctx) -> Dict[str, Any]:
     tier = getattr(mode, "disk_tier", None)
     figures = tier(ctx) if tier is not None else None
     return {"disk tier": figures} if figures else {}
-
-
-def _refuse_appended_keys(cfg: DictConfig) -> None:
-    """A key appended with +key=value onto a structured config: nothing would read it."""
-    extra = unknown_keys(cfg)
-    if not extra:
-        return
-    import difflib
-
-    key, valid = extra[0]
-    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=3)
-    parent = key.rsplit(".", 1)[0] + "." if "." in key else ""
-    hint = (
-        f"did you mean {', '.join(parent + c for c in close)}?"
-        if close
-        else f"valid keys there: {', '.join(valid)}"
-    )
-    raise PlanError(
-        key,
-        "is not an option (appended with +, it would be ignored).",
-        f"{hint} Set existing keys without '+'.",
-    )
-
-
-MAX_LAYERS = (
-    10_000  # model.layers: the plan sizes each one (100 000 took 12 s; 2^31 ran out of memory)
-)
-
-
-def _check_shared_settings(cfg: DictConfig) -> None:
-    """The settings every mode shares: dataset, training, model, port and hardware (one PlanError
-    naming the option)."""
-    from gnntrain.data import check_dataset_config
-    from gnntrain.data.sources import dataset_source
-    from gnntrain.metrics.trackers import check_installed
-
-    _refuse_appended_keys(cfg)
-    t, m, hw, ds = cfg.train, cfg.model, cfg.hardware, cfg.dataset
-    fill_sizes = dataset_source(ds).fill_sizes
-    if fill_sizes is not None:
-        fill_sizes(cfg)  # e.g. an ingested graph's own sizes, before anything is sized or checked
-    check_dataset_config(ds)  # sizes, ratios and fractions a generator or the estimates can use
-    _check_training(t)
-    if int(m.layers) < 1 or int(m.hidden) < 1:
-        raise PlanError("model.layers/model.hidden", "must both be at least 1.")
-    # the plan describes every layer (gnntrain.models.registry.describe_model): bounded work
-    if int(m.layers) > MAX_LAYERS or int(m.hidden) > MAX_WIDTH:
-        raise PlanError(
-            "model.layers/model.hidden",
-            f"at most {MAX_LAYERS} layers of at most {MAX_WIDTH} columns (got {m.layers} x "
-            f"{m.hidden}).",
-            "set model.layers and model.hidden within those bounds",
-        )
-    if not 0.0 <= float(m.dropout) < 1.0:
-        raise PlanError("model.dropout", f"must lie in [0, 1) (got {m.dropout}).")
-    if not 0 <= int(cfg.port) <= 65535:
-        raise PlanError(
-            "port", f"{cfg.port} is outside 0..65535.", "use port=0 to pick a free port"
-        )
-    if int(cfg.port) and port_in_use(int(cfg.port)):
-        raise PlanError(
-            "port",
-            f"port {cfg.port} is already in use on this host.",
-            "use port=0 to pick a free port, or free that port",
-        )
-    if float(cfg.comm_timeout_s) <= 0:
-        raise PlanError("comm_timeout_s", "must be > 0 seconds.")
-    if int(hw.nodes) < 1 or int(hw.ranks_per_node) < 1:
-        raise PlanError(
-            "hardware.nodes/hardware.ranks_per_node",
-            f"world size must be at least 1 (got {hw.nodes} x {hw.ranks_per_node}).",
-            "set hardware.ranks_per_node=N with N >= 1",
-        )
-    check_profile(hw)
-    check_installed(cfg)
-
-
-def _check_training(t) -> None:
-    if int(t.epochs) < 1:
-        raise PlanError(
-            "train.epochs",
-            f"must be at least 1 (got {t.epochs}).",
-            "set train.epochs=N with N >= 1",
-        )
-    if float(t.lr) <= 0:
-        raise PlanError(
-            "train.lr",
-            f"learning rate must be > 0 (got {t.lr}).",
-            "set train.lr to a positive value",
-        )
-    if float(t.weight_decay) < 0:
-        raise PlanError("train.weight_decay", f"must be >= 0 (got {t.weight_decay}).")
-    if int(t.eval_every) < 1:
-        raise PlanError("train.eval_every", f"must be at least 1 (got {t.eval_every}).")
-    if int(t.checkpoint_every) < 0:
-        raise PlanError("train.checkpoint_every", f"must be >= 0 (got {t.checkpoint_every}).")
-    if int(t.get("keep_checkpoints", 0)) < 0:
-        raise PlanError(
-            "train.keep_checkpoints", f"must be >= 0 (got {t.keep_checkpoints}; 0 keeps every one)."
-        )
 
 
 def _hosting_mode(cfg: DictConfig):

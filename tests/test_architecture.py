@@ -49,7 +49,7 @@ LAYERS: List[Set[str]] = [
     {"gnntrain.tasks"},
     {"gnntrain.modes"},
     {"gnntrain.training"},
-    {"gnntrain.plan_fit"},
+    {"gnntrain.plan_fit", "gnntrain.plan_checks"},
     {"gnntrain.plan"},
     {"gnntrain.auto"},
     {"gnntrain.launch"},
