@@ -176,9 +176,9 @@ def test_the_store_is_written_a_part_at_a_time_and_equals_the_whole_prepare(
     spec = mode_spec("partition")
     calls = []
 
-    def one_part_at_a_time(mode, data, plan, part, ranks=None):
+    def one_part_at_a_time(mode, data, part, ranks=None):
         calls.append(ranks)
-        return prepare(mode, data, plan, part, ranks)
+        return prepare(mode, data, part, ranks)
 
     prepare = spec.prepare
     monkeypatch.setitem(spec.__dict__, "prepare", one_part_at_a_time)  # a frozen dataclass

@@ -184,9 +184,7 @@ def prepare_in_memory(plan, ranks: Optional[Sequence[int]] = None) -> Prepared:
     data, mode, part, hit = load_and_partition(plan)
     # loading and partitioning (the partitioner's cache, or METIS)
     load_s = time.perf_counter() - start
-    return _with_graph_figures(
-        mode.spec.prepare(mode, data, plan, part, ranks), data, part, hit, load_s
-    )
+    return _with_graph_figures(mode.spec.prepare(mode, data, part, ranks), data, part, hit, load_s)
 
 
 def _with_graph_figures(prepared: Prepared, data, part, hit: bool, load_s: float) -> Prepared:
@@ -248,7 +246,7 @@ class _PartBuilder:
                 self.loaded = load_and_partition(self.plan)
         data, mode, part, hit = self.loaded
         started = time.perf_counter()
-        prepared = mode.spec.prepare(mode, data, self.plan, part, [rank])
+        prepared = mode.spec.prepare(mode, data, part, [rank])
         _with_graph_figures(prepared, data, part, hit, 0.0)
         figures = {
             "partition": prepared.partition,

@@ -173,6 +173,13 @@ class ModePlanner:
         # the run's typed settings: model, train, hardware, partitioner, dataset
         self.settings = settings
 
+    @property
+    def world(self) -> int:
+        """The run's world size: this mode's :meth:`world_size` of the profile's nodes x ranks per
+        node (what the plan validated)."""
+        hardware = self.settings.hardware
+        return self.world_size(int(hardware.nodes) * int(hardware.ranks_per_node))
+
     # ------------------------------------------------------------- planning
     def world_size(self, hardware_world_size: int) -> int:
         return hardware_world_size

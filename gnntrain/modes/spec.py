@@ -13,7 +13,7 @@
   :class:`~gnntrain.modes.cost.CommEstimate`, the mode's :class:`~gnntrain.modes.cost.Details`),
   which :meth:`~gnntrain.modes.base.ModePlanner.estimate` gathers into one
   :class:`~gnntrain.modes.cost.Estimate` (details aside);
-* ``prepare(planner, data, plan, part, ranks)``: one :class:`~gnntrain.modes.base.RankShard` (with
+* ``prepare(planner, data, part, ranks)``: one :class:`~gnntrain.modes.base.RankShard` (with
   the mode's typed payload) per rank;
 * ``strategy(planner, shard, ctx, model, optimizer)``: the rank's
   :class:`~gnntrain.modes.strategy.RankStrategy` around the model and optimizer the epoch loop built
@@ -98,7 +98,8 @@ class Capabilities:
         return None
 
 
-PrepareFn = Callable[["ModePlanner", Any, Any, Any, Optional[Sequence[int]]], "Prepared"]
+# (planner, graph, partitioning, ranks): the planner holds the options, settings and world size
+PrepareFn = Callable[["ModePlanner", Any, Any, Optional[Sequence[int]]], "Prepared"]
 # (planner, shard, rank context, model, optimizer): the model and optimizer are the epoch loop's
 StrategyFn = Callable[["ModePlanner", "RankShard", Any, Any, Any], "RankStrategy"]
 

@@ -76,22 +76,22 @@ def rank_edges(streamed: RowEdges, part, rank: int):
 _CHOSEN: Dict[Tuple, Dict[str, Any]] = {}
 
 
-def choose_layout(mode, data, part, plan) -> Dict[str, Any]:
+def choose_layout(mode, data, part) -> Dict[str, Any]:
     """Chunks (given or automatic), batches (reorganized or identity) and their figures. From an
     ingested graph's CSR (:meth:`HongTuPlanner.streams_parts`) the layout is read a chunk at a
     time and ``edges`` is None: each rank's come from :func:`rank_edges`; the store's build asks
     once per part, and gets the layout made for the first."""
     streamed = row_edges(data, mode.settings) if mode.streams_parts(data) else None
     if streamed is not None:
-        key = (id(streamed), id(part), repr(mode.options), plan.dtype, plan.world_size)
+        key = (id(streamed), id(part), repr(mode.options), mode.settings.dtype, mode.world)
         if key not in _CHOSEN:
             _CHOSEN.clear()
-            _CHOSEN[key] = _choose_layout(mode, data, part, plan, streamed)
+            _CHOSEN[key] = _choose_layout(mode, data, part, streamed)
         return _CHOSEN[key]
-    return _choose_layout(mode, data, part, plan, None)
+    return _choose_layout(mode, data, part, None)
 
 
-def _choose_layout(mode, data, part, plan, streamed: Optional[RowEdges]) -> Dict[str, Any]:
+def _choose_layout(mode, data, part, streamed: Optional[RowEdges]) -> Dict[str, Any]:
     if streamed is None:
         edges = graph_edges(mode, data, part)
         src_np, dst_np = edges[0].numpy(), edges[1].numpy()
@@ -105,7 +105,7 @@ def _choose_layout(mode, data, part, plan, streamed: Optional[RowEdges]) -> Dict
             return streamed_chunk_layout(streamed, part, n)
 
     ctx_dims = graph_dims(mode.settings, data)
-    b = DTYPE_BYTES[plan.dtype]
+    b = DTYPE_BYTES[mode.settings.dtype]
     pbytes = configured_shape(mode.settings, ctx_dims, b, mode.aggregate_first).param_bytes
     cap = mode.device_cap()
     max_n = int(np.diff(part.offsets).min())
@@ -150,7 +150,7 @@ def _choose_layout(mode, data, part, plan, streamed: Optional[RowEdges]) -> Dict
     identity = identity_batches(layout.num_parts, layout.chunks_per_part)
     batches, hit = identity, None
     if bool(mode.options.reorganize):
-        batches, hit = reorganized(mode, layout, data, part, plan)
+        batches, hit = reorganized(mode, layout, data, part)
     rows = int(np.diff(part.offsets).max())
     return {
         "layout": layout,
@@ -168,7 +168,7 @@ def _choose_layout(mode, data, part, plan, streamed: Optional[RowEdges]) -> Dict
     }
 
 
-def reorganized(mode, layout: ChunkLayout, data, part, plan) -> Tuple[np.ndarray, bool]:
+def reorganized(mode, layout: ChunkLayout, data, part) -> Tuple[np.ndarray, bool]:
     """Algorithm 4 once per graph, partitioning and n: cached beside the partition."""
     options = {
         "partitioner": partitioner_options(mode.settings.partitioner),
@@ -230,7 +230,7 @@ def layout_figures(mode, chosen: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def graph_figures(mode, data, part, plan) -> Optional[Dict[str, Any]]:
-    chosen = choose_layout(mode, data, part, plan)
+    chosen = choose_layout(mode, data, part)
     figures = layout_figures(mode, chosen)
     v = figures["rows_per_layer"]
     report: Dict[str, Any] = {

@@ -317,11 +317,11 @@ class DirectPlanner(HongTuPlanner):
         """One part in the graph's own order: no partitioner, the edges are never read."""
         return direct_graph.whole_graph_partitioning(data.num_nodes), False
 
-    def figures(self, data, plan) -> Tuple[Dict[str, Any], list]:
+    def figures(self, data) -> Tuple[Dict[str, Any], list]:
         """(the plan's and the summary's figures: chunks, tiers, predicted disk bytes; the
         chunks)."""
         chunks = direct_graph.chunk_ranges(data.num_nodes, int(self.options.chunks))
-        dims, b = graph_dims(self.settings, data), DTYPE_BYTES[plan.dtype]
+        dims, b = graph_dims(self.settings, data), DTYPE_BYTES[self.settings.dtype]
         budget = self.host_budget()
         tiers = self.tiers(data.num_nodes, dims, b, budget)
         figures = direct_graph.direct_figures(
@@ -347,7 +347,7 @@ class DirectPlanner(HongTuPlanner):
         )
 
     def graph_report(self, data, part, plan) -> Optional[Dict[str, Any]]:
-        figures = self.figures(data, plan)[0]
+        figures = self.figures(data)[0]
         report: Dict[str, Any] = {
             "path": "direct: the SpMM reads neighbour rows in place, each chunk's "
             "topology a slice of the CSR",

@@ -19,12 +19,10 @@ from gnntrain.modes.hongtu.payload import DirectPayload
 from gnntrain.modes.spec import ModeSpec
 
 
-def prepare(
-    mode: DirectPlanner, data, plan, part, ranks: Optional[Sequence[int]] = None
-) -> Prepared:
+def prepare(mode: DirectPlanner, data, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
     """The direct path's one rank: the graph in its own order, read in place (no edge lists)."""
     builder = ShardBuilder(data, 1)
-    figures, chunks = mode.figures(data, plan)
+    figures, chunks = mode.figures(data)
     model = mode.settings.model
     if model.edge_weight and not data.weighted:
         from gnntrain.modes.row_edges import user_edge_values

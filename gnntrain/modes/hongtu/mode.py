@@ -17,18 +17,16 @@ from gnntrain.modes.spec import Capabilities, Layout
 from gnntrain.partition.chunks import ChunkLayout
 
 
-def prepare(
-    mode: HongTuPlanner, data, plan, part, ranks: Optional[Sequence[int]] = None
-) -> Prepared:
+def prepare(mode: HongTuPlanner, data, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
     """Rank r: its partition's rows and in-edges, and the chunk layout every rank shares (§4-§5)."""
-    builder = ShardBuilder(data, plan.world_size)
-    chosen = choose_layout(mode, data, part, plan)
+    builder = ShardBuilder(data, mode.world)
+    chosen = choose_layout(mode, data, part)
     layout: ChunkLayout = chosen["layout"]
     perm = torch.from_numpy(part.perm)
     offsets = part.offsets
     figures = layout_figures(mode, chosen)
     shards = []
-    for rank in range(plan.world_size) if ranks is None else ranks:
+    for rank in range(mode.world) if ranks is None else ranks:
         lo, hi = int(offsets[rank]), int(offsets[rank + 1])
         if chosen["edges"] is None:  # from the CSR
             edges = rank_edges(row_edges(data, mode.settings), part, rank)
@@ -45,7 +43,7 @@ def prepare(
         shards,
         part,
         mode.settings.partitioner.name,
-        num_parts=plan.world_size,
+        num_parts=mode.world,
         chunks_per_part=layout.chunks_per_part,
         reorganize_cache_hit=chosen["reorganize_cache_hit"],
         num_edges=int(layout.edge_bounds[-1]),

@@ -13,11 +13,9 @@ from gnntrain.modes.row_edges import graph_tensors, row_edges
 from gnntrain.modes.spec import Capabilities, ModeSpec, register_mode
 
 
-def prepare(
-    mode: HyScalePlanner, data, plan, part, ranks: Optional[Sequence[int]] = None
-) -> Prepared:
+def prepare(mode: HyScalePlanner, data, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
     """Every trainer holds the whole graph: it samples neighbourhoods from all of it (§IV)."""
-    builder = ShardBuilder(data, plan.world_size)
+    builder = ShardBuilder(data, mode.world)
     streamed = row_edges(data, mode.settings)
     if streamed is None:
         src, dst, w = graph_tensors(data, mode.settings)
@@ -25,7 +23,7 @@ def prepare(
         dst, src, w = streamed.rows(np.arange(data.num_nodes))
     shards = [
         builder.shard(r, None, (dst, src, w))
-        for r in (range(plan.world_size) if ranks is None else ranks)
+        for r in (range(mode.world) if ranks is None else ranks)
     ]
     return builder.prepared(shards, replicated="whole graph per trainer")
 

@@ -16,12 +16,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from gnntrain.modes.mop.cost import MoPPlanner
 
 
-def prepare(
-    mode: "MoPPlanner", data, plan, part, ranks: Optional[Sequence[int]] = None
-) -> Prepared:
+def prepare(mode: "MoPPlanner", data, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
     """Rank r: its row block (in the bandwidth-reducing order) and its column slice of every row."""
-    builder = ShardBuilder(data, plan.world_size)
-    m = plan.world_size
+    builder = ShardBuilder(data, mode.world)
+    m = mode.world
     perm, bandwidth = (
         (torch.arange(data.num_nodes), None)
         if part is None

@@ -16,12 +16,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def prepare(
-    mode: "PartitionPlanner", data, plan, part, ranks: Optional[Sequence[int]] = None
+    mode: "PartitionPlanner", data, part, ranks: Optional[Sequence[int]] = None
 ) -> Prepared:
     """Rank (i, k) of the grid: block row i's rows, its edges from the block columns of column group
     k."""
-    grid = Grid(plan.world_size, mode.c)
-    builder = ShardBuilder(data, plan.world_size)
+    grid = Grid(mode.world, mode.c)
+    builder = ShardBuilder(data, mode.world)
     inverse = torch.from_numpy(part.inverse)
     perm = torch.from_numpy(part.perm)
     offsets = torch.from_numpy(part.offsets)
@@ -35,7 +35,7 @@ def prepare(
         # out-edges, for A^T
         by_src = torch.argsort(src_n, stable=True) if mode.comm == CAGNET else None
     shards = []
-    for rank in range(plan.world_size) if ranks is None else ranks:
+    for rank in range(mode.world) if ranks is None else ranks:
         i, k = grid.position(rank)
         lo, hi = int(offsets[i]), int(offsets[i + 1])
         blocks = grid.group_blocks(k)

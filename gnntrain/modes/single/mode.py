@@ -52,7 +52,7 @@ class SingleStrategy(FullGraphStrategy):
         return model(x, self.aggregation, dropout)
 
 
-def prepare(mode: ModePlanner, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
+def prepare(mode: ModePlanner, data, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
     """The whole graph in rank 0."""
     builder = ShardBuilder(data, 1)
     src, dst, w = graph_tensors(data, mode.settings)

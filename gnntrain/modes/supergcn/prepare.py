@@ -17,7 +17,7 @@ from gnntrain.modes.supergcn.config import SuperGCNPayload, label_propagation_ro
 from gnntrain.partition.cover import pair_grid, split_cut_edges
 
 
-def prepare(mode, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
+def prepare(mode, data, part, ranks: Optional[Sequence[int]] = None) -> Prepared:
     """Rank r: its block of rows, the local edges, and both sides of its halo exchange (§3.2);
     ``mode`` is the :class:`~gnntrain.modes.supergcn.cost.SuperGCNPlanner`.
 
@@ -27,7 +27,7 @@ def prepare(mode, data, plan, part, ranks: Optional[Sequence[int]] = None) -> Pr
     own rows (the pairs it sends). A pair's split depends on its set of edges alone
     (:func:`~gnntrain.partition.cover.split_cut_edges`), so sender and receiver agree without the
     rest of the graph."""
-    p = plan.world_size
+    p = mode.world
     inverse = torch.from_numpy(part.inverse)
     perm = torch.from_numpy(part.perm)
     offsets = part.offsets.astype(np.int64)
