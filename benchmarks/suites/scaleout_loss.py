@@ -1,9 +1,10 @@
 """The `scaleout` suite's optional host-loss trial (``SCALEOUT_HOST_LOSS=1``; #55, must-show 5):
 the two-host ``mode=partition`` job with a checkpoint every epoch loses host 1 (every process in its
 network namespace, killed as the chaos suite kills a host: gnntrain/launch/chaos.py) once epoch 2
-has started. Checked: the job ends within :data:`END_LIMIT_S` with a line naming the lost host,
-``train.resume=true`` on both hosts ends with the uninterrupted run's losses, and no disk-tier file
-is left in the hosts' (shared) disk-tier folder."""
+has started, every saved tensor on the disk tier (``mode.host_budget=0``, so that the kill leaves
+tables at any size). Checked: the job ends within :data:`END_LIMIT_S` with a line naming the lost
+host, ``train.resume=true`` on both hosts ends with the uninterrupted run's losses (the partition
+row's), and no disk-tier file is left in the hosts' (shared) disk-tier folder."""
 
 from __future__ import annotations
 
@@ -81,7 +82,9 @@ def host_loss_trial(
     """Run the trial on ``hosts`` with ``overrides`` (the partition row's); ``reference``: the
     uninterrupted run's losses (None: run it here first, with a checkpoint every epoch too)."""
     record = HostLoss()
-    overrides = list(overrides) + ["train.checkpoint_every=1"]
+    # every saved tensor on the disk tier, so that the kill leaves tables at any size (the tier is
+    # exact: the losses stay the uninterrupted run's)
+    overrides = list(overrides) + ["train.checkpoint_every=1", "mode.host_budget=0"]
     if reference is None:
         ref = hosts.run(overrides, root / "reference")
         if not ref.ok or not ref.summary:
