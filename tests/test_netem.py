@@ -191,6 +191,34 @@ def test_dilation_is_cluster_cores_over_usable_cores():
     assert netem.dilation_for(2, 1, 16) == 1.0  # room enough: capped, not dilated
 
 
+def test_an_agent_joins_its_hosts_cgroups_before_it_runs(tmp_path, monkeypatch):
+    """start_job's agents join the host's cpu group and the extra groups given per host (fake
+    cgroup folders: their cgroup.procs get the agent's pid, which then runs the command)."""
+    groups = [tmp_path / "memory-h0", tmp_path / "other-h0"]
+    for group in groups:
+        group.mkdir()
+    wrapped = netem_jobs.joining(groups, [sys.executable, "-c", "import os; print(os.getpid())"])
+    pid = subprocess.run(wrapped, capture_output=True, text=True, check=True).stdout.strip()
+    assert [(g / "cgroup.procs").read_text().strip() for g in groups] == [pid, pid]
+    assert netem_jobs.joining([], ["true"]) == ["true"]
+    started = []
+    monkeypatch.setattr(netem_jobs.subprocess, "Popen", lambda cmd, **kw: started.append(cmd))
+    monkeypatch.setattr(netem_jobs, "_drain", lambda proc: None)
+    cpu = tmp_path / "cpu"
+    cluster = netem.EmulatedCluster(
+        "c", 2, netem.Link(1.0), 1, False, cores_per_host=1, cgroup_dir=str(cpu)
+    )
+    memory = [[tmp_path / "m0"], [tmp_path / "m1"]]
+    netem_jobs.start_job(cluster, ["mode=partition"], tmp_path / "runs", host_cgroups=memory)
+    for i, cmd in enumerate(started):
+        assert cmd[:3] == ["sh", "-c", cmd[2]] and cmd[3] == "2"
+        assert cmd[4:6] == [
+            str(cpu / f"c-h{i}" / "cgroup.procs"),
+            str(memory[i][0] / "cgroup.procs"),
+        ]
+        assert cmd[6:10] == ["ip", "netns", "exec", f"c-h{i}"]
+
+
 @pytest.mark.parametrize("v2", [False, True])
 def test_cpu_caps_are_written_for_either_cgroup_version(tmp_path, v2):
     """A fake cgroup tree of each layout: the controller is found and the cap lands in its files."""

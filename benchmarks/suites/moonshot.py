@@ -29,11 +29,11 @@ ROOT = Path("/sys/fs/cgroup")
 
 
 @contextlib.contextmanager
-def memory_cgroup(cap: int) -> Iterator[Optional[Tuple[Path, str]]]:
+def memory_cgroup(cap: int, name: str = "") -> Iterator[Optional[Tuple[Path, str]]]:
     """(a fresh memory cgroup capped at ``cap``, the file holding its peak), or None where none can
     be made (not root, no memory controller): cgroup v1 ``memory.limit_in_bytes``, else v2
-    ``memory.max``."""
-    name = f"gnntrain-moonshot-{os.getpid()}"
+    ``memory.max``. ``name``: the group's (default ``gnntrain-moonshot-<pid>``)."""
+    name = name or f"gnntrain-moonshot-{os.getpid()}"
     made: Optional[Tuple[Path, str]] = None
     for folder, limit, no_swap, peak in (
         (
@@ -61,9 +61,14 @@ def memory_cgroup(cap: int) -> Iterator[Optional[Tuple[Path, str]]]:
     try:
         yield made
     finally:
-        if made is not None:
-            with contextlib.suppress(OSError):
+        for _ in range(50 if made is not None else 0):  # killed processes leave it a moment later
+            try:
                 made[0].rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.1)
 
 
 def _in_cgroup(folder: Optional[Path]):

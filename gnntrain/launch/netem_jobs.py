@@ -110,13 +110,16 @@ def start_job(
     port: int = 29610,
     env: Optional[Dict[str, str]] = None,
     rendezvous_timeout_s: Optional[float] = None,
+    host_cgroups: Optional[Sequence[Sequence[Path]]] = None,
 ) -> RunningJob:
     """Start ``gnntrain run overrides`` across the cluster: one ``torchrun`` agent per host, rank 0
     on host 0, gloo bound to the shaped interface. Each host's ranks get the host's cores
     (``hardware.cores_per_node``: its cap, or its share of this machine's) unless the overrides set
     them; a capped host's agent runs inside the host's cpu group. ``rendezvous_timeout_s``: how long
     an agent waits for the others to join (torchrun's static rendezvous waits 600 s by default, so
-    a host lost before it joined would hang the others that long)."""
+    a host lost before it joined would hang the others that long). ``host_cgroups``: per host, more
+    cgroup folders its agent joins beside its cpu group (e.g. a memory cgroup per host, as the
+    scaleout suite gives each emulated host)."""
     bin_dir = Path(sys.executable).parent
     overrides = list(overrides) + [
         f"hardware.nodes={cluster.hosts}",
@@ -154,13 +157,11 @@ def start_job(
             *overrides,
             f"hydra.run.dir={run_dirs[i]}",
         ]
-        group = cluster.cgroup(i)
-        # join the host's cpu group, then become the agent (its children stay in)
-        if group is not None:
-            cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs"), *cmd]
+        groups = [cluster.cgroup(i)] if cluster.cgroup(i) is not None else []
+        groups += list(host_cgroups[i]) if host_cgroups else []
         procs.append(
             subprocess.Popen(
-                cmd,
+                joining(groups, cmd),
                 env=base_env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -169,6 +170,16 @@ def start_job(
             )
         )
     return RunningJob(cluster, procs, run_dirs, start)
+
+
+def joining(groups: Sequence[Path], cmd: Sequence[str]) -> List[str]:
+    """``cmd`` run so that its process first joins each cgroup folder of ``groups`` (its
+    ``cgroup.procs``), then becomes ``cmd``: every process it starts stays in them."""
+    if not groups:
+        return list(cmd)
+    files = [str(Path(group) / "cgroup.procs") for group in groups]
+    script = 'n=$0; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; '
+    return ["sh", "-c", script + 'exec "$@"', str(len(files)), *files, *cmd]
 
 
 def _drain(proc: subprocess.Popen):
