@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -24,6 +25,7 @@ os.environ.setdefault("OUTDATED_IGNORE", "1")
 os.environ.setdefault(
     "GNNTRAIN_KERNEL_CACHE_DIR", tempfile.mkdtemp(prefix="gnntrain-test-kernels-")
 )
+from cli_zygote import Zygote, needs_fresh_process  # noqa: E402
 from process_leftovers import end_leftovers, mark_session  # noqa: E402
 
 from gnntrain.data.loaders import silence_ogb_version_check  # noqa: E402
@@ -39,6 +41,8 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     """Fail the session if a process it started is still running (tests/process_leftovers.py)."""
+    for zygote in _ZYGOTE:  # the session's own warm gnntrain ends first
+        zygote.close()
     token = session.config.stash.get(LEFTOVER_TOKEN, None)
     found = end_leftovers(token) if token else {}
     if found:
@@ -101,11 +105,30 @@ def train(tmp_path, cache_dir):
     return _train
 
 
+_ZYGOTE: List[Zygote] = []  # the session's warm gnntrain (tests/cli_zygote.py), once started
+_ZYGOTE_LOCK = threading.Lock()
+
+
+def _zygote() -> Optional[Zygote]:
+    if os.environ.get("GNNTRAIN_TEST_ZYGOTE", "1") == "0":
+        return None
+    with _ZYGOTE_LOCK:
+        if not _ZYGOTE:
+            _ZYGOTE.append(Zygote(Path(tempfile.mkdtemp(prefix="gnntrain-test-zygote-"))))
+        return _ZYGOTE[0]
+
+
 def run_cli(
     args: List[str], cwd: Path, timeout: Optional[float] = 240, env_extra: Dict[str, str] = None
 ) -> subprocess.CompletedProcess:
+    """``gnntrain args`` in ``cwd`` as a process of its own, with its output captured: forked from
+    the session's warm gnntrain (tests/cli_zygote.py) unless ``env_extra`` sets a variable that a
+    fresh interpreter reads at import."""
     env = dict(os.environ)
     env.update(env_extra or {})
+    zygote = None if needs_fresh_process(env_extra) else _zygote()
+    if zygote is not None:
+        return zygote.run(args, cwd, env, timeout)
     exe = Path(sys.executable).parent / "gnntrain"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "gnntrain"]
     return subprocess.run(
