@@ -32,7 +32,7 @@ from gnntrain.plan_fit import (
     with_task_plan,
 )
 from gnntrain.plan_types import KNOWN_HALO, MemoryEstimate, PlanContext, RunPlan, RunSettings
-from gnntrain.sizing import DTYPE_BYTES, host_cores, model_dims
+from gnntrain.sizing import DTYPE_BYTES, host_cores, model_dims, place_ranks
 from gnntrain.tasks import TaskSizes
 
 __all__ = [
@@ -210,7 +210,7 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
     if cost is not None and world > ranks_per_node:  # collectives cross the link between nodes
         cost = dataclasses.replace(cost, ranks_per_link=ranks_per_node)
     prediction = price_estimate(estimate, cost, spec.name).to_dict() if cost is not None else None
-    rank_devices = mode.rank_devices(device, world, ranks_per_node)
+    rank_devices = place_ranks(device, world, ranks_per_node, hw.gpus_per_node, mode.host_ranks)
     rank_threads = mode.rank_threads(rank_devices, ranks_per_node, cores)
     if len(set(rank_threads)) <= 1:
         rank_threads = ()  # even: threads_per_rank says it

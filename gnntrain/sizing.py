@@ -10,7 +10,7 @@ import dataclasses
 import math
 import os
 from types import SimpleNamespace
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from gnntrain.plan_types import MemoryEstimate, PlanContext
 
@@ -47,6 +47,27 @@ def host_memory_bytes(hw) -> int:
 
 # ----------------------------------------------------------------- graph
 # ----------------------------------------------------------------- model
+def place_ranks(
+    device: str,
+    world_size: int,
+    ranks_per_node: int,
+    gpus_per_node: Optional[int],
+    host_ranks: Optional[int] = None,
+) -> Tuple[str, ...]:
+    """The device of each rank. On a CPU profile every rank computes on the host. On a CUDA profile
+    rank r takes GPU r mod ``ranks_per_node``, unless the mode puts its first ``host_ranks`` ranks
+    on the host (HyScale's CPU trainers, MoA's aggregation ranks: ``ModePlanner.host_ranks``); the
+    others then take the node's ``gpus_per_node`` GPUs in turn."""
+    if device != "cuda":
+        return tuple("cpu" for _ in range(world_size))
+    if host_ranks is None:
+        return tuple(f"cuda:{r % ranks_per_node}" for r in range(world_size))
+    gpus = max(1, int(gpus_per_node or 1))
+    return tuple(
+        "cpu" if r < host_ranks else f"cuda:{(r - host_ranks) % gpus}" for r in range(world_size)
+    )
+
+
 def model_dims(in_dim: int, hidden: int, out_dim: int, layers: int) -> List[int]:
     """Feature width before each layer and after the last: [F, h, ..., h, C]."""
     return [int(in_dim)] + [int(hidden)] * (int(layers) - 1) + [int(out_dim)]

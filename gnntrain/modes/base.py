@@ -193,11 +193,12 @@ class ModePlanner:
         with kernel=auto)."""
         return {}
 
-    def rank_devices(self, device: str, world_size: int, ranks_per_node: int) -> Tuple[str, ...]:
-        """Device per rank: on a CUDA profile rank r takes GPU r mod ranks_per_node."""
-        return tuple(
-            f"cuda:{r % ranks_per_node}" if device == "cuda" else "cpu" for r in range(world_size)
-        )
+    @property
+    def host_ranks(self) -> Optional[int]:
+        """How many leading ranks compute on the host on a CUDA profile, where the mode mixes host
+        and device ranks; None: every rank takes a GPU (the plan places them:
+        :func:`gnntrain.sizing.place_ranks`)."""
+        return None
 
     def rank_threads(
         self, rank_devices: Tuple[str, ...], ranks_per_node: int, cores: int

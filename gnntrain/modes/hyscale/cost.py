@@ -15,7 +15,7 @@ from gnntrain.modes.hyscale.batches import initial_shares
 from gnntrain.modes.hyscale.perf_model import per_seed_costs, predict_times
 from gnntrain.modes.hyscale.sampler import resolve_sampler
 from gnntrain.modes.hyscale.threads import rank_budgets, split_threads
-from gnntrain.sizing import host_cores
+from gnntrain.sizing import host_cores, place_ranks
 
 
 @dataclass(frozen=True)
@@ -45,13 +45,10 @@ class HyScalePlanner(ModePlanner):
     def num_parts(self, world_size: int) -> int:
         return 1  # no partitioning: every trainer reads the whole graph from host memory
 
-    def rank_devices(self, device: str, world_size: int, ranks_per_node: int) -> Tuple[str, ...]:
-        cpu = int(self.options.cpu_trainers)
-        gpus = max(1, int(self.settings.hardware.gpus_per_node or 1))
-        return tuple(
-            "cpu" if r < cpu or device != "cuda" else f"cuda:{(r - cpu) % gpus}"
-            for r in range(world_size)
-        )
+    @property
+    def host_ranks(self) -> Optional[int]:
+        """The CPU trainers come first; the accelerator trainers take the GPUs in turn."""
+        return int(self.options.cpu_trainers)
 
     def validate(self, ctx) -> List[str]:
         o, model = self.options, self.settings.model
@@ -156,7 +153,13 @@ class HyScalePlanner(ModePlanner):
         """(devices, host threads, their split into sampler pool / loader / training) per
         trainer."""
         hw = self.settings.hardware
-        devices = self.rank_devices(self.settings.device, self.trainers, int(hw.ranks_per_node))
+        devices = place_ranks(
+            self.settings.device,
+            self.trainers,
+            int(hw.ranks_per_node),
+            hw.gpus_per_node,
+            self.host_ranks,
+        )
         budgets = self.rank_threads(
             devices, min(self.trainers, int(hw.ranks_per_node)), host_cores(hw)
         )

@@ -34,15 +34,12 @@ class MoPPlanner(SavedTierPlanner):
     def aggregation_ranks(self) -> int:
         return int(self.options.aggregation_ranks)
 
-    def rank_devices(self, device: str, world_size: int, ranks_per_node: int) -> Tuple[str, ...]:
-        """MoA with ``aggregation_device=cpu`` on a CUDA profile: the aggregation ranks on the host,
-        the update ranks on the node's GPUs in turn (one node: ranks 0..a-1 then cuda:0, cuda:1,
-        ...)."""
+    @property
+    def host_ranks(self) -> Optional[int]:
+        """MoA with ``aggregation_device=cpu``: the aggregation ranks on the host, the update ranks
+        on the node's GPUs in turn (one node: ranks 0..a-1 then cuda:0, cuda:1, ...)."""
         a = self.aggregation_ranks
-        if not a or str(self.options.aggregation_device) != "cpu" or device != "cuda":
-            return super().rank_devices(device, world_size, ranks_per_node)
-        gpus = max(1, int(self.settings.hardware.gpus_per_node or 1))
-        return tuple("cpu" if r < a else f"cuda:{(r - a) % gpus}" for r in range(world_size))
+        return a if a and str(self.options.aggregation_device) == "cpu" else None
 
     def estimate_memory(self, ctx) -> MemoryEstimate:
         """Every rank holds the whole adjacency and, besides its rows' features, the column slice of
