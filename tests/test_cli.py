@@ -385,3 +385,35 @@ def test_a_hydra_command_in_process_leaves_argv_and_environment_as_they_were(
                 handler.close()
         root.handlers[:] = handlers
         root.setLevel(level)
+
+
+def test_a_command_composes_its_config_once_unless_hydra_mode_is_named(tmp_path, monkeypatch):
+    """Hydra composes the whole config once to read ``hydra.mode`` before it composes it again to
+    run; gnntrain's configs never set it, so a plain command composes once (a fifth of a plan's
+    time), while ``hydra.mode=MULTIRUN`` still sweeps as Hydra's own command line does."""
+    import contextlib
+    import io
+
+    from hydra._internal.hydra import Hydra
+
+    import gnntrain.cli as cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("gnntrain.logs.setup_logging", lambda *args, **kwargs: None)
+    composed = []
+    compose = Hydra.compose_config
+
+    def counted(self, *args, **kwargs):
+        composed.append(kwargs.get("run_mode"))
+        return compose(self, *args, **kwargs)
+
+    monkeypatch.setattr(Hydra, "compose_config", counted)
+    common = ["plan", "mode=single", "kernel=torch", "dataset.num_nodes=200"]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert cli.main([*common, f"hydra.run.dir={tmp_path}/run"]) == 0
+    assert len(composed) == 1 and out.getvalue().count("run plan") == 1
+    composed.clear()
+    sweep = ["hydra.mode=MULTIRUN", "model.hidden=16,32", f"hydra.sweep.dir={tmp_path}/sweep"]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert cli.main([*common, *sweep]) == 0
+    assert out.getvalue().count("run plan") == 2

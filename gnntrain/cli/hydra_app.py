@@ -170,7 +170,16 @@ def _run_or_multirun(hydra: Any, task: Callable[[Any], Any], ns: Any, config_nam
 
     from hydra.types import RunMode
 
-    mode = hydra.get_mode(config_name=config_name, overrides=ns.overrides)
+    # Hydra composes the whole config once just to read hydra.mode; gnntrain's configs never set
+    # it, so that composition (a fifth of a plan's time) is needed only where an override or a
+    # config directory of the user's may
+    named = any(o.lstrip("+~").split("=", 1)[0] == "hydra.mode" for o in ns.overrides)
+    own_configs = ns.config_path is None and ns.config_dir is None
+    mode = (
+        hydra.get_mode(config_name=config_name, overrides=ns.overrides)
+        if named or not own_configs
+        else None
+    )
     if mode is None:
         mode = RunMode.MULTIRUN if ns.multirun else RunMode.RUN
         ns.overrides.append(f"hydra.mode={mode.name}")
