@@ -102,7 +102,9 @@ def partition_once(overrides: Sequence[str]) -> None:
     from gnntrain.launch.shards import load_and_partition
     from gnntrain.plan import build_plan
 
-    plan = build_plan(compose(list(overrides)))
+    # as gnntrain partition plans: parts are made, nothing trains, so the run's plan can then size
+    # each rank's halo from this partitioning instead of the bound
+    plan = build_plan(compose(list(overrides)), training=False)
     start = time.perf_counter()
     data, _, part, hit = load_and_partition(plan)
     metrics = part.metrics if part is not None else None
