@@ -74,7 +74,12 @@ def test_the_plan_sets_a_budget_where_the_estimate_would_not_fit():
     budget = tight.config["mode"]["host_budget"]
     assert budget.endswith("B") and 0 < int(budget[:-1]) < 4 * 2**30
     assert tight.comm_per_epoch["by_kind"]["disk_write"] > 0
-    assert tight.memory_per_rank.total_bytes * 2 <= 12 * 2**30
+    # it spills down to SPILL_TARGET of the host, not to all of it: headroom for the estimate's
+    # error and what else the node holds (exactly the excess got SuperGCN killed at 2M nodes)
+    from gnntrain.modes.saved_tier import SPILL_TARGET
+
+    assert tight.memory_per_rank.total_bytes * 2 <= SPILL_TARGET * 12 * 2**30 * 1.001
+    assert tight.memory_per_rank.total_bytes * 2 >= 0.99 * SPILL_TARGET * 12 * 2**30
     # where even every saved tensor on disk is not enough, the plan refuses
     with pytest.raises(PlanError, match="does not fit"):
         build_plan(compose(big + ["hardware.host_memory_gb=8"]))

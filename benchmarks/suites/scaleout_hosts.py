@@ -192,9 +192,13 @@ class TwoHosts:
         code = next((rc for rc in result.returncodes if rc != 0), 0)
         summary = result.summary()
         if code != 0 and not kills:
+            # gnntrain's own one-line errors, else the outputs' ends (torchrun's report)
+            said = [line for out in result.outputs for line in out.splitlines()]
+            said = [line for line in said if line.startswith("error:")] or [
+                out[-2000:] for out in result.outputs
+            ]
             print(
-                f"scaleout: a job in {job.run_dirs[0].parent} failed:\n"
-                + "\n".join(out[-2000:] for out in result.outputs),
+                f"scaleout: a job in {job.run_dirs[0].parent} failed:\n" + "\n".join(said),
                 file=sys.stderr,
             )
         return Step(
