@@ -52,22 +52,34 @@ def check_partitioner_memory(pcfg, n: int, e: int, hw) -> None:
         )
 
 
-def check_host_memory(node_bytes: int, hw, dataset: str, mode: str) -> None:
+def check_host_memory(
+    node_bytes: int, hw, dataset: str, mode: str, tables_on_disk: bool = False
+) -> None:
+    """One PlanError where the estimate per node exceeds the profile's host memory, its fix naming
+    the disk tier first, unless ``tables_on_disk`` (HongTu's vertex tables are there already: the
+    direct path or more nodes are what is left)."""
     host_mem = host_memory_bytes(hw)
-    if node_bytes > host_mem:
-        raise PlanError(
-            "dataset/hardware",
-            f"estimated {format_bytes(node_bytes)} per "
-            f"node for {dataset} does not fit the profile's {format_bytes(host_mem)} host memory.",
-            (
-                "use mode.host_budget=<bytes> to put vertex tables on the disk tier "
-                "(mode.direct=true on one CPU rank), more nodes, a smaller dataset, or a profile "
-                "with more memory"
-            )
-            if mode == "hongtu"
-            else "use mode=hongtu with mode.host_budget=<bytes> (vertex tables on the disk tier), "
-            "more nodes, a smaller dataset, or a profile with more memory",
+    if node_bytes <= host_mem:
+        return
+    rest = "more nodes, a smaller dataset, or a profile with more memory"
+    if mode == "hongtu" and tables_on_disk:
+        fix = f"use mode.direct=true on one CPU rank (neighbour rows read in place), {rest}"
+    elif mode == "hongtu":
+        fix = (
+            "use mode.host_budget=<bytes> to put vertex tables on the disk tier "
+            f"(mode.direct=true on one CPU rank), {rest}"
         )
+    else:
+        fix = (
+            "use mode=hongtu with mode.host_budget=<bytes> (vertex tables on the disk tier), "
+            + rest
+        )
+    raise PlanError(
+        "dataset/hardware",
+        f"estimated {format_bytes(node_bytes)} per "
+        f"node for {dataset} does not fit the profile's {format_bytes(host_mem)} host memory.",
+        fix,
+    )
 
 
 def resolve_generated_storage(

@@ -299,3 +299,15 @@ def test_a_model_option_is_its_layers_constructor_argument(train):
     assert isinstance(layer, GINLayer) and "eps" not in dict(layer.named_parameters())
     with pytest.raises(PlanError, match=r"^model\.heads: 2 heads"):
         build_plan(compose(["mode=single", "model=gat", "model.heads=2"]))
+
+
+def test_a_refusal_names_the_disk_tier_only_where_the_tables_are_not_there_yet():
+    """HongTu refused with every vertex table on disk already (mode.host_budget=0) is pointed at the
+    direct path and more nodes, not at the option it has set."""
+    big = ["dataset=csbm", "dataset.num_nodes=2000000", "dataset.feat_dim=128", "mode=hongtu"]
+    tight = ["hardware.ranks_per_node=2", "hardware.host_memory_gb=1"]
+    with pytest.raises(PlanError, match="Fix: use mode.host_budget=<bytes>"):
+        build_plan(compose(big + tight))
+    with pytest.raises(PlanError, match=r"Fix: use mode.direct=true on one CPU rank") as refused:
+        build_plan(compose(big + tight + ["mode.host_budget=0"]))
+    assert "mode.host_budget" not in str(refused.value)
