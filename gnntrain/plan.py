@@ -188,13 +188,11 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
     # memory, work, bytes and exactness: the one estimate the plan prints and prices
     estimate = mode.estimate(ctx)
     if training:
-        budget = getattr(mode.options, "host_budget", None)
         check_host_memory(
             max(estimate.memory.total_bytes * ranks_per_node, construction),
             hw,
             ds.name,
-            spec.name,
-            tables_on_disk=budget not in (None, "") and str(budget).strip() in ("0", "0B"),
+            mode.memory_remedy(ctx),
         )
     comm = None
     if estimate.comm is not None:

@@ -52,33 +52,19 @@ def check_partitioner_memory(pcfg, n: int, e: int, hw) -> None:
         )
 
 
-def check_host_memory(
-    node_bytes: int, hw, dataset: str, mode: str, tables_on_disk: bool = False
-) -> None:
-    """One PlanError where the estimate per node exceeds the profile's host memory, its fix naming
-    the disk tier first, unless ``tables_on_disk`` (HongTu's vertex tables are there already: the
-    direct path or more nodes are what is left)."""
+def check_host_memory(node_bytes: int, hw, dataset: str, remedy: str) -> None:
+    """One PlanError where the estimate per node exceeds the profile's host memory; its fix is the
+    mode's own ``remedy`` first (:meth:`~gnntrain.modes.ModePlanner.memory_remedy`: the disk tier
+    where the mode has it left), then the remedies every plan has."""
     host_mem = host_memory_bytes(hw)
     if node_bytes <= host_mem:
         return
     rest = "more nodes, a smaller dataset, or a profile with more memory"
-    if mode == "hongtu" and tables_on_disk:
-        fix = f"use mode.direct=true on one CPU rank (neighbour rows read in place), {rest}"
-    elif mode == "hongtu":
-        fix = (
-            "use mode.host_budget=<bytes> to put vertex tables on the disk tier "
-            f"(mode.direct=true on one CPU rank), {rest}"
-        )
-    else:
-        fix = (
-            "use mode=hongtu with mode.host_budget=<bytes> (vertex tables on the disk tier), "
-            + rest
-        )
     raise PlanError(
         "dataset/hardware",
         f"estimated {format_bytes(node_bytes)} per "
         f"node for {dataset} does not fit the profile's {format_bytes(host_mem)} host memory.",
-        fix,
+        f"{remedy}, {rest}" if remedy else f"use {rest}",
     )
 
 

@@ -302,12 +302,19 @@ def test_a_model_option_is_its_layers_constructor_argument(train):
 
 
 def test_a_refusal_names_the_disk_tier_only_where_the_tables_are_not_there_yet():
-    """HongTu refused with every vertex table on disk already (mode.host_budget=0) is pointed at the
-    direct path and more nodes, not at the option it has set."""
+    """A refusal for host memory names the mode's own remedy first (ModePlanner.memory_remedy):
+    HongTu with a budget that keeps tables in memory is pointed at a smaller mode.host_budget; with
+    every vertex table on disk already (mode.host_budget=0, or unset and resolved to 0 by the
+    plan) at the direct path, not at the option it has; any other mode at HongTu's disk tier."""
     big = ["dataset=csbm", "dataset.num_nodes=2000000", "dataset.feat_dim=128", "mode=hongtu"]
     tight = ["hardware.ranks_per_node=2", "hardware.host_memory_gb=1"]
     with pytest.raises(PlanError, match="Fix: use mode.host_budget=<bytes>"):
-        build_plan(compose(big + tight))
-    with pytest.raises(PlanError, match=r"Fix: use mode.direct=true on one CPU rank") as refused:
-        build_plan(compose(big + tight + ["mode.host_budget=0"]))
-    assert "mode.host_budget" not in str(refused.value)
+        build_plan(compose(big + tight + ["mode.host_budget=8GiB"]))
+    for budget in (["mode.host_budget=0"], []):
+        with pytest.raises(
+            PlanError, match=r"Fix: use mode.direct=true on one CPU rank"
+        ) as refused:
+            build_plan(compose(big + tight + budget))
+        assert "mode.host_budget" not in str(refused.value), budget
+    with pytest.raises(PlanError, match=r"Fix: use mode=hongtu with mode.host_budget=<bytes>"):
+        build_plan(compose(big[:-1] + ["mode=mop"] + tight))

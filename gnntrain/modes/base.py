@@ -187,6 +187,12 @@ class ModePlanner:
     def num_parts(self, world_size: int) -> int:
         return world_size
 
+    def memory_remedy(self, ctx: PlanContext) -> str:
+        """The first fix a refusal for host memory names, before the ones every plan has (more
+        nodes, a smaller dataset, a bigger profile): a mode whose own disk tier is spent already
+        points at HongTu's vertex tables on disk."""
+        return "use mode=hongtu with mode.host_budget=<bytes> (vertex tables on the disk tier)"
+
     def resolved_options(self, ctx: PlanContext) -> Dict[str, Any]:
         """Options this mode resolves from the estimate at plan time (written into the plan's
         config, so every process that rebuilds the mode from the plan sees the resolved value, as

@@ -77,6 +77,16 @@ class HongTuPlanner(ModePlanner):
         every_table = self.planned_tiers(ctx, 0)[1]  # a budget of 0: every table's bytes on disk
         return max(0, host - (everything - every_table))
 
+    def memory_remedy(self, ctx) -> str:
+        """The disk tier, unless every vertex table is on it already (the user's
+        ``mode.host_budget=0``, or the budget the plan resolved): then the direct path."""
+        if self.host_budget(ctx) == 0:
+            return "use mode.direct=true on one CPU rank (neighbour rows read in place)"
+        return (
+            "use mode.host_budget=<bytes> to put vertex tables on the disk tier "
+            "(mode.direct=true on one CPU rank)"
+        )
+
     def resolved_options(self, ctx) -> Dict[str, Any]:
         budget = self.host_budget(ctx)
         return (
@@ -283,6 +293,12 @@ class HongTuPlanner(ModePlanner):
 
 class DirectPlanner(HongTuPlanner):
     """The direct path at plan time: one CPU rank, the graph in its own order, chunks of rows."""
+
+    def memory_remedy(self, ctx) -> str:
+        """Every table on disk is the direct path's last tier; nothing of its own is left after."""
+        if self.host_budget(ctx) == 0:
+            return ""
+        return "use mode.host_budget=0 to put every vertex table on the disk tier"
 
     def _memory(self, ctx, budget: Optional[int]) -> MemoryEstimate:
         return direct_graph.direct_memory(
