@@ -27,6 +27,7 @@ from gnntrain.plan_fit import (
     check_partitioner_memory,
     hosted_task,
     known_partition,
+    node_peak_bytes,
     resolve_generated_storage,
     resolve_partitioner,
     with_task_plan,
@@ -188,12 +189,12 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
     # memory, work, bytes and exactness: the one estimate the plan prints and prices
     estimate = mode.estimate(ctx)
     if training:
-        check_host_memory(
-            max(estimate.memory.total_bytes * ranks_per_node, construction),
-            hw,
-            ds.name,
-            mode.memory_remedy(ctx),
-        )
+        node, when = node_peak_bytes(estimate.memory, ranks_per_node, world)
+        if construction > node:  # a generated graph built whole in memory first
+            node, when = construction, "while the graph is generated in memory"
+        # a mode's own remedy (its disk tier) lowers training's peak, not a build's
+        remedy = mode.memory_remedy(ctx) if when == "training" else ""
+        check_host_memory(node, hw, ds.name, remedy, when)
     comm = None
     if estimate.comm is not None:
         comm = {

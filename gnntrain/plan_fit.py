@@ -11,6 +11,7 @@ from typing import Optional, Tuple
 from omegaconf import DictConfig, open_dict, read_write
 
 from gnntrain.errors import PlanError
+from gnntrain.plan_types import MemoryEstimate
 from gnntrain.sizing import PROCESS_BYTES, format_bytes, host_memory_bytes
 
 
@@ -52,18 +53,34 @@ def check_partitioner_memory(pcfg, n: int, e: int, hw) -> None:
         )
 
 
-def check_host_memory(node_bytes: int, hw, dataset: str, remedy: str) -> None:
+def node_peak_bytes(memory: MemoryEstimate, ranks_per_node: int, world: int) -> Tuple[int, str]:
+    """(a node's peak under the plan, when): its ranks training, or its ranks (imported, waiting)
+    while one of them builds its part of the store (a node builds one part at a time,
+    gnntrain/launch/shards.py), whichever is higher; beside them, with several ranks, the process
+    that started them (the local launcher, or torchrun's agent: one more interpreter with torch,
+    0.51 GiB RSS measured under torchrun)."""
+    launcher = PROCESS_BYTES if world > 1 else 0
+    training = ranks_per_node * memory.training_bytes + launcher
+    building = ranks_per_node * memory.process_bytes + memory.part_build_bytes + launcher
+    if building > training:
+        return building, "while a rank builds its part of the store"
+    return training, "training"
+
+
+def check_host_memory(node_bytes: int, hw, dataset: str, remedy: str, when: str = "") -> None:
     """One PlanError where the estimate per node exceeds the profile's host memory; its fix is the
     mode's own ``remedy`` first (:meth:`~gnntrain.modes.ModePlanner.memory_remedy`: the disk tier
-    where the mode has it left), then the remedies every plan has."""
+    where the mode has it left), then the remedies every plan has. ``when``: the phase that peaks
+    (:func:`node_peak_bytes`), named unless it is training."""
     host_mem = host_memory_bytes(hw)
     if node_bytes <= host_mem:
         return
     rest = "more nodes, a smaller dataset, or a profile with more memory"
+    phase = f" {when}" if when and when != "training" else ""
     raise PlanError(
         "dataset/hardware",
-        f"estimated {format_bytes(node_bytes)} per "
-        f"node for {dataset} does not fit the profile's {format_bytes(host_mem)} host memory.",
+        f"estimated {format_bytes(node_bytes)} per node{phase} for {dataset} does not fit the "
+        f"profile's {format_bytes(host_mem)} host memory.",
         f"{remedy}, {rest}" if remedy else f"use {rest}",
     )
 

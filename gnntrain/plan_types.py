@@ -140,10 +140,18 @@ class MemoryEstimate:
     feature_bytes: int
     activation_bytes: int
     process_bytes: int = 0  # the interpreter, torch and gnntrain before any data (PROCESS_BYTES)
+    # beyond the process, a rank's peak while it builds its own part of a part-wise store from the
+    # graph's CSR, before training (0: its parts are not built that way)
+    part_build_bytes: int = 0
+
+    @property
+    def training_bytes(self) -> int:
+        return self.graph_bytes + self.feature_bytes + self.activation_bytes + self.process_bytes
 
     @property
     def total_bytes(self) -> int:
-        return self.graph_bytes + self.feature_bytes + self.activation_bytes + self.process_bytes
+        """The rank's peak: training, or building its part where that takes more."""
+        return max(self.training_bytes, self.process_bytes + self.part_build_bytes)
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,12 @@ EDGE_BYTES = 48  # src, dst, float64 weight factors and the kernel's index struc
 # average degree 20, f=128, 3-layer GCN hidden 128, float32 (docs/BENCHMARKS.md, "memory").
 # a rank with an 8 MiB part of Cora peaks at 454 MiB: the process itself
 PROCESS_BYTES = 450 * 2**20
+# A rank building its part of a part-wise store from the mapped CSR (gnntrain/launch/shards.py):
+# the loaded graph's per-node arrays and the partitioning's permutation, per node of the graph, plus
+# the mode's own working set per in-edge of the part (ModePlanner.PART_BUILD_BYTES_PER_EDGE).
+# Measured as the process's VmHWM after building part 0 of 4 beyond that after importing, on the
+# communities graph at 400k and 1M nodes (19.8M and 49.8M edges, feat 128): 360 B per node.
+PART_LOAD_BYTES_PER_NODE = 360
 ACTIVATION_FACTOR = 1.4  # bytes kept per (row x layer width) in training, relative to one copy
 HALO_FACTOR = 0.77  # received source rows held per layer, relative to one copy of them
 

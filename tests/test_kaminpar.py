@@ -252,7 +252,8 @@ def test_a_plan_takes_the_halo_of_a_cached_partition(tmp_path, cache_dir):
     data, planner, part, _ = load_and_partition(before)  # partitions and caches, as a run does
     after = build_plan(compose(overrides))
     assert after.mode_details[KNOWN_HALO] == part.metrics.max_recv_volume
-    assert after.memory_per_rank.total_bytes < before.memory_per_rank.total_bytes
+    # training's peak (the halo's; the part's build before it does not hold a halo)
+    assert after.memory_per_rank.training_bytes < before.memory_per_rank.training_bytes
     report = planner.graph_report(data, part, before)
     assert (
         after.memory_per_rank.total_bytes
@@ -278,17 +279,22 @@ def test_partition_first_then_the_run_fits_where_the_bound_did_not(tmp_path, cac
     overrides = ["dataset=files", f"dataset.path={folder}", f"cache_dir={tmp_path / 'c'}"]
     overrides += ["mode=partition", "partitioner=metis", "hardware.ranks_per_node=4"]
     overrides += ["model.hidden=256", "mode.host_budget=64GiB"]  # no disk tier in the way
-    bound = build_plan(compose(overrides)).memory_per_rank.total_bytes * 4
+    from gnntrain.plan_fit import node_peak_bytes
+
+    def node(plan) -> int:  # what the plan checks against the host: 4 ranks and their launcher
+        return node_peak_bytes(plan.memory_per_rank, 4, 4)[0]
+
+    bound = node(build_plan(compose(overrides)))
     scratch = build_plan(compose(overrides + [f"cache_dir={tmp_path / 'scratch'}"]))
     load_and_partition(scratch)  # what the measured halo would be, in another cache
     known = build_plan(
         compose(overrides[:2] + [f"cache_dir={tmp_path / 'scratch'}"] + overrides[3:])
     )
-    fitted = known.memory_per_rank.total_bytes * 4
+    fitted = node(known)
     assert fitted < bound
     host = [f"hardware.host_memory_gb={(bound + fitted) / 2 / 2**30}"]
     with pytest.raises(PlanError, match="does not fit"):
         build_plan(compose(overrides + host))
     plan = build_plan(compose(overrides + host), training=False)  # gnntrain partition's
     load_and_partition(plan)
-    assert build_plan(compose(overrides + host)).memory_per_rank.total_bytes * 4 == fitted
+    assert node(build_plan(compose(overrides + host))) == fitted

@@ -102,3 +102,32 @@ def test_a_graph_in_memory_keeps_the_whole_store(cache_dir):
 
     plan = build_plan(compose(["mode=partition", "hardware.ranks_per_node=2"]))
     assert not part_wise(plan)  # csbm generated in memory: no CSR, the whole-graph prepare
+
+
+def test_a_nodes_ranks_build_their_parts_one_at_a_time(on_disk_plan, tmp_path, monkeypatch):
+    """A part's build takes the node's build lock (the plan counts one build per node beside its
+    ranks: tests/test_saved_tier.py): while another rank of the node builds, a rank waits, and
+    builds once the lock is free. Nodes apart (torchrun's GROUP_RANK) have locks of their own."""
+    import threading
+
+    from gnntrain.atomic import file_lock
+    from gnntrain.launch import shards
+    from gnntrain.plan import build_plan
+
+    for node in ("0", "1"):
+        monkeypatch.setenv("GROUP_RANK", node)
+        assert shards.host_build_lock().name == f"gnntrain-part-build-node{node}.lock"
+    lock = tmp_path / "node.lock"
+    monkeypatch.setattr(shards, "host_build_lock", lambda: lock)
+    plan = build_plan(compose(on_disk_plan))
+    directory = shards.store_dir(plan)
+    opened = []
+    with file_lock(lock):  # another rank of this node is building its part
+        rank = threading.Thread(
+            target=lambda: opened.append(shards.open_shard(plan, directory, 0)), daemon=True
+        )
+        rank.start()
+        rank.join(timeout=3)
+        assert rank.is_alive() and not (directory / "part0").exists()
+    rank.join(timeout=240)
+    assert opened and opened[0][0].rank == 0 and (directory / "part0" / "part.json").exists()

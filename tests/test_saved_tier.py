@@ -76,10 +76,56 @@ def test_the_plan_sets_a_budget_where_the_estimate_would_not_fit():
     assert tight.comm_per_epoch["by_kind"]["disk_write"] > 0
     # it spills down to SPILL_TARGET of the host, not to all of it: headroom for the estimate's
     # error and what else the node holds (exactly the excess got SuperGCN killed at 2M nodes)
+    # of the node's memory beside the process that started its ranks
     from gnntrain.modes.saved_tier import SPILL_TARGET
+    from gnntrain.sizing import PROCESS_BYTES
 
-    assert tight.memory_per_rank.total_bytes * 2 <= SPILL_TARGET * 12 * 2**30 * 1.001
-    assert tight.memory_per_rank.total_bytes * 2 >= 0.99 * SPILL_TARGET * 12 * 2**30
+    node = 12 * 2**30 - PROCESS_BYTES
+    assert tight.memory_per_rank.total_bytes * 2 <= SPILL_TARGET * node * 1.001
+    assert tight.memory_per_rank.total_bytes * 2 >= 0.99 * SPILL_TARGET * node
     # where even every saved tensor on disk is not enough, the plan refuses
     with pytest.raises(PlanError, match="does not fit"):
         build_plan(compose(big + ["hardware.host_memory_gb=8"]))
+
+
+# a supergcn run from a graph on disk whose part builds outweigh its training: many edges, narrow
+# rows (a part's build holds ~200 B per in-edge, its training ~48 B per in-edge plus the rows)
+DENSE_ON_DISK = [
+    "dataset=csbm",
+    "dataset.num_nodes=1000000",
+    "dataset.avg_degree=100",
+    "dataset.feat_dim=8",
+    "dataset.on_disk=true",
+    "model.hidden=8",
+    "model.layers=2",
+    "mode=supergcn",
+    "hardware.ranks_per_node=2",
+]
+
+
+def test_the_node_check_counts_a_part_build_and_the_launcher():
+    """A rank that builds its part of the store from the CSR on disk peaks before training; a node
+    builds one part at a time beside its other ranks and the launcher (gnntrain/launch/shards.py);
+    the plan's node check takes the higher of that and training, and names the build where it is
+    what does not fit."""
+    from gnntrain.data import dataset_sizes
+    from gnntrain.plan import build_plan
+    from gnntrain.sizing import PART_LOAD_BYTES_PER_NODE, PROCESS_BYTES
+
+    plan = build_plan(compose(DENSE_ON_DISK + ["hardware.host_memory_gb=64"]))
+    memory = plan.memory_per_rank
+    n, e, _, _ = dataset_sizes(compose(DENSE_ON_DISK).dataset)
+    assert memory.part_build_bytes == int(PART_LOAD_BYTES_PER_NODE * n + 200 * (e + n) / 2)
+    assert memory.total_bytes == memory.process_bytes + memory.part_build_bytes
+    assert memory.total_bytes > memory.training_bytes
+    # the same graph in memory: the launcher prepares from the whole graph, no part is built
+    in_memory = build_plan(compose(DENSE_ON_DISK[:-1] + ["dataset.on_disk=false"]))
+    assert in_memory.memory_per_rank.part_build_bytes == 0
+    # a node that trains both ranks but cannot build a part beside them is refused, by the build
+    building = 2 * PROCESS_BYTES + memory.part_build_bytes + PROCESS_BYTES
+    training = 2 * memory.training_bytes + PROCESS_BYTES
+    between = (building + training) / 2 / 2**30
+    with pytest.raises(PlanError, match="while a rank builds its part of the store"):
+        build_plan(compose(DENSE_ON_DISK + [f"hardware.host_memory_gb={between:.3f}"]))
+    enough = f"hardware.host_memory_gb={building / 2**30 + 0.01:.3f}"
+    assert build_plan(compose(DENSE_ON_DISK + [enough])).world_size == 2

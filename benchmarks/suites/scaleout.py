@@ -188,10 +188,18 @@ def _sizes(quick: bool) -> tuple:
 
 
 def _on_hosts(
-    hosts: TwoHosts, on_host: List[str], hosted: List[str], tmp: Path, rows: list, epochs: dict
+    hosts: TwoHosts,
+    on_host: List[str],
+    hosted: List[str],
+    tmp: Path,
+    rows: list,
+    epochs: dict,
+    peaks: List[str],
 ) -> Optional[HostLoss]:
     """The partitioning, each mode's job and (SCALEOUT_HOST_LOSS=1) the host-loss trial on the two
-    hosts: rows appended to ``rows``, median epochs to ``epochs``; the trial's record."""
+    hosts: rows appended to ``rows``, median epochs to ``epochs``, each job's cgroups at their peaks
+    (what was charged: anonymous memory, page cache, its mapped and dirty parts, each role's RSS) to
+    ``peaks``; the trial's record."""
     cores = max(1, (os.cpu_count() or 1) // HOSTS)  # what start_job gives each host's ranks
     world = [f"hardware.nodes={HOSTS}", f"hardware.ranks_per_node={RANKS_PER_HOST}"]
     part = partition_step(
@@ -211,6 +219,10 @@ def _on_hosts(
             )
         epochs[mode] = _median_epoch(done[mode].summary)
         rows.append(_row(name, done[mode]))
+        peaks.append(
+            f"{mode}: "
+            + "; ".join(f"host {i} {p.describe()}" for i, p in enumerate(done[mode].at_peak))
+        )
     if os.environ.get("SCALEOUT_HOST_LOSS") != "1":
         return None
     reference = done.get("partition")
@@ -226,7 +238,7 @@ def _on_hosts(
 def suite_scaleout(quick: bool) -> SuiteResult:
     nodes, cap, host_cap, gbit = _sizes(quick)
     selected = _selected()
-    rows, epochs, loss, network, meta = [], {}, None, "not made", {}
+    rows, epochs, loss, network, meta, peaks = [], {}, None, "not made", {}, []
     reason = netem.unavailable_reason()
     with (
         tempfile.TemporaryDirectory(prefix="gnntrain-scaleout-", dir="/var/tmp") as tmp,
@@ -252,7 +264,7 @@ def suite_scaleout(quick: bool) -> SuiteResult:
             ]
             with TwoHosts(host_cap, gbit, cache) as hosts:
                 network = hosts.describe()
-                loss = _on_hosts(hosts, on_host, hosted, tmp, rows, epochs)
+                loss = _on_hosts(hosts, on_host, hosted, tmp, rows, epochs, peaks)
         elif hosted:
             rows.append([f"2 emulated hosts: not run ({reason or 'generate failed'})"] + ["-"] * 7)
         if gen.ok and "direct" in selected:
@@ -289,7 +301,9 @@ def suite_scaleout(quick: bool) -> SuiteResult:
         "partition/SuperGCN: the saved-tensor tier's in plan.yaml, 0 where it sets none), the "
         "ratio in parentheses. partition 2-host epoch / direct path epoch = "
         f"{ratio:.2f} (goal <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'}). Rows: "
-        f"SCALEOUT_MODES={','.join(selected)}." + _loss_notes(loss),
+        f"SCALEOUT_MODES={','.join(selected)}."
+        + _loss_notes(loss)
+        + (" At each host's peak (sampled every 0.25 s): " + " | ".join(peaks) if peaks else ""),
         extra={"host_loss": _loss_json(loss)} if loss is not None else {},
     )
 

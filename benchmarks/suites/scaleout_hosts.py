@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from benchmarks.suites.cgroup_sampler import CgroupPeak, CgroupSampler
 from benchmarks.suites.moonshot import _in_cgroup, _peak, memory_cgroup
 from gnntrain.launch import netem
 from gnntrain.launch.netem_jobs import JobResult, RunningJob, start_job
@@ -37,6 +38,7 @@ class Step:
     summary: Optional[dict] = None
     run_dir: Optional[Path] = None
     figures: dict = field(default_factory=dict)
+    at_peak: List[CgroupPeak] = field(default_factory=list)  # each cgroup's breakdown at its peak
 
     @property
     def ok(self) -> bool:
@@ -146,6 +148,7 @@ class TwoHosts:
         self.cluster: Optional[netem.EmulatedCluster] = None
         self._stack = contextlib.ExitStack()
         self._port = 29700 + os.getpid() % 100
+        self._sampler = CgroupSampler([])
 
     def __enter__(self) -> "TwoHosts":
         with contextlib.ExitStack() as stack:
@@ -175,6 +178,7 @@ class TwoHosts:
             _peak(group)
         self._port += 1
         self._kills = [oom_kills(g) for g in self.groups]
+        self._sampler = CgroupSampler([g[0] if g else None for g in self.groups]).start()
         return start_job(
             self.cluster,
             list(overrides),
@@ -189,6 +193,7 @@ class TwoHosts:
     def finish(self, job: RunningJob, result: JobResult) -> Step:
         """The job's outcome as a step: each host's cgroup peak, its summary (host 0's)."""
         kills = sum(oom_kills(g) - k for g, k in zip(self.groups, self._kills))
+        at_peak = self._sampler.stop()
         code = next((rc for rc in result.returncodes if rc != 0), 0)
         summary = result.summary()
         if code != 0 and not kills:
@@ -207,6 +212,7 @@ class TwoHosts:
             [_peak(g) for g in self.groups],
             summary,
             job.run_dirs[0],
+            at_peak=at_peak,
         )
 
     def run(self, overrides: Sequence[str], run_root: Path) -> Step:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from gnntrain.errors import DatasetError
 
@@ -45,6 +45,14 @@ def cache_folder(configured: Optional[str]) -> Path:
             "set cache_dir=DIR (or GNNTRAIN_CACHE_DIR) to a writable folder.",
         ) from None
     return p
+
+
+def graph_on_disk(dataset) -> bool:
+    """Whether the dataset section names a graph kept on disk in the ingested format (an ingested
+    folder, or a generated graph with ``dataset.on_disk``): its CSR is memory-mapped, and a
+    multi-rank mode that prepares parts from it builds each part alone (a part-wise store)."""
+    read = dataset.get if isinstance(dataset, Mapping) else lambda key: getattr(dataset, key, None)
+    return read("source") == "files" or (read("source") == "generated" and bool(read("on_disk")))
 
 
 def resolve_graph_path(cfg) -> Path:

@@ -15,6 +15,7 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,11 +221,13 @@ def part_wise(plan) -> bool:
     """Whether the plan's store is built part by part (:mod:`gnntrain.partition.part_wise`): a mode
     that prepares a part from the graph's CSR, on a graph that is on disk (ingested, or generated
     with ``dataset.on_disk``)."""
-    ds = plan.config["dataset"]
-    on_disk = ds.get("source") == "files" or (
-        ds.get("source") == "generated" and bool(ds.get("on_disk"))
+    from gnntrain.data.locations import graph_on_disk
+
+    return (
+        uses_store(plan)
+        and graph_on_disk(plan.config["dataset"])
+        and mode_spec(plan.mode).capabilities.parts_from_csr
     )
-    return uses_store(plan) and on_disk and mode_spec(plan.mode).capabilities.parts_from_csr
 
 
 class _PartBuilder:
@@ -258,6 +261,27 @@ class _PartBuilder:
         return _fields(prepared.shards[0]), figures
 
 
+def host_build_lock() -> Path:
+    """The lock that lets one process of this host build a part at a time: in the host's own
+    temporary folder, named by the node's index under torchrun (``GROUP_RANK``) or SLURM
+    (``SLURM_NODEID``), so that hosts emulated on one machine (``gnntrain netem``) stay apart."""
+    import tempfile
+
+    node = os.environ.get("GROUP_RANK") or os.environ.get("SLURM_NODEID") or "0"
+    return Path(tempfile.gettempdir()) / f"gnntrain-part-build-node{node}.lock"
+
+
+def _one_build_per_host(builder: "_PartBuilder", rank: int):
+    """``builder(rank)`` under :func:`host_build_lock`: a host's ranks build their parts one after
+    another, so that a host holds one part's build beside its ranks' processes, whatever its number
+    of ranks (the peak the plan checks, :meth:`gnntrain.modes.ModePlanner.part_build_bytes`); the
+    build's working memory is returned before the next one starts."""
+    from gnntrain.atomic import file_lock
+
+    with file_lock(host_build_lock()):
+        return builder(rank)
+
+
 def _open_or_build_part(plan, directory: Path, rank: int, builder: Optional[_PartBuilder] = None):
     """(part ``rank``'s fields, the store's meta where complete, else one made from the part's
     record)."""
@@ -265,7 +289,7 @@ def _open_or_build_part(plan, directory: Path, rank: int, builder: Optional[_Par
 
     builder = builder or _PartBuilder(plan, directory)
     fields, record = open_or_build_part(
-        directory, rank, plan.world_size, lambda: builder(rank), _warn
+        directory, rank, plan.world_size, lambda: _one_build_per_host(builder, rank), _warn
     )
     meta = store.read_meta(directory)
     if meta is None:  # other hosts' parts are still being built

@@ -125,6 +125,28 @@ def add_entry(node: Tree, key: Any, value: Any, depth: int, width: int) -> None:
         node.add(Text(key)).add(Text(phrase_lines(text, width - GUIDE * (depth + 1))))
 
 
+def _memory_lines(tree: Tree, mem, brief: bool) -> None:
+    """The estimate per rank, and (not ``brief``) its parts: training's, and where the rank builds
+    its part of the store first, that build's peak."""
+    m = tree.add(Text(f"estimated memory per rank: {format_bytes(mem.total_bytes)}"))
+    if brief:
+        return
+    for name, value in (
+        ("graph", mem.graph_bytes),
+        ("features", mem.feature_bytes),
+        ("activations", mem.activation_bytes),
+        ("process", mem.process_bytes),
+    ):
+        m.add(Text(f"{name}: {format_bytes(value)}"))
+    if mem.part_build_bytes:
+        m.add(
+            Text(
+                "building its part of the store before training (one at a time per node): "
+                f"{format_bytes(mem.process_bytes + mem.part_build_bytes)}"
+            )
+        )
+
+
 def print_plan(plan, brief: bool = False, out: Console = None) -> None:
     out = out or console
     width = out.width
@@ -175,16 +197,7 @@ def print_plan(plan, brief: bool = False, out: Console = None) -> None:
     if plan.kernel_note:
         kernel.add(Text(phrase_lines(plan.kernel_note, width - 3 * GUIDE), style="dim"))
 
-    mem = plan.memory_per_rank
-    m = tree.add(Text(f"estimated memory per rank: {format_bytes(mem.total_bytes)}"))
-    if not brief:
-        for name, value in (
-            ("graph", mem.graph_bytes),
-            ("features", mem.feature_bytes),
-            ("activations", mem.activation_bytes),
-            ("process", mem.process_bytes),
-        ):
-            m.add(Text(f"{name}: {format_bytes(value)}"))
+    _memory_lines(tree, plan.memory_per_rank, brief)
 
     if plan.comm_per_epoch is not None:
         c = plan.comm_per_epoch

@@ -18,6 +18,7 @@ never the composed config, and takes part in three stages:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
@@ -36,7 +37,7 @@ from gnntrain.modes.cost import (
     price_estimate,
 )
 from gnntrain.plan_types import MemoryEstimate, PlanContext, RunPlan, RunSettings, typed_section
-from gnntrain.sizing import estimate_memory, halo_rows
+from gnntrain.sizing import PART_LOAD_BYTES_PER_NODE, estimate_memory, halo_rows
 from gnntrain.tasks import SPLITS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -234,6 +235,27 @@ class ModePlanner:
         """Bytes per rank; by default a rank holds 1/num_parts of the rows and of the edges."""
         return estimate_memory(ctx, self.num_parts(ctx.world_size))
 
+    # bytes of the working set per in-edge of a part while a rank builds it from the mapped CSR
+    # (the modes with Capabilities.parts_from_csr set it, measured: see their cost.py)
+    PART_BUILD_BYTES_PER_EDGE = 0
+
+    def part_build_bytes(self, ctx: PlanContext) -> int:
+        """Beyond the process, the peak of building one part of a part-wise store from the graph's
+        CSR on disk (gnntrain/launch/shards.py: a host's ranks build theirs one at a time), before
+        training; 0 where the run builds no part that way (one rank, a graph in memory, a mode
+        that prepares from the whole graph)."""
+        from gnntrain.data.locations import graph_on_disk
+
+        parts = self.num_parts(ctx.world_size)
+        if parts < 2 or not self.spec.capabilities.parts_from_csr:
+            return 0
+        if not graph_on_disk(self.settings.dataset):
+            return 0
+        per_part = (ctx.num_edges + ctx.num_nodes) / parts  # its rows' in-edges and self-loops
+        return int(
+            PART_LOAD_BYTES_PER_NODE * ctx.num_nodes + self.PART_BUILD_BYTES_PER_EDGE * per_part
+        )
+
     def estimate_comm(self, ctx: PlanContext) -> Optional[CommEstimate]:
         return None
 
@@ -278,8 +300,9 @@ class ModePlanner:
         """The one estimate of a plan: memory per rank, the busiest rank's work, bytes by kind and
         exactness, from this mode's hooks (:meth:`estimate_memory`, :meth:`work`,
         :meth:`estimate_comm`)."""
+        memory = self.estimate_memory(ctx)
         return Estimate(
-            memory=self.estimate_memory(ctx),
+            memory=dataclasses.replace(memory, part_build_bytes=self.part_build_bytes(ctx)),
             work=self.work(ctx),
             comm=self.estimate_comm(ctx),
             exact=self.is_exact(),

@@ -39,7 +39,7 @@ from gnntrain.atomic import on_disk_full
 from gnntrain.config.schema import ModeConfig
 from gnntrain.modes.base import ModePlanner
 from gnntrain.modes.cost import CommEstimate
-from gnntrain.sizing import format_bytes, host_memory_bytes
+from gnntrain.sizing import PROCESS_BYTES, format_bytes, host_memory_bytes
 
 SPILL_MIN_BYTES = 1 << 16  # smaller saved tensors (weights, scalars) stay in memory
 _NUMPY = {
@@ -176,8 +176,11 @@ class SavedTierPlanner(ModePlanner):
         if ctx is None:
             return None
         hw = self.settings.hardware
-        host = host_memory_bytes(hw) // max(1, min(ctx.world_size, int(hw.ranks_per_node)))
-        estimate = self.estimate_memory(ctx).total_bytes
+        # the node's memory less the process that started its ranks (plan_fit.node_peak_bytes)
+        launcher = PROCESS_BYTES if ctx.world_size > 1 else 0
+        ranks = max(1, min(ctx.world_size, int(hw.ranks_per_node)))
+        host = (host_memory_bytes(hw) - launcher) // ranks
+        estimate = self.estimate_memory(ctx).training_bytes
         if estimate <= host:
             return None
         # spill down to SPILL_TARGET of the rank's share, not to all of it: the estimate is within

@@ -39,6 +39,7 @@ def train_rank(mode, shard, ctx: RankContext) -> Dict[str, Any]:
     it, then the run's totals and the mode's own figures are gathered (collectives, on every
     rank)."""
     start = time.perf_counter()
+    prepared_peak = peak_host_bytes()  # the shard is built: what loading and preparing it took
     model, optimizer = build_training(mode.settings, shard, ctx, mode.aggregate_first)
     strategy = mode.spec.strategy(mode, shard, ctx, model, optimizer)
     attach = getattr(mode, "attach_saved_tier", None)  # the modes with the saved-tensor tier
@@ -47,7 +48,7 @@ def train_rank(mode, shard, ctx: RankContext) -> Dict[str, Any]:
     setup_s = time.perf_counter() - start
     try:
         result = EpochLoop(ctx, strategy).run()
-        result.update(run_totals(ctx, setup_s))
+        result.update(run_totals(ctx, setup_s, prepared_peak))
         result["model"] = strategy.model
         strategy.finish(result)
     finally:
@@ -332,17 +333,21 @@ def split_metrics(record: Dict[str, Any]) -> Dict[str, Dict[str, float]]:
     return found
 
 
-def run_totals(ctx: RankContext, setup_s: float = 0.0) -> Dict[str, Any]:
-    """Per-rank peak memory and the setup figures, gathered from every rank (a collective)."""
-    comm, device = ctx.comm, ctx.device
-    # per-rank peaks: each rank fills its own slot of a zero vector, a SUM gathers them
-    slots = [0.0] * (2 * comm.world_size)
+def run_totals(ctx: RankContext, setup_s: float = 0.0, prepared_peak: int = 0) -> Dict[str, Any]:
+    """Per-rank peak memory (the whole run's, and the host peak once the shard was prepared, before
+    the model: what loading and preparing took) and the setup figures, gathered from every rank (a
+    collective)."""
+    comm, device, world = ctx.comm, ctx.device, ctx.comm.world_size
+    # per-rank peaks: each rank fills its own slots of a zero vector, a SUM gathers them
+    slots = [0.0] * (3 * world)
     slots[comm.rank] = float(peak_host_bytes())
-    slots[comm.world_size + comm.rank] = float(peak_device_bytes(device) or 0)
+    slots[world + comm.rank] = float(peak_device_bytes(device) or 0)
+    slots[2 * world + comm.rank] = float(prepared_peak)
     peaks = comm.reduce_stats(slots)
-    host, dev = (
-        [int(x) for x in peaks[: comm.world_size]],
-        [int(x) for x in peaks[comm.world_size :]],
+    host, dev, prepared = (
+        [int(x) for x in peaks[:world]],
+        [int(x) for x in peaks[world : 2 * world]],
+        [int(x) for x in peaks[2 * world :]],
     )
     any_device = any(dev)
     setup_bytes, unweighted, weighted = comm.reduce_stats(
@@ -359,6 +364,7 @@ def run_totals(ctx: RankContext, setup_s: float = 0.0) -> Dict[str, Any]:
             "device_max_rank": max(dev) if any_device else None,
             "host_per_rank": host,
             "device_per_rank": dev if any_device else None,
+            "host_prepared_per_rank": prepared,
         },
         "setup": {"preprocess_s": ctx.preprocess_s + setup_s, "setup_comm_bytes": int(setup_bytes)},
     }

@@ -31,6 +31,10 @@ class PartitionDetails(Details):
 
 
 class PartitionPlanner(SavedTierPlanner):
+    # building a part from the mapped CSR, per in-edge of the part: its rows' in-edges relabelled,
+    # the halo and send lists (97-100 B measured as sizing.PART_LOAD_BYTES_PER_NODE says)
+    PART_BUILD_BYTES_PER_EDGE = 100
+
     @property
     def c(self) -> int:
         return int(self.options.replication)

@@ -34,6 +34,11 @@ class SuperGCNDetails(Details):
 
 
 class SuperGCNPlanner(SavedTierPlanner):
+    # building a part from the mapped CSR, per in-edge of the part: its rows' in-edges and, block by
+    # block, the other rows' in-edges from its rows, split pair by pair (§3.2) (197-200 B measured
+    # as sizing.PART_LOAD_BYTES_PER_NODE says)
+    PART_BUILD_BYTES_PER_EDGE = 200
+
     @property
     def bits(self) -> int:
         return int(self.options.bits)
