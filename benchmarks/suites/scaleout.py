@@ -26,9 +26,10 @@ the one-rank run; exceeding a cap kills the step (its row says so). Steps:
    it does not import, the notes say so in one line.
 
 The rows: ``SCALEOUT_MODES`` (default ``partition,hongtu,supergcn,direct``, and ``sar`` where SAR
-imports), so that a full run can be split. ``SCALEOUT_HOST_LOSS=1`` adds the host-loss trial (benchmarks/suites/scaleout_loss.py):
-host 1 killed in epoch 2 of the partition job (its saved tensors on the disk tier), the job's end,
-the resume on both hosts (its losses against the partition row's) and what the disk tier left.
+imports), so that a full run can be split. ``SCALEOUT_HOST_LOSS=1`` adds the host-loss trial
+(benchmarks/suites/scaleout_loss.py): host 1 killed in epoch 2 of the partition job (its saved
+tensors on the disk tier), the job's end, the resume on both hosts (its losses against the
+partition row's) and what the disk tier left.
 Sizes: ``SCALEOUT_NODES`` (default 10,000,000, the moonshot's; ``--quick``: 200,000). Root is
 needed for the namespaces and the cgroups.
 """
