@@ -18,7 +18,7 @@ export GNNTRAIN_CACHE_DIR ?= $(CURDIR)/.cache/gnntrain
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export OUTDATED_IGNORE := 1
 
-.PHONY: run test test-dgl test-all lint bench bench-all chaos clean venv venv-dgl gpu-carry gpu-check-dry fuzz
+.PHONY: run test test-dgl test-all lint bench bench-all chaos clean venv venv-dgl sar-venv gpu-carry gpu-check-dry fuzz
 
 venv: $(STAMP)
 venv-dgl: $(DGL_STAMP)
@@ -36,6 +36,24 @@ $(DGL_STAMP): pyproject.toml constraints-dgl.txt | $(UV)
 	@test -x $(DGL_VENV)/bin/python || $(UV) venv --quiet --python '$(DGL_PYTHON)' $(DGL_VENV)
 	VIRTUAL_ENV=$(DGL_VENV) $(UV) pip install --quiet --compile-bytecode -c constraints-dgl.txt -e '.[dgl,test]'
 	@touch $(DGL_STAMP)
+
+# SAR (IntelLabs/SAR: Mostafa, MLSys 2022), the scaleout suite's peer, into the DGL stack: it is not on
+# PyPI, so from a checkout of its repository (git clone https://github.com/IntelLabs/SAR):
+#   make sar-venv SAR_DIR=/path/to/SAR
+# SAR itself without its dependencies (the DGL stack's pins hold dgl, torch, numpy, packaging), plus ifaddr
+SAR_DIR ?=
+ifneq ($(filter sar-venv,$(MAKECMDGOALS)),)
+ifeq ($(SAR_DIR),)
+$(error make sar-venv needs SAR_DIR=/path/to/a checkout of IntelLabs/SAR (git clone https://github.com/IntelLabs/SAR))
+endif
+ifneq ($(words $(wildcard $(SAR_DIR)/setup.py $(SAR_DIR)/sar/__init__.py)),2)
+$(error make sar-venv: SAR_DIR=$(SAR_DIR) is not a checkout of IntelLabs/SAR (no setup.py or sar/__init__.py there))
+endif
+endif
+sar-venv: $(DGL_STAMP)
+	VIRTUAL_ENV=$(DGL_VENV) $(UV) pip install --quiet --no-deps '$(abspath $(SAR_DIR))'
+	VIRTUAL_ENV=$(DGL_VENV) $(UV) pip install --quiet 'ifaddr>=0.1.7'
+	@$(DGL_VENV)/bin/python -c "import sar, dgl; print('make: SAR in', '$(DGL_VENV)', '| dgl', dgl.__version__)"
 
 run: $(STAMP)
 	$(BIN)/gnntrain run

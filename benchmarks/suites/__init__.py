@@ -6,8 +6,8 @@ supergcn_accuracy, supergcn_lp), supergcn_ops (supergcn_ops), hongtu (hongtu_ded
 scale), hyscale (hyscale, hyscale_sampler), generators (generators), ablations (ablations,
 ablations-1d; its run matrix in ablations_matrix and its table in ablations_report, which register
 none), auto, ingest, linkpred, linkpred_scale, predict, outofcore, diskio, moonshot,
-partitioner_scale, scaleout (its steps in scaleout_hosts and its host-loss trial in scaleout_loss,
-which register none), chaos (one each).
+partitioner_scale, scaleout (its steps in scaleout_hosts, its host-loss trial in scaleout_loss and
+its SAR peer in sar_peer and sar_worker, which register none), chaos (one each).
 """
 
 from benchmarks.suites import (  # noqa: F401  (each module registers its suites on import)

@@ -19,10 +19,17 @@ the one-rank run; exceeding a cap kills the step (its row says so). Steps:
 4. HongTu's direct path on one rank (cgroup of ``SCALEOUT_CAP_GIB``), every table on disk: the
    baseline partition's epoch is priced against (goal: <= 1.5x).
 
-The rows: ``SCALEOUT_MODES`` (default ``partition,hongtu,supergcn,direct``), so that a full run can
-be split. ``SCALEOUT_HOST_LOSS=1`` adds the host-loss trial (benchmarks/suites/scaleout_loss.py):
-host 1 killed in epoch 2 of the partition job (its saved tensors on the disk tier), the job's end,
-the resume on both hosts (its losses against the partition row's) and what the disk tier left.
+5. ``sar``: SAR (Mostafa, MLSys 2022; benchmarks/suites/sar_peer.py) at p = 4 on one host, in the
+   cgroup of ``SCALEOUT_CAP_GIB``: DGL's METIS partitioning, then 4 workers training the same GCN;
+   the notes price partition's epoch (goal: <= 0.8x) and per-rank peak (goal: <= 1.0x) against
+   SAR's. SAR is not on PyPI: ``make sar-venv SAR_DIR=...`` installs it into the DGL stack; where
+   it does not import, the notes say so in one line.
+
+The rows: ``SCALEOUT_MODES`` (default ``partition,hongtu,supergcn,direct``, and ``sar`` where SAR
+imports), so that a full run can be split. ``SCALEOUT_HOST_LOSS=1`` adds the host-loss trial
+(benchmarks/suites/scaleout_loss.py): host 1 killed in epoch 2 of the partition job (its saved
+tensors on the disk tier), the job's end, the resume on both hosts (its losses against the
+partition row's) and what the disk tier left.
 Sizes: ``SCALEOUT_NODES`` (default 10,000,000, the moonshot's; ``--quick``: 200,000). Root is
 needed for the namespaces and the cgroups.
 """
@@ -40,6 +47,8 @@ import yaml
 from benchmarks.harness import SuiteResult
 from benchmarks.registry import suite
 from benchmarks.suites.moonshot import _gib, memory_cgroup
+from benchmarks.suites.sar_peer import MODE as SAR
+from benchmarks.suites.sar_peer import SarPeer, run_sar, skip_reason
 from benchmarks.suites.scaleout_hosts import (
     GNNTRAIN,
     HOSTS,
@@ -80,11 +89,14 @@ COLUMNS = [
 
 
 def _selected() -> List[str]:
-    chosen = os.environ.get("SCALEOUT_MODES", "partition,hongtu,supergcn,direct")
+    """SCALEOUT_MODES's rows; by default every mode, the direct path, and SAR where it imports."""
+    chosen = os.environ.get("SCALEOUT_MODES")
+    if chosen is None:
+        chosen = "partition,hongtu,supergcn,direct" + ("" if skip_reason() else f",{SAR}")
     names = [m.strip() for m in chosen.split(",") if m.strip()]
-    unknown = sorted(set(names) - set(MODES) - {"direct"})
+    unknown = sorted(set(names) - set(MODES) - {"direct", SAR})
     if unknown:
-        raise ValueError(f"SCALEOUT_MODES: unknown {unknown}; use {list(MODES) + ['direct']}")
+        raise ValueError(f"SCALEOUT_MODES: unknown {unknown}; use {list(MODES) + ['direct', SAR]}")
     return names
 
 
@@ -195,11 +207,12 @@ def _on_hosts(
     rows: list,
     epochs: dict,
     peaks: List[str],
+    rank_peaks: dict,
 ) -> Optional[HostLoss]:
     """The partitioning, each mode's job and (SCALEOUT_HOST_LOSS=1) the host-loss trial on the two
     hosts: rows appended to ``rows``, median epochs to ``epochs``, each job's cgroups at their peaks
     (what was charged: anonymous memory, page cache, its mapped and dirty parts, each role's RSS) to
-    ``peaks``; the trial's record."""
+    ``peaks``, each job's largest rank peak (VmHWM) to ``rank_peaks``; the trial's record."""
     cores = max(1, (os.cpu_count() or 1) // HOSTS)  # what start_job gives each host's ranks
     world = [f"hardware.nodes={HOSTS}", f"hardware.ranks_per_node={RANKS_PER_HOST}"]
     part = partition_step(
@@ -218,6 +231,9 @@ def _on_hosts(
                 "from the cache" if hit else "made in the job"
             )
         epochs[mode] = _median_epoch(done[mode].summary)
+        rank_peaks[mode] = ((done[mode].summary or {}).get("peak_memory_bytes") or {}).get(
+            "host_max_rank"
+        )
         rows.append(_row(name, done[mode]))
         peaks.append(
             f"{mode}: "
@@ -238,7 +254,8 @@ def _on_hosts(
 def suite_scaleout(quick: bool) -> SuiteResult:
     nodes, cap, host_cap, gbit = _sizes(quick)
     selected = _selected()
-    rows, epochs, loss, network, meta, peaks = [], {}, None, "not made", {}, []
+    rows, epochs, loss, network, meta, peaks, rank_peaks = [], {}, None, "not made", {}, [], {}
+    sar = SarPeer(skip=skip_reason() or "SAR: not run (not in SCALEOUT_MODES)")
     reason = netem.unavailable_reason()
     with (
         tempfile.TemporaryDirectory(prefix="gnntrain-scaleout-", dir="/var/tmp") as tmp,
@@ -264,7 +281,7 @@ def suite_scaleout(quick: bool) -> SuiteResult:
             ]
             with TwoHosts(host_cap, gbit, cache) as hosts:
                 network = hosts.describe()
-                loss = _on_hosts(hosts, on_host, hosted, tmp, rows, epochs, peaks)
+                loss = _on_hosts(hosts, on_host, hosted, tmp, rows, epochs, peaks, rank_peaks)
         elif hosted:
             rows.append([f"2 emulated hosts: not run ({reason or 'generate failed'})"] + ["-"] * 7)
         if gen.ok and "direct" in selected:
@@ -284,6 +301,9 @@ def suite_scaleout(quick: bool) -> SuiteResult:
             )
             epochs["direct"] = _median_epoch(direct.summary)
             rows.append(_row(DIRECT, direct))
+        if gen.ok and SAR in selected:
+            sar = run_sar(graph, files + TRAIN, tmp, group)
+            rows += sar.rows()
     partition_epoch, direct_epoch = epochs.get("partition"), epochs.get("direct")
     ratio = partition_epoch / direct_epoch if partition_epoch and direct_epoch else float("nan")
     return SuiteResult(
@@ -302,6 +322,7 @@ def suite_scaleout(quick: bool) -> SuiteResult:
         "ratio in parentheses. partition 2-host epoch / direct path epoch = "
         f"{ratio:.2f} (goal <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'}). Rows: "
         f"SCALEOUT_MODES={','.join(selected)}."
+        + sar.notes(epochs.get("partition"), rank_peaks.get("partition"))
         + _loss_notes(loss)
         + (" At each host's peak (sampled every 0.25 s): " + " | ".join(peaks) if peaks else ""),
         extra={"host_loss": _loss_json(loss)} if loss is not None else {},
