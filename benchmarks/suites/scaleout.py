@@ -207,12 +207,12 @@ def _on_hosts(
     rows: list,
     epochs: dict,
     peaks: List[str],
-    rank_peaks: dict,
+    summaries: dict,
 ) -> Optional[HostLoss]:
     """The partitioning, each mode's job and (SCALEOUT_HOST_LOSS=1) the host-loss trial on the two
     hosts: rows appended to ``rows``, median epochs to ``epochs``, each job's cgroups at their peaks
     (what was charged: anonymous memory, page cache, its mapped and dirty parts, each role's RSS) to
-    ``peaks``, each job's largest rank peak (VmHWM) to ``rank_peaks``; the trial's record."""
+    ``peaks``, each completed job's summary.json to ``summaries``; the trial's record."""
     cores = max(1, (os.cpu_count() or 1) // HOSTS)  # what start_job gives each host's ranks
     world = [f"hardware.nodes={HOSTS}", f"hardware.ranks_per_node={RANKS_PER_HOST}"]
     part = partition_step(
@@ -231,9 +231,7 @@ def _on_hosts(
                 "from the cache" if hit else "made in the job"
             )
         epochs[mode] = _median_epoch(done[mode].summary)
-        rank_peaks[mode] = ((done[mode].summary or {}).get("peak_memory_bytes") or {}).get(
-            "host_max_rank"
-        )
+        summaries[mode] = done[mode].summary if done[mode].ok else None
         rows.append(_row(name, done[mode]))
         peaks.append(
             f"{mode}: "
@@ -254,7 +252,7 @@ def _on_hosts(
 def suite_scaleout(quick: bool) -> SuiteResult:
     nodes, cap, host_cap, gbit = _sizes(quick)
     selected = _selected()
-    rows, epochs, loss, network, meta, peaks, rank_peaks = [], {}, None, "not made", {}, [], {}
+    rows, epochs, loss, network, meta, peaks, summaries = [], {}, None, "not made", {}, [], {}
     sar = SarPeer(skip=skip_reason() or "SAR: not run (not in SCALEOUT_MODES)")
     reason = netem.unavailable_reason()
     with (
@@ -281,7 +279,7 @@ def suite_scaleout(quick: bool) -> SuiteResult:
             ]
             with TwoHosts(host_cap, gbit, cache) as hosts:
                 network = hosts.describe()
-                loss = _on_hosts(hosts, on_host, hosted, tmp, rows, epochs, peaks, rank_peaks)
+                loss = _on_hosts(hosts, on_host, hosted, tmp, rows, epochs, peaks, summaries)
         elif hosted:
             rows.append([f"2 emulated hosts: not run ({reason or 'generate failed'})"] + ["-"] * 7)
         if gen.ok and "direct" in selected:
@@ -322,7 +320,7 @@ def suite_scaleout(quick: bool) -> SuiteResult:
         "ratio in parentheses. partition 2-host epoch / direct path epoch = "
         f"{ratio:.2f} (goal <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'}). Rows: "
         f"SCALEOUT_MODES={','.join(selected)}."
-        + sar.notes(epochs.get("partition"), rank_peaks.get("partition"))
+        + sar.notes(summaries.get("partition"))
         + _loss_notes(loss)
         + (" At each host's peak (sampled every 0.25 s): " + " | ".join(peaks) if peaks else ""),
         extra={"host_loss": _loss_json(loss)} if loss is not None else {},
