@@ -231,7 +231,8 @@ def _on_hosts(
                 "from the cache" if hit else "made in the job"
             )
         epochs[mode] = _median_epoch(done[mode].summary)
-        summaries[mode] = done[mode].summary if done[mode].ok else None
+        summary = done[mode].summary or {}
+        summaries[mode] = summary if summary.get("status") == "completed" else None
         rows.append(_row(name, done[mode]))
         peaks.append(
             f"{mode}: "
