@@ -131,3 +131,34 @@ def test_a_nodes_ranks_build_their_parts_one_at_a_time(on_disk_plan, tmp_path, m
         assert rank.is_alive() and not (directory / "part0").exists()
     rank.join(timeout=240)
     assert opened and opened[0][0].rank == 0 and (directory / "part0" / "part.json").exists()
+
+
+def test_a_rank_returns_once_every_part_of_its_node_is_built(on_disk_plan, monkeypatch):
+    """Its node's ranks build one at a time; a rank that built its own part waits for the rest of
+    its node's (so that it does not wait for them at the process group's rendezvous, which has a
+    time limit), and only for its node's: torchrun's LOCAL_RANK places it."""
+    import threading
+
+    from gnntrain.launch import shards
+    from gnntrain.plan import build_plan
+
+    plan = build_plan(compose(on_disk_plan))  # 2 nodes x 2 ranks
+    monkeypatch.setenv("WORLD_SIZE", "4")  # started by torchrun: one rank per process
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert list(shards.node_ranks(plan, 3)) == [2, 3]
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert list(shards.node_ranks(plan, 0)) == [0, 1]
+    directory = shards.store_dir(plan)
+    opened = []
+    rank = threading.Thread(
+        target=lambda: opened.append(shards.open_shard(plan, directory, 0)), daemon=True
+    )
+    rank.start()
+    rank.join(timeout=30)
+    # part 0 is built, and rank 0 waits for part 1, not for node 1's parts 2 and 3
+    assert (directory / "part0" / "part.json").exists() and rank.is_alive() and not opened
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    shards.open_shard(plan, directory, 1)
+    rank.join(timeout=30)
+    assert opened and not (directory / "part2").exists()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnntrain.data import load_dataset, resolve_cache_dir, resolve_data_dir
+from gnntrain.launch.forkserver import launched_externally
 from gnntrain.modes import mode_spec
 from gnntrain.modes.base import Prepared, RankShard
 from gnntrain.partition import store
@@ -282,6 +283,29 @@ def _one_build_per_host(builder: "_PartBuilder", rank: int):
         return builder(rank)
 
 
+def node_ranks(plan, rank: int) -> range:
+    """The ranks of ``rank``'s node: its local rank from torchrun (``LOCAL_RANK``) or SLURM
+    (``SLURM_LOCALID``), else ``rank`` modulo the plan's ranks per node."""
+    per_node = max(1, int(plan.ranks_per_node))
+    local = os.environ.get("LOCAL_RANK") or os.environ.get("SLURM_LOCALID")
+    first = rank - (int(local) if local is not None else rank % per_node)
+    return range(max(0, first), min(int(plan.world_size), first + per_node))
+
+
+def await_node_parts(directory: Path, ranks: range, poll_s: float = 0.5) -> None:
+    """Return once every part of ``ranks`` (a node's) is published. A node builds its parts one at
+    a time (:func:`host_build_lock`); without this its first rank would wait for its last at the
+    process group's rendezvous, which gives up after ``comm_timeout_s``. No limit of its own: a
+    rank whose build fails ends, and its launcher (torchrun's agent, srun) stops the others."""
+    from gnntrain.partition.part_wise import read_part_meta
+
+    waiting = [r for r in ranks if read_part_meta(directory, r) is None]
+    if waiting:
+        log.info("waiting for parts %s of this node to be built", waiting)
+    while any(read_part_meta(directory, r) is None for r in waiting):
+        time.sleep(poll_s)
+
+
 def _open_or_build_part(plan, directory: Path, rank: int, builder: Optional[_PartBuilder] = None):
     """(part ``rank``'s fields, the store's meta where complete, else one made from the part's
     record)."""
@@ -353,6 +377,8 @@ def open_shard(plan, directory: Path, rank: int) -> Tuple[RankShard, Dict[str, A
             with contextlib.suppress(store.StoreError):
                 return RankShard(**store.open_part(Path(directory), rank, meta)), meta
         fields, meta = _open_or_build_part(plan, Path(directory), rank)
+        if launched_externally():  # one rank per process (the local launcher built every part)
+            await_node_parts(Path(directory), node_ranks(plan, rank))
         return RankShard(**fields), meta
     fields, meta = store.open_or_build(Path(directory), rank, lambda: _build(plan), _warn)
     return RankShard(**fields), meta
