@@ -23,6 +23,7 @@ from gnntrain.modes.cost import DETAIL_LABEL, DETAIL_OPTIONAL, Details, cost_pro
 from gnntrain.modes.edge_weights import check_edge_weight
 from gnntrain.plan_checks import check_shared_settings
 from gnntrain.plan_fit import (
+    builds_at_once,
     check_host_memory,
     check_partitioner_memory,
     hosted_task,
@@ -33,7 +34,7 @@ from gnntrain.plan_fit import (
     with_task_plan,
 )
 from gnntrain.plan_types import KNOWN_HALO, MemoryEstimate, PlanContext, RunPlan, RunSettings
-from gnntrain.sizing import DTYPE_BYTES, host_cores, model_dims, place_ranks
+from gnntrain.sizing import DTYPE_BYTES, host_cores, host_memory_bytes, model_dims, place_ranks
 from gnntrain.tasks import TaskSizes
 
 __all__ = [
@@ -188,6 +189,10 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
     )
     # memory, work, bytes and exactness: the one estimate the plan prints and prices
     estimate = mode.estimate(ctx)
+    builds = builds_at_once(estimate.memory, ranks_per_node, world, host_memory_bytes(hw))
+    estimate = dataclasses.replace(
+        estimate, memory=dataclasses.replace(estimate.memory, part_builds_at_once=builds)
+    )
     if training:
         node, when = node_peak_bytes(estimate.memory, ranks_per_node, world)
         if construction > node:  # a generated graph built whole in memory first

@@ -53,15 +53,32 @@ def check_partitioner_memory(pcfg, n: int, e: int, hw) -> None:
         )
 
 
+def builds_at_once(memory: MemoryEstimate, ranks_per_node: int, world: int, host: int) -> int:
+    """How many ranks of a node build their parts of the store at once (gnntrain/launch/shards.py
+    takes as many build slots): as many builds as fit beside the node's ranks and the process that
+    started them, at least one, at most one per rank."""
+    if not memory.part_build_bytes:
+        return max(1, ranks_per_node)
+    room = host - _launcher(world) - ranks_per_node * memory.process_bytes
+    return int(max(1, min(ranks_per_node, room // memory.part_build_bytes)))
+
+
+def _launcher(world: int) -> int:
+    """The process beside several ranks that started them: the local launcher, or torchrun's
+    agent (one more interpreter with torch, 0.51 GiB RSS measured under torchrun)."""
+    return PROCESS_BYTES if world > 1 else 0
+
+
 def node_peak_bytes(memory: MemoryEstimate, ranks_per_node: int, world: int) -> Tuple[int, str]:
     """(a node's peak under the plan, when): its ranks training, or its ranks (imported, waiting)
-    while one of them builds its part of the store (a node builds one part at a time,
-    gnntrain/launch/shards.py), whichever is higher; beside them, with several ranks, the process
-    that started them (the local launcher, or torchrun's agent: one more interpreter with torch,
-    0.51 GiB RSS measured under torchrun)."""
-    launcher = PROCESS_BYTES if world > 1 else 0
-    training = ranks_per_node * memory.training_bytes + launcher
-    building = ranks_per_node * memory.process_bytes + memory.part_build_bytes + launcher
+    while ``memory.part_builds_at_once`` of them build their parts of the store, whichever is
+    higher; beside them, with several ranks, the process that started them."""
+    training = ranks_per_node * memory.training_bytes + _launcher(world)
+    building = (
+        ranks_per_node * memory.process_bytes
+        + memory.part_builds_at_once * memory.part_build_bytes
+        + _launcher(world)
+    )
     if building > training:
         return building, "while a rank builds its part of the store"
     return training, "training"

@@ -143,6 +143,8 @@ class MemoryEstimate:
     # beyond the process, a rank's peak while it builds its own part of a part-wise store from the
     # graph's CSR, before training (0: its parts are not built that way)
     part_build_bytes: int = 0
+    # how many ranks of a node build their parts at once: as many as fit (plan_fit.builds_at_once)
+    part_builds_at_once: int = 1
 
     @property
     def training_bytes(self) -> int:

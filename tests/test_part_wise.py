@@ -104,33 +104,52 @@ def test_a_graph_in_memory_keeps_the_whole_store(cache_dir):
     assert not part_wise(plan)  # csbm generated in memory: no CSR, the whole-graph prepare
 
 
-def test_a_nodes_ranks_build_their_parts_one_at_a_time(on_disk_plan, tmp_path, monkeypatch):
-    """A part's build takes the node's build lock (the plan counts one build per node beside its
-    ranks: tests/test_saved_tier.py): while another rank of the node builds, a rank waits, and
-    builds once the lock is free. Nodes apart (torchrun's GROUP_RANK) have locks of their own."""
+def test_a_nodes_ranks_build_in_turn_where_the_plan_has_room_for_one_build(
+    on_disk_plan, tmp_path, monkeypatch
+):
+    """A part's build holds one of its node's build slots, as many as the plan found room for
+    (``memory_per_rank.part_builds_at_once``, its node check: tests/test_saved_tier.py). With one
+    slot, a rank whose slot another rank of its node holds waits, and builds once it is free; with
+    two, the other slot is its own. Nodes apart (torchrun's GROUP_RANK) have slots of their own."""
+    import dataclasses
+    import tempfile
     import threading
 
     from gnntrain.atomic import file_lock
     from gnntrain.launch import shards
     from gnntrain.plan import build_plan
 
-    for node in ("0", "1"):
-        monkeypatch.setenv("GROUP_RANK", node)
-        assert shards.host_build_lock().name == f"gnntrain-part-build-node{node}.lock"
-    lock = tmp_path / "node.lock"
-    monkeypatch.setattr(shards, "host_build_lock", lambda: lock)
-    plan = build_plan(compose(on_disk_plan))
-    directory = shards.store_dir(plan)
-    opened = []
-    with file_lock(lock):  # another rank of this node is building its part
-        rank = threading.Thread(
-            target=lambda: opened.append(shards.open_shard(plan, directory, 0)), daemon=True
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("GROUP_RANK", "1")
+    assert shards.host_build_lock(1).name == "gnntrain-part-build-node1-slot1.lock"
+    monkeypatch.setenv("GROUP_RANK", "0")
+    assert shards.host_build_lock(0) != shards.host_build_lock(1)
+    roomy = build_plan(compose(on_disk_plan))
+    assert roomy.memory_per_rank.part_builds_at_once == 2
+    one_slot = dataclasses.replace(
+        roomy, memory_per_rank=dataclasses.replace(roomy.memory_per_rank, part_builds_at_once=1)
+    )
+    directory = shards.store_dir(one_slot)
+
+    def open_in_thread(plan, rank, opened):
+        thread = threading.Thread(
+            target=lambda: opened.append(shards.open_shard(plan, directory, rank)), daemon=True
         )
-        rank.start()
-        rank.join(timeout=3)
-        assert rank.is_alive() and not (directory / "part0").exists()
+        thread.start()
+        thread.join(timeout=3)
+        return thread
+
+    opened: list = []
+    with file_lock(shards.host_build_lock(0)):  # rank 0 of this node is building its part
+        rank = open_in_thread(one_slot, 1, opened)  # one slot: rank 1 waits for it
+        assert rank.is_alive() and not (directory / "part1").exists()
     rank.join(timeout=240)
-    assert opened and opened[0][0].rank == 0 and (directory / "part0" / "part.json").exists()
+    assert opened and opened[0][0].rank == 1 and (directory / "part1" / "part.json").exists()
+    opened.clear()
+    with file_lock(shards.host_build_lock(1)):  # two slots: rank 0 builds in its own, slot 0
+        rank = open_in_thread(roomy, 0, opened)
+        rank.join(timeout=240)
+    assert opened and (directory / "part0" / "part.json").exists()
 
 
 def test_a_rank_returns_once_every_part_of_its_node_is_built(on_disk_plan, monkeypatch):

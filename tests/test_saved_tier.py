@@ -105,9 +105,9 @@ DENSE_ON_DISK = [
 
 def test_the_node_check_counts_a_part_build_and_the_launcher():
     """A rank that builds its part of the store from the CSR on disk peaks before training; a node
-    builds one part at a time beside its other ranks and the launcher (gnntrain/launch/shards.py);
-    the plan's node check takes the higher of that and training, and names the build where it is
-    what does not fit."""
+    builds as many parts at once as fit beside its other ranks and the launcher, at least one
+    (gnntrain/launch/shards.py); the plan's node check takes the higher of that and training, and
+    names the build where it is what does not fit."""
     from gnntrain.data import dataset_sizes
     from gnntrain.plan import build_plan
     from gnntrain.sizing import PART_LOAD_BYTES_PER_NODE, PROCESS_BYTES
@@ -118,6 +118,7 @@ def test_the_node_check_counts_a_part_build_and_the_launcher():
     assert memory.part_build_bytes == int(PART_LOAD_BYTES_PER_NODE * n + 200 * (e + n) / 2)
     assert memory.total_bytes == memory.process_bytes + memory.part_build_bytes
     assert memory.total_bytes > memory.training_bytes
+    assert memory.part_builds_at_once == 2  # both ranks' builds fit 64 GiB at once
     # the same graph in memory: the launcher prepares from the whole graph, no part is built
     in_memory = build_plan(compose(DENSE_ON_DISK[:-1] + ["dataset.on_disk=false"]))
     assert in_memory.memory_per_rank.part_build_bytes == 0
@@ -127,5 +128,6 @@ def test_the_node_check_counts_a_part_build_and_the_launcher():
     between = (building + training) / 2 / 2**30
     with pytest.raises(PlanError, match="while a rank builds its part of the store"):
         build_plan(compose(DENSE_ON_DISK + [f"hardware.host_memory_gb={between:.3f}"]))
+    # room for one build at a time: approved, and its ranks take turns (one build slot)
     enough = f"hardware.host_memory_gb={building / 2**30 + 0.01:.3f}"
-    assert build_plan(compose(DENSE_ON_DISK + [enough])).world_size == 2
+    assert build_plan(compose(DENSE_ON_DISK + [enough])).memory_per_rank.part_builds_at_once == 1

@@ -262,39 +262,44 @@ class _PartBuilder:
         return _fields(prepared.shards[0]), figures
 
 
-def host_build_lock() -> Path:
-    """The lock that lets one process of this host build a part at a time: in the host's own
-    temporary folder, named by the node's index under torchrun (``GROUP_RANK``) or SLURM
-    (``SLURM_NODEID``), so that hosts emulated on one machine (``gnntrain netem``) stay apart."""
+def host_build_lock(slot: int = 0) -> Path:
+    """Build slot ``slot`` of this node: a lock in the node's own temporary folder, named by the
+    node's index under torchrun (``GROUP_RANK``) or SLURM (``SLURM_NODEID``), so that hosts
+    emulated on one machine (``gnntrain netem``) stay apart."""
     import tempfile
 
     node = os.environ.get("GROUP_RANK") or os.environ.get("SLURM_NODEID") or "0"
-    return Path(tempfile.gettempdir()) / f"gnntrain-part-build-node{node}.lock"
+    return Path(tempfile.gettempdir()) / f"gnntrain-part-build-node{node}-slot{slot}.lock"
 
 
-def _one_build_per_host(builder: "_PartBuilder", rank: int):
-    """``builder(rank)`` under :func:`host_build_lock`: a host's ranks build their parts one after
-    another, so that a host holds one part's build beside its ranks' processes, whatever its number
-    of ranks (the peak the plan checks, :meth:`gnntrain.modes.ModePlanner.part_build_bytes`); the
-    build's working memory is returned before the next one starts."""
+def _local_rank(plan, rank: int) -> int:
+    """``rank``'s index on its node: torchrun's ``LOCAL_RANK``, SLURM's ``SLURM_LOCALID``, else
+    ``rank`` modulo the plan's ranks per node."""
+    local = os.environ.get("LOCAL_RANK") or os.environ.get("SLURM_LOCALID")
+    return int(local) if local is not None else rank % max(1, int(plan.ranks_per_node))
+
+
+def _built_in_turn(plan, builder: "_PartBuilder", rank: int):
+    """``builder(rank)`` holding one of the node's build slots: as many of a node's ranks build at
+    once as the plan found room for (``memory_per_rank.part_builds_at_once``, counted in its node
+    check, :func:`gnntrain.plan_fit.node_peak_bytes`); the others wait for their slot. A build's
+    working memory is returned before the slot's next build starts."""
     from gnntrain.atomic import file_lock
 
-    with file_lock(host_build_lock()):
+    slots = max(1, int(plan.memory_per_rank.part_builds_at_once))
+    with file_lock(host_build_lock(_local_rank(plan, rank) % slots)):
         return builder(rank)
 
 
 def node_ranks(plan, rank: int) -> range:
-    """The ranks of ``rank``'s node: its local rank from torchrun (``LOCAL_RANK``) or SLURM
-    (``SLURM_LOCALID``), else ``rank`` modulo the plan's ranks per node."""
-    per_node = max(1, int(plan.ranks_per_node))
-    local = os.environ.get("LOCAL_RANK") or os.environ.get("SLURM_LOCALID")
-    first = rank - (int(local) if local is not None else rank % per_node)
-    return range(max(0, first), min(int(plan.world_size), first + per_node))
+    """The ranks of ``rank``'s node (:func:`_local_rank` places it)."""
+    first = rank - _local_rank(plan, rank)
+    return range(max(0, first), min(int(plan.world_size), first + max(1, int(plan.ranks_per_node))))
 
 
 def await_node_parts(directory: Path, ranks: range, poll_s: float = 0.5) -> None:
-    """Return once every part of ``ranks`` (a node's) is published. A node builds its parts one at
-    a time (:func:`host_build_lock`); without this its first rank would wait for its last at the
+    """Return once every part of ``ranks`` (a node's) is published. A node's ranks may build in
+    turn (:func:`_built_in_turn`); without this its first rank would wait for its last at the
     process group's rendezvous, which gives up after ``comm_timeout_s``. No limit of its own: a
     rank whose build fails ends, and its launcher (torchrun's agent, srun) stops the others."""
     from gnntrain.partition.part_wise import read_part_meta
@@ -313,7 +318,7 @@ def _open_or_build_part(plan, directory: Path, rank: int, builder: Optional[_Par
 
     builder = builder or _PartBuilder(plan, directory)
     fields, record = open_or_build_part(
-        directory, rank, plan.world_size, lambda: _one_build_per_host(builder, rank), _warn
+        directory, rank, plan.world_size, lambda: _built_in_turn(plan, builder, rank), _warn
     )
     meta = store.read_meta(directory)
     if meta is None:  # other hosts' parts are still being built

@@ -141,7 +141,8 @@ def _memory_lines(tree: Tree, mem, brief: bool) -> None:
     if mem.part_build_bytes:
         m.add(
             Text(
-                "building its part of the store before training (one at a time per node): "
+                "building its part of the store before training "
+                f"({mem.part_builds_at_once} at a time per node): "
                 f"{format_bytes(mem.process_bytes + mem.part_build_bytes)}"
             )
         )

@@ -241,7 +241,7 @@ class ModePlanner:
 
     def part_build_bytes(self, ctx: PlanContext) -> int:
         """Beyond the process, the peak of building one part of a part-wise store from the graph's
-        CSR on disk (gnntrain/launch/shards.py: a host's ranks build theirs one at a time), before
+        CSR on disk (gnntrain/launch/shards.py: as many of a node's ranks at once as fit), before
         training; 0 where the run builds no part that way (one rank, a graph in memory, a mode
         that prepares from the whole graph)."""
         from gnntrain.data.locations import graph_on_disk
