@@ -12,7 +12,7 @@ from omegaconf import DictConfig, open_dict, read_write
 
 from gnntrain.errors import PlanError
 from gnntrain.plan_types import MemoryEstimate
-from gnntrain.sizing import PROCESS_BYTES, format_bytes, host_memory_bytes
+from gnntrain.sizing import PROCESS_BYTES, format_bytes, host_memory_bytes, launcher_bytes
 
 
 def resolve_partitioner(cfg: DictConfig, n: int, e: int) -> Tuple[DictConfig, str]:
@@ -59,25 +59,19 @@ def builds_at_once(memory: MemoryEstimate, ranks_per_node: int, world: int, host
     started them, at least one, at most one per rank."""
     if not memory.part_build_bytes:
         return max(1, ranks_per_node)
-    room = host - _launcher(world) - ranks_per_node * memory.process_bytes
+    room = host - launcher_bytes(world) - ranks_per_node * memory.process_bytes
     return int(max(1, min(ranks_per_node, room // memory.part_build_bytes)))
-
-
-def _launcher(world: int) -> int:
-    """The process beside several ranks that started them: the local launcher, or torchrun's
-    agent (one more interpreter with torch, 0.51 GiB RSS measured under torchrun)."""
-    return PROCESS_BYTES if world > 1 else 0
 
 
 def node_peak_bytes(memory: MemoryEstimate, ranks_per_node: int, world: int) -> Tuple[int, str]:
     """(a node's peak under the plan, when): its ranks training, or its ranks (imported, waiting)
     while ``memory.part_builds_at_once`` of them build their parts of the store, whichever is
     higher; beside them, with several ranks, the process that started them."""
-    training = ranks_per_node * memory.training_bytes + _launcher(world)
+    training = ranks_per_node * memory.training_bytes + launcher_bytes(world)
     building = (
         ranks_per_node * memory.process_bytes
         + memory.part_builds_at_once * memory.part_build_bytes
-        + _launcher(world)
+        + launcher_bytes(world)
     )
     if building > training:
         return building, "while a rank builds its part of the store"

@@ -95,6 +95,15 @@ EDGE_BYTES = 48  # src, dst, float64 weight factors and the kernel's index struc
 # average degree 20, f=128, 3-layer GCN hidden 128, float32 (docs/BENCHMARKS.md, "memory").
 # a rank with an 8 MiB part of Cora peaks at 454 MiB: the process itself
 PROCESS_BYTES = 450 * 2**20
+
+
+def launcher_bytes(world_size: int) -> int:
+    """The process beside a node's ranks that started them, where there are several: the local
+    launcher, or torchrun's agent (one more interpreter with torch, 0.51 GiB RSS measured under
+    torchrun)."""
+    return PROCESS_BYTES if world_size > 1 else 0
+
+
 # A rank building its part of a part-wise store from the mapped CSR (gnntrain/launch/shards.py):
 # the loaded graph's per-node arrays and the partitioning's permutation, per node of the graph, plus
 # the mode's own working set per in-edge of the part (ModePlanner.PART_BUILD_BYTES_PER_EDGE).

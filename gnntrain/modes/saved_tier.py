@@ -39,7 +39,7 @@ from gnntrain.atomic import on_disk_full
 from gnntrain.config.schema import ModeConfig
 from gnntrain.modes.base import ModePlanner
 from gnntrain.modes.cost import CommEstimate
-from gnntrain.sizing import PROCESS_BYTES, format_bytes, host_memory_bytes
+from gnntrain.sizing import format_bytes, host_memory_bytes, launcher_bytes
 
 SPILL_MIN_BYTES = 1 << 16  # smaller saved tensors (weights, scalars) stay in memory
 _NUMPY = {
@@ -177,9 +177,8 @@ class SavedTierPlanner(ModePlanner):
             return None
         hw = self.settings.hardware
         # the node's memory less the process that started its ranks (plan_fit.node_peak_bytes)
-        launcher = PROCESS_BYTES if ctx.world_size > 1 else 0
         ranks = max(1, min(ctx.world_size, int(hw.ranks_per_node)))
-        host = (host_memory_bytes(hw) - launcher) // ranks
+        host = (host_memory_bytes(hw) - launcher_bytes(ctx.world_size)) // ranks
         estimate = self.estimate_memory(ctx).training_bytes
         if estimate <= host:
             return None
