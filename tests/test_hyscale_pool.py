@@ -7,6 +7,7 @@ than the host has cores."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from conftest import compose
 from gnntrain.data import load_dataset
 from gnntrain.modes.hyscale.drm import DRMState, drm_step
 from gnntrain.modes.hyscale.perf_model import model_shares
-from gnntrain.modes.hyscale.pipeline import SamplerPool, use_threads
+from gnntrain.modes.hyscale.pipeline import BatchPipeline, SamplerPool, one_producer, use_threads
 from gnntrain.modes.hyscale.sampler import TorchNeighborSampler
 from gnntrain.modes.hyscale.threads import on_this_host, rank_budgets, split_threads
 from gnntrain.modes.hyscale.trainer import HyScaleTrainer
@@ -216,3 +217,71 @@ def test_the_models_epoch_is_serial_without_prefetch_and_pipelined_with_it():
     assert piped["T_prop_s"] == 2 * 2.0 + 3.0
     # trainer 0's stages in turn, then the sync
     assert serial["T_exec_s"] == 2 * (1.0 + 2.0 + 0.0 + 0.5) + 3.0
+
+
+def test_drm_divides_shares_by_each_trainers_whole_time_so_a_hidden_blip_moves_nothing():
+    """With prefetch, a slow draw on the accelerator's sampler can make T_SA the bottleneck for
+    one iteration while the trainer's own time (its wait on the pipeline plus training: ``busy``)
+    does not change. The shares follow ``busy``, in one EMA for both pairs: a rate from the
+    sampling stage alone flipped a converged 0.25 / 0.75 split to 0.74 / 0.26 in one step."""
+    shares = (0.25, 0.75)
+    state = DRMState(shares=shares, rates={"work": (250.0, 750.0)}, threads={"T_SC": 1})
+    batch = [256, 768]
+    times = [
+        {"sample": 1e-3, "load": 1e-4, "transfer": 0.0, "train": 1.0, "busy": 1.0},
+        {"sample": 2.0, "load": 1e-4, "transfer": 1e-4, "train": 1.0, "busy": 1.0},
+    ]
+    moved = drm_step(state, times, batch, [False, True], ema=0.5, min_share=0.05)
+    assert moved.action == "balance_work(sample)"  # Algorithm 1 still names the bottleneck
+    assert moved.shares == pytest.approx(shares, abs=0.01)
+    # without busy (callers that report stages only), the pair's own stage is the denominator
+    staged = [{k: v for k, v in t.items() if k != "busy"} for t in times]
+    flipped = drm_step(state, staged, batch, [False, True], ema=0.5, min_share=0.05)
+    assert flipped.shares[0] > 0.9
+
+
+def test_slowdown_stretches_the_steps_work_not_its_wait_for_a_core():
+    """mode.slowdown emulates a slower device: on a one-thread host trainer the sleep is the
+    step's CPU time times (slowdown - 1), so time spent waiting for a core (here, sleeping) is
+    not doubled; on a device it is the wall time."""
+
+    class Trainer:
+        device = torch.device("cpu")
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        cpu0, t0 = time.thread_time(), time.perf_counter()
+        time.sleep(0.05)
+        wall = time.perf_counter() - t0
+        assert HyScaleTrainer._work_seconds(Trainer(), wall, cpu0) < 0.02
+        Trainer.device = torch.device("cuda")  # a device's kernels: its wall time
+        assert HyScaleTrainer._work_seconds(Trainer(), wall, cpu0) == wall
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_below_three_threads_one_producer_draws_and_loads_and_the_trainer_transfers():
+    """A rank with fewer host threads than the pipeline's stages prefetches on its sampler pool
+    alone: each draw also loads, the trainer transfers in k order on its own thread, and no
+    loader or transfer thread starts."""
+    assert one_producer(1) and one_producer(2) and not one_producer(3)
+    on_caller = []
+
+    def load(k):
+        return ("loaded", k)
+
+    def transfer(b):
+        on_caller.append(threading.current_thread() is threading.main_thread())
+        return b + ("moved",)
+
+    pool = SamplerPool(lambda k: load(k), workers=1, threads=1, depth=2, end=6)
+    before = {t.name for t in threading.enumerate()}
+    try:
+        pipeline = BatchPipeline(None, None, transfer, range(6), True, pool, loaded_batches=True)
+        started = {t.name for t in threading.enumerate()} - before
+        assert list(pipeline) == [("loaded", k, "moved") for k in range(6)]
+    finally:
+        pool.close()
+    assert not any(name.startswith(("hyscale-load", "hyscale-transfer")) for name in started)
+    assert on_caller == [True] * 6

@@ -109,6 +109,25 @@ def side_stages(times: Sequence[Dict[str, float]], accel: Sequence[bool]) -> Dic
     return stages
 
 
+def work_seconds(
+    times: Sequence[Dict[str, float]], accel: Sequence[bool], pair: str
+) -> Tuple[str, list]:
+    """The seconds that balance_work divides each trainer's slice by, and the EMA they feed.
+
+    Here a trainer samples, loads and trains the same slice, so one share moves all of its stages
+    at once (in the paper the CPU sampler's and the accelerator sampler's work are split apart from
+    the trainers'). Where the trainers report ``busy`` (the time from asking for the batch to the
+    end of its backward: its serial stages, or its wait on the pipeline plus training with
+    prefetch), that whole time is the throughput's denominator, for either pair and in one EMA: a
+    rate from one stage alone would let a stage's blip (one slow draw) set every stage's split.
+    Without it, the pair's own stage: training (with an accelerator's transfer) or sampling."""
+    if all("busy" in t for t in times):
+        return "work", [t["busy"] for t in times]
+    if pair == "train":  # an accelerator trainer's work includes its transfer
+        return pair, [t["train"] + (t["transfer"] if a else 0.0) for t, a in zip(times, accel)]
+    return pair, [t["sample"] for t in times]
+
+
 def drm_step(
     state: DRMState,
     times: Sequence[Dict[str, float]],
@@ -121,12 +140,9 @@ def drm_step(
     bottleneck, action, arg = algorithm1(side_stages(times, accel), state.threads)
     rates, shares, threads = dict(state.rates), state.shares, dict(state.threads)
     if action == "balance_work":
-        if arg == "train":  # an accelerator trainer's work includes its transfer
-            seconds = [t["train"] + (t["transfer"] if a else 0.0) for t, a in zip(times, accel)]
-        else:
-            seconds = [t["sample"] for t in times]
-        shares, rates[arg] = rebalance(
-            shares, rates.get(arg, (0.0,) * len(shares)), batch, seconds, ema, min_share
+        key, seconds = work_seconds(times, accel, arg)
+        shares, rates[key] = rebalance(
+            shares, rates.get(key, (0.0,) * len(shares)), batch, seconds, ema, min_share
         )
     elif action == "balance_thread":
         threads[arg] -= 1

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from gnntrain.modes.hyscale.sampler import Block
+from gnntrain.modes.hyscale.threads import SPLIT_KEYS
 
 
 @dataclass
@@ -140,7 +141,9 @@ class BatchPipeline:
     """HyScale-GNN §IV-B over one epoch's iterations ``ks``: the sampler pool draws (``pool``,
     several batches at once) → the loader thread gathers features in k order (``load``) → the
     transfer thread copies (``transfer``) → the caller trains; each queue holds one batch. With
-    ``prefetch=False`` the caller runs draw, load and transfer itself, in order."""
+    ``prefetch=False`` the caller runs draw, load and transfer itself, in order. With
+    ``loaded_batches`` the pool's draws already load (see :func:`one_producer`): the caller takes
+    them from the pool and transfers them itself, and no loader or transfer thread runs."""
 
     def __init__(
         self,
@@ -150,6 +153,7 @@ class BatchPipeline:
         ks: Sequence[int],
         prefetch: bool,
         pool: Optional[SamplerPool] = None,
+        loaded_batches: bool = False,
     ):
         self.draw, self.load, self.transfer, self.ks, self.prefetch = (
             draw,
@@ -159,7 +163,8 @@ class BatchPipeline:
             prefetch,
         )
         self._out: "queue.Queue" = queue.Queue(maxsize=1)
-        if prefetch:
+        self.pool = pool if prefetch and loaded_batches else None
+        if prefetch and self.pool is None:
             assert pool is not None
             loaded: "queue.Queue" = queue.Queue(maxsize=1)
             threading.Thread(
@@ -188,10 +193,22 @@ class BatchPipeline:
 
     def __iter__(self):
         for k in self.ks:
-            if self.prefetch:
+            if self.pool is not None:
+                yield self.transfer(self.pool.get(k))
+            elif self.prefetch:
                 item = self._out.get()
                 if isinstance(item, BaseException):
                     raise item
                 yield item
             else:
                 yield self.transfer(self.load(self.draw(k)))
+
+
+def one_producer(budget: int) -> bool:
+    """Whether a rank's prefetch runs on one producer thread (each pool draw samples and loads its
+    batch; the trainer transfers it) instead of the pool, a loader and a transfer thread (§IV-B's
+    stages).
+    With fewer host threads than the stages (:func:`~gnntrain.modes.hyscale.threads.split_threads`
+    then gives every task one, time-sharing the rank's cores), separate stage threads only take
+    turns on the same cores and hand each batch over twice more."""
+    return int(budget) < len(SPLIT_KEYS)

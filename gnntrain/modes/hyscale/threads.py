@@ -36,7 +36,7 @@ def split_threads(budget: int, on_device: bool) -> Dict[str, int]:
     thread loads features, the rest sample. A host rank trains on most of its threads and samples on
     a quarter. Below 3 threads the three tasks time-share the budget with one thread each."""
     budget = max(1, int(budget))
-    if budget < 3:
+    if budget < len(SPLIT_KEYS):
         return {"T_SC": 1, "T_Load": 1, "T_TC": 1}
     if on_device:
         return {"T_SC": budget - 2, "T_Load": 1, "T_TC": 1}

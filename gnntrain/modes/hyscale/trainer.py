@@ -18,7 +18,13 @@ from gnntrain.modes.hyscale.calibration import calibrate, initial_model_shares
 from gnntrain.modes.hyscale.config import DRM_LAG, DRM_WARMUP, HyScaleConfig
 from gnntrain.modes.hyscale.drm import STAGES, DRMState, ShareSchedule, drm_step
 from gnntrain.modes.hyscale.forward import block_forward
-from gnntrain.modes.hyscale.pipeline import Batch, BatchPipeline, SamplerPool, use_threads
+from gnntrain.modes.hyscale.pipeline import (
+    Batch,
+    BatchPipeline,
+    SamplerPool,
+    one_producer,
+    use_threads,
+)
 from gnntrain.modes.hyscale.report import mode_report
 from gnntrain.modes.hyscale.sampler import Block, make_sampler
 from gnntrain.modes.hyscale.threads import on_this_host, split_threads
@@ -131,6 +137,13 @@ class HyScaleTrainer(RankStrategy):
         b.seconds["load"] = time.perf_counter() - t1
         return b
 
+    def produce(self, k: int) -> Batch:
+        """Batch k sampled and loaded on one thread: the pool's draw where the rank has fewer
+        threads than the pipeline's stages (:func:`one_producer`). Its transfer stays with the
+        trainer, in the epoch that trains it: the pool draws ahead across an epoch's end, and the
+        copy's bytes belong to the epoch whose ledger counts them."""
+        return self.load(self.draw(k))
+
     def transfer(self, b: Batch) -> Batch:
         """Host → accelerator: features (through the stager's pinned buffers) and topology
         (``h2d``); CPU trainers skip it."""
@@ -210,7 +223,7 @@ class HyScaleTrainer(RankStrategy):
     def step(self, b: Batch, model, optimizer, params) -> Tuple[float, float, float]:
         """Forward/backward on this trainer's slice, weighted SUM all-reduce, update:
         (Σ CE, train seconds, sync seconds)."""
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         total = sum(b.sizes)
         optimizer.zero_grad(set_to_none=False)
         ce = 0.0
@@ -233,13 +246,22 @@ class HyScaleTrainer(RankStrategy):
             torch.cuda.synchronize(self.device)
         train_s = time.perf_counter() - t0
         if self.slowdown > 1:  # emulate a slower device: the same work takes slowdown x as long
-            time.sleep((self.slowdown - 1.0) * train_s)
-            train_s *= self.slowdown
+            time.sleep((self.slowdown - 1.0) * self._work_seconds(train_s, cpu0))
+            train_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         sync_gradients(params, self.comm, through_host=self.through_host)
         sync_s = time.perf_counter() - t1
         optimizer.step()
         return ce, train_s, sync_s
+
+    def _work_seconds(self, wall_s: float, cpu0: float) -> float:
+        """The step's work, which ``mode.slowdown`` stretches: on a host trainer computing on its
+        one thread, that thread's CPU time (a slower device does the same work slower; it does not
+        lengthen the time the thread waited for a core that the other ranks and the sampler pool
+        share); elsewhere (a device's kernels, or intra-op work on other threads) the wall time."""
+        if self.device.type == "cpu" and torch.get_num_threads() == 1:
+            return min(wall_s, time.thread_time() - cpu0)
+        return wall_s
 
     # ---- the RankStrategy hooks
     def finish(self, result: Dict[str, Any]) -> None:
@@ -261,7 +283,12 @@ class HyScaleTrainer(RankStrategy):
             )
             end = int(self.settings.train.epochs) * self.per_epoch
             self.pool = SamplerPool(
-                self.draw, workers, self.threads["T_SC"], DRM_LAG - 1, end, self.schedule.get
+                self.produce if one_producer(self.budget) else self.draw,
+                workers,
+                self.threads["T_SC"],
+                DRM_LAG - 1,
+                end,
+                self.schedule.get,
             )
         if history:
             shares = tuple(history[-1]["hyscale"]["shares"])
@@ -302,7 +329,13 @@ class HyScaleTrainer(RankStrategy):
         iterations, ce_sum, t_epoch = [], 0.0, time.perf_counter()
         stage_tot = dict.fromkeys(STAGES + ("sync", "wait"), 0.0)
         pipeline = BatchPipeline(
-            self.draw, self.load, self.transfer, ks, bool(o.prefetch), self.pool
+            self.draw,
+            self.load,
+            self.transfer,
+            ks,
+            bool(o.prefetch),
+            self.pool,
+            loaded_batches=one_producer(self.budget),
         )
         t_wait = time.perf_counter()
         for b in pipeline:
@@ -314,12 +347,17 @@ class HyScaleTrainer(RankStrategy):
             for key in stage_tot:
                 stage_tot[key] += mine.get(key, 0.0)
             # every trainer's stage times, for DRM and the log (bookkeeping, not training traffic)
-            slots = [0.0] * (len(STAGES) + 1) * self.world
-            base = self.rank * (len(STAGES) + 1)
-            slots[base : base + len(STAGES) + 1] = [mine[s] for s in STAGES] + [sync_s]
+            # busy: from asking for the batch to the end of the backward (the serial stages, or
+            # the wait on the pipeline with prefetch, plus training): what DRM's shares divide
+            reported = STAGES + ("sync", "busy")
+            mine["busy"] = wait_s + train_s
+            slots = [0.0] * len(reported) * self.world
+            base = self.rank * len(reported)
+            slots[base : base + len(reported)] = [mine[s] for s in reported]
             gathered = comm.reduce_stats(slots)
+            width = len(reported)
             times = [
-                dict(zip(STAGES + ("sync",), gathered[r * 5 : (r + 1) * 5]))
+                dict(zip(reported, gathered[r * width : (r + 1) * width]))
                 for r in range(self.world)
             ]
             iter_s = time.perf_counter() - t_iter
