@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterator, Optional
 
 from gnntrain.errors import PlanError, RankFailure
 from gnntrain.interrupts import graceful_stop
@@ -111,7 +112,7 @@ def rank_main(
     SPMM_CALLS.clear()  # this rank's run only (in-process ranks run one after another)
     try:
         # Ctrl-C, SIGTERM: finish the epoch, agree, stop (gnntrain.interrupts)
-        with graceful_stop(hard_exit=not in_process, sigterm=not spawned):
+        with graceful_stop(hard_exit=not in_process, sigterm=not spawned), profiled(rank):
             result = train_rank(mode, shard, ctx)
     except RuntimeError as exc:
         lost = describe_lost_peers(str(exc), hosts, rank, comm.timeout_s) if distributed else None
@@ -132,6 +133,27 @@ def rank_main(
         # already torn down its side.
         ctx.comm.barrier()
     return summary
+
+
+@contextmanager
+def profiled(rank: int) -> Iterator[None]:
+    """Where ``GNNTRAIN_PROFILE_DIR`` is set, this rank's training (set-up, epochs, evaluation)
+    runs under cProfile and its stats go to ``<dir>/rank<rank>.prof`` (read them with ``python -m
+    pstats``): where a mode's epoch goes beside ``single``'s, rank by rank."""
+    folder = os.environ.get("GNNTRAIN_PROFILE_DIR")
+    if not folder:
+        yield
+        return
+    import cProfile
+
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(str(Path(folder) / f"rank{rank}.prof"))
 
 
 def agreed_settings(plan) -> Dict[str, Any]:
