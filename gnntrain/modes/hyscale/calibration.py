@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from gnntrain.modes.hyscale.drm import REPORTED
 from gnntrain.modes.hyscale.forward import block_forward
 from gnntrain.modes.hyscale.perf_model import model_iteration_s, model_shares
 from gnntrain.modes.hyscale.pipeline import use_threads
@@ -88,14 +89,13 @@ def probe_stages(
     """§V's stage costs measured on this rank at start (the paper profiles them; the hardware
     profile's rates are a plan-time guess): the probe batch's feature gather, host→device copy,
     forward+backward with the run's dropout (on a copy of the model: training is untouched;
-    ``mode.slowdown`` applied)
-    and the iteration's fixed part (``sync_s``): the gradient all-reduce, the optimizer's update
-    and the step's stats all-reduce (on a fresh optimizer of the run's kind over the copy), each
-    the median of eight after a warm-up."""
+    ``mode.slowdown`` applied) and the iteration's fixed part (``sync_s``): the gradient
+    all-reduce, the optimizer's update and the step's stats all-reduce (on a fresh optimizer of
+    the run's kind over the copy), each the median of eight after a warm-up."""
     model = copy.deepcopy(trainer.model)
     params = list(model.parameters())
     optimizer = type(trainer.optimizer)(params, **trainer.optimizer.defaults)
-    stats = [0.0] * 6 * trainer.world  # the size of a step's stats all-reduce
+    stats = [0.0] * len(REPORTED) * trainer.world  # a step's stats all-reduce
 
     def timed(fn, together: bool = False) -> float:
         seconds = []

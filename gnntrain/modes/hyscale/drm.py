@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence, Tuple
 
 STAGES = ("sample", "load", "transfer", "train")
+# what every trainer reports after each step (one float each, all-reduced): its stages, its wait
+# in the gradient sync, and ``busy`` (see :func:`work_seconds`)
+REPORTED = STAGES + ("sync", "busy")
 
 
 @dataclass(frozen=True)

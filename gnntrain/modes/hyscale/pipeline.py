@@ -207,8 +207,8 @@ class BatchPipeline:
 def one_producer(budget: int) -> bool:
     """Whether a rank's prefetch runs on one producer thread (each pool draw samples and loads its
     batch; the trainer transfers it) instead of the pool, a loader and a transfer thread (§IV-B's
-    stages).
-    With fewer host threads than the stages (:func:`~gnntrain.modes.hyscale.threads.split_threads`
-    then gives every task one, time-sharing the rank's cores), separate stage threads only take
-    turns on the same cores and hand each batch over twice more."""
+    stages). With fewer host threads than the stages
+    (:func:`~gnntrain.modes.hyscale.threads.split_threads` then gives every task one,
+    time-sharing the rank's cores), separate stage threads only take turns on the same cores and
+    hand each batch over twice more."""
     return int(budget) < len(SPLIT_KEYS)

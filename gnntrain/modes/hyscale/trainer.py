@@ -16,7 +16,7 @@ from gnntrain.modes.base import RankShard
 from gnntrain.modes.hyscale.batches import global_batches, initial_shares, trainer_slice
 from gnntrain.modes.hyscale.calibration import calibrate, initial_model_shares
 from gnntrain.modes.hyscale.config import DRM_LAG, DRM_WARMUP, HyScaleConfig
-from gnntrain.modes.hyscale.drm import STAGES, DRMState, ShareSchedule, drm_step
+from gnntrain.modes.hyscale.drm import REPORTED, STAGES, DRMState, ShareSchedule, drm_step
 from gnntrain.modes.hyscale.forward import block_forward
 from gnntrain.modes.hyscale.pipeline import (
     Batch,
@@ -349,15 +349,13 @@ class HyScaleTrainer(RankStrategy):
             # every trainer's stage times, for DRM and the log (bookkeeping, not training traffic)
             # busy: from asking for the batch to the end of the backward (the serial stages, or
             # the wait on the pipeline with prefetch, plus training): what DRM's shares divide
-            reported = STAGES + ("sync", "busy")
             mine["busy"] = wait_s + train_s
-            slots = [0.0] * len(reported) * self.world
-            base = self.rank * len(reported)
-            slots[base : base + len(reported)] = [mine[s] for s in reported]
+            width = len(REPORTED)
+            slots = [0.0] * width * self.world
+            slots[self.rank * width : (self.rank + 1) * width] = [mine[s] for s in REPORTED]
             gathered = comm.reduce_stats(slots)
-            width = len(reported)
             times = [
-                dict(zip(reported, gathered[r * width : (r + 1) * width]))
+                dict(zip(REPORTED, gathered[r * width : (r + 1) * width]))
                 for r in range(self.world)
             ]
             iter_s = time.perf_counter() - t_iter
