@@ -94,6 +94,16 @@ class CommLedger:
         c.calls += 1
         c.seconds += float(seconds)
 
+    def absorb(self, other: "CommLedger") -> None:
+        """Count ``other``'s traffic (whatever its phases) in this ledger's current phase: copies a
+        prefetch made ahead, into the epoch that uses them."""
+        for (_, kind), c in other.counters.items():
+            mine = self.counters[(self.phase, kind)]
+            mine.sent += c.sent
+            mine.received += c.received
+            mine.calls += c.calls
+            mine.seconds += c.seconds
+
     def add_seconds(self, kind: str, seconds: float) -> None:
         """Blocked time of an asynchronous collective, counted when it is waited for."""
         self.counters[(self.phase, kind)].seconds += float(seconds)

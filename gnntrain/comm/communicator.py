@@ -177,10 +177,13 @@ class Communicator:
         meta = self.all_to_all_start(raw, send_counts, recv_counts, "quant_params")
         return PendingDecode(data, meta, quantizer, params.dtype, send.shape[1], send.dtype)
 
-    def record_copy(self, kind: str, nbytes: int, seconds: float = 0.0) -> None:
+    def record_copy(
+        self, kind: str, nbytes: int, seconds: float = 0.0, ledger: Optional[CommLedger] = None
+    ) -> None:
         """A copy between this rank's host memory and its device (``h2d``/``d2h``), or bytes a
-        copy avoided (``reused``): not a collective, but accounted in the same ledger."""
-        self.ledger.record(kind, nbytes, nbytes, seconds)
+        copy avoided (``reused``): not a collective, but accounted in the same ledger (or in
+        ``ledger``, for a copy made ahead that :meth:`CommLedger.absorb` counts later)."""
+        (self.ledger if ledger is None else ledger).record(kind, nbytes, nbytes, seconds)
 
     def _peer_bytes(
         self, send: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int]
@@ -225,8 +228,10 @@ class Communicator:
         device: torch.device,
         kind: str = "h2d",
         non_blocking: bool = True,
+        ledger: Optional[CommLedger] = None,
     ) -> torch.Tensor:
-        """Copy ``tensor`` to ``device`` and count its bytes under ``kind`` (``h2d`` or ``d2h``).
+        """Copy ``tensor`` to ``device`` and count its bytes under ``kind`` (``h2d`` or ``d2h``),
+        in this rank's ledger or in ``ledger`` (see :meth:`record_copy`).
 
         A copy between two host buffers (an accelerator trainer emulated on a
         CPU-only host) is still a real copy and is counted the same way. With
@@ -240,7 +245,7 @@ class Communicator:
         else:
             out = tensor.to(device, non_blocking=non_blocking)
         nbytes = tensor.numel() * tensor.element_size()
-        self.ledger.record(kind, nbytes, nbytes, now() - start)
+        self.record_copy(kind, nbytes, now() - start, ledger)
         return out
 
     # ------------------------------------------------------- metrics traffic

@@ -26,6 +26,8 @@ class Batch:
     x: Any = None  # the gathered rows (a StagedRows) after load, the device tensor after transfer
     y: Optional[torch.Tensor] = None
     ready: Optional[Any] = None  # CUDA event the trainer waits on
+    # copies made ahead of the epoch that trains the batch (one producer), counted when it trains
+    copies: Optional[Any] = None
     seconds: Dict[str, float] = field(default_factory=dict)
 
 
@@ -142,8 +144,8 @@ class BatchPipeline:
     several batches at once) → the loader thread gathers features in k order (``load``) → the
     transfer thread copies (``transfer``) → the caller trains; each queue holds one batch. With
     ``prefetch=False`` the caller runs draw, load and transfer itself, in order. With
-    ``loaded_batches`` the pool's draws already load (see :func:`one_producer`): the caller takes
-    them from the pool and transfers them itself, and no loader or transfer thread runs."""
+    ``whole_batches`` the pool's draws already load and transfer (see :func:`one_producer`): the
+    caller takes them from the pool, and no loader or transfer thread runs."""
 
     def __init__(
         self,
@@ -153,7 +155,7 @@ class BatchPipeline:
         ks: Sequence[int],
         prefetch: bool,
         pool: Optional[SamplerPool] = None,
-        loaded_batches: bool = False,
+        whole_batches: bool = False,
     ):
         self.draw, self.load, self.transfer, self.ks, self.prefetch = (
             draw,
@@ -163,7 +165,7 @@ class BatchPipeline:
             prefetch,
         )
         self._out: "queue.Queue" = queue.Queue(maxsize=1)
-        self.pool = pool if prefetch and loaded_batches else None
+        self.pool = pool if prefetch and whole_batches else None
         if prefetch and self.pool is None:
             assert pool is not None
             loaded: "queue.Queue" = queue.Queue(maxsize=1)
@@ -194,7 +196,7 @@ class BatchPipeline:
     def __iter__(self):
         for k in self.ks:
             if self.pool is not None:
-                yield self.transfer(self.pool.get(k))
+                yield self.pool.get(k)
             elif self.prefetch:
                 item = self._out.get()
                 if isinstance(item, BaseException):
@@ -205,10 +207,9 @@ class BatchPipeline:
 
 
 def one_producer(budget: int) -> bool:
-    """Whether a rank's prefetch runs on one producer thread (each pool draw samples and loads its
-    batch; the trainer transfers it) instead of the pool, a loader and a transfer thread (§IV-B's
-    stages). With fewer host threads than the stages
-    (:func:`~gnntrain.modes.hyscale.threads.split_threads` then gives every task one,
-    time-sharing the rank's cores), separate stage threads only take turns on the same cores and
-    hand each batch over twice more."""
+    """Whether a rank's prefetch runs on one producer thread (each pool draw samples, loads and
+    transfers its batch) instead of the pool, a loader and a transfer thread (§IV-B's stages).
+    With fewer host threads than the stages (:func:`~gnntrain.modes.hyscale.threads.split_threads`
+    then gives every task one, time-sharing the rank's cores), separate stage threads only take
+    turns on the same cores and hand each batch over twice more."""
     return int(budget) < len(SPLIT_KEYS)

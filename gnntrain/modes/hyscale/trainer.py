@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -10,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from gnntrain.comm.accounting import CommLedger
 from gnntrain.models import SparseAdjacency
 from gnntrain.models.export import rows_output
 from gnntrain.modes.base import RankShard
@@ -138,21 +140,24 @@ class HyScaleTrainer(RankStrategy):
         return b
 
     def produce(self, k: int) -> Batch:
-        """Batch k sampled and loaded on one thread: the pool's draw where the rank has fewer
-        threads than the pipeline's stages (:func:`one_producer`). Its transfer stays with the
-        trainer, in the epoch that trains it: the pool draws ahead across an epoch's end, and the
-        copy's bytes belong to the epoch whose ledger counts them."""
-        return self.load(self.draw(k))
+        """Batch k sampled, loaded and transferred on one thread: the pool's draw where the rank
+        has fewer threads than the pipeline's stages (:func:`one_producer`). The pool draws ahead
+        across an epoch's end, so the copies are counted in a ledger of the batch's own, which the
+        epoch that trains it absorbs (:meth:`train_epoch`)."""
+        b = self.load(self.draw(k))
+        b.copies = CommLedger()
+        return self.transfer(b)
 
     def transfer(self, b: Batch) -> Batch:
         """Host → accelerator: features (through the stager's pinned buffers) and topology
-        (``h2d``); CPU trainers skip it."""
+        (``h2d``, in the batch's own ledger where it has one); CPU trainers skip it."""
         t0 = time.perf_counter()
         staged: StagedRows = b.x
+        ledger = b.copies
         if not self.is_accel:
             b.x = staged.rows
         elif self.gpu:
-            to = self.comm.to_device
+            to = functools.partial(self.comm.to_device, ledger=ledger)
             with torch.cuda.stream(self.stream):
                 issued = time.perf_counter()
                 b.x = self.stager.copy(staged)
@@ -162,6 +167,7 @@ class HyScaleTrainer(RankStrategy):
                     "h2d",
                     staged.rows.numel() * staged.rows.element_size(),
                     time.perf_counter() - issued,
+                    ledger,
                 )
                 b.y = to(b.y, self.device)
                 b.blocks = [
@@ -180,7 +186,7 @@ class HyScaleTrainer(RankStrategy):
             b.ready.synchronize()
         # an accelerator trainer emulated on a CPU-only host: a real host copy, counted the same way
         else:
-            to = self.comm.to_device
+            to = functools.partial(self.comm.to_device, ledger=ledger)
             b.x = to(staged.rows, self.device)
             b.blocks = [
                 Block(
@@ -335,11 +341,13 @@ class HyScaleTrainer(RankStrategy):
             ks,
             bool(o.prefetch),
             self.pool,
-            loaded_batches=one_producer(self.budget),
+            whole_batches=one_producer(self.budget),
         )
         t_wait = time.perf_counter()
         for b in pipeline:
             wait_s = time.perf_counter() - t_wait
+            if b.copies is not None:  # made ahead by the one producer: this epoch's traffic
+                comm.ledger.absorb(b.copies)
             t_iter = time.perf_counter() - wait_s
             ce, train_s, sync_s = self.step(b, self.model, self.optimizer, self.params)
             ce_sum += ce
