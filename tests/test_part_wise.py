@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -174,9 +175,13 @@ def test_a_rank_returns_once_every_part_of_its_node_is_built(on_disk_plan, monke
         target=lambda: opened.append(shards.open_shard(plan, directory, 0)), daemon=True
     )
     rank.start()
-    rank.join(timeout=30)
+    built = directory / "part0" / "part.json"
+    deadline = time.monotonic() + 30
+    while not built.exists() and rank.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rank.join(timeout=1.0)  # a rank that did not wait would return now
     # part 0 is built, and rank 0 waits for part 1, not for node 1's parts 2 and 3
-    assert (directory / "part0" / "part.json").exists() and rank.is_alive() and not opened
+    assert built.exists() and rank.is_alive() and not opened
     monkeypatch.setenv("LOCAL_RANK", "1")
     shards.open_shard(plan, directory, 1)
     rank.join(timeout=30)
