@@ -58,9 +58,10 @@ def _first_line(exc: Exception) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _schema_template(schema: type) -> Any:
-    """``OmegaConf.structured(schema)``, made once per schema: a plan types about 18 sections, and
-    making the template is two thirds of each (``OmegaConf.merge`` copies it, never changes it)."""
+def schema_template(schema: type) -> Any:
+    """``OmegaConf.structured(schema)``, made once per schema, to merge a section into: a plan types
+    about 18 sections, and making the template is two thirds of each (``OmegaConf.merge`` copies
+    it, never changes it)."""
     return OmegaConf.structured(schema)
 
 
@@ -71,7 +72,7 @@ def typed_section(schema: Type[T], section: Any, name: str = "") -> T:
     from omegaconf.errors import ValidationError
 
     try:
-        merged = OmegaConf.merge(_schema_template(schema), plain_section(section))
+        merged = OmegaConf.merge(schema_template(schema), plain_section(section))
         return OmegaConf.to_object(merged)
     except ValidationError as exc:
         key = ".".join(k for k in (name, str(exc.full_key or "")) if k) or schema.__name__

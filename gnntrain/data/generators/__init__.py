@@ -158,10 +158,10 @@ def generator_params(cfg, name: str = "") -> Dict[str, Any]:
     omits one)."""
     from omegaconf import OmegaConf
 
-    from gnntrain.plan_types import plain_section
+    from gnntrain.plan_types import plain_section, schema_template
 
     config = get_generator(name or str(cfg["name"])).config
-    merged = OmegaConf.merge(OmegaConf.structured(config), plain_section(cfg))
+    merged = OmegaConf.merge(schema_template(config), plain_section(cfg))
     values = OmegaConf.to_container(merged, resolve=True)
     return {
         f.name: values[f.name] for f in fields(config) if f.name not in DatasetConfig.DESCRIPTIVE

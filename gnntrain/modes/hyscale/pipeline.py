@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from gnntrain.comm.accounting import CommLedger
 from gnntrain.modes.hyscale.sampler import Block
 from gnntrain.modes.hyscale.threads import SPLIT_KEYS
 
@@ -27,7 +28,7 @@ class Batch:
     y: Optional[torch.Tensor] = None
     ready: Optional[Any] = None  # CUDA event the trainer waits on
     # copies made ahead of the epoch that trains the batch (one producer), counted when it trains
-    copies: Optional[Any] = None
+    copies: Optional[CommLedger] = None
     seconds: Dict[str, float] = field(default_factory=dict)
 
 
