@@ -41,12 +41,13 @@ def _corrupt(path: Path, why: str) -> ArtifactError:
     return ArtifactError(f"{path} {why}", Path(path), why)
 
 
-def _digest(data: bytes) -> str:
+def bytes_digest(data: bytes) -> str:
+    """BLAKE2b (128 bits) of ``data``, as every checksum here is."""
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def _json_digest(body: Dict[str, Any]) -> str:
-    return _digest(json.dumps(body, sort_keys=True).encode())
+    return bytes_digest(json.dumps(body, sort_keys=True).encode())
 
 
 def sealed_json(payload: Dict[str, Any], indent: Optional[int] = 1) -> bytes:
@@ -86,7 +87,7 @@ def read_sealed_json(
 def sealed_text(text: str) -> str:
     """``text`` (YAML) with its checksum as a last comment line (:data:`SEAL`)."""
     body = text if text.endswith("\n") else text + "\n"
-    return f"{body}{SEAL}{_digest(body.encode())}\n"
+    return f"{body}{SEAL}{bytes_digest(body.encode())}\n"
 
 
 def read_sealed_text(path: Path) -> str:
@@ -101,7 +102,7 @@ def read_sealed_text(path: Path) -> str:
     body, _, last = text.rstrip("\n").rpartition("\n")
     if not last.startswith(SEAL):
         raise _corrupt(path, "has no checksum line (truncated, or written by an older gnntrain)")
-    if _digest((body + "\n").encode()) != last[len(SEAL) :]:
+    if bytes_digest((body + "\n").encode()) != last[len(SEAL) :]:
         raise _corrupt(path, "does not match its checksum")
     return body + "\n"
 

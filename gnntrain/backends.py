@@ -8,10 +8,11 @@ goes through this module, so a broken install reads the same everywhere.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 from typing import Optional
 
-__all__ = ["dgl_available", "dgl_problem", "pyg_problem"]
+__all__ = ["dgl_available", "dgl_problem", "pyg_install_problem", "pyg_problem"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,4 +37,14 @@ def pyg_problem() -> Optional[str]:
         import torch_geometric.datasets  # noqa: F401
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def pyg_install_problem() -> Optional[str]:
+    """Why PyG is not installed here (None: it is), found without importing it: importing
+    ``torch_geometric.datasets`` takes about 1.5 s, which the plan of a run whose dataset is
+    already decoded (:mod:`gnntrain.data.decoded_cache`) never needs. A broken install is found by
+    the loader, which imports it (:func:`pyg_problem`) when it has to decode."""
+    if importlib.util.find_spec("torch_geometric") is None:
+        return "ModuleNotFoundError: No module named 'torch_geometric'"
     return None

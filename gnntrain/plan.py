@@ -65,12 +65,12 @@ def resolve_reader(ds) -> str:
 
     if not dataset_source(ds).reader:
         return ""
-    from gnntrain.backends import dgl_problem, pyg_problem
+    from gnntrain.backends import dgl_problem, pyg_install_problem
     from gnntrain.data import resolve_reader as chosen_reader
 
     requested = option_value(ds.get("reader", "auto"))
     reader = chosen_reader(ds)
-    problem = dgl_problem() if reader == "dgl" else pyg_problem()
+    problem = dgl_problem() if reader == "dgl" else pyg_install_problem()
     if problem is not None and reader == "dgl":
         raise PlanError(
             "dataset.reader",
@@ -81,7 +81,7 @@ def resolve_reader(ds) -> str:
     if problem is not None:
         raise PlanError(
             "dataset.reader",
-            f"{ds.name} is read with PyG here, which does not import ({problem}).",
+            f"{ds.name} is read with PyG here, which is not installed ({problem}).",
             "pip install torch_geometric, or install the extra gnntrain[dgl] and use "
             "dataset.reader=dgl",
         )

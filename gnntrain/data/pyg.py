@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from gnntrain.backends import pyg_problem
-from gnntrain.data.farm import Layout, farm_lock, locate, quiet, read_failure
+from gnntrain.data.decoded_cache import Decoded, cached_decode, decoded_path, reader_version
+from gnntrain.data.farm import Layout, Located, farm_lock, locate, quiet, read_failure
 from gnntrain.data.graph import GraphData
 from gnntrain.data.loaders import DGL_DATASETS, DGLSource, graph_data, named_dataset
 from gnntrain.errors import DatasetError
@@ -116,17 +117,52 @@ def _read(source: DGLSource, root: Path):
     return Planetoid(str(root), source.pyg_name)[0]
 
 
-def load_pyg_dataset(
-    cfg, data_dir: Optional[str], cache_dir: Path, allow_download: bool
-) -> GraphData:
-    name = cfg.name
+def _decode(source: DGLSource, where: Located, farm_folder: str) -> Decoded:
+    """The arrays PyG reads from the farm, made what DGL's reader gives (module docstring)."""
     problem = pyg_problem()
     if problem is not None:
         raise DatasetError(
-            f"dataset '{name}': dataset.reader=pyg, but torch_geometric does not import here "
-            f"({problem}). Install it: pip install torch_geometric (pure Python, any torch), "
+            f"dataset '{source.name}': dataset.reader=pyg, but torch_geometric does not import "
+            f"here ({problem}). Install it: pip install torch_geometric (pure Python, any torch), "
             f"or use dataset.reader=dgl with the extra gnntrain[dgl]."
         )
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # PyG reports "Processing..." on stderr
+            data = quiet(lambda: _read(source, where.root))
+    except Exception as exc:  # corrupt files, failed download, ...
+        raise read_failure(source.name, "PyG", where, farm_folder, exc) from exc
+    features, num_classes = data.x, REDDIT_CLASSES
+    if source.planetoid:
+        dtype, num_classes = _planetoid_facts(
+            where.root / farm_folder / "raw", source.pyg_name.lower()
+        )
+        features = _row_normalise(features, dtype)
+    n = int(data.num_nodes)
+    src, dst = data.edge_index[0], data.edge_index[1]
+    labels, masks = data.y, [data.train_mask, data.val_mask, data.test_mask]
+    if not source.planetoid:  # DGL's RedditDataset renumbers the nodes in RCM order
+        order = torch.from_numpy(_rcm_order(src.numpy(), dst.numpy(), n))  # new id i: old order[i]
+        new_id = torch.empty(n, dtype=torch.int64)
+        new_id[order] = torch.arange(n)
+        src, dst = new_id[src], new_id[dst]
+        features, labels, masks = features[order], labels[order], [m[order] for m in masks]
+    return {
+        "num_nodes": n,
+        "src": src.contiguous(),
+        "dst": dst.contiguous(),
+        "features": features,
+        "labels": labels,
+        "masks": [m.contiguous() for m in masks],
+        "num_classes": int(num_classes),
+    }
+
+
+def load_pyg_dataset(
+    cfg, data_dir: Optional[str], cache_dir: Path, allow_download: bool
+) -> GraphData:
+    """Planetoid and Reddit through PyG: decoded once per set of raw files and PyG version, then
+    read back from the farm without importing PyG (:mod:`gnntrain.data.decoded_cache`)."""
+    name = cfg.name
     source = named_dataset(DGL_DATASETS, name)
     farm_folder = source.pyg_name
     farm_root = cache_dir / "pyg"
@@ -134,35 +170,20 @@ def load_pyg_dataset(
         where = locate(
             name, data_dir, _layouts(source), farm_root, farm_folder, allow_download, "PyG"
         )
-        try:
-            with contextlib.redirect_stderr(io.StringIO()):  # PyG reports "Processing..." on stderr
-                data = quiet(lambda: _read(source, where.root))
-        except Exception as exc:  # corrupt files, failed download, ...
-            raise read_failure(name, "PyG", where, farm_folder, exc) from exc
-        features, num_classes = data.x, REDDIT_CLASSES
-        if source.planetoid:
-            dtype, num_classes = _planetoid_facts(
-                where.root / farm_folder / "raw", source.pyg_name.lower()
-            )
-            features = _row_normalise(features, dtype)
-    n = int(data.num_nodes)
-    src, dst = data.edge_index[0].numpy(), data.edge_index[1].numpy()
-    labels, masks = data.y, [data.train_mask, data.val_mask, data.test_mask]
-    if not source.planetoid:  # DGL's RedditDataset renumbers the nodes in RCM order
-        order = torch.from_numpy(_rcm_order(src, dst, n))  # new id i is old id order[i]
-        new_id = torch.empty(n, dtype=torch.int64)
-        new_id[order] = torch.arange(n)
-        src, dst = new_id[torch.from_numpy(src)].numpy(), new_id[torch.from_numpy(dst)].numpy()
-        features, labels, masks = features[order], labels[order], [m[order] for m in masks]
+        version = reader_version("torch_geometric")
+        saved = None  # a download has no content-keyed root: PyG's own processed files serve
+        if where.found is not None and version is not None:
+            saved = decoded_path(where.root / farm_folder, "pyg", version)
+        decoded = cached_decode(saved, lambda: _decode(source, where, farm_folder))
     return graph_data(
         name,
-        torch.from_numpy(np.ascontiguousarray(src)),
-        torch.from_numpy(np.ascontiguousarray(dst)),
-        n,
-        features,
-        labels,
-        masks,
-        num_classes,
+        decoded["src"],
+        decoded["dst"],
+        decoded["num_nodes"],
+        decoded["features"],
+        decoded["labels"],
+        decoded["masks"],
+        decoded["num_classes"],
         bool(cfg.symmetrize),
         where.origin,
     )
