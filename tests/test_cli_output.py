@@ -17,20 +17,12 @@ MODES = sorted(MODE_REGISTRY)  # every registered mode, a new one included
 
 
 def _render(fn, *args, width: int = 80, **kwargs) -> str:
-    """What ``fn`` prints on a terminal ``width`` columns wide (through the module's console)."""
+    """What ``fn`` prints on a terminal ``width`` columns wide."""
     from rich.console import Console
 
-    from gnntrain.metrics import report
-
-    saved, report.console = (
-        report.console,
-        Console(file=io.StringIO(), width=width, color_system=None),
-    )
-    try:
-        fn(*args, **kwargs)
-        return report.console.file.getvalue()
-    finally:
-        report.console = saved
+    out = Console(file=io.StringIO(), width=width, color_system=None)
+    fn(*args, out=out, **kwargs)
+    return out.file.getvalue()
 
 
 def assert_no_python_repr(text: str, lists: bool = True) -> None:
@@ -136,8 +128,9 @@ def test_run_output_is_clean(tmp_path):
     first = run_cli(
         args + [f"hydra.run.dir={tmp_path}/a"], cwd=tmp_path, env_extra={"COLUMNS": "80"}
     )
+    long_dir = tmp_path / ("a-run-folder-whose-name-is-longer-than-a-terminal-is-wide-" * 2)
     second = run_cli(
-        args + [f"hydra.run.dir={tmp_path}/b"], cwd=tmp_path, env_extra={"COLUMNS": "80"}
+        args + [f"hydra.run.dir={long_dir}"], cwd=tmp_path, env_extra={"COLUMNS": "80"}
     )
     for proc in (first, second):
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -151,6 +144,9 @@ def test_run_output_is_clean(tmp_path):
     # the second run reuses the partition store the first one built: said once, on stderr
     assert "partition store built" in first.stderr and "partition store hit" in second.stderr
     assert "partition store" not in second.stdout
+    # a path is never wrapped at the terminal's width: one line to copy
+    assert f"outputs: {tmp_path}/a\n" in first.stdout
+    assert f"outputs: {long_dir}\n" in second.stdout
 
 
 def test_progress_without_a_terminal_is_a_line_every_few_seconds(tmp_path):

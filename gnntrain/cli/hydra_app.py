@@ -26,6 +26,14 @@ def console(stderr: bool = False):
     return Console(stderr=stderr)
 
 
+def path_line(text: str) -> None:
+    """A line naming a file or folder (``outputs: DIR``): dim, never wrapped at the terminal's
+    width (a path broken over two lines cannot be copied), and never read as rich markup."""
+    from rich.markup import escape
+
+    console().print(f"[dim]{escape(text)}[/dim]", soft_wrap=True)
+
+
 def error(message: str) -> None:
     """Every user-facing error: on stderr, as one unbroken message (the exit code says it
     failed); a control character or line separator in it (echoed from an argument) is written as

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
-from gnntrain.cli.hydra_app import console, error, fail, output_dir
+from gnntrain.cli.hydra_app import console, error, fail, output_dir, path_line
 
 
 def _setup_logging() -> None:
@@ -66,13 +66,13 @@ def run_task(cfg) -> Optional[dict]:
         return _interrupted(run_dir, exc.signal, exc.exit_code)
     except GnnTrainError as exc:
         error(str(exc))
-        console().print(f"[dim]summary: {run_dir / 'summary.json'}[/dim]")
+        path_line(f"summary: {run_dir / 'summary.json'}")
         return fail(None, "failed", {"status": "failed", "error": str(exc)})
     if summary.get("status") == "interrupted":
         signal_name = (summary.get("interrupted") or {}).get("signal", "SIGINT")
         return _interrupted(run_dir, signal_name, 143 if signal_name == "SIGTERM" else 130)
     if _is_rank_zero():  # under torchrun/srun every rank returns here: one line
-        console().print(f"[dim]outputs: {run_dir}[/dim]")
+        path_line(f"outputs: {run_dir}")
     return summary
 
 
@@ -158,7 +158,7 @@ def plan_task(cfg) -> None:
         from gnntrain.metrics.report import print_graph_report
 
         print_graph_report(plan, report)
-    console().print(f"[dim]plan written to {path}[/dim]")
+    path_line(f"plan written to {path}")
     return None
 
 

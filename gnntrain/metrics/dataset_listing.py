@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from gnntrain.metrics.report import _fits, console
+from gnntrain.metrics.report import _fits, terminal
 
 
 def _fmt_count(n: Any) -> str:
@@ -33,7 +33,7 @@ def print_datasets(dataset_dir: Path, out: Console = None) -> None:
     description move into one wrapping cell under each name."""
     import yaml
 
-    out = out or console
+    out = out or terminal()
     entries = []
     for path in sorted(dataset_dir.glob("*.yaml")):
         d = yaml.safe_load(path.read_text()) or {}
@@ -78,7 +78,7 @@ def print_ingested(data_dir: Optional[Path], out: Console = None, depth: int = 3
     up to ``depth`` levels down), with the override that trains each."""
     from gnntrain.data.ondisk import META, is_graph_dir
 
-    out = out or console
+    out = out or terminal()
     if data_dir is None:
         out.print(
             "[dim]ingested graphs: give data_dir=DIR (or GNNTRAIN_DATA_DIR) to list those under "

@@ -1,6 +1,6 @@
-"""Terminal output: the shared console, the plan tree, partition metrics and a mode's graph
+"""Terminal output: the console (:func:`terminal`), the plan tree, partition metrics and a mode's graph
 figures, wrapped to the terminal's width. ``gnntrain report`` is :mod:`.runs_report`,
-``gnntrain datasets`` :mod:`.dataset_listing`; both print through :data:`console` and
+``gnntrain datasets`` :mod:`.dataset_listing`; both print through :func:`terminal` and
 :func:`_fits` here."""
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ from rich.tree import Tree
 from gnntrain.metrics.recorder import fmt_value
 from gnntrain.sizing import format_bytes
 
-console = Console()  # width follows the terminal (rich's default 80 when not a terminal)
+
+
+def terminal() -> Console:
+    """A console for this process's standard output, made when it prints: its width follows the
+    terminal (``COLUMNS``, else rich's default 80 when not a terminal). One made at import would
+    keep the width of whatever process imported the module first (a forked command inherits it)."""
+    return Console()
 
 GUIDE = 4  # columns a Tree level indents by
 GRID_MAX = 8  # k x k grids up to this k are printed as tables, larger ones are left to summary.json
@@ -149,7 +155,7 @@ def _memory_lines(tree: Tree, mem, brief: bool) -> None:
 
 
 def print_plan(plan, brief: bool = False, out: Console = None) -> None:
-    out = out or console
+    out = out or terminal()
     width = out.width
     tree = Tree(
         Text.assemble(
@@ -236,7 +242,7 @@ def print_plan(plan, brief: bool = False, out: Console = None) -> None:
 
 
 def print_partition(data, pcfg, part, hit: bool, out: Console = None) -> None:
-    out = out or console
+    out = out or terminal()
     m = part.metrics
     table = Table(
         title=f"{pcfg.name} partition of {data.name} into {m.num_parts} parts"
@@ -270,7 +276,7 @@ def print_partition(data, pcfg, part, hit: bool, out: Console = None) -> None:
 def print_graph_report(plan, report: Dict[str, Any], out: Console = None) -> None:
     """A mode's graph-dependent plan figures: scalars, and one table per k×k grid (rows =
     sender)."""
-    out = out or console
+    out = out or terminal()
     parts = _plural(plan.num_parts, "part")
     tree = Tree(Text.assemble((plan.mode, "bold"), f" figures on {plan.dataset} with {parts}"))
     for name, block in report.items():

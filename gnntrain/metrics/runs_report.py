@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gnntrain.metrics.report import _fits, console
+from gnntrain.metrics.report import _fits, terminal
 from gnntrain.sizing import format_bytes
 
 
@@ -55,7 +55,7 @@ def report_command(args: List[str]) -> int:
         target_cells,
     )
 
-    err = Console(stderr=True, soft_wrap=True)
+    err, console = Console(stderr=True, soft_wrap=True), terminal()
     try:
         args, target = parse_target(list(args))
     except ValueError as exc:
