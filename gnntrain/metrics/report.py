@@ -1,5 +1,5 @@
-"""Terminal output: the console (:func:`terminal`), the plan tree, partition metrics and a mode's graph
-figures, wrapped to the terminal's width. ``gnntrain report`` is :mod:`.runs_report`,
+"""Terminal output: the console (:func:`terminal`), the plan tree, partition metrics and a mode's
+graph figures, wrapped to the terminal's width. ``gnntrain report`` is :mod:`.runs_report`,
 ``gnntrain datasets`` :mod:`.dataset_listing`; both print through :func:`terminal` and
 :func:`_fits` here."""
 
@@ -17,12 +17,12 @@ from gnntrain.metrics.recorder import fmt_value
 from gnntrain.sizing import format_bytes
 
 
-
 def terminal() -> Console:
     """A console for this process's standard output, made when it prints: its width follows the
     terminal (``COLUMNS``, else rich's default 80 when not a terminal). One made at import would
     keep the width of whatever process imported the module first (a forked command inherits it)."""
     return Console()
+
 
 GUIDE = 4  # columns a Tree level indents by
 GRID_MAX = 8  # k x k grids up to this k are printed as tables, larger ones are left to summary.json
