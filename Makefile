@@ -58,18 +58,16 @@ sar-venv: $(DGL_STAMP)
 run: $(STAMP)
 	$(BIN)/gnntrain run
 
-# Two pytest workers (pytest-xdist): a test's rank processes leave the CPU half idle while the
-# parent plans, loads and compares. --dist loadfile keeps a file's tests on one worker, with its
-# shared fixtures (fixed ports, a cluster). The files marked `alone` (deadlines, calibration,
-# emulated and SLURM clusters: a second worker slowed HyScale's pool 7x and chaos 1.5x) run after
-# the rest, in one process. TEST_WORKERS=0 runs the first part in one process too.
-TEST_WORKERS ?= 2
 # bytecode for gnntrain itself too: every test's CLI or rank process would otherwise compile it again where
 # PYTHONDONTWRITEBYTECODE is set (as on this machine)
+# Two pytest workers (pytest-xdist): a test's rank processes leave the CPU half idle while the
+# parent plans, loads and compares (about 22% of `make test` on 2 cores). --dist loadfile keeps a
+# file's tests on one worker, with its shared fixtures (an emulated cluster, a SLURM cluster, fixed
+# ports). TEST_WORKERS=0 runs them in this process, one after another.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	@$(BIN)/python -m compileall -q gnntrain hydra_plugins >/dev/null
-	GNNTRAIN_OFFLINE=1 $(BIN)/python -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadfile -m 'not slow and not alone'
-	GNNTRAIN_OFFLINE=1 $(BIN)/python -m pytest -q --durations=15 -m 'alone and not slow'
+	GNNTRAIN_OFFLINE=1 $(BIN)/python -m pytest -q --durations=40 -n $(TEST_WORKERS) --dist loadfile
 
 # Every test that involves DGL (marked `dgl`; they skip on the default stack), on the DGL stack
 test-dgl: $(DGL_STAMP)

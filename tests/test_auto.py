@@ -10,8 +10,6 @@ from conftest import ROOT, compose, read_summary, run_cli
 
 from gnntrain.errors import PlanError
 
-pytestmark = pytest.mark.alone  # timing- or CPU-bound: `make test` runs it with no other worker
-
 # a calibrated profile's cost block, as overrides (figures of this 2-core machine's calibration)
 COST = [
     "hardware.cost.calibrated=test",

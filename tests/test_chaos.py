@@ -19,8 +19,6 @@ from gnntrain.errors import GnnTrainError
 from gnntrain.launch import chaos, leftovers, netem
 from gnntrain.launch.chaos_schedule import MODES, ChaosSettings, Trial, figures, schedule
 
-pytestmark = pytest.mark.alone  # timing- or CPU-bound: `make test` runs it with no other worker
-
 NAME = f"gtch{os.getpid() % 100000}"
 SEED = 1  # five trials: every mode once, ranks and hosts both killed, host 0 (rank 0) among them
 

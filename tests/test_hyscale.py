@@ -35,8 +35,6 @@ from gnntrain.modes.strategy import model_spec
 from gnntrain.plan import build_plan
 from gnntrain.plan_types import RunSettings
 
-pytestmark = pytest.mark.alone  # timing- or CPU-bound: `make test` runs it with no other worker
-
 HS = ["mode=hyscale", "mode.cpu_trainers=1", "mode.accel_trainers=1"]
 
 

@@ -15,8 +15,6 @@ import pytest
 import torch
 from conftest import read_summary
 
-pytestmark = pytest.mark.alone  # timing- or CPU-bound: `make test` runs it with no other worker
-
 COMMON = [
     "mode=partition",
     "hardware.ranks_per_node=2",

@@ -20,8 +20,6 @@ from typing import Dict, List
 import pytest
 from conftest import SHARED_DGL, assert_exact, compose, requires_shared
 
-pytestmark = pytest.mark.alone  # timing- or CPU-bound: `make test` runs it with no other worker
-
 SUFFIX = f"{os.getpid() % 100000}"
 # the test's own addresses, inside its own namespaces
 HOSTS = {"h1": "10.77.0.1", "h2": "10.77.0.2"}

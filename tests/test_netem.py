@@ -18,8 +18,6 @@ from conftest import SHARED_DGL, assert_exact, compose, requires_shared
 from gnntrain.errors import GnnTrainError
 from gnntrain.launch import netem, netem_cli, netem_jobs
 
-pytestmark = pytest.mark.alone  # timing- or CPU-bound: `make test` runs it with no other worker
-
 NAME = f"gtn{os.getpid() % 100000}"
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, compose, read_summary, run_cli
 
-pytestmark = [pytest.mark.slurm, pytest.mark.alone]  # alone: see pyproject's markers
+pytestmark = pytest.mark.slurm
 
 
 @pytest.fixture(scope="module")
