@@ -419,29 +419,15 @@ def register_resolvers() -> None:
         )
 
 
-ROOT_SCHEMAS = (
-    ("", "run_schema", RunConfig),
-    ("dataset", "dataset_schema", DatasetConfig),
-    ("model", "model_schema", ModelConfig),
-    ("partitioner", "partitioner_schema", PartitionerConfig),
-    ("hardware", "hardware_schema", HardwareConfig),
-    ("mode", "auto_schema", ModeConfig),
-)
-
-
 def register_configs() -> None:
-    """Register the root schema and the group schemas (each mode registers its own), each once per
-    ConfigStore: storing one turns its dataclass into an OmegaConf node, 30 ms for the six, which
-    every composition (the API's, a test's, each fuzzing example's) paid again."""
+    """Register the root schema and the group schemas (each mode registers its own)."""
     from hydra.core.config_store import ConfigStore
 
     register_resolvers()
     cs = ConfigStore.instance()
-    for group, name, schema in ROOT_SCHEMAS:
-        path = f"{group}/{name}.yaml" if group else f"{name}.yaml"
-        try:
-            stored = cs.load(path).node._metadata.object_type
-        except Exception:  # not stored yet (ConfigLoadError), or a node of another shape
-            stored = None
-        if stored is not schema:
-            cs.store(group=group or None, name=name, node=schema)
+    cs.store(name="run_schema", node=RunConfig)
+    cs.store(group="dataset", name="dataset_schema", node=DatasetConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="partitioner", name="partitioner_schema", node=PartitionerConfig)
+    cs.store(group="hardware", name="hardware_schema", node=HardwareConfig)
+    cs.store(group="mode", name="auto_schema", node=ModeConfig)
