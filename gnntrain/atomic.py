@@ -59,6 +59,12 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
+# what a full cache folder (partition store and cache, decoded datasets) says to do
+CACHE_FULL_FIX = (
+    "free space there or point cache_dir (or GNNTRAIN_CACHE_DIR) at a larger disk, then run again."
+)
+
+
 def free_bytes(folder: Path) -> int:
     """Bytes an unprivileged writer may still put into ``folder``'s file system (its nearest
     existing ancestor's)."""

@@ -81,3 +81,20 @@ def test_a_damaged_decoded_file_is_decoded_again_with_a_warning(tmp_path, damage
     assert again.content_hash == decoded.content_hash
     assert again.features.equal(decoded.features) and again.src.equal(decoded.src)
     assert data.read_bytes() == blob  # written again whole
+
+
+@requires_shared
+def test_a_full_disk_while_saving_the_decoded_dataset_is_one_error_naming_the_cache(
+    tmp_path, monkeypatch
+):
+    import errno
+
+    from gnntrain.data import decoded_cache
+    from gnntrain.errors import DiskFullError
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(decoded_cache, "atomic_write_bytes", full)
+    with pytest.raises(DiskFullError, match="decoded dataset gnntrain-decoded-.*cache_dir"):
+        load_dataset(compose(_overrides(tmp_path / "cache")))

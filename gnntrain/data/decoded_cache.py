@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from gnntrain.artifact import ArtifactError, bytes_digest, read_sealed_json, sealed_json
-from gnntrain.atomic import atomic_write_bytes
+from gnntrain.atomic import CACHE_FULL_FIX, atomic_write_bytes, on_disk_full
 
 FORMAT_VERSION = 1
 
@@ -77,14 +77,17 @@ def read_decoded(path: Path) -> Optional[Decoded]:
 
 def write_decoded(path: Path, decoded: Decoded) -> None:
     """Save ``decoded`` at ``path``: the data first, then its sealed digest (a reader that finds
-    the digest finds the whole file)."""
+    the digest finds the whole file). A full disk is a :class:`~gnntrain.errors.DiskFullError`
+    naming the folder, as the partition cache's is."""
     buffer = io.BytesIO()
     torch.save(decoded, buffer)
     blob = buffer.getvalue()
-    atomic_write_bytes(path, blob)
-    atomic_write_bytes(
-        _meta_path(path), sealed_json({"digest": bytes_digest(blob), "bytes": len(blob)})
-    )
+    meta = sealed_json({"digest": bytes_digest(blob), "bytes": len(blob)})
+    with on_disk_full(
+        path.parent, f"the decoded dataset {path.name}", len(blob) + len(meta), CACHE_FULL_FIX
+    ):
+        atomic_write_bytes(path, blob)
+        atomic_write_bytes(_meta_path(path), meta)
 
 
 def cached_decode(path: Optional[Path], decode: Callable[[], Decoded]) -> Decoded:

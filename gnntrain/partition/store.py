@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from gnntrain.artifact import ArtifactError, describe_files, publish, read_sealed_json, verify_files
-from gnntrain.atomic import file_lock, on_disk_full
+from gnntrain.atomic import CACHE_FULL_FIX, file_lock, on_disk_full
 from gnntrain.partition.chunks import ChunkLayout
 from gnntrain.registry import Registry
 
@@ -64,12 +64,6 @@ _TORCH_DTYPES = {
         torch.float16,
     )
 }
-
-
-# what a full cache folder (partition store, partition cache) says to do
-CACHE_FULL_FIX = (
-    "free space there or point cache_dir (or GNNTRAIN_CACHE_DIR) at a larger disk, then run again."
-)
 
 
 class StoreError(ArtifactError):
