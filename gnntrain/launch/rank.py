@@ -182,6 +182,8 @@ def handshake(plan, comm, rank: int, master_addr: str):
 
     from gnntrain.comm.peers import gather_text, local_address
 
+    if plan.world_size == 1:  # nobody to agree with: the host is this one, the plan this rank's
+        return [local_address(master_addr)], plan
     settings = agreed_settings(plan)
     digest = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[
         :16

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gnntrain.atomic import atomic_write_bytes
-from gnntrain.metrics.trackers import Trackers
+from gnntrain.metrics.trackers import Trackers, enabled
 from gnntrain.sizing import format_bytes
 
 SUMMARY_FIELDS = (
@@ -189,7 +189,9 @@ class RunRecorder:
         self._total = 0
         self._clock = time.monotonic
         config = getattr(plan, "config_obj", None)
-        self.trackers = Trackers(config, self.run_dir) if config is not None else None
+        self.trackers = (
+            Trackers(config, self.run_dir) if config is not None and enabled(config) else None
+        )
 
     def start(
         self,
