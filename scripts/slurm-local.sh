@@ -187,6 +187,9 @@ wait_gone() {  # a daemon still saving its state would make the next start think
 
 cancel_jobs() {  # every job of this cluster, so that no step outlives slurmd
   local jobs _
+  # no controller of this cluster, no jobs to ask it for: squeue would wait out its retries (59 s
+  # where the config was never written, on a fresh machine); kill_steps ends any step left behind
+  pgrep -f "slurmctld -f $CONF" >/dev/null || return 0
   jobs=$(SLURM_CONF=$CONF squeue -h -o %A 2>/dev/null || true)
   [ -n "$jobs" ] || return 0
   # shellcheck disable=SC2086
