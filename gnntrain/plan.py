@@ -23,7 +23,6 @@ from gnntrain.modes.cost import DETAIL_LABEL, DETAIL_OPTIONAL, Details, cost_pro
 from gnntrain.modes.edge_weights import check_edge_weight
 from gnntrain.plan_checks import check_shared_settings
 from gnntrain.plan_fit import (
-    builds_at_once,
     check_host_memory,
     check_partitioner_memory,
     hosted_task,
@@ -31,6 +30,7 @@ from gnntrain.plan_fit import (
     node_peak_bytes,
     resolve_generated_storage,
     resolve_partitioner,
+    store_builds,
     with_task_plan,
 )
 from gnntrain.plan_types import KNOWN_HALO, MemoryEstimate, PlanContext, RunPlan, RunSettings
@@ -187,12 +187,15 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
     kernel, kernel_note = resolve_kernel(
         cfg, device, dtype, threads, e / max(n, 1), max(ctx.comm_widths)
     )
+    config = _with_resolved(
+        OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), mode.resolved_options(ctx)
+    )
     # memory, work, bytes and exactness: the one estimate the plan prints and prices
     estimate = mode.estimate(ctx)
-    builds = builds_at_once(estimate.memory, ranks_per_node, world, host_memory_bytes(hw))
-    estimate = dataclasses.replace(
-        estimate, memory=dataclasses.replace(estimate.memory, part_builds_at_once=builds)
+    memory = store_builds(
+        estimate.memory, config, spec, ranks_per_node, world, host_memory_bytes(hw)
     )
+    estimate = dataclasses.replace(estimate, memory=memory)
     if training:
         node, when = node_peak_bytes(estimate.memory, ranks_per_node, world)
         if construction > node:  # a generated graph built whole in memory first
@@ -249,9 +252,7 @@ def build_plan(cfg: DictConfig, training: bool = True) -> RunPlan:
         comm_per_epoch=comm,
         mode_details=details,
         warnings=tuple(warnings),
-        config=_with_resolved(
-            OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), mode.resolved_options(ctx)
-        ),
+        config=config,
         reader=resolve_reader(ds),
         rank_threads=tuple(rank_threads),
         prediction=prediction,

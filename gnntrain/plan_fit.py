@@ -6,6 +6,7 @@ checks whose refusals name the options that would fit."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Optional, Tuple
 
 from omegaconf import DictConfig, open_dict, read_write
@@ -61,6 +62,23 @@ def builds_at_once(memory: MemoryEstimate, ranks_per_node: int, world: int, host
         return max(1, ranks_per_node)
     room = host - launcher_bytes(world) - ranks_per_node * memory.process_bytes
     return int(max(1, min(ranks_per_node, room // memory.part_build_bytes)))
+
+
+def store_builds(
+    memory: MemoryEstimate, config, spec, ranks_per_node: int, world: int, host: int
+) -> MemoryEstimate:
+    """``memory`` with the plan's builds of its partition store: none where the store is already
+    complete (``gnntrain partition`` or an earlier run built it, so no rank builds and the node
+    check counts training alone), else as many at once as fit (:func:`builds_at_once`).
+    ``config``: the plan's resolved config, which names the store (:mod:`gnntrain.modes.store_key`).
+    """
+    from gnntrain.modes.store_key import store_complete
+
+    uses_store = spec.capabilities.part_store and world > 1
+    if memory.part_build_bytes and uses_store and store_complete(config, spec.name, world):
+        memory = dataclasses.replace(memory, part_build_bytes=0)
+    builds = builds_at_once(memory, ranks_per_node, world, host)
+    return dataclasses.replace(memory, part_builds_at_once=builds)
 
 
 def node_peak_bytes(memory: MemoryEstimate, ranks_per_node: int, world: int) -> Tuple[int, str]:

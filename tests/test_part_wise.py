@@ -186,3 +186,40 @@ def test_a_rank_returns_once_every_part_of_its_node_is_built(on_disk_plan, monke
     shards.open_shard(plan, directory, 1)
     rank.join(timeout=30)
     assert opened and not (directory / "part2").exists()
+
+
+def test_a_store_built_first_leaves_no_build_in_the_run_plan(tmp_path):
+    """A rank building its part (the whole graph's node arrays mapped, the part's edges gathered)
+    can be a node's peak, above training's, even with one build at a time.
+    Once `gnntrain partition` has built the whole store, no rank builds: the run's plan counts
+    training alone (``part_build_bytes`` 0, :func:`gnntrain.plan_fit.store_builds`), so it fits a
+    host where the builds did not, and its store folder is the one that was built."""
+    import dataclasses
+
+    from gnntrain.data.ingest.generated import write_generated
+    from gnntrain.errors import PlanError
+    from gnntrain.launch.shards import ensure_store, store_dir
+    from gnntrain.plan import build_plan
+    from gnntrain.plan_fit import node_peak_bytes
+
+    folder = tmp_path / "graph"
+    graph = ["dataset=csbm", "dataset.num_nodes=40000", "dataset.feat_dim=8"]
+    write_generated(compose(graph).dataset, folder)
+    overrides = ["dataset=files", f"dataset.path={folder}", f"cache_dir={tmp_path / 'c'}"]
+    overrides += ["mode=partition", "partitioner=kaminpar", "partitioner.threads=1"]
+    overrides += ["hardware.ranks_per_node=2", "model.hidden=8"]
+    memory = build_plan(compose(overrides)).memory_per_rank
+    # the least a build can peak at: one rank of the node building at a time
+    building, when = node_peak_bytes(dataclasses.replace(memory, part_builds_at_once=1), 2, 2)
+    training, _ = node_peak_bytes(dataclasses.replace(memory, part_build_bytes=0), 2, 2)
+    assert when == "while a rank builds its part of the store" and training < building
+    host = overrides + [f"hardware.host_memory_gb={(building + training) / 2 / 2**30}"]
+    with pytest.raises(PlanError, match="while a rank builds its part of the store"):
+        build_plan(compose(host))
+    directory, _, build_s = ensure_store(build_plan(compose(host), training=False))  # partition's
+    assert build_s > 0
+    plan = build_plan(compose(host))
+    assert plan.memory_per_rank.part_build_bytes == 0 and store_dir(plan) == directory
+    # training peaks now; its halo measured from the partitioning the store was built from
+    node, when = node_peak_bytes(plan.memory_per_rank, 2, 2)
+    assert when == "training" and node <= training

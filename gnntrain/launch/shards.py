@@ -11,106 +11,26 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import hashlib
-import json
 import logging
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
-from gnntrain.data import load_dataset, resolve_cache_dir, resolve_data_dir
+from gnntrain.data import load_dataset
 from gnntrain.launch.forkserver import launched_externally
 from gnntrain.modes import mode_spec
 from gnntrain.modes.base import Prepared, RankShard
+from gnntrain.modes.store_key import store_folder
 from gnntrain.partition import store
 from gnntrain.tasks import configured_task
 
 log = logging.getLogger(__name__)
 
-# config keys that cannot change a part: scheduling, run length, logging, where things live
-_IGNORED = {
-    "train": {
-        "epochs",
-        "eval_every",
-        "checkpoint_every",
-        "keep_checkpoints",
-        "resume",
-        "progress",
-        "lr",
-        "weight_decay",
-    },
-    "hardware": {"timeout_min", "partition", "account"},
-}
-_KEYED_SECTIONS = ("dataset", "model", "mode", "partitioner", "hardware", "train", "task")
-
 
 def uses_store(plan) -> bool:
     return bool(mode_spec(plan.mode).capabilities.part_store) and plan.world_size > 1
-
-
-def _raw_files(cfg) -> List[Tuple[str, int, int]]:
-    """(path, size, mtime) of a file-backed dataset's raw files, in each reader's layout: a changed
-    or moved file makes a new store."""
-    from gnntrain.data.sources import dataset_source
-
-    data_dir = resolve_data_dir(cfg)
-    if not data_dir:
-        return []
-    folders = dataset_source(cfg.dataset).raw_folders(cfg.dataset)
-    found = []
-    for folder in folders:
-        root = Path(data_dir) / folder
-        if root.is_dir():
-            found += [
-                (str(p), p.stat().st_size, p.stat().st_mtime_ns)
-                for p in root.rglob("*")
-                if p.is_file() and "processed" not in p.relative_to(root).parts
-            ]
-    return sorted(found)
-
-
-# once per process: the code does not change under a running process
-@functools.lru_cache(maxsize=None)
-def _code_stamp(mode_name: str) -> str:
-    """A digest of the code that makes a part: the modules of the mode's planner and prepare (their
-    whole package where the mode is one), the modes' shared modules, the partitioners, the data
-    layer, the tasks and the edge weights. A changed ``prepare`` never reuses an older store,
-    wherever in its package the mode keeps it."""
-    import inspect
-
-    import gnntrain.data
-    import gnntrain.models.norm
-    import gnntrain.modes
-    import gnntrain.partition
-    import gnntrain.tasks
-
-    spec = mode_spec(mode_name)
-    modes_dir = Path(gnntrain.modes.__file__).parent
-    mode_files = set()
-    for part in (spec.planner, spec.prepare):
-        source = Path(inspect.getsourcefile(part))
-        package = source.parent
-        mode_files.update(package.glob("*.py") if package != modes_dir else [source])
-    # base, cost, halo, fullgraph, row_edges (graph_tensors), ... (and a mode kept in one module)
-    shared = sorted(modes_dir.glob("*.py"))
-    packages = [
-        Path(gnntrain.data.__file__).parent,
-        Path(gnntrain.partition.__file__).parent,
-        Path(gnntrain.tasks.__file__).parent,  # a task's split and shard payload
-    ]
-    files = (
-        sorted(mode_files)
-        + shared
-        + [f for pkg in packages for f in sorted(pkg.rglob("*.py"))]
-        + [Path(gnntrain.models.norm.__file__)]
-    )
-    h = hashlib.sha1()
-    for f in files:
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]
 
 
 _STORES: Dict[
@@ -124,30 +44,8 @@ def store_dir(plan) -> Path:
     the world size, the store format and the code that prepares parts. Resolved once per plan object
     in a process (the raw files' stat walk is not repeated; the code digest is computed once)."""
     if id(plan) not in _STORES:
-        _STORES[id(plan)] = (plan, _resolve_store(plan))
+        _STORES[id(plan)] = (plan, store_folder(plan.config, plan.mode, plan.world_size))
     return _STORES[id(plan)][1]
-
-
-def _resolve_store(plan) -> Path:
-    cfg = plan.config
-    keyed: Dict[str, Any] = {}
-    for section in _KEYED_SECTIONS:
-        values = dict(cfg.get(section) or {})
-        for ignored in _IGNORED.get(section, ()):
-            values.pop(ignored, None)
-        keyed[section] = values
-    keyed.update(
-        world_size=plan.world_size,
-        format=store.FORMAT_VERSION,
-        raw=_raw_files(plan.config_obj),
-        code=_code_stamp(plan.mode),
-    )
-    key = hashlib.sha1(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return (
-        resolve_cache_dir(plan.config_obj)
-        / "parts"
-        / f"{plan.dataset}-{plan.mode}-p{plan.world_size}-{key}"
-    )
 
 
 def load_task_graph(cfg):
