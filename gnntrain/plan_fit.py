@@ -72,9 +72,9 @@ def store_builds(
     check counts training alone), else as many at once as fit (:func:`builds_at_once`).
     ``config``: the plan's resolved config, which names the store (:mod:`gnntrain.modes.store_key`).
     """
-    from gnntrain.modes.store_key import store_complete
+    from gnntrain.modes.store_key import store_complete, uses_part_store
 
-    uses_store = spec.capabilities.part_store and world > 1
+    uses_store = uses_part_store(spec, world)
     if memory.part_build_bytes and uses_store and store_complete(config, spec.name, world):
         memory = dataclasses.replace(memory, part_build_bytes=0)
     builds = builds_at_once(memory, ranks_per_node, world, host)

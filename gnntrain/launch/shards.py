@@ -22,7 +22,7 @@ from gnntrain.data import load_dataset
 from gnntrain.launch.forkserver import launched_externally
 from gnntrain.modes import mode_spec
 from gnntrain.modes.base import Prepared, RankShard
-from gnntrain.modes.store_key import store_folder
+from gnntrain.modes.store_key import store_folder, uses_part_store
 from gnntrain.partition import store
 from gnntrain.tasks import configured_task
 
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 def uses_store(plan) -> bool:
-    return bool(mode_spec(plan.mode).capabilities.part_store) and plan.world_size > 1
+    return uses_part_store(mode_spec(plan.mode), plan.world_size)
 
 
 _STORES: Dict[

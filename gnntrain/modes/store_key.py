@@ -95,6 +95,12 @@ def _code_stamp(mode_name: str) -> str:
     return h.hexdigest()[:16]
 
 
+def uses_part_store(spec, world_size: int) -> bool:
+    """Whether a run of mode ``spec`` (a :class:`~gnntrain.modes.ModeSpec`) on ``world_size`` ranks
+    trains from the partition store: a mode with ``part_store``, on more than one rank."""
+    return bool(spec.capabilities.part_store) and int(world_size) > 1
+
+
 def store_folder(config: Mapping[str, Any], mode: str, world_size: int) -> Path:
     """``cache_dir/parts/<dataset>-<mode>-p<parts>-<key>`` for a resolved plan's config (plain, as
     ``RunPlan.config``): the key hashes every config value that shapes a part (dataset and its raw
