@@ -67,18 +67,20 @@ def builds_at_once(memory: MemoryEstimate, ranks_per_node: int, world: int, host
 def store_builds(
     memory: MemoryEstimate, config, spec, ranks_per_node: int, world: int, host: int
 ) -> MemoryEstimate:
-    """``memory`` with the plan's builds of its partition store: none where the store is already
-    complete (``gnntrain partition`` or an earlier run built it, so no rank builds and the node
-    check counts training alone), else as many at once as fit (:func:`builds_at_once`).
+    """``memory`` with the plan's builds of its partition store: as many at once per node as fit
+    (:func:`builds_at_once`), and none counted where the store is already complete (``gnntrain
+    partition`` or an earlier run built it: no rank builds, so the node check counts training
+    alone). The build slots stay as sized: a part found corrupt is rebuilt in one of them.
     ``config``: the plan's resolved config, which names the store (:mod:`gnntrain.modes.store_key`).
     """
     from gnntrain.modes.store_key import store_complete, uses_part_store
 
-    uses_store = uses_part_store(spec, world)
-    if memory.part_build_bytes and uses_store and store_complete(config, spec.name, world):
-        memory = dataclasses.replace(memory, part_build_bytes=0)
     builds = builds_at_once(memory, ranks_per_node, world, host)
-    return dataclasses.replace(memory, part_builds_at_once=builds)
+    memory = dataclasses.replace(memory, part_builds_at_once=builds)
+    if memory.part_build_bytes and uses_part_store(spec, world):
+        if store_complete(config, spec.name, world):
+            memory = dataclasses.replace(memory, part_build_bytes=0)
+    return memory
 
 
 def node_peak_bytes(memory: MemoryEstimate, ranks_per_node: int, world: int) -> Tuple[int, str]:

@@ -220,6 +220,8 @@ def test_a_store_built_first_leaves_no_build_in_the_run_plan(tmp_path):
     assert build_s > 0
     plan = build_plan(compose(host))
     assert plan.memory_per_rank.part_build_bytes == 0 and store_dir(plan) == directory
+    # a part found corrupt later is rebuilt in one of the slots the build was sized for
+    assert plan.memory_per_rank.part_builds_at_once == 1
     # training peaks now; its halo measured from the partitioning the store was built from
     node, when = node_peak_bytes(plan.memory_per_rank, 2, 2)
     assert when == "training" and node <= training
