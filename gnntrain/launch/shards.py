@@ -39,10 +39,8 @@ _STORES: Dict[
 
 
 def store_dir(plan) -> Path:
-    """``cache_dir/parts/<dataset>-<mode>-p<parts>-<key>``: the key hashes every config value that
-    shapes a part (dataset and its raw files, model, mode, partitioner, hardware, seed, dtype),
-    the world size, the store format and the code that prepares parts. Resolved once per plan object
-    in a process (the raw files' stat walk is not repeated; the code digest is computed once)."""
+    """The plan's store folder (:func:`gnntrain.modes.store_key.store_folder` says what its key
+    hashes), resolved once per plan object in a process: the raw files' stat walk is not repeated."""
     if id(plan) not in _STORES:
         _STORES[id(plan)] = (plan, store_folder(plan.config, plan.mode, plan.world_size))
     return _STORES[id(plan)][1]
