@@ -40,7 +40,8 @@ _STORES: Dict[
 
 def store_dir(plan) -> Path:
     """The plan's store folder (:func:`gnntrain.modes.store_key.store_folder` says what its key
-    hashes), resolved once per plan object in a process: the raw files' stat walk is not repeated."""
+    hashes), resolved once per plan object in a process: the raw files' stat walk is not
+    repeated."""
     if id(plan) not in _STORES:
         _STORES[id(plan)] = (plan, store_folder(plan.config, plan.mode, plan.world_size))
     return _STORES[id(plan)][1]
