@@ -8,10 +8,12 @@ kept in the cache folder; each (graph, partitioner, k) runs in a fresh process t
 ingested CSR and partitions it as a run's partition step would (``partition.reads_csr``): KaMinPar,
 LDG and, on these symmetric graphs, METIS read the CSR where it lies; `volume` builds the edge
 lists. The goal (#55): KaMinPar's total volume at most 1.1x METIS's with at most 0.3x METIS's
-peak."""
+peak. ``PARTITIONER_SCALE_NODES`` sets the graphs' size (default 1,000,000)."""
 
 from __future__ import annotations
 
+import functools
+import os
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -26,6 +28,9 @@ GRAPHS = {
     "communities": ["dataset=communities", "dataset.avg_degree=26"],
 }
 PARTITIONERS = ("metis", "volume", "kaminpar", "ldg")
+# KaMinPar once more on one thread: its lean setting, measured 2026-12-07 at 0.51-0.70 GiB of own
+# peak where the machine's 2 threads took 0.74-0.87 (in-process sizes: ``partition_once``)
+LEAN = "kaminpar-1t"
 
 
 def _graph_folder(name: str, num_nodes: int) -> Path:
@@ -45,9 +50,10 @@ def _graph_folder(name: str, num_nodes: int) -> Path:
     return folder
 
 
-def partition_once(folder: str, name: str, k: int) -> Dict[str, Any]:
+def partition_once(folder: str, name: str, k: int, **options: Any) -> Dict[str, Any]:
     """Partition the graph in ``folder`` with ``name`` into ``k`` parts in this process: its
-    metrics, seconds and peak RSS (run in a fresh process: the peak is this run's alone)."""
+    metrics, seconds and peak RSS (run in a fresh process: the peak is this run's alone).
+    ``options`` override the partitioner's settings (KaMinPar's ``preset`` and ``threads``)."""
     from omegaconf import OmegaConf
 
     from gnntrain.data.ondisk import load_graph_dir
@@ -68,6 +74,7 @@ def partition_once(folder: str, name: str, k: int) -> Dict[str, Any]:
             "preset": "default",
             "threads": 0,
             "compress": True,
+            **options,
         }
     )
     before = vm_hwm()
@@ -102,9 +109,22 @@ def partition_once(folder: str, name: str, k: int) -> Dict[str, Any]:
     }
 
 
+def _goal(kp: Dict[str, Any], metis: Dict[str, Any]) -> str:
+    """#55's goal for one KaMinPar run: volume <= 1.1x METIS's, memory <= 0.3x, judged on the
+    partitioning's own peak (the whole process's counts the interpreter both share) and shown on
+    both."""
+    volume = kp["total"] / metis["total"]
+    own = (kp["peak"] - kp["before"]) / (metis["peak"] - metis["before"])
+    met = volume <= 1.1 and own <= 0.3
+    return (
+        f"volume {volume:.2f}x, own {own:.2f}x, whole process {kp['peak'] / metis['peak']:.2f}x "
+        f"({'met' if met else 'MISSED'})"
+    )
+
+
 @suite("partitioner_scale")
 def suite_partitioner_scale(quick: bool) -> SuiteResult:
-    num_nodes = 200_000 if quick else 1_000_000
+    num_nodes = 200_000 if quick else int(os.environ.get("PARTITIONER_SCALE_NODES", 1_000_000))
     rows: List[List[str]] = []
     goals: List[str] = []
     for graph in GRAPHS:
@@ -114,6 +134,9 @@ def suite_partitioner_scale(quick: bool) -> SuiteResult:
                 name: in_fresh_process(partition_once, str(folder), name, k)
                 for name in PARTITIONERS
             }
+            found[LEAN] = in_fresh_process(
+                functools.partial(partition_once, threads=1), str(folder), "kaminpar", k
+            )
             metis = found["metis"]
             for name, r in found.items():
                 rows.append(
@@ -134,13 +157,8 @@ def suite_partitioner_scale(quick: bool) -> SuiteResult:
                         f"{(r['peak'] - r['before']) / (metis['peak'] - metis['before']):.2f}",
                     ]
                 )
-            kp = found["kaminpar"]
-            met = kp["total"] <= 1.1 * metis["total"] and kp["peak"] <= 0.3 * metis["peak"]
-            own = (kp["peak"] - kp["before"]) / (metis["peak"] - metis["before"])
-            goals.append(
-                f"{graph} k={k}: volume {kp['total'] / metis['total']:.2f}x, peak "
-                f"{kp['peak'] / metis['peak']:.2f}x, own {own:.2f}x ({'met' if met else 'MISSED'})"
-            )
+            for name in ("kaminpar", LEAN):
+                goals.append(f"{graph} k={k} {name}: " + _goal(found[name], metis))
     return SuiteResult(
         title=f"partitioners at scale: three generated graphs of {num_nodes:,} nodes, 4 and 8 "
         "parts",
@@ -161,7 +179,9 @@ def suite_partitioner_scale(quick: bool) -> SuiteResult:
             "own / metis",
         ],
         rows=rows,
-        notes="Goal (#55): KaMinPar's total volume <= 1.1x METIS's at <= 0.3x METIS's peak. "
+        notes="Goal (#55): KaMinPar's total volume <= 1.1x METIS's at <= 0.3x METIS's memory, "
+        "judged on the partitioning's own peak; kaminpar-1t is KaMinPar on one thread "
+        "(partitioner.threads=1). "
         + "; ".join(goals)
         + ". Each run is a fresh process that memory-maps the ingested graph; its peak RSS counts "
         "the interpreter with torch and numba loaded and the CSR pages it touched (about 0.8 GiB "
