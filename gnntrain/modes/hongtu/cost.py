@@ -133,8 +133,12 @@ class HongTuPlanner(ModePlanner):
         """Host memory per rank: HongTu keeps every layer's activations, their gradients and the
         cached aggregates in host memory (§4.1), a full copy of each rather than autograd's working
         set, plus the device arena, which lives in host memory too on a CPU profile. Tables on the
-        disk tier (mode.host_budget) leave host memory: their bytes come off the activations."""
-        base = estimate_memory(ctx, self.num_parts(ctx.world_size), activation_factor=2.0)
+        disk tier (mode.host_budget) leave host memory: their bytes come off the activations. A rank
+        holds other partitions' rows only in the arena, a chunk's in-neighbours at a time (§4.2), so
+        the arena counts them and the halo term of the partition-parallel modes does not."""
+        base = estimate_memory(
+            ctx, self.num_parts(ctx.world_size), activation_factor=2.0, receives_halo=False
+        )
         if budget is not None:
             on_disk = self.planned_tiers(ctx, budget)[1]
             base = dataclasses.replace(
@@ -200,10 +204,16 @@ class HongTuPlanner(ModePlanner):
         return []
 
     def _resident_rows(self, ctx) -> int:
-        """In-neighbour rows of a chunk before chunking is known: chunk rows x degree, at most N."""
+        """In-neighbour rows of a chunk before chunking is known: chunk rows x degree, at most N,
+        and, once the partition is known (``ctx.received_rows``, its largest receive volume), at
+        most a partition's own rows plus the rows it receives: a chunk's in-neighbours are among
+        them."""
         m, n = ctx.world_size, max(1, int(self.options.chunks) or 4)
         degree = (ctx.num_edges + ctx.num_nodes) / max(1, ctx.num_nodes)
-        return int(min(ctx.num_nodes, ctx.num_nodes / m / n * degree))
+        bound = ctx.num_nodes
+        if ctx.received_rows is not None:
+            bound = min(bound, -(-ctx.num_nodes // m) + int(ctx.received_rows))
+        return int(min(bound, ctx.num_nodes / m / n * degree))
 
     def work(self, ctx) -> Work:
         """HongTu §4-§5 on one rank's partition of n chunks: every chunk loads its in-neighbour rows
