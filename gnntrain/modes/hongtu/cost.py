@@ -148,8 +148,7 @@ class HongTuPlanner(ModePlanner):
         arena = self.device_cap() if on_host else 0
         # no cap: the arena holds a batch's working set (chunk_working_bytes, unchunked)
         if on_host and not arena:
-            m, n = ctx.world_size, max(1, int(self.options.chunks) or 4)
-            degree = (ctx.num_edges + ctx.num_nodes) / max(1, ctx.num_nodes)
+            m, n, degree = self._chunking(ctx)
             rows = ctx.num_nodes // (m * n)
             arena = batch_bytes(
                 rows,
@@ -203,13 +202,18 @@ class HongTuPlanner(ModePlanner):
             )
         return []
 
+    def _chunking(self, ctx) -> Tuple[int, int, float]:
+        """(ranks m, chunks per partition n, in-edges per row with the self-loop) that the
+        estimates assume before the chunks are known: mode.chunks, or 4 where it is 0 (auto)."""
+        degree = (ctx.num_edges + ctx.num_nodes) / max(1, ctx.num_nodes)
+        return ctx.world_size, max(1, int(self.options.chunks) or 4), degree
+
     def _resident_rows(self, ctx) -> int:
         """In-neighbour rows of a chunk before chunking is known: chunk rows x degree, at most N,
         and, once the partition is known (``ctx.received_rows``, its largest receive volume), at
         most a partition's own rows plus the rows it receives: a chunk's in-neighbours are among
         them."""
-        m, n = ctx.world_size, max(1, int(self.options.chunks) or 4)
-        degree = (ctx.num_edges + ctx.num_nodes) / max(1, ctx.num_nodes)
+        m, n, degree = self._chunking(ctx)
         bound = ctx.num_nodes
         if ctx.received_rows is not None:
             bound = min(bound, -(-ctx.num_nodes // m) + int(ctx.received_rows))
@@ -221,10 +225,9 @@ class HongTuPlanner(ModePlanner):
         is recomputed in backward. Rows per chunk before chunking: min(N, chunk rows x degree); p2p
         divides the host loads among the m ranks, reuse removes about what consecutive chunks share
         (1/n of them)."""
-        m, n = ctx.world_size, max(1, int(self.options.chunks) or 4)
+        m, n, degree = self._chunking(ctx)
         rows = ctx.num_nodes / m
         work = local_work(ctx, rows, (ctx.num_edges + ctx.num_nodes) / m)
-        degree = (ctx.num_edges + ctx.num_nodes) / max(1, ctx.num_nodes)
         loaded = n * min(ctx.num_nodes, rows / n * degree)
         if "p2p" in self.dedup:
             loaded /= m
