@@ -11,6 +11,14 @@ The zygote only forks; the test's process watches the child (by pid) and reads i
 a file the child writes as it ends (no file: it was killed). Where a command sets variables that a
 fresh interpreter reads while it imports (threads, allocators, paths), :func:`conftest.run_cli`
 starts a fresh process instead, and ``GNNTRAIN_TEST_ZYGOTE=0`` turns the zygote off.
+
+A command's multi-rank run starts the ranks' fork server (gnntrain.launch.forkserver): a fresh
+interpreter that imports torch, ``torch._dynamo`` and gnntrain (about 5 s of CPU on two cores, for
+every such command, and for a failing one too: the CLI starts it before it composes). In a child
+the server is forked from the child instead, as the child starts (:func:`_fork_servers_here`):
+the zygote holds the server's imports already and runs no thread, so the fork is the clean,
+preloaded process that the fresh server is. The ranks still fork from that server, as they do
+for a user.
 """
 
 from __future__ import annotations
@@ -56,7 +64,38 @@ WARM_MODULES = (
     "gnntrain.metrics.report",
     "hydra.main",
     "rich.console",
+    "gnntrain.launch.preload",  # the fork server's imports (torch._dynamo: ~1.4 s)
 )
+FORK_SERVER = "from multiprocessing.forkserver import main"
+
+
+def _fork_servers_here() -> None:
+    """multiprocessing starts its fork server as ``python -c "from multiprocessing.forkserver
+    import main; main(fds...)"`` (``util.spawnv_passfds``); here that command runs in a fork of
+    this process, with only the descriptors it is passed (and 0-2) open, as in the fresh one."""
+    from multiprocessing import util
+
+    spawn_fresh = util.spawnv_passfds
+
+    def spawnv_passfds(path, args, passfds):
+        if len(args) < 2 or args[-2] != "-c" or not args[-1].startswith(FORK_SERVER):
+            return spawn_fresh(path, args, passfds)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                keep = {0, 1, 2, *passfds}
+                for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
+                    if fd not in keep:
+                        try:
+                            os.close(fd)
+                        except OSError:
+                            pass
+                exec(args[-1], {"__name__": "__main__"})
+            finally:
+                os._exit(0)
+        return pid
+
+    util.spawnv_passfds = spawnv_passfds
 
 
 def _child(request: Dict) -> None:
@@ -77,6 +116,7 @@ def _child(request: Dict) -> None:
             p for p in sys.path if p not in ("", TESTS)
         ]
         sys.argv = ["gnntrain", *request["args"]]
+        _fork_servers_here()
         from gnntrain.cli import main
 
         try:
@@ -123,6 +163,9 @@ def serve() -> None:
         if pid == 0:
             _child(request)
         print(pid, flush=True)
+    # no interpreter teardown (as the fork server): triton, which torch._dynamo imports, prints
+    # "nanobind: leaked ..." lines at exit
+    os._exit(0)
 
 
 class Zygote:

@@ -10,7 +10,10 @@ HPC engineer relies on after a failure (docs/design.md#chaos):
    (gnntrain/launch/leftovers.py);
 3. ``train.resume=true`` on the same run folders finishes with the losses and ``model.pt`` of an
    uninterrupted run of the same config, bit for bit (every mode here is deterministic on CPU in
-   the configuration :func:`mode_overrides` gives it; one reference run per mode is reused).
+   the configuration :func:`mode_overrides` gives it). That reference runs once per mode, in this
+   process with the local launcher: the same ranks on one host, one thread each, the same losses
+   and weights bit for bit as across the hosts (all five modes, checked when it changed), and about
+   1 s against a cluster job's 8-10 s (two torchrun agents and two fresh ranks importing torch).
 
 Trial i draws its mode (the modes in seeded shuffled rounds, so any ``len(MODES)`` consecutive
 trials cover them all), its victim (a rank: that rank's process; a host: every process in its
@@ -22,17 +25,21 @@ benchmarks chaos`` (``make chaos``) are its commands.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from gnntrain.launch import leftovers, netem
 from gnntrain.launch.chaos_schedule import WINDOW_SHARE, ChaosSettings, Trial, TrialRecord
 from gnntrain.launch.netem import EmulatedCluster, Link, kill_pids
 from gnntrain.launch.netem_jobs import JobResult, RunningJob, start_job
+from gnntrain.launch.output_relay import RANK_OUTPUT
 
 _LOST = re.compile(r"lost ranks? ([\d, ]+) on host ([0-9a-fA-F:.]*[0-9a-fA-F])")
 # before the process group formed: the hosts are not known yet (gnntrain.comm.peers)
@@ -46,7 +53,48 @@ class Reference:
     losses: List[float]
     model: Dict[str, object]
     window_s: float  # first epoch's end to the last's
-    startup_s: float  # launch to the first epoch's end
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+
+class _EpochClock:
+    """perf_counter() when a run folder's first and last epochs are recorded, read by a thread
+    while this process trains (an in-process run holds the main thread)."""
+
+    def __init__(self, run_dir: Path, epochs: int):
+        self.run_dir, self.epochs = run_dir, epochs
+        self.first: Optional[float] = None
+        self.last: Optional[float] = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set() and self.last is None:
+            done = _epochs_done(self.run_dir)
+            if done >= 1 and self.first is None:
+                self.first = time.perf_counter()
+            if done >= self.epochs:
+                self.last = time.perf_counter()
+            self._stop.wait(0.005)
+
+    def __enter__(self) -> "_EpochClock":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _epochs_done(run_dir: Path) -> int:
@@ -97,6 +145,7 @@ class ChaosRun:
     def __init__(self, cluster: EmulatedCluster, settings: ChaosSettings, workdir: Path):
         self.cluster, self.settings, self.workdir = cluster, settings, Path(workdir)
         self.references: Dict[str, Reference] = {}
+        self._startup_s: Dict[str, float] = {}
         self._port = settings.port
 
     def _next_port(self) -> int:
@@ -119,22 +168,56 @@ class ChaosRun:
         )
 
     def reference(self, mode: str) -> Reference:
-        """The uninterrupted run of ``mode``'s config (run once, then reused)."""
+        """The uninterrupted run of ``mode``'s config (run once, then reused): in this process
+        with the local launcher, the job's ranks on one host with one thread each."""
         if mode in self.references:
             return self.references[mode]
+        from gnntrain.launch.compose import compose
+        from gnntrain.launch.launcher import run_training
+        from gnntrain.plan import build_plan
+
         root = self.workdir / f"reference-{mode}"
-        job = self._start(mode, root / "run", root / "cache")
-        first = _await_epoch(job, 1, self.settings.start_limit_s)
-        last = _await_epoch(job, self.settings.epochs, self.settings.start_limit_s)
-        result = job.wait(self.settings.start_limit_s)
-        summary = result.summary() or {}
-        if not result.ok or summary.get("status") != "completed" or first is None or last is None:
-            raise ChaosError(f"the reference run of mode {mode} failed: {_failure(result)}")
+        world = self.settings.world_size
+        overrides = self.settings.overrides(mode) + [
+            "hardware.nodes=1",
+            f"hardware.ranks_per_node={world}",
+            f"hardware.cores_per_node={world}",
+            f"cache_dir={root / 'cache'}",
+        ]
+        (root / "output").mkdir(parents=True, exist_ok=True)
+        try:  # its output (the ranks' and the launcher's) into files under root, not the terminal
+            with (
+                _EpochClock(root / "run", self.settings.epochs) as clock,
+                _environment(RANK_OUTPUT, str(root / "output")),
+                open(root / "output" / "launcher", "w") as log,
+                contextlib.redirect_stdout(log),
+                contextlib.redirect_stderr(log),
+            ):
+                summary = run_training(build_plan(compose(overrides)), root / "run")
+        except Exception as exc:
+            raise ChaosError(f"the reference run of mode {mode} failed: {exc}") from exc
+        if summary.get("status") != "completed" or clock.first is None or clock.last is None:
+            raise ChaosError(f"the reference run of mode {mode} ended {summary.get('status')}")
         self.references[mode] = Reference(
-            list(summary["losses"]), _model(result.run_dirs[0]), last - first, first - job.started
+            list(summary["losses"]), _model(root / "run"), clock.last - clock.first
         )
         shutil.rmtree(root, ignore_errors=True)
         return self.references[mode]
+
+    def startup_s(self, mode: str) -> float:
+        """Launch to the first epoch's end of ``mode``'s job across the cluster (measured once,
+        for start-up kills: torchrun's rendezvous and the fresh ranks are most of it)."""
+        if mode in self._startup_s:
+            return self._startup_s[mode]
+        root = self.workdir / f"startup-{mode}"
+        job = self._start(mode, root / "run", root / "cache")
+        first = _await_epoch(job, 1, self.settings.start_limit_s)
+        result = job.wait(self.settings.start_limit_s)
+        if not result.ok or first is None:
+            raise ChaosError(f"the start-up timing run of mode {mode} failed: {_failure(result)}")
+        self._startup_s[mode] = first - job.started
+        shutil.rmtree(root, ignore_errors=True)
+        return self._startup_s[mode]
 
     def _victims(self, trial: Trial) -> List[int]:
         """The pids to kill: every process of the host, or the rank's own process."""
@@ -193,10 +276,11 @@ class ChaosRun:
         cache: Path,
         shm_before,
     ) -> None:
+        startup_s = self.startup_s(trial.mode) if trial.phase == "startup" else 0.0
         job = self._start(trial.mode, run, cache)
         if trial.phase == "startup":
             first = job.started
-            target = first + trial.at * WINDOW_SHARE * reference.startup_s
+            target = first + trial.at * WINDOW_SHARE * startup_s
         else:
             first = _await_epoch(job, 1, self.settings.start_limit_s)
             if first is None:
