@@ -15,7 +15,7 @@ starts a fresh process instead, and ``GNNTRAIN_TEST_ZYGOTE=0`` turns the zygote 
 A command's multi-rank run starts the ranks' fork server (gnntrain.launch.forkserver): a fresh
 interpreter that imports torch, ``torch._dynamo`` and gnntrain (about 5 s of CPU on two cores, for
 every such command, and for a failing one too: the CLI starts it before it composes). In a child
-the server is forked from the child instead, as the child starts (:func:`_fork_servers_here`):
+the server is forked from the child instead, as the CLI starts it (:func:`_fork_servers_here`):
 the zygote holds the server's imports already and runs no thread, so the fork is the clean,
 preloaded process that the fresh server is. The ranks still fork from that server, as they do
 for a user.
@@ -72,13 +72,27 @@ FORK_SERVER = "from multiprocessing.forkserver import main"
 def _fork_servers_here() -> None:
     """multiprocessing starts its fork server as ``python -c "from multiprocessing.forkserver
     import main; main(fds...)"`` (``util.spawnv_passfds``); here that command runs in a fork of
-    this process, with only the descriptors it is passed (and 0-2) open, as in the fresh one."""
+    this process, with only the descriptors it is passed (and 0-2) open, as in the fresh one. Only
+    while the CLI starts it at once (``start_for_command_line``): later the command may have run
+    threads (a kernel measurement, a partitioner), and a server started then is a fresh one."""
     from multiprocessing import util
 
+    from gnntrain.launch import forkserver
+
     spawn_fresh = util.spawnv_passfds
+    start_early = forkserver.start_for_command_line
+    early = [False]
+
+    def start_for_command_line(overrides):
+        early[0] = True
+        try:
+            start_early(overrides)
+        finally:
+            early[0] = False
 
     def spawnv_passfds(path, args, passfds):
-        if len(args) < 2 or args[-2] != "-c" or not args[-1].startswith(FORK_SERVER):
+        forking = early[0] and len(args) >= 2 and args[-2] == "-c"
+        if not forking or not args[-1].startswith(FORK_SERVER):
             return spawn_fresh(path, args, passfds)
         pid = os.fork()
         if pid == 0:
@@ -96,6 +110,7 @@ def _fork_servers_here() -> None:
         return pid
 
     util.spawnv_passfds = spawnv_passfds
+    forkserver.start_for_command_line = start_for_command_line
 
 
 def _child(request: Dict) -> None:

@@ -26,17 +26,17 @@ benchmarks chaos`` (``make chaos``) are its commands.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from gnntrain.launch import leftovers, netem
 from gnntrain.launch.chaos_schedule import WINDOW_SHARE, ChaosSettings, Trial, TrialRecord
+from gnntrain.launch.forkserver import environment_variable
 from gnntrain.launch.netem import EmulatedCluster, Link, kill_pids
 from gnntrain.launch.netem_jobs import JobResult, RunningJob, start_job
 from gnntrain.launch.output_relay import RANK_OUTPUT
@@ -53,19 +53,6 @@ class Reference:
     losses: List[float]
     model: Dict[str, object]
     window_s: float  # first epoch's end to the last's
-
-
-@contextlib.contextmanager
-def _environment(name: str, value: str) -> Iterator[None]:
-    saved = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = saved
 
 
 class _EpochClock:
@@ -188,7 +175,7 @@ class ChaosRun:
         try:  # its output (the ranks' and the launcher's) into files under root, not the terminal
             with (
                 _EpochClock(root / "run", self.settings.epochs) as clock,
-                _environment(RANK_OUTPUT, str(root / "output")),
+                environment_variable(RANK_OUTPUT, str(root / "output")),
                 open(root / "output" / "launcher", "w") as log,
                 contextlib.redirect_stdout(log),
                 contextlib.redirect_stderr(log),

@@ -22,18 +22,24 @@ def start_method() -> str:
 
 
 @contextmanager
-def rank_threads(threads: str) -> Iterator[None]:
-    """OMP_NUM_THREADS for what starts inside (a spawned rank, the fork server); the launcher's own
-    environment is left as it was."""
-    saved = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = threads
+def environment_variable(name: str, value: str) -> Iterator[None]:
+    """``name=value`` in this process's environment inside (for what starts there), restored
+    after."""
+    saved = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if saved is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
+            os.environ.pop(name, None)
         else:
-            os.environ["OMP_NUM_THREADS"] = saved
+            os.environ[name] = saved
+
+
+def rank_threads(threads: str):
+    """OMP_NUM_THREADS for what starts inside (a spawned rank, the fork server); the launcher's own
+    environment is left as it was."""
+    return environment_variable("OMP_NUM_THREADS", threads)
 
 
 @contextmanager
