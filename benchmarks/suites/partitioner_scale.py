@@ -9,7 +9,9 @@ ingested CSR and partitions it as a run's partition step would (``partition.read
 LDG and, on these symmetric graphs, METIS read the CSR where it lies; `volume` builds the edge
 lists. The goal (#55): KaMinPar's total volume at most 1.1x METIS's with at most 0.3x METIS's
 memory, judged on the partitioning's own peak (above the process's peak just before it).
-``PARTITIONER_SCALE_NODES`` sets the graphs' size (default 1,000,000)."""
+``PARTITIONER_SCALE_NODES`` sets the graphs' size (default 1,000,000); ``PARTITIONER_SCALE_ROWS``
+(a comma list of ``ROWS``' names; METIS always runs, the baseline) which rows run (default: all but
+``kaminpar-eco-1t``, whose ~3 min per case would double the suite)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import functools
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from benchmarks.harness import SuiteResult, compose, in_fresh_process, vm_hwm
 from benchmarks.registry import suite
@@ -28,11 +30,31 @@ GRAPHS = {
     # 26 drawn per node: about 20 once repeats are merged, as the other two
     "communities": ["dataset=communities", "dataset.avg_degree=26"],
 }
-PARTITIONERS = ("metis", "volume", "kaminpar", "ldg")
-# KaMinPar once more on one thread (partitioner.threads=1): its lean setting, whose own peak was
-# 0.14-0.30x METIS's on the six 1M-node cases against up to 0.46x on the machine's two threads
-# (docs/BENCHMARKS.md, "partitioner_scale", 2026-12-07)
-LEAN = "kaminpar-1t"
+# Each row: (partitioner, its options over partition_once's defaults). KaMinPar on one thread
+# (partitioner.threads=1) is its lean setting: its own peak was 0.14-0.30x METIS's on the six
+# 1M-node cases, against up to 0.46x on the machine's two threads (docs/BENCHMARKS.md,
+# "partitioner_scale", 2026-12-07). Its `eco` preset (more refinement) is the quality setting:
+# on csbm k=8 it cut the total volume from 1.10x to 0.98x METIS's at the same own peak (0.28x),
+# in 195 s against 23 s (2026-12-07, one thread).
+ROWS: Dict[str, Tuple[str, Dict[str, Any]]] = {
+    "metis": ("metis", {}),
+    "volume": ("volume", {}),
+    "kaminpar": ("kaminpar", {}),
+    "ldg": ("ldg", {}),
+    "kaminpar-1t": ("kaminpar", {"threads": 1}),
+    "kaminpar-eco-1t": ("kaminpar", {"threads": 1, "preset": "eco"}),
+}
+DEFAULT_ROWS = ("metis", "volume", "kaminpar", "ldg", "kaminpar-1t")
+
+
+def _rows_to_run() -> List[str]:
+    """``PARTITIONER_SCALE_ROWS``' names (METIS first, always), or the default rows."""
+    asked = os.environ.get("PARTITIONER_SCALE_ROWS", "")
+    names = [n.strip() for n in asked.split(",") if n.strip()] or list(DEFAULT_ROWS)
+    unknown = sorted(set(names) - set(ROWS))
+    if unknown:
+        raise SystemExit(f"PARTITIONER_SCALE_ROWS: unknown rows {unknown}; use {sorted(ROWS)}")
+    return ["metis"] + [n for n in names if n != "metis"]
 
 
 def _graph_folder(name: str, num_nodes: int) -> Path:
@@ -132,18 +154,18 @@ def _goal(kp: Dict[str, Any], metis: Dict[str, Any]) -> str:
 @suite("partitioner_scale")
 def suite_partitioner_scale(quick: bool) -> SuiteResult:
     num_nodes = 200_000 if quick else int(os.environ.get("PARTITIONER_SCALE_NODES", 1_000_000))
+    row_names = _rows_to_run()
     rows: List[List[str]] = []
     goals: List[str] = []
     for graph in GRAPHS:
         folder = _graph_folder(graph, num_nodes)
         for k in (4, 8):
-            found = {
-                name: in_fresh_process(partition_once, str(folder), name, k)
-                for name in PARTITIONERS
-            }
-            found[LEAN] = in_fresh_process(
-                functools.partial(partition_once, threads=1), str(folder), "kaminpar", k
-            )
+            found = {}
+            for row in row_names:
+                partitioner, options = ROWS[row]
+                found[row] = in_fresh_process(
+                    functools.partial(partition_once, **options), str(folder), partitioner, k
+                )
             metis = found["metis"]
             for name, r in found.items():
                 rows.append(
@@ -164,7 +186,7 @@ def suite_partitioner_scale(quick: bool) -> SuiteResult:
                         f"{_own_ratio(r, metis):.2f}",
                     ]
                 )
-            for name in ("kaminpar", LEAN):
+            for name in (row for row in row_names if ROWS[row][0] == "kaminpar"):
                 goals.append(f"{graph} k={k} {name}: " + _goal(found[name], metis))
     return SuiteResult(
         title=f"partitioners at scale: three generated graphs of {num_nodes:,} nodes, 4 and 8 "
@@ -188,7 +210,8 @@ def suite_partitioner_scale(quick: bool) -> SuiteResult:
         rows=rows,
         notes="Goal (#55): KaMinPar's total volume <= 1.1x METIS's at <= 0.3x METIS's memory, "
         "judged on the partitioning's own peak; kaminpar-1t is KaMinPar on one thread "
-        "(partitioner.threads=1). "
+        "(partitioner.threads=1), kaminpar-eco-1t the same with partitioner.preset=eco. Rows: "
+        f"PARTITIONER_SCALE_ROWS={','.join(row_names)}. "
         + "; ".join(goals)
         + ". Each run is a fresh process that memory-maps the ingested graph; its peak RSS counts "
         "the interpreter with torch and numba loaded and the CSR pages it touched (about 0.8 GiB "
