@@ -11,7 +11,7 @@ lists. The goal (#55): KaMinPar's total volume at most 1.1x METIS's with at most
 memory, judged on the partitioning's own peak (above the process's peak just before it).
 ``PARTITIONER_SCALE_NODES`` sets the graphs' size (default 1,000,000); ``PARTITIONER_SCALE_ROWS``
 (a comma list of ``ROWS``' names; METIS always runs, the baseline) which rows run (default: all but
-``kaminpar-eco-1t``, whose ~3 min per case would double the suite)."""
+``kaminpar-eco-1t``, whose 21-199 s per case would add about 8 min to the suite's 13)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ GRAPHS = {
 # 1M-node cases, against up to 0.46x on the machine's two threads (docs/BENCHMARKS.md,
 # "partitioner_scale", 2026-12-07). Its `eco` preset (more refinement) is the quality setting:
 # on csbm k=8 it cut the total volume from 1.10x to 0.98x METIS's at the same own peak (0.28x),
-# in 195 s against 23 s (2026-12-07, one thread).
+# in 199 s against 28 s (2026-12-07, one thread; "partitioner_scale@eco").
 ROWS: Dict[str, Tuple[str, Dict[str, Any]]] = {
     "metis": ("metis", {}),
     "volume": ("volume", {}),
@@ -218,7 +218,7 @@ def suite_partitioner_scale(quick: bool) -> SuiteResult:
         "at 1M nodes: LDG's whole peak); 'partitioning's own' is the peak above the process's "
         "peak just before partitioning. METIS reads the symmetric CSR as it lies (what a run's "
         "partition step does on these graphs); volume builds the edge lists for its refinement; "
-        "KaMinPar writes its ParHiP input from the CSR in blocks and loads it compressed (preset "
-        "default, the machine's threads); LDG streams the CSR once. Volumes count rows (x feature "
-        "width x dtype = bytes per layer).",
+        "KaMinPar writes its ParHiP input from the CSR in blocks and loads it compressed (the "
+        "preset and threads each row names); LDG streams the CSR once. Volumes count rows (x "
+        "feature width x dtype = bytes per layer).",
     )
