@@ -166,11 +166,14 @@ class PartitionerConfig:
     imbalance_eps: float = 0.05  # max allowed (max-avg)/avg of nnz per part
     max_volume_growth: float = 0.05  # total volume may grow at most this fraction
     refine_rounds: int = 50
-    # kaminpar: its configuration preset, threads (0 = this process's CPUs), and whether it
-    # compresses the graph while loading it (TeraPart's encoding: a fraction of the memory)
+    # kaminpar: its configuration preset, threads (0 = this process's CPUs), whether it
+    # compresses the graph while loading it (TeraPart's encoding: a fraction of the memory), and
+    # volume | none: whether its cut is then refined for the total communication volume
+    # (gnntrain/partition/connectivity.py)
     preset: str = "default"
     threads: int = 0
     compress: bool = True
+    refine: str = "volume"
 
 
 # -------------------------------------------------------------------- hardware

@@ -62,6 +62,8 @@ def partitioner_options(cfg) -> dict:
     if cfg.name == "kaminpar":  # threads change neither the key nor, by design, much of the result
         keys += ["imbalance_eps", "row_weight", "preset", "compress"]
     options = {key: getattr(cfg, key) for key in keys}
+    if cfg.name == "kaminpar":  # refined for the volume unless told otherwise
+        options["refine"] = str(getattr(cfg, "refine", "volume"))
     if cfg.name in ("metis", "volume") and getattr(cfg, "objective", "cut") != "cut":
         options["objective"] = cfg.objective  # keys of partitions cut by edge cut stay as they were
     if cfg.name in ("metis", "volume") and getattr(cfg, "row_weight", 0):

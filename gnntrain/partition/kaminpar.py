@@ -35,11 +35,13 @@ from typing import Optional, Tuple
 import numpy as np
 
 from gnntrain.errors import PlanError
+from gnntrain.partition.connectivity import refine_total_volume
 
 ROWS_PER_BLOCK = 1 << 16  # destination rows read, merged and written per step
 HEADER_BYTES = 24
 NO_EDGE_WEIGHTS, NO_VERTEX_WEIGHTS, VID_32BIT = 1, 2, 8
 PRESETS = ("default", "fast", "eco", "strong", "terapart", "terapart-eco")
+REFINEMENTS = ("volume", "none")
 
 
 def parhip_version(vertex_weights: bool, vid_32bit: bool) -> int:
@@ -244,6 +246,13 @@ def kaminpar_parts(
         raise PlanError(
             "partitioner.preset", f"unknown KaMinPar preset '{preset}'.", f"use one of {PRESETS}"
         )
+    refine = str(getattr(cfg, "refine", "volume"))
+    if refine not in REFINEMENTS:
+        raise PlanError(
+            "partitioner.refine",
+            f"unknown KaMinPar refinement '{refine}'.",
+            "use volume (KaMinPar's cut refined for the total volume) or none",
+        )
     n = int(np.asarray(indptr).shape[0]) - 1
     if k == 1:
         return np.zeros(n, dtype=np.int64)
@@ -264,7 +273,17 @@ def kaminpar_parts(
         kaminpar.reseed(int(cfg.seed))
         context = kaminpar.context_by_name(preset)
         solver = kaminpar.KaMinPar(kaminpar_threads(int(cfg.threads)), context)
-        parts = solver.compute_partition(graph, int(k), float(cfg.imbalance_eps))
-        return np.fromiter(parts, dtype=np.int64, count=n)
+        parts = np.fromiter(
+            solver.compute_partition(graph, int(k), float(cfg.imbalance_eps)),
+            dtype=np.int64,
+            count=n,
+        )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    del graph, solver  # KaMinPar's compressed graph goes before the refinement's table comes
+    if refine == "volume":
+        weights = vertex_weights_of(
+            np.asarray(indptr, dtype=np.int64), cfg.vertex_weights, float(cfg.row_weight)
+        )
+        refine_total_volume(indptr, indices, parts, int(k), weights, float(cfg.imbalance_eps))
+    return parts
