@@ -11,7 +11,9 @@ lists. The goal (#55): KaMinPar's total volume at most 1.1x METIS's with at most
 memory, judged on the partitioning's own peak (above the process's peak just before it).
 ``PARTITIONER_SCALE_NODES`` sets the graphs' size (default 1,000,000); ``PARTITIONER_SCALE_ROWS``
 (a comma list of ``ROWS``' names; METIS always runs, the baseline) which rows run (default: all but
-``kaminpar-eco-1t``, whose 21-199 s per case would add about 8 min to the suite's 13)."""
+``kaminpar-eco-1t``, whose 21-199 s per case would add about 8 min to the suite's 13). The
+KaMinPar rows but the ``-cut`` and ``-eco`` ones refine KaMinPar's cut for the total volume
+(``partitioner.refine=volume``, gnntrain/partition/connectivity.py)."""
 
 from __future__ import annotations
 
@@ -42,9 +44,10 @@ ROWS: Dict[str, Tuple[str, Dict[str, Any]]] = {
     "kaminpar": ("kaminpar", {}),
     "ldg": ("ldg", {}),
     "kaminpar-1t": ("kaminpar", {"threads": 1}),
-    "kaminpar-eco-1t": ("kaminpar", {"threads": 1, "preset": "eco"}),
+    "kaminpar-cut-1t": ("kaminpar", {"threads": 1, "refine": "none"}),
+    "kaminpar-eco-1t": ("kaminpar", {"threads": 1, "preset": "eco", "refine": "none"}),
 }
-DEFAULT_ROWS = ("metis", "volume", "kaminpar", "ldg", "kaminpar-1t")
+DEFAULT_ROWS = ("metis", "volume", "kaminpar", "ldg", "kaminpar-1t", "kaminpar-cut-1t")
 
 
 def _rows_to_run() -> List[str]:
@@ -98,6 +101,7 @@ def partition_once(folder: str, name: str, k: int, **options: Any) -> Dict[str, 
             "preset": "default",
             "threads": 0,
             "compress": True,
+            "refine": "volume",
             **options,
         }
     )
@@ -210,7 +214,9 @@ def suite_partitioner_scale(quick: bool) -> SuiteResult:
         rows=rows,
         notes="Goal (#55): KaMinPar's total volume <= 1.1x METIS's at <= 0.3x METIS's memory, "
         "judged on the partitioning's own peak; kaminpar-1t is KaMinPar on one thread "
-        "(partitioner.threads=1), kaminpar-eco-1t the same with partitioner.preset=eco. Rows: "
+        "(partitioner.threads=1); both refine KaMinPar's cut for the total volume "
+        "(partitioner.refine=volume, the default); kaminpar-cut-1t is KaMinPar's cut as it is "
+        "(partitioner.refine=none), kaminpar-eco-1t the same with partitioner.preset=eco. Rows: "
         f"PARTITIONER_SCALE_ROWS={','.join(row_names)}. "
         + "; ".join(goals)
         + ". Each run is a fresh process that memory-maps the ingested graph; its peak RSS counts "
