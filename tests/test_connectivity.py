@@ -1,8 +1,8 @@
 """The total-volume refinement (gnntrain/partition/connectivity.py): on any graph (repeated
-neighbours, self-loops, unsorted rows) and any start, the volume it reports before and after is the
-one ``csr_metrics`` counts, it never rises, and no part grows past the balance bound; on a graph with
-locality it cuts a random start's volume by most of it; and ``partitioner=kaminpar`` refines its
-cut with it unless ``partitioner.refine=none``."""
+neighbours, self-loops, unsorted rows) and from any start, the volumes it reports before and after
+are the ones ``csr_metrics`` counts, the volume never rises, and no part grows past the balance
+bound; on a graph with locality it removes nearly all of a disturbed start's volume; and
+``partitioner=kaminpar`` refines its cut with it unless ``partitioner.refine=none``."""
 
 from __future__ import annotations
 

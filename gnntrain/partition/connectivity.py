@@ -18,7 +18,6 @@ nets that hold v besides its own, so a move of v from a to b changes λ of net n
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 from typing import Optional
@@ -46,99 +45,6 @@ def pin_count_bytes(num_nodes: int, k: int) -> int:
     return 4 * int(num_nodes) * int(k)
 
 
-@functools.lru_cache(maxsize=None)
-def _loops():
-    from numba import njit
-
-    @njit(cache=True, nogil=True)
-    def pin_counts(indptr, indices, parts, lo, hi, phi):  # pragma: no cover - compiled
-        """Add rows lo..hi's pins: v is a pin of its own net and of every in-neighbour's.
-        Repeated neighbours (adjacent in a sorted row) and self-loops count once."""
-        for v in range(lo, hi):
-            pv = parts[v]
-            phi[v, pv] += 1
-            last = -1
-            for e in range(indptr[v], indptr[v + 1]):
-                u = indices[e]
-                if u == v or u == last:
-                    continue
-                last = u
-                phi[u, pv] += 1
-
-    @njit(cache=True, nogil=True)
-    def volume(phi):  # pragma: no cover - compiled
-        total = 0
-        for u in range(phi.shape[0]):
-            touched = 0
-            for p in range(phi.shape[1]):
-                if phi[u, p] > 0:
-                    touched += 1
-            total += touched - 1
-        return total
-
-    @njit(cache=True, nogil=True)
-    def refine_pass(
-        indptr, indices, parts, phi, node_w, part_w, max_w, penalty
-    ):  # pragma: no cover - compiled
-        """One label-propagation pass over every node; (volume saved, moves). A gain counts a
-        net once per listed pin, so with a neighbour listed twice (an unsorted row) it is an
-        underestimate: a move made never raises the volume."""
-        n, k = phi.shape
-        saved = 0
-        moves = 0
-        for v in range(n):
-            a = parts[v]
-            # nets where v is part a's only pin: each loses a part if v leaves
-            base = 1 if phi[v, a] == 1 else 0
-            last = -1
-            for e in range(indptr[v], indptr[v + 1]):
-                u = indices[e]
-                if u == v or u == last:
-                    continue
-                last = u
-                if phi[u, a] == 1:
-                    base += 1
-            if base == 0:  # no move can gain: the penalty is never negative
-                continue
-            # nets that do not touch part p yet: each gains a part if v joins p
-            for p in range(k):
-                penalty[p] = 1 if phi[v, p] == 0 else 0
-            last = -1
-            for e in range(indptr[v], indptr[v + 1]):
-                u = indices[e]
-                if u == v or u == last:
-                    continue
-                last = u
-                for p in range(k):
-                    if phi[u, p] == 0:
-                        penalty[p] += 1
-            best, best_gain = -1, 0
-            weight = node_w[v]
-            for p in range(k):
-                if p != a and base - penalty[p] > best_gain and part_w[p] + weight <= max_w:
-                    best, best_gain = p, base - penalty[p]
-            if best < 0:
-                continue
-            parts[v] = best
-            part_w[a] -= weight
-            part_w[best] += weight
-            phi[v, a] -= 1
-            phi[v, best] += 1
-            last = -1
-            for e in range(indptr[v], indptr[v + 1]):
-                u = indices[e]
-                if u == v or u == last:
-                    continue
-                last = u
-                phi[u, a] -= 1
-                phi[u, best] += 1
-            saved += best_gain
-            moves += 1
-        return saved, moves
-
-    return pin_counts, volume, refine_pass
-
-
 def refine_total_volume(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -154,7 +60,8 @@ def refine_total_volume(
     1 per node where None) stays at most max((1 + eps) × the even share, the heaviest part's
     weight before): refinement never makes the balance worse than it found it. Passes stop after
     ``max_passes`` or once a pass saves under ``min_pass_gain`` of the volume."""
-    pin_counts, volume, refine_pass = _loops()
+    from gnntrain.partition.connectivity_kernels import pin_counts, refine_pass, volume
+
     indptr = np.asarray(indptr, dtype=np.int64)
     n = indptr.shape[0] - 1
     if k < 2 or n == 0:
@@ -171,12 +78,10 @@ def refine_total_volume(
     max_w = max(int(part_w.max()), int((1.0 + imbalance_eps) * weights.sum() / k))
     before = int(volume(phi))
     current, moves, passes = before, 0, 0
-    penalty = np.zeros(k, dtype=np.int64)
     while passes < max_passes and current > 0:
-        saved, moved = refine_pass(indptr, indices, parts, phi, weights, part_w, max_w, penalty)
+        moved = refine_pass(indptr, indices, parts, phi, weights, part_w, max_w)
         passes += 1
         moves += int(moved)
-        # counted afresh: a listed-twice neighbour makes the pass's own tally an underestimate
         last, current = current, int(volume(phi))
         if last - current <= min_pass_gain * current:
             break
