@@ -1,20 +1,15 @@
 """The total-volume refinement (gnntrain/partition/connectivity.py): on any graph (repeated
 neighbours, self-loops, unsorted rows) and from any start, the volumes it reports before and after
 are the ones ``csr_metrics`` counts, the volume never rises, and no part grows past the balance
-bound; on a graph with locality it removes nearly all of a disturbed start's volume; and
-``partitioner=kaminpar`` refines its cut with it unless ``partitioner.refine=none``."""
+bound; on a graph with locality it removes nearly all of a disturbed start's volume. KaMinPar's use
+of it: tests/test_kaminpar.py."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
-from conftest import compose
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from omegaconf import OmegaConf
 
-from gnntrain.errors import PlanError
-from gnntrain.partition import partition_graph, partitioner_options
 from gnntrain.partition.connectivity import refine_total_volume
 from gnntrain.partition.streaming import csr_metrics
 
@@ -70,45 +65,3 @@ def test_a_random_start_on_a_graph_with_locality_loses_most_of_its_volume():
     result = refine_total_volume(indptr, indices, parts, k, None, 0.03)
     assert result.moves > 0 and result.passes >= 2
     assert result.volume_after < 0.1 * result.volume_before, result
-
-
-CSBM = ["dataset=csbm", "dataset.num_nodes=3000", "dataset.avg_degree=10"]
-
-
-def _kaminpar(**overrides):
-    values = dict(
-        name="kaminpar",
-        seed=0,
-        reorder=None,
-        vertex_weights="nnz",
-        row_weight=0.0,
-        imbalance_eps=0.03,
-        preset="default",
-        threads=1,
-        compress=True,
-    )
-    return OmegaConf.create({**values, **overrides})
-
-
-def test_kaminpar_refines_its_cut_for_the_volume_unless_told_not_to(tmp_path):
-    pytest.importorskip("kaminpar")
-    from gnntrain.data import load_dataset
-
-    data = load_dataset(compose(CSBM))
-    src, dst, n = data.src.numpy(), data.dst.numpy(), data.num_nodes
-    k = 4
-    refined, _ = partition_graph(src, dst, n, k, _kaminpar(), "csbm", tmp_path)
-    plain, hit = partition_graph(src, dst, n, k, _kaminpar(refine="none"), "csbm", tmp_path)
-    assert not hit  # its own cache key: a refined partition is never served for a plain one
-    assert partitioner_options(_kaminpar())["refine"] == "volume"
-    assert refined.metrics.total_volume < 0.97 * plain.metrics.total_volume, (refined, plain)
-    load = np.bincount(refined.parts, weights=np.bincount(dst, minlength=n) + 1, minlength=k)
-    plain_load = np.bincount(plain.parts, weights=np.bincount(dst, minlength=n) + 1, minlength=k)
-    assert load.max() <= max(plain_load.max(), 1.03 * load.sum() / k)
-
-
-def test_an_unknown_refinement_is_refused_naming_the_choices(tmp_path):
-    pytest.importorskip("kaminpar")
-    src, dst = np.array([0, 1, 2]), np.array([1, 2, 0])
-    with pytest.raises(PlanError, match="partitioner.refine.*use volume .* or none"):
-        partition_graph(src, dst, 3, 2, _kaminpar(refine="fm"), "g", tmp_path)

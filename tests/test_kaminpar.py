@@ -1,8 +1,8 @@
 """partitioner=kaminpar (gnntrain/partition/kaminpar.py) and partitioner=auto
 (gnntrain/partition/choice.py): the ParHiP file written block by block is the graph's symmetric
 adjacency, KaMinPar's parts keep their balance and cut like METIS, an ingested graph is partitioned
-without its edge lists, training on its parts is exact, and the plan picks METIS or KaMinPar by the
-host's memory."""
+without its edge lists, its cut is refined for the total volume unless ``refine=none``, training
+on its parts is exact, and the plan picks METIS or KaMinPar by the host's memory."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from conftest import EXACT, assert_exact, compose, forbid_edge_lists, single_los
 from omegaconf import OmegaConf
 
 from gnntrain.errors import PlanError
-from gnntrain.partition import compute_metrics, partition_graph
+from gnntrain.partition import compute_metrics, partition_graph, partitioner_options
 from gnntrain.partition import kaminpar as kp
 from gnntrain.partition.choice import partitioner_peak_bytes
 from gnntrain.partition.partitioners import random_parts, symmetric_csr
@@ -119,6 +119,25 @@ def test_kaminpar_balances_nnz_and_cuts_like_metis(k, tmp_path):
     assert part.metrics.edge_cut < 0.8 * hashed.edge_cut
     # the scratch folder holds nothing once the parts are out
     assert not any((tmp_path / "scratch").iterdir())
+
+
+def test_kaminpar_refines_its_cut_for_the_volume_unless_told_not_to(tmp_path):
+    src, dst, n = _csbm()
+    k = 4
+    refined, _ = partition_graph(src, dst, n, k, _kcfg(), "csbm", tmp_path)
+    plain, hit = partition_graph(src, dst, n, k, _kcfg(refine="none"), "csbm", tmp_path)
+    assert not hit  # its own cache key: a refined partition is never served for a plain one
+    assert partitioner_options(_kcfg())["refine"] == "volume"
+    assert refined.metrics.total_volume < 0.97 * plain.metrics.total_volume, (refined, plain)
+    load = np.bincount(refined.parts, weights=np.bincount(dst, minlength=n) + 1, minlength=k)
+    plain_load = np.bincount(plain.parts, weights=np.bincount(dst, minlength=n) + 1, minlength=k)
+    assert load.max() <= max(plain_load.max(), 1.03 * load.sum() / k)
+
+
+def test_an_unknown_refinement_is_refused_naming_the_choices(tmp_path):
+    src, dst = np.array([0, 1, 2]), np.array([1, 2, 0])
+    with pytest.raises(PlanError, match="partitioner.refine.*use volume .* or none"):
+        partition_graph(src, dst, 3, 2, _kcfg(refine="fm"), "g", tmp_path)
 
 
 def _pcfg_metis():

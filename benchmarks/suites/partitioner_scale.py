@@ -34,10 +34,11 @@ GRAPHS = {
 }
 # Each row: (partitioner, its options over partition_once's defaults). KaMinPar on one thread
 # (partitioner.threads=1) is its lean setting: its own peak was 0.14-0.30x METIS's on the six
-# 1M-node cases, against up to 0.46x on the machine's two threads (docs/BENCHMARKS.md,
-# "partitioner_scale", 2026-12-07). Its `eco` preset (more refinement) is the quality setting:
-# on csbm k=8 it cut the total volume from 1.10x to 0.98x METIS's at the same own peak (0.28x),
-# in 199 s against 28 s (2026-12-07, one thread; "partitioner_scale@eco").
+# 1M-node cases, against up to 0.45x on the machine's two threads (docs/BENCHMARKS.md,
+# "partitioner_scale", 2026-12-07). Its volume refinement (refine=volume, the default) took csbm
+# k=8 from 1.10x to 0.97x METIS's total volume at the same own peak; `kaminpar-cut-1t` is the cut
+# alone. The `eco` preset (measured unrefined) gave 0.98x there in 199 s against 28 s
+# ("partitioner_scale@eco").
 ROWS: Dict[str, Tuple[str, Dict[str, Any]]] = {
     "metis": ("metis", {}),
     "volume": ("volume", {}),

@@ -12,10 +12,12 @@ docs/BENCHMARKS.md, "partitioners"):
   (n, k) int32 table, 4k bytes per node, within the 64 per node below up to k = 16;
 - LDG holds one part id per node.
 
-METIS still wins on small graphs: on the 500k-node csbm its total volume is 0.91x KaMinPar's default
-preset's (``preset=eco`` closes the gap at 3x METIS's time). So ``auto`` keeps METIS while its
-estimate fits in half the host's memory (the graph, the prepare and the store build share the rest)
-and moves to KaMinPar beyond.
+KaMinPar's cut alone lost to METIS on graphs without structure (csbm: 1.09-1.11x METIS's total
+volume at 200k and 1M nodes); refined for the volume (``refine=volume``, the default) it gives
+0.86-1.00x on every graph measured, Cora and CiteSeer included (docs/design.md, "12. Partitioners").
+``auto`` still keeps METIS while its estimate fits in half the host's memory (the graph, the prepare
+and the store build share the rest) and moves to KaMinPar beyond: the benchmark figures and the
+papers' settings use METIS's parts, and a new default would repartition every run that names none.
 """
 
 from __future__ import annotations
