@@ -387,3 +387,11 @@ def test_host_estimate_counts_remote_rows_once_and_bounds_them_by_the_known_part
     lean = known(n // 8)
     assert lean.activation_bytes < unknown.activation_bytes
     assert (lean.graph_bytes, lean.feature_bytes) == (unknown.graph_bytes, unknown.feature_bytes)
+    # the predicted epoch's loads take the same bound: a chunk gathers its in-neighbour rows, at
+    # most the partition's own rows plus those it receives, once per layer forward and backward
+    work = mode.work(ctx)
+    lean_work = mode.work(dataclasses.replace(ctx, received_rows=n // 8))
+    assert lean_work.gathered_elements == pytest.approx(
+        work.gathered_elements * (rows + n // 8) / n, rel=1e-6
+    )
+    assert lean_work.gemms == work.gemms and lean_work.layers == work.layers

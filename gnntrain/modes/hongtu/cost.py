@@ -222,13 +222,14 @@ class HongTuPlanner(ModePlanner):
     def work(self, ctx) -> Work:
         """HongTu §4-§5 on one rank's partition of n chunks: every chunk loads its in-neighbour rows
         to the device per layer (forward) and sends their gradients back (backward), and the update
-        is recomputed in backward. Rows per chunk before chunking: min(N, chunk rows x degree); p2p
-        divides the host loads among the m ranks, reuse removes about what consecutive chunks share
-        (1/n of them)."""
+        is recomputed in backward. Rows per chunk before chunking: :meth:`_resident_rows`, the
+        memory estimate's (chunk rows x degree, at most N and, once the partition is known, at most
+        a partition's own rows plus those it receives); p2p divides the host loads among the m
+        ranks, reuse removes about what consecutive chunks share (1/n of them)."""
         m, n, degree = self._chunking(ctx)
         rows = ctx.num_nodes / m
         work = local_work(ctx, rows, (ctx.num_edges + ctx.num_nodes) / m)
-        loaded = n * min(ctx.num_nodes, rows / n * degree)
+        loaded = n * self._resident_rows(ctx)
         if "p2p" in self.dedup:
             loaded /= m
         if "reuse" in self.dedup:
