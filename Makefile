@@ -18,7 +18,7 @@ export GNNTRAIN_CACHE_DIR ?= $(CURDIR)/.cache/gnntrain
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export OUTDATED_IGNORE := 1
 
-.PHONY: run test test-dgl test-all lint bench bench-all chaos clean venv venv-dgl sar-venv gpu-carry gpu-check-dry fuzz
+.PHONY: run test test-dgl test-all lint bench bench-all chaos clean venv venv-dgl sar-venv gpu-carry gpu-check-dry fuzz test-durations
 
 venv: $(STAMP)
 venv-dgl: $(DGL_STAMP)
@@ -68,10 +68,20 @@ run: $(STAMP)
 # their threads to the whole machine, so two workers' spinning threads took each other's cores:
 # HyScale's Cora accuracy test 58 s beside one busy core against 24 s alone, calibrate --quick 55
 # against 22 s; passive, 24 and 25 s beside it, and no slower alone (22.6 s against 23.8 s).
+# --no-loadscope-reorder: the files go out in collection order, which tests/conftest.py makes heaviest
+# first from tests/file_seconds.json (`make test-durations` measures it again).
 TEST_WORKERS ?= 2
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: $(STAMP)
 	@$(BIN)/python -m compileall -q gnntrain hydra_plugins >/dev/null
-	GNNTRAIN_OFFLINE=1 OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(BIN)/python -m pytest -q --durations=40 -n $(TEST_WORKERS) --dist loadfile
+	GNNTRAIN_OFFLINE=1 OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(BIN)/python -m pytest -q --durations=40 $(PYTEST_PARALLEL)
+
+# each test file's seconds in a full `make test`, for the order above (commit tests/file_seconds.json)
+test-durations: $(STAMP)
+	GNNTRAIN_OFFLINE=1 OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) \
+	  --junitxml=.pytest-durations.xml -o junit_family=xunit1
+	$(BIN)/python scripts/test_durations.py .pytest-durations.xml > tests/file_seconds.json
+	rm -f .pytest-durations.xml
 
 # Every test that involves DGL (marked `dgl`; they skip on the default stack), on the DGL stack
 test-dgl: $(DGL_STAMP)

@@ -57,9 +57,36 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+# tests/file_seconds.json: each file's seconds in a full run (`make test-durations` writes it)
+FILE_SECONDS = ROOT / "tests" / "file_seconds.json"
+UNRECORDED_TEST_S = 1.3  # a file not in it yet: about the mean test's seconds, per test
+
+
+def heaviest_files_first(items) -> None:
+    """Order ``items`` by file, the files with the most recorded seconds first, each file's tests in
+    their own order. pytest-xdist's ``--dist loadfile`` hands whole files to its workers in
+    collection order (``--no-loadscope-reorder``; by default it orders them by their number of
+    tests, so a file of a few long tests, the chaos trials or the SLURM cluster's, went out last
+    and ran alone at the end). Heaviest first is the longest-processing-time rule: the short
+    files fill in behind the long ones. Deterministic, so every worker collects the same order."""
+    try:
+        recorded = json.loads(FILE_SECONDS.read_text())
+    except (OSError, ValueError):
+        recorded = {}
+    counts: Dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        counts[path] = counts.get(path, 0) + 1
+    weight = {path: recorded.get(path, UNRECORDED_TEST_S * n) for path, n in counts.items()}
+    order = {path: i for i, path in enumerate(sorted(counts, key=lambda p: (-weight[p], p)))}
+    items.sort(key=lambda item: order[item.nodeid.split("::", 1)[0]])
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``dgl`` involve DGL itself (its kernel, sampler or readers): they skip on a
-    stack where DGL does not import (the default one) and run on the DGL stack (make test-dgl)."""
+    """Files heaviest first (:func:`heaviest_files_first`). Tests marked ``dgl`` involve DGL itself
+    (its kernel, sampler or readers): they skip on a stack where DGL does not import (the default
+    one) and run on the DGL stack (make test-dgl)."""
+    heaviest_files_first(items)
     if not any(item.get_closest_marker("dgl") for item in items):
         return
     from gnntrain.backends import dgl_problem
