@@ -34,6 +34,7 @@ LAYERS: List[Set[str]] = [
         "gnntrain.interrupts",
         "gnntrain.backends",
         "gnntrain.heap",
+        "gnntrain.idsets",
     },
     {"gnntrain.plan_types"},
     {"gnntrain.sizing"},

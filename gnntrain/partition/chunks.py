@@ -23,6 +23,7 @@ from typing import Dict, List
 
 import numpy as np
 
+from gnntrain.idsets import union_ids
 from gnntrain.partition.layout import split_chunks
 
 
@@ -52,7 +53,7 @@ def chunk_layout(
     offsets = split_chunks(part_offsets, dst_new, n)
     bounds = np.searchsorted(dst_new, offsets, side="left")
     neighbours = [
-        np.union1d(src_new[bounds[c] : bounds[c + 1]], np.arange(offsets[c], offsets[c + 1]))
+        union_ids(src_new[bounds[c] : bounds[c + 1]], np.arange(offsets[c], offsets[c + 1]))
         for c in range(offsets.size - 1)
     ]
     return ChunkLayout(
@@ -74,9 +75,7 @@ def identity_batches(m: int, n: int) -> np.ndarray:
 def batch_unions(layout: ChunkLayout, batches: np.ndarray) -> List[np.ndarray]:
     """U_t for each position t."""
     return [
-        np.unique(
-            np.concatenate([layout.neighbours[layout.chunk(i, int(j))] for i, j in enumerate(row)])
-        )
+        union_ids(*(layout.neighbours[layout.chunk(i, int(j))] for i, j in enumerate(row)))
         for row in batches
     ]
 

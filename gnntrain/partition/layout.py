@@ -8,6 +8,8 @@ from typing import Optional
 
 import numpy as np
 
+from gnntrain.idsets import unique_ids
+
 
 @dataclass(frozen=True)
 class PartitionMetrics:
@@ -35,7 +37,7 @@ def compute_metrics(
 ) -> PartitionMetrics:
     ps, pd = parts[src], parts[dst]
     cut = ps != pd
-    pairs = np.unique(src[cut].astype(np.int64) * k + pd[cut])  # distinct (row u, receiving part)
+    pairs = unique_ids(src[cut].astype(np.int64) * k + pd[cut])  # distinct (row u, receiving part)
     send = np.bincount(parts[pairs // k], minlength=k)
     recv = np.bincount(pairs % k, minlength=k)
     nnz = np.bincount(pd, minlength=k) + np.bincount(parts, minlength=k)

@@ -16,6 +16,7 @@ from gnntrain.data.ingest.nodes import NodeIds
 from gnntrain.data.ingest.options import IngestOptions
 from gnntrain.data.ingest.tables import require_file
 from gnntrain.errors import DatasetError
+from gnntrain.idsets import union_ids, unique_ids
 
 
 def edge_keys(opts: IngestOptions, ids: NodeIds, graph) -> np.ndarray:
@@ -29,8 +30,8 @@ def edge_keys(opts: IngestOptions, ids: NodeIds, graph) -> np.ndarray:
         s, d = s[keep], d[keep]
         if opts.symmetrize:
             s, d = np.minimum(s, d), np.maximum(s, d)
-        keys.append(np.unique(s * n + d))
-    return np.unique(np.concatenate(keys))
+        keys.append(unique_ids(s * n + d))
+    return union_ids(*keys)
 
 
 def read_held_out(opts: IngestOptions, ids: NodeIds, notes: List[str]) -> Dict[str, np.ndarray]:
@@ -52,7 +53,9 @@ def read_held_out(opts: IngestOptions, ids: NodeIds, notes: List[str]) -> Dict[s
         notes.append(f"{key.size:,} {split} edges held out for link prediction ({path})")
     if "val" in found and "test" in found:
         both = np.intersect1d(
-            found["val"][0] * n + found["val"][1], found["test"][0] * n + found["test"][1]
+            found["val"][0] * n + found["val"][1],
+            found["test"][0] * n + found["test"][1],
+            assume_unique=True,  # distinct keys (edge_keys)
         )
         if both.size:
             u, v = int(both[0] // n), int(both[0] % n)
@@ -110,4 +113,4 @@ def held_out_keys(held_out: Dict[str, np.ndarray], n: int, symmetric: bool) -> n
         keys.append(edges[0] * n + edges[1])
         if symmetric:
             keys.append(edges[1] * n + edges[0])
-    return np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
+    return union_ids(*keys)

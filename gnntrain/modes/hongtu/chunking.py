@@ -12,6 +12,7 @@ import torch
 from gnntrain.comm.accounting import NOT_TRAFFIC
 from gnntrain.data import cache_folder
 from gnntrain.errors import PlanError
+from gnntrain.idsets import union_ids
 from gnntrain.models.registry import configured_shape, graph_dims
 from gnntrain.modes.hongtu.config import REORGANIZE_VERSION
 from gnntrain.modes.hongtu.schedule import disk_traffic, epoch_traffic
@@ -51,7 +52,7 @@ def streamed_chunk_layout(streamed: RowEdges, part, n: int) -> ChunkLayout:
     neighbours = []
     for c in range(offsets.size - 1):
         _, src, _ = streamed.rows(part.perm[offsets[c] : offsets[c + 1]])
-        neighbours.append(np.union1d(inverse[src.numpy()], np.arange(offsets[c], offsets[c + 1])))
+        neighbours.append(union_ids(inverse[src.numpy()], np.arange(offsets[c], offsets[c + 1])))
     return ChunkLayout(
         num_parts=part.offsets.size - 1,
         chunks_per_part=n,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set
 import numpy as np
 import torch
 
+from gnntrain.idsets import union_ids
 from gnntrain.partition.chunks import ChunkLayout
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,9 +83,9 @@ def build_sweep(layout: ChunkLayout, order: np.ndarray, rank: int, dedup: str) -
     resident: List[List[np.ndarray]] = []  # D[t][k]
     for sets in need:
         if p2p:
-            union = np.unique(np.concatenate(sets))
+            union = union_ids(*sets)
             owned = split_by_owner(union)  # L_k,t = U_t ∩ own_k
-            resident.append([np.union1d(sets[k], owned[k]) for k in range(m)])
+            resident.append([union_ids(sets[k], owned[k]) for k in range(m)])
         else:
             resident.append(list(sets))
     steps_t = len(order)
