@@ -26,6 +26,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import breadth_first_order, maximum_bipartite_matching
 
+from gnntrain.idsets import unique_ids
+
 AGGREGATIONS = ("pre", "post", "hybrid")
 
 
@@ -105,8 +107,8 @@ def split_cut_edges(
     edge_ids: Dict[Tuple[int, int], np.ndarray] = {}
     for edges in np.split(cut, bounds) if cut.size else []:
         j, i = int(bs[edges[0]]), int(bd[edges[0]])
-        u_rows, u = np.unique(src[edges] - offsets[j], return_inverse=True)
-        v_rows, v = np.unique(dst[edges] - offsets[i], return_inverse=True)
+        u_rows, u = np.unique(src[edges] - offsets[j], return_inverse=True)  # noqa: TID251 (sorts)
+        v_rows, v = np.unique(dst[edges] - offsets[i], return_inverse=True)  # noqa: TID251 (sorts)
         if aggregation == "post":
             cover_u, cover_v = np.ones(u_rows.size, bool), np.zeros(v_rows.size, bool)
         elif aggregation == "pre":
@@ -118,7 +120,7 @@ def split_cut_edges(
             sender=j,
             receiver=i,
             post_rows=u_rows[cover_u],
-            pre_rows=np.unique(v_rows[v[~is_post]]),
+            pre_rows=unique_ids(v_rows[v[~is_post]]),
             is_post_edge=is_post,
         )
         edge_ids[(j, i)] = edges

@@ -172,7 +172,10 @@ class PartCounts:
 
     def __init__(self, src: np.ndarray, dst: np.ndarray, parts: np.ndarray, k: int):
         self.k = k
-        self.keys, counts = np.unique(src.astype(np.int64) * k + parts[dst], return_counts=True)
+        # return_counts: numpy's sort path
+        self.keys, counts = np.unique(  # noqa: TID251
+            src.astype(np.int64) * k + parts[dst], return_counts=True
+        )
         self.values = counts.astype(np.int32)
         self.row_start = np.searchsorted(self.keys, np.arange(parts.size + 1, dtype=np.int64) * k)
         self.new_keys = np.zeros(0, dtype=np.int64)  # sorted; pairs absent from keys

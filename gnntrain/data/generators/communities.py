@@ -50,6 +50,7 @@ from gnntrain.data.generators import (
     register_generator,
 )
 from gnntrain.errors import PlanError
+from gnntrain.idsets import unique_ids
 
 WEIGHTS, SIZES, CLASSES, LABELS, EDGES, FEATURES, MEANS, SHUFFLE = range(8)  # random streams
 
@@ -61,7 +62,7 @@ def _leaf_starts(n: int, leaf_size: float, seed: int) -> np.ndarray:
     count = max(1, int(np.ceil(n / leaf_size)))
     sizes = rng.lognormal(0.0, 0.5, size=count)
     bounds = np.floor(np.cumsum(sizes) / sizes.sum() * n).astype(np.int64)
-    starts = np.unique(np.concatenate([[0], bounds[:-1], [n]]))
+    starts = unique_ids(np.concatenate([[0], bounds[:-1], [n]]))
     return starts
 
 
